@@ -1,0 +1,331 @@
+"""TP4xx: operators whose output shape depends on tensor values (`nonzero`, boolean masks, `unique`, ...)."""
+
+from __future__ import annotations
+
+import ast
+
+from rewrites.base import TensorMethodRule
+from transpiler.checker import Context
+from transpiler.kinds import Kind
+from transpiler.rule import Rule
+
+_SHAPE_WHY = """The number of output elements depends on the values, so Dynamo cannot
+    know the shape while tracing; with default settings it breaks the graph
+    (GB0036). `fullgraph=True` captures it with an unbacked size, at the cost of
+    guards later code may fail."""
+
+
+class NonzeroCall(TensorMethodRule):
+    __doc__ = f"""## What it does
+    Checks for `torch.nonzero`, `torch.argwhere`, `Tensor.nonzero` and the
+    one-argument `torch.where(cond)`.
+
+    ## Why is this bad?
+    {_SHAPE_WHY}
+
+    ## Fix safety
+    No automatic fix. Keep shapes static with masks: `torch.where(cond, x, 0)`.
+    """
+
+    code = "TP401"
+    name = "nonzero-call"
+    summary = "`nonzero`/`argwhere`/one-argument `where`"
+    message = "`{method}` has a data-dependent output shape and breaks the graph; use a mask with `torch.where(cond, x, y)`"
+    dynamo_codes = ("GB0036",)
+    methods = frozenset({"nonzero", "argwhere"})
+    functions = frozenset({"torch.nonzero", "torch.argwhere"})
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        if ctx.qualname(node.func) == "torch.where" and len(node.args) == 1 and not node.keywords:
+            self.report(ctx, node, method="where")
+        else:
+            super().visit_Call(node, ctx)
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                positive = torch.nonzero(y > 0)
+                return y * 2, positive
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                positive = torch.where(y > 0, y, torch.zeros_like(y))
+                return y * 2, positive
+        """
+    ]
+
+
+class BooleanMaskIndex(Rule):
+    __doc__ = f"""## What it does
+    Checks for reading a tensor through a boolean mask: `x[mask]` where `mask`
+    holds booleans (a comparison, `isnan`, `~m`, ...).
+
+    ## Why is this bad?
+    {_SHAPE_WHY}
+    (Writing through a mask, `x[mask] = 0`, keeps the shape and is fine.)
+
+    ## Fix safety
+    When the selection is only reduced (`x[mask].sum()`), `torch.where(mask, x,
+    0).sum()` computes the same value with static shapes: safe up to summation
+    order. Uses of the compacted tensor itself have no local fix.
+    """
+
+    code = "TP402"
+    name = "boolean-mask-index"
+    summary = "indexing with a boolean mask"
+    message = "indexing with a boolean mask has a data-dependent shape and breaks the graph; use `torch.where(mask, x, 0)`"
+    dynamo_codes = ("GB0036",)
+
+    def visit_Subscript(self, node: ast.Subscript, ctx: Context) -> None:
+        if isinstance(node.ctx, ast.Load) and ctx.kind(node.value).may_be_tensor:
+            if ctx.kind(node.slice) is Kind.BOOL_TENSOR:
+                self.report(ctx, node)
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                total = y[y > 0].sum()
+                return y * total
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                total = torch.where(y > 0, y, 0).sum()
+                y[y < -1] = 0
+                return y * total
+        """
+    ]
+
+
+class MaskedSelectCall(TensorMethodRule):
+    __doc__ = f"""## What it does
+    Checks for `torch.masked_select` and `Tensor.masked_select`.
+
+    ## Why is this bad?
+    {_SHAPE_WHY}
+
+    ## Fix safety
+    No automatic fix; `torch.where(mask, x, 0)` keeps the shape when the
+    selection is reduced afterwards.
+    """
+
+    code = "TP403"
+    name = "masked-select-call"
+    summary = "`masked_select`"
+    message = "`masked_select` has a data-dependent output shape and breaks the graph; use `torch.where(mask, x, 0)`"
+    dynamo_codes = ("GB0036",)
+    methods = frozenset({"masked_select"})
+    functions = frozenset({"torch.masked_select"})
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                kept = torch.masked_select(y, y > 0)
+                return y * kept.sum()
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                kept = torch.where(y > 0, y, 0)
+                return y * kept.sum()
+        """
+    ]
+
+
+class UniqueCall(TensorMethodRule):
+    __doc__ = f"""## What it does
+    Checks for `torch.unique`, `torch.unique_consecutive` and their method forms.
+
+    ## Why is this bad?
+    {_SHAPE_WHY}
+
+    ## Fix safety
+    No automatic fix. Counting with `torch.bincount(x, minlength=n)` or
+    one-hot sums keeps shapes static when the value range is known.
+    """
+
+    code = "TP404"
+    name = "unique-call"
+    summary = "`unique`/`unique_consecutive`"
+    message = "`{method}` has a data-dependent output shape and breaks the graph"
+    dynamo_codes = ("GB0036",)
+    methods = frozenset({"unique", "unique_consecutive"})
+    functions = frozenset({"torch.unique", "torch.unique_consecutive"})
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                values = torch.unique(y.round())
+                return y * values.numel()
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                values = torch.sort(y.round()).values
+                return y * values.numel()
+        """
+    ]
+
+
+class RepeatInterleaveWithTensorRepeats(TensorMethodRule):
+    __doc__ = f"""## What it does
+    Checks for `repeat_interleave` with a tensor of repeats and no `output_size`.
+
+    ## Why is this bad?
+    {_SHAPE_WHY}
+
+    ## Fix safety
+    Passing `output_size=` (when the total is known) keeps the shape static;
+    it must equal `repeats.sum()` for every input, so the fix is not automatic.
+    """
+
+    code = "TP405"
+    name = "repeat-interleave-with-tensor-repeats"
+    summary = "`repeat_interleave` with tensor repeats"
+    message = "`repeat_interleave` with tensor repeats has a data-dependent shape; pass `output_size=`"
+    dynamo_codes = ("GB0036",)
+    methods = frozenset({"repeat_interleave"})
+    functions = frozenset({"torch.repeat_interleave"})
+
+    def applies(self, node: ast.Call, ctx: Context) -> bool:
+        if any(k.arg == "output_size" for k in node.keywords):
+            return False
+        is_function = ctx.qualname(node.func) is not None
+        args = node.args[1:] if is_function else node.args
+        repeats = args[0] if args else next((k.value for k in node.keywords if k.arg == "repeats"), None)
+        if repeats is None:
+            return is_function and len(node.args) == 1  # torch.repeat_interleave(counts)
+        return ctx.kind(repeats).is_tensor
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                counts = y.abs().long() % 3
+                expanded = torch.repeat_interleave(y, counts)
+                return y * expanded.sum()
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                expanded = torch.repeat_interleave(y, 2)
+                return y * expanded.sum()
+        """
+    ]
+
+
+class OneHotWithoutNumClasses(Rule):
+    """## What it does
+    Checks for `torch.nn.functional.one_hot` without `num_classes`.
+
+    ## Why is this bad?
+    Without `num_classes` the width of the output is `x.max() + 1`, read from
+    the data: Dynamo breaks the graph (GB0246).
+
+    ## Fix safety
+    Passing `num_classes=` is equivalent only if it equals `x.max() + 1` for
+    every input; not automatic.
+    """
+
+    code = "TP406"
+    name = "one-hot-without-num-classes"
+    summary = "`one_hot` without `num_classes`"
+    message = "`one_hot` without `num_classes` has a data-dependent width and breaks the graph; pass `num_classes=`"
+    dynamo_codes = ("GB0246",)
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        if ctx.qualname(node.func) not in ("torch.nn.functional.one_hot", "torch._C._nn.one_hot"):
+            return
+        num = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "num_classes"), None)
+        if num is None or (isinstance(num, ast.UnaryOp) and isinstance(num.operand, ast.Constant) and num.operand.value == 1):
+            self.report(ctx, node)
+
+    INVALID = [
+        """
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                labels = x.abs().long() % 4
+                return F.one_hot(labels).float() * 2
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                labels = x.abs().long() % 4
+                return F.one_hot(labels, num_classes=4).float() * 2
+        """
+    ]

@@ -1,0 +1,719 @@
+"""TP5xx: Python and autograd features Dynamo does not trace, and breaks it cannot resume from."""
+
+from __future__ import annotations
+
+import ast
+
+from rewrites.base import CallRule, TensorMethodRule
+from transpiler.checker import Context
+from transpiler.rule import REGISTRY, Finding, Rule
+
+
+def _breaks(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if REGISTRY[f.code].family == "break" and f.code not in ("TP501", "TP502")]
+
+
+class GraphBreakInLoop(Rule):
+    """## What it does
+    Reports a graph break (any other finding of this tool) inside a `for` or
+    `while` loop body, at the same place.
+
+    ## Why is this bad?
+    Dynamo cannot resume a graph in the middle of a loop: instead of splitting
+    the graph it skips the whole function, which then runs eagerly (GB7000).
+    One `print` in a loop costs every fused kernel of the function.
+
+    ## Fix safety
+    Fixing the inner break fixes this one.
+    """
+
+    code = "TP501"
+    name = "graph-break-in-loop"
+    summary = "graph break inside a loop"
+    message = "graph break inside the loop at line {loop}: Dynamo skips the whole function and runs it eagerly"
+    dynamo_codes = ("GB7000",)
+
+    def check_function(self, findings: list[Finding], ctx: Context) -> None:
+        for finding in _breaks(findings):
+            if finding.loops:
+                ctx.findings.append(
+                    Finding(self.code, finding.line, finding.col, finding.end_line, finding.end_col,
+                            self.message.format(loop=finding.loops[-1]), finding.loops, finding.trys)
+                )
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                for step in range(3):
+                    y = y * 2
+                    print("step", step)
+                return y
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                for step in range(3):
+                    y = y * 2
+                return y
+        """
+    ]
+
+
+class GraphBreakInTry(Rule):
+    """## What it does
+    Reports a graph break (any other finding of this tool) inside a `try`
+    block, at the same place.
+
+    ## Why is this bad?
+    A graph break inside `try` cannot be resumed: Dynamo skips the whole
+    function, which runs eagerly. A `try` with no break inside compiles fine.
+
+    ## Fix safety
+    Fixing the inner break fixes this one.
+    """
+
+    code = "TP502"
+    name = "graph-break-in-try"
+    summary = "graph break inside a `try` block"
+    message = "graph break inside the `try` at line {block}: Dynamo cannot resume and runs the whole function eagerly"
+    dynamo_codes = ()
+
+    def check_function(self, findings: list[Finding], ctx: Context) -> None:
+        for finding in _breaks(findings):
+            if finding.trys:
+                ctx.findings.append(
+                    Finding(self.code, finding.line, finding.col, finding.end_line, finding.end_col,
+                            self.message.format(block=finding.trys[-1]), finding.loops, finding.trys)
+                )
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                try:
+                    print("scaling")
+                    y = y * 2
+                except RuntimeError:
+                    y = y * 3
+                return y
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                try:
+                    y = y * 2
+                except RuntimeError:
+                    y = y * 3
+                return y
+        """
+    ]
+
+
+class IdComparison(Rule):
+    """## What it does
+    Checks for comparisons of `id()` values (`id(a) == id(b)`).
+
+    ## Why is this bad?
+    Objects created inside the compiled region only get their identity at run
+    time; Dynamo cannot compare it while tracing (GB9316).
+
+    ## Fix safety
+    No automatic fix; compare with `is` on objects from outside the region.
+    """
+
+    code = "TP503"
+    name = "id-comparison"
+    summary = "comparison of `id()` values"
+    message = "comparing `id()` values breaks the graph; compare objects with `is`"
+    dynamo_codes = ("GB9316",)
+
+    def visit_Compare(self, node: ast.Compare, ctx: Context) -> None:
+        operands = [node.left, *node.comparators]
+        if any(isinstance(o, ast.Call) and ctx.qualname(o.func) == "builtins.id" for o in operands):
+            self.report(ctx, node)
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                z = y * 2
+                same = id(y) == id(z)
+                return z, same
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                z = y * 2
+                same = y is z
+                return z, same
+        """
+    ]
+
+
+class DataPtrComparison(Rule):
+    """## What it does
+    Checks for comparisons involving `Tensor.data_ptr()`.
+
+    ## Why is this bad?
+    Storage addresses exist only at run time; Dynamo cannot decide the
+    comparison while tracing (GB5976).
+
+    ## Fix safety
+    No automatic fix; decide aliasing outside the compiled function.
+    """
+
+    code = "TP504"
+    name = "data-ptr-comparison"
+    summary = "comparison of `data_ptr()` values"
+    message = "comparing `data_ptr()` values breaks the graph; decide aliasing outside the compiled function"
+    dynamo_codes = ("GB5976",)
+
+    def visit_Compare(self, node: ast.Compare, ctx: Context) -> None:
+        operands = [node.left, *node.comparators]
+        if any(
+            isinstance(o, ast.Call) and isinstance(o.func, ast.Attribute) and o.func.attr == "data_ptr"
+            for o in operands
+        ):
+            self.report(ctx, node)
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                shared = y.data_ptr() == x.data_ptr()
+                return y * 2, shared
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                return y * 2
+        """
+    ]
+
+
+class ClassDefinitionInCompiledCode(Rule):
+    """## What it does
+    Checks for `class` statements inside compiled functions.
+
+    ## Why is this bad?
+    Building a class at run time (`__build_class__`) is not traced (GB8977).
+
+    ## Fix safety
+    Moving the class to module level is safe when it does not close over local
+    variables; not automatic.
+    """
+
+    code = "TP505"
+    name = "class-definition-in-compiled-code"
+    summary = "`class` statement in compiled code"
+    message = "defining class `{cls}` in compiled code breaks the graph; define it at module level"
+    dynamo_codes = ("GB8977",)
+
+    def visit_ClassDef(self, node: ast.ClassDef, ctx: Context) -> None:
+        self.report(ctx, node, cls=node.name)
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+
+                class Scale:
+                    factor = 2
+
+                return y * Scale.factor
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Scale:
+            factor = 2
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                return y * Scale.factor
+        """
+    ]
+
+
+class ParameterInCompiledCode(CallRule):
+    """## What it does
+    Checks for `nn.Parameter(...)` created inside compiled code.
+
+    ## Why is this bad?
+    Dynamo refuses to construct parameters while tracing (GB0264): a parameter
+    created per call is also never trained.
+
+    ## Fix safety
+    Creating it in `__init__` changes the module's `state_dict`; not automatic.
+    """
+
+    code = "TP506"
+    name = "parameter-in-compiled-code"
+    summary = "`nn.Parameter` constructed in compiled code"
+    message = "`nn.Parameter` constructed in compiled code breaks the graph; create it in `__init__`"
+    dynamo_codes = ("GB0264",)
+    callees = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                weight = nn.Parameter(torch.ones(8))
+                return y * weight
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(8))
+
+            def forward(self, x):
+                y = x + 1
+                return y * self.weight
+        """
+    ]
+
+
+class AutogradCallInCompiledCode(Rule):
+    """## What it does
+    Checks for `Tensor.backward()`, `torch.autograd.backward()` and
+    `torch.autograd.grad()` inside compiled code.
+
+    ## Why is this bad?
+    With default settings Dynamo does not trace autograd calls (GB0123,
+    GB9186); compile the forward and loss, and call backward outside.
+
+    ## Fix safety
+    No automatic fix.
+    """
+
+    code = "TP507"
+    name = "autograd-call-in-compiled-code"
+    summary = "autograd call in compiled code"
+    message = "`{callee}` in compiled code breaks the graph; call it outside the compiled function"
+    dynamo_codes = ("GB0123", "GB9186")
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        name = ctx.qualname(node.func)
+        if name in ("torch.autograd.grad", "torch.autograd.backward"):
+            self.report(ctx, node, callee=name)
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "backward" and name is None:
+            if ctx.kind(node.func.value).is_tensor:
+                self.report(ctx, node, callee=".backward()")
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = (x + 1).requires_grad_()
+                z = (y * y).sum()
+                (grad,) = torch.autograd.grad(z, y)
+                return grad * 2
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                return (y * y).sum()
+
+
+        def train_step(model, x):
+            loss = model(x)
+            loss.backward()
+            return loss
+        """
+    ]
+
+
+class TensorDataAssignment(Rule):
+    """## What it does
+    Checks for assignments to `.data` of tensors created in compiled code.
+
+    ## Why is this bad?
+    Swapping a tensor's storage behind autograd's back cannot be traced
+    (GB0056).
+
+    ## Fix safety
+    No automatic fix; use `torch.no_grad()` and `copy_()`, or a new tensor.
+    """
+
+    code = "TP508"
+    name = "tensor-data-assignment"
+    summary = "assignment to `Tensor.data`"
+    message = "assigning `.data` of a tensor breaks the graph; use `copy_()` under `torch.no_grad()`"
+    dynamo_codes = ("GB0056",)
+
+    def visit_Assign(self, node: ast.Assign, ctx: Context) -> None:
+        for target in node.targets:
+            if isinstance(target, ast.Attribute) and target.attr == "data" and ctx.self_attr(target.value) is None:
+                if ctx.kind(target.value).is_tensor:
+                    self.report(ctx, target)
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                z = y.clone()
+                z.data = torch.zeros(8)
+                return z * 2
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                z = y.clone()
+                with torch.no_grad():
+                    z.copy_(torch.zeros(8))
+                return z * 2
+        """
+    ]
+
+
+class TensorFactoryRequiresGrad(Rule):
+    """## What it does
+    Checks for tensor factories called with `requires_grad=True` in compiled code.
+
+    ## Why is this bad?
+    Creating new autograd leaves inside a traced region is not supported
+    (GB0225).
+
+    ## Fix safety
+    No automatic fix; create leaves outside, or register a parameter.
+    """
+
+    code = "TP509"
+    name = "tensor-factory-requires-grad"
+    summary = "tensor factory with `requires_grad=True`"
+    message = "creating a tensor with `requires_grad=True` in compiled code breaks the graph; create it outside"
+    dynamo_codes = ("GB0225",)
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        name = ctx.qualname(node.func) or ""
+        if name.startswith("torch.") and name.count(".") == 1:
+            for keyword in node.keywords:
+                if keyword.arg == "requires_grad" and isinstance(keyword.value, ast.Constant) and keyword.value.value is True:
+                    self.report(ctx, node)
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                bias = torch.zeros(8, requires_grad=True)
+                return y + bias
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                bias = torch.zeros(8)
+                return y + bias
+        """
+    ]
+
+
+class StorageOffsetCall(TensorMethodRule):
+    """## What it does
+    Checks for `Tensor.storage_offset()` in compiled code.
+
+    ## Why is this bad?
+    The offset is a property of the storage, not of the traced value: Dynamo
+    returns a non-tensor it cannot put in the graph (GB0208).
+
+    ## Fix safety
+    No automatic fix.
+    """
+
+    code = "TP510"
+    name = "storage-offset-call"
+    summary = "`storage_offset()`"
+    message = "`storage_offset()` in compiled code breaks the graph"
+    dynamo_codes = ("GB0208",)
+    methods = frozenset({"storage_offset"})
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                offset = y.storage_offset()
+                return y * 2, offset
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                return y * 2, y.stride()
+        """
+    ]
+
+
+class TensorDeepcopy(Rule):
+    """## What it does
+    Checks for `copy.deepcopy()` of tensors in compiled code.
+
+    ## Why is this bad?
+    Dynamo does not trace `deepcopy` of tensors (GB4198).
+
+    ## Fix safety
+    `t.clone()` is the traceable copy; it is equivalent for plain tensors but
+    not for tensor subclasses with extra Python state, so not automatic.
+    """
+
+    code = "TP511"
+    name = "tensor-deepcopy"
+    summary = "`copy.deepcopy()` of a tensor"
+    message = "`copy.deepcopy()` of a tensor breaks the graph; use `.clone()`"
+    dynamo_codes = ("GB4198",)
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        if ctx.qualname(node.func) == "copy.deepcopy" and node.args and ctx.kind(node.args[0]).is_tensor:
+            self.report(ctx, node)
+
+    INVALID = [
+        """
+        import copy
+
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                z = copy.deepcopy(y)
+                return z * 2
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                z = y.clone()
+                return z * 2
+        """
+    ]
+
+
+class RecurrentModuleCall(Rule):
+    """## What it does
+    Checks for calls of `nn.RNN`, `nn.LSTM` and `nn.GRU` submodules in compiled
+    code.
+
+    ## Why is this bad?
+    Dynamo does not trace the recurrent modules by default (`allow_rnn=False`,
+    GB0014): the call breaks the graph.
+
+    ## Fix safety
+    No automatic fix; set `torch._dynamo.config.allow_rnn = True` or write the
+    recurrence with `nn.LSTMCell` in a loop.
+    """
+
+    code = "TP512"
+    name = "recurrent-module-call"
+    summary = "`nn.RNN`/`nn.LSTM`/`nn.GRU` call"
+    message = "calling `{ctor}` in compiled code breaks the graph (Dynamo does not trace RNN modules by default)"
+    dynamo_codes = ("GB0014",)
+    _RNN = frozenset({"torch.nn.RNN", "torch.nn.LSTM", "torch.nn.GRU"})
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        attr = ctx.self_attr(node.func)
+        if attr is not None and ctx.cls is not None and ctx.cls.attr_ctors.get(attr) in self._RNN:
+            self.report(ctx, node, ctor=ctx.cls.attr_ctors[attr].replace("torch.", ""))
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.LSTM(8, 8, batch_first=True)
+
+            def forward(self, x):
+                y = x + 1
+                out, _ = self.rnn(y.view(1, 1, 8))
+                return out * 2
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.cell = nn.LSTMCell(8, 8)
+
+            def forward(self, x):
+                y = x + 1
+                h, _ = self.cell(y.view(1, 8))
+                return h * 2
+        """
+    ]
+
+
+class UnsupportedTensorMethod(TensorMethodRule):
+    """## What it does
+    Checks for tensor methods Dynamo refuses to trace: `resize_`,
+    `resize_as_`, `share_memory_`, `random_`, `retain_grad`, `is_inference`.
+
+    ## Why is this bad?
+    They change storage or autograd state in ways the graph cannot represent
+    (GB0126, GB0127, GB4197, GB0107, GB0108, GB0045).
+
+    ## Fix safety
+    No automatic fix; use out-of-place operations.
+    """
+
+    code = "TP513"
+    name = "unsupported-tensor-method"
+    summary = "tensor method Dynamo does not trace"
+    message = "`{method}()` in compiled code breaks the graph; use an out-of-place operation"
+    dynamo_codes = ("GB0126", "GB0127", "GB4197", "GB0107", "GB0108", "GB0045")
+    methods = frozenset({"resize_", "resize_as_", "share_memory_", "random_", "retain_grad", "is_inference"})
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                y.resize_(4, 2)
+                return y * 2
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                y = y.reshape(4, 2)
+                return y * 2
+        """
+    ]

@@ -1,0 +1,352 @@
+"""Visit every function of a file once, typing expressions and running the rules on them.
+
+Each function is checked as if it ran under `torch.compile`; `project.py` later
+keeps only the findings of functions that really do (reachable from a module's
+`forward` or from `torch.compile`). That split lets the per-file work be cached
+by content alone, since which functions are compiled depends on other files.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from transpiler.kinds import Kind
+from transpiler.rule import Finding, Rule
+from transpiler.symbols import ClassInfo, FileSummary, FunctionInfo, Names, is_library_module_class
+from transpiler.typer import Typer, parameter_kinds
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_COMPILE_DECORATORS = frozenset({"torch.compile", "torch._dynamo.optimize"})
+_DISABLE_DECORATORS = frozenset({"torch.compiler.disable", "torch._dynamo.disable"})
+_FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass
+class Context:
+    """What a rule sees: the function being checked, kinds of expressions, and `add`."""
+
+    names: Names
+    typer: Typer
+    function: FunctionInfo
+    node: _FunctionNode
+    cls: ClassInfo | None
+    is_forward: bool
+    findings: list[Finding] = field(default_factory=list)
+    loops: list[int] = field(default_factory=list)
+    trys: list[int] = field(default_factory=list)
+    # Expressions already reported as part of an enclosing construct (an `if` test).
+    claimed: set[int] = field(default_factory=set)
+
+    def kind(self, node: ast.expr) -> Kind:
+        return self.typer.kind(node)
+
+    def qualname(self, node: ast.expr) -> str | None:
+        return self.typer.qualname(node)
+
+    def self_attr(self, node: ast.expr) -> str | None:
+        return self.typer.self_attr(node)
+
+    def add(self, code: str, node: ast.AST, message: str) -> None:
+        line = node.lineno
+        end_line = getattr(node, "end_lineno", None) or line
+        end_col = getattr(node, "end_col_offset", None)
+        self.findings.append(
+            Finding(
+                code,
+                line,
+                node.col_offset,
+                end_line,
+                node.col_offset if end_col is None else end_col,
+                message,
+                tuple(self.loops),
+                tuple(self.trys),
+            )
+        )
+
+
+class Checker:
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self.rules = list(rules)
+        self.handlers: dict[type, list] = {}
+        for rule in self.rules:
+            for attr in dir(rule):
+                if attr.startswith("visit_"):
+                    node_type = getattr(ast, attr[6:])
+                    self.handlers.setdefault(node_type, []).append(getattr(rule, attr))
+
+    def check(self, tree: ast.Module, module: str, is_package: bool, text: str) -> tuple[FileSummary, dict[str, list[Finding]]]:
+        names = Names(tree, module, is_package)
+        summary = FileSummary(module, aliases=dict(names.aliases))
+        findings: dict[str, list[Finding]] = {}
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                info = FunctionInfo(f"{module}.{node.name}", node.name, node.lineno)
+                summary.functions[info.qualname] = info
+                self._check_function(node, info, None, names, findings, summary)
+            elif isinstance(node, ast.ClassDef):
+                cls = _class_info(node, module, names)
+                summary.classes[cls.qualname] = cls
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        info = FunctionInfo(f"{cls.qualname}.{item.name}", item.name, item.lineno, cls.qualname)
+                        cls.methods[item.name] = info
+                        self._check_function(item, info, cls, names, findings, summary)
+        if "compile" in text:
+            _find_compile_calls(tree, names, summary)
+        return summary, findings
+
+    def _check_function(
+        self,
+        node: _FunctionNode,
+        info: FunctionInfo,
+        cls: ClassInfo | None,
+        names: Names,
+        findings: dict[str, list[Finding]],
+        summary: FileSummary,
+    ) -> None:
+        decorators = {names.resolve(_decorator_callee(d)) for d in node.decorator_list}
+        if decorators & _COMPILE_DECORATORS:
+            summary.compile_roots.add(("name", info.qualname))
+        info.disabled = bool(decorators & _DISABLE_DECORATORS)
+        is_forward = cls is not None and node.name == "forward" or bool(decorators & _COMPILE_DECORATORS)
+        typer = Typer(names, cls, parameter_kinds(node, is_forward))
+        ctx = Context(names, typer, info, node, cls, is_forward)
+        walker = _Walker(self.handlers, ctx)
+        walker.body(node.body)
+        for rule in self.rules:
+            rule.check_function(ctx.findings, ctx)
+        if ctx.findings:
+            findings[info.qualname] = ctx.findings
+
+
+class _Walker:
+    """Walks statements in order, keeping the typing environment up to date."""
+
+    def __init__(self, handlers: dict[type, list], ctx: Context) -> None:
+        self.handlers = handlers
+        self.ctx = ctx
+        self.typer = ctx.typer
+
+    def dispatch(self, node: ast.AST) -> None:
+        for handler in self.handlers.get(type(node), ()):
+            handler(node, self.ctx)
+
+    def body(self, statements: list[ast.stmt]) -> None:
+        for statement in statements:
+            self.statement(statement)
+
+    def branches(self, *bodies: list[ast.stmt]) -> None:
+        before = dict(self.typer.env)
+        ends = []
+        for body in bodies:
+            self.typer.env.clear()
+            self.typer.env.update(before)
+            self.body(body)
+            ends.append(dict(self.typer.env))
+        self.typer.merge(before, *ends)
+
+    def statement(self, node: ast.stmt) -> None:
+        self.dispatch(node)
+        typer = self.typer
+        if isinstance(node, ast.If):
+            taken = _branch_under_compile(node.test, typer)
+            if taken is None:
+                self.expr(node.test)
+                self.branches(node.body, node.orelse)
+            else:  # Dynamo folds the check, so only that branch is ever traced
+                self.body(node.body if taken else node.orelse)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            if isinstance(node, ast.While):
+                self.expr(node.test)
+            else:
+                self.expr(node.iter)
+                typer.bind_iteration(node.target, node.iter)
+            self.ctx.loops.append(node.lineno)
+            self.branches(node.body, [])
+            self.ctx.loops.pop()
+            self.body(node.orelse)
+        elif isinstance(node, (ast.Try, ast.TryStar)):
+            self.ctx.trys.append(node.lineno)
+            self.body(node.body)
+            self.ctx.trys.pop()
+            for handler in node.handlers:
+                if handler.type is not None:
+                    self.expr(handler.type)
+                if handler.name:
+                    typer.env[handler.name] = Kind.UNKNOWN
+                self.body(handler.body)
+            self.body(node.orelse)
+            self.body(node.finalbody)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                self.expr(item.context_expr)
+                if item.optional_vars is not None:
+                    typer.bind(item.optional_vars, Kind.UNKNOWN)
+            self.body(node.body)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for decorator in node.decorator_list:
+                self.expr(decorator)
+            saved = dict(typer.env)
+            typer.env.update(parameter_kinds(node, is_forward=False))
+            self.body(node.body)
+            typer.env.clear()
+            typer.env.update(saved)
+            typer.env[node.name] = Kind.UNKNOWN
+        elif isinstance(node, ast.ClassDef):
+            typer.env[node.name] = Kind.UNKNOWN
+        elif isinstance(node, ast.Assign):
+            self.expr(node.value)
+            for target in node.targets:
+                self.expr(target)
+            kind = typer.kind(node.value)
+            for target in node.targets:
+                typer.bind(target, kind, node.value)
+        elif isinstance(node, ast.AnnAssign):
+            if node.value is not None:
+                self.expr(node.value)
+                typer.bind(node.target, typer.kind(node.value), node.value)
+            self.expr(node.target)
+        elif isinstance(node, ast.AugAssign):
+            self.expr(node.value)
+            self.expr(node.target)
+            if isinstance(node.target, ast.Name):
+                current = typer.kind(node.target)
+                if current.may_be_tensor or typer.kind(node.value).may_be_tensor:
+                    typer.env[node.target.id] = Kind.TENSOR
+        elif isinstance(node, ast.Match):
+            self.expr(node.subject)
+            self.branches(*[case.body for case in node.cases])
+        else:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.expr):
+                    self.expr(child)
+
+    def expr(self, node: ast.expr) -> None:
+        self.dispatch(node)
+        if isinstance(node, ast.Call):
+            self._record_call(node)
+        if isinstance(node, _COMPREHENSIONS):
+            saved = dict(self.typer.env)
+            for generator in node.generators:
+                self.expr(generator.iter)
+                self.typer.bind_iteration(generator.target, generator.iter)
+                for condition in generator.ifs:
+                    self.expr(condition)
+            elements = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+            for element in elements:
+                self.expr(element)
+            self.typer.env.clear()
+            self.typer.env.update(saved)
+            return
+        if isinstance(node, ast.Lambda):
+            saved = dict(self.typer.env)
+            for arg in node.args.args + node.args.kwonlyargs:
+                self.typer.env[arg.arg] = Kind.UNKNOWN
+            self.expr(node.body)
+            self.typer.env.clear()
+            self.typer.env.update(saved)
+            return
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                self.expr(child)
+            elif isinstance(child, ast.keyword):
+                self.expr(child.value)
+
+    def _record_call(self, node: ast.Call) -> None:
+        """Call-graph edges: self.method(...), super().method(...), imported_or_local_function(...)."""
+        func = node.func
+        calls = self.ctx.function.calls
+        if isinstance(func, ast.Attribute):
+            if self.typer.self_attr(func) is not None:
+                calls.add(("self", func.attr))
+                return
+            value = func.value
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super":
+                calls.add(("super", func.attr))
+                return
+        qualname = self.typer.qualname(func)
+        if qualname and not qualname.startswith(("builtins.", "torch.", "math.")):
+            calls.add(("name", qualname))
+
+
+_COMPILING_CHECKS = frozenset({"is_compiling", "is_dynamo_compiling", "is_torchdynamo_compiling", "is_exporting"})
+
+
+def _branch_under_compile(test: ast.expr, typer: Typer) -> bool | None:
+    """Value of an `if` test under compilation when it is a `torch.compiler.is_compiling()` check."""
+    if isinstance(test, ast.Call) and not test.args:
+        name = typer.qualname(test.func) or ""
+        return True if name.rpartition(".")[2] in _COMPILING_CHECKS else None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _branch_under_compile(test.operand, typer)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp):
+        values = [_branch_under_compile(v, typer) for v in test.values]
+        decisive = isinstance(test.op, ast.Or)  # True decides `or`, False decides `and`
+        return decisive if decisive in values else None
+    return None
+
+
+def _decorator_callee(node: ast.expr) -> ast.expr:
+    return node.func if isinstance(node, ast.Call) else node
+
+
+def _class_info(node: ast.ClassDef, module: str, names: Names) -> ClassInfo:
+    bases = [names.resolve(b) or ast.unparse(b) for b in node.bases]
+    cls = ClassInfo(f"{module}.{node.name}", node.name, node.lineno, bases)
+    for item in node.body:
+        if isinstance(item, (ast.Assign, ast.AnnAssign)) and item.value is not None:
+            targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    _record_attr(cls, target.id, item.value, None)
+    for item in node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "__init__":
+            typer = Typer(names, None, parameter_kinds(item, is_forward=False))
+            for sub in ast.walk(item):
+                if isinstance(sub, ast.Assign):
+                    for target in sub.targets:
+                        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                            _record_attr(cls, target.attr, sub.value, typer)
+                elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.args:
+                    first = sub.args[0]
+                    if sub.func.attr in ("register_buffer", "register_parameter") and isinstance(first, ast.Constant):
+                        cls.attrs[str(first.value)] = Kind.TENSOR
+                    elif sub.func.attr == "add_module" and isinstance(first, ast.Constant):
+                        cls.attrs[str(first.value)] = Kind.MODULE
+    return cls
+
+
+def _record_attr(cls: ClassInfo, attr: str, value: ast.expr, typer: Typer | None) -> None:
+    """Kind of `self.attr = value` in __init__ (or `attr = value` in the class body)."""
+    if isinstance(value, ast.Constant):
+        if value.value is not None and not isinstance(value.value, (str, bytes)):
+            cls.scalar_attrs.add(attr)
+        kind = Kind.NONE if value.value is None else Kind.SCALAR
+    elif typer is None:
+        return
+    else:
+        kind = typer.kind(value)
+        if isinstance(value, ast.Call):
+            ctor = typer.qualname(value.func)
+            if ctor is not None:
+                last = ctor.rpartition(".")[2]
+                if ctor in ("torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer"):
+                    kind = Kind.TENSOR
+                elif is_library_module_class(ctor) or (last[:1].isupper() and not ctor.startswith(("torch.", "builtins."))):
+                    kind = Kind.MODULE  # submodules: in-project or library classes
+                if kind is Kind.MODULE:
+                    cls.attr_ctors[attr] = ctor
+    previous = cls.attrs.get(attr)
+    cls.attrs[attr] = kind if previous is None or previous is kind or previous is Kind.NONE else Kind.UNKNOWN
+
+
+def _find_compile_calls(tree: ast.Module, names: Names, summary: FileSummary) -> None:
+    """`torch.compile(fn)` anywhere in the file makes `fn` a root of compiled code."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and names.resolve(node.func) in _COMPILE_DECORATORS:
+            target = names.resolve(node.args[0])
+            if target is not None and not target.startswith(("builtins.", "torch.")):
+                summary.compile_roots.add(("name", target))

@@ -1,0 +1,68 @@
+"""Turn the paths a user passes into the list of Python files to process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+
+class DiscoveryError(Exception):
+    """A path the user named does not exist or cannot be read."""
+
+
+def discover(
+    paths: list[Path],
+    is_excluded: Callable[[Path], bool],
+    is_excluded_entry: Callable[[Path], bool],
+    *,
+    force_exclude: bool = False,
+) -> list[Path]:
+    """Python files under `paths`, sorted and without duplicates.
+
+    Directories are walked, pruning entries that `is_excluded_entry` matches.
+    Paths named explicitly are kept even when `is_excluded` matches them unless
+    `force_exclude` is set: pre-commit passes every changed file by name, and
+    with `--force-exclude` the configured excludes still apply to them.
+    """
+    found: dict[Path, None] = {}
+    for path in paths:
+        if not path.exists():
+            raise DiscoveryError(f"{path}: No such file or directory")
+        if path.is_dir():
+            if force_exclude and is_excluded(path):
+                continue
+            for file in _walk(path, is_excluded_entry):
+                found.setdefault(file, None)
+        elif path.suffix == ".py" and not (force_exclude and is_excluded(path)):
+            found.setdefault(path, None)
+    return sorted(found)
+
+
+def _walk(root: Path, is_excluded: Callable[[Path], bool]) -> list[Path]:
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not is_excluded(here / d))
+        files.extend(
+            here / name
+            for name in filenames
+            if name.endswith(".py") and not is_excluded(here / name)
+        )
+    return files
+
+
+def module_name(path: Path) -> str:
+    """Dotted module name of a file, found by walking up through packages.
+
+    `site-packages/transformers/models/gpt2/modeling_gpt2.py` gives
+    `transformers.models.gpt2.modeling_gpt2`, so relative imports resolve to the
+    same names whichever directory of the tree the user passed.
+    """
+    path = path.resolve()
+    parts = [] if path.stem == "__init__" else [path.stem]
+    parent = path.parent
+    while (parent / "__init__.py").exists() and parent.parent != parent:
+        parts.append(parent.name)
+        parent = parent.parent
+    return ".".join(reversed(parts))

@@ -1,0 +1,289 @@
+"""The lint pipeline: discover -> analyse each file (cached, in parallel) -> resolve the project -> report.
+
+Per-file results depend only on the file's bytes, its module name and the tool's
+code, so they are cached under a hash of exactly those; the cross-file step
+(module classes, call graph), suppressions and rule selection are cheap and run
+every time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transpiler.diagnostics import Diagnostic, rule_url
+from transpiler.discovery import module_name
+from transpiler.project import Project
+from transpiler.rule import REGISTRY, Finding
+from transpiler.source import SourceError, noqa_directives, parse
+from transpiler.symbols import FileSummary
+
+# Files smaller than this in total are analysed in-process: a pool costs more than it saves.
+_PARALLEL_MIN_BYTES = 1 << 20
+_CHUNK = 8
+
+
+@dataclass
+class FileResult:
+    path: str
+    module: str
+    lines: int
+    summary: FileSummary | None = None
+    # Findings per function qualified name; columns already 1-based characters.
+    findings: dict[str, list[Finding]] = field(default_factory=dict)
+    error: Diagnostic | None = None
+    noqa: dict[int, tuple[int, frozenset[str] | None]] = field(default_factory=dict)
+
+
+@dataclass
+class LintResult:
+    diagnostics: list[Diagnostic]
+    files: int
+    lines: int
+    cached: int
+
+
+_checker = None
+
+
+def load_rules() -> None:
+    import rewrites  # noqa: F401  (importing registers the rules)
+
+
+def rule_infos():
+    from transpiler.formats import RuleInfo
+
+    load_rules()
+    return {
+        code: RuleInfo(code, rule.name, rule.summary, rule_url(code, rule.name), rule.dynamo_codes)
+        for code, rule in sorted(REGISTRY.items())
+    }
+
+
+def _get_checker():
+    global _checker
+    if _checker is None:
+        load_rules()
+        from transpiler.checker import Checker
+
+        _checker = Checker(cls() for _, cls in sorted(REGISTRY.items()))
+    return _checker
+
+
+def analyze_source(path: str, data: bytes, module: str, is_package: bool) -> FileResult:
+    """Everything about one file that does not depend on other files."""
+    result = FileResult(path, module, data.count(b"\n") + (not data.endswith(b"\n") and bool(data)))
+    load_rules()
+    try:
+        source = parse(data)
+    except SourceError as err:
+        rule = REGISTRY[err.code]
+        result.error = Diagnostic(path, err.line, err.col, err.line, err.col, err.code, rule.name, err.message)
+        return result
+    # Cheap pre-filter: a file that never mentions torch has nothing to compile.
+    if "torch" not in source.text and "nn." not in source.text:
+        result.summary = FileSummary(module)
+        return result
+    summary, findings = _get_checker().check(source.tree, module, is_package, source.text)
+    result.summary = summary
+    result.findings = {
+        qualname: [
+            Finding(
+                f.code,
+                f.line,
+                source.char_col(f.line, f.col),
+                f.end_line,
+                source.char_col(f.end_line, f.end_col),
+                f.message,
+                f.loops,
+                f.trys,
+            )
+            for f in found
+        ]
+        for qualname, found in findings.items()
+    }
+    if "noqa" in source.text:
+        result.noqa = noqa_directives(source.text)
+    return result
+
+
+def code_fingerprint() -> str:
+    """Changes whenever the tool's code changes (version bumps and editable installs alike)."""
+    digest = hashlib.sha256()
+    try:
+        from importlib.metadata import version
+
+        digest.update(version("transpile").encode())
+    except Exception:
+        pass
+    root = Path(__file__).resolve().parent.parent
+    for package in ("transpiler", "rewrites"):
+        for file in sorted((root / package).glob("*.py")):
+            stat = file.stat()
+            digest.update(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    digest.update(sys.version.encode())
+    return digest.hexdigest()[:16]
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("TRANSPILE_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
+    if os.environ.get("TRANSPILE_CACHE_DIR"):
+        return Path(base)
+    return Path(base or Path.home() / ".cache") / "transpile"
+
+
+class Cache:
+    """Per-file results keyed by content hash, module name and code fingerprint."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory / code_fingerprint()
+
+    @staticmethod
+    def key(data: bytes, module: str, is_package: bool) -> str:
+        return hashlib.sha256(data + f"\0{module}\0{is_package}".encode()).hexdigest()
+
+    def get(self, key: str) -> FileResult | None:
+        try:
+            with open(self.directory / key[:2] / key, "rb") as handle:
+                return pickle.load(handle)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+            return None
+
+    def put(self, key: str, result: FileResult) -> None:
+        folder = self.directory / key[:2]
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder)
+            with os.fdopen(fd, "wb") as handle:
+                pickle.dump(result, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, folder / key)
+        except OSError:
+            pass  # a read-only or full cache directory must not fail the lint
+
+
+def _task(item: tuple[str, bytes, str, bool]) -> FileResult:
+    return analyze_source(*item)
+
+
+def _read(path: Path) -> tuple[bytes | None, Diagnostic | None]:
+    try:
+        return path.read_bytes(), None
+    except OSError as err:
+        message = f"cannot read file: {err.strerror or err}"
+        return None, Diagnostic(str(path), 1, 1, 1, 1, "TP902", REGISTRY["TP902"].name, message)
+
+
+def analyze_files(
+    files: list[Path],
+    cache: Cache | None,
+    jobs: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[FileResult], int]:
+    results: dict[int, FileResult] = {}
+    todo: list[tuple[int, tuple[str, bytes, str, bool], str | None]] = []
+    hits = 0
+    for index, path in enumerate(files):
+        data, error = _read(path)
+        if data is None:
+            results[index] = FileResult(str(path), "", 0, error=error)
+            continue
+        module, is_package = module_name(path), path.name == "__init__.py"
+        key = cache.key(data, module, is_package) if cache else None
+        cached = cache.get(key) if cache and key else None
+        if cached is not None:
+            cached.path = str(path)
+            if cached.error is not None:
+                cached.error = _with_path(cached.error, str(path))
+            results[index] = cached
+            hits += 1
+            if progress:
+                progress(1)
+        else:
+            todo.append((index, (str(path), data, module, is_package), key))
+    total_bytes = sum(len(item[1][1]) for item in todo)
+    workers = jobs if jobs is not None else (os.cpu_count() or 1)
+    items = [item for _, item, _ in todo]
+    if workers > 1 and total_bytes >= _PARALLEL_MIN_BYTES and len(todo) > 1:
+        _get_checker()  # build once before forking, so workers inherit it
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            computed: Iterable[FileResult] = pool.map(_task, items, chunksize=_CHUNK)
+            computed = list(_tick(computed, progress))
+    else:
+        computed = list(_tick(map(_task, items), progress))
+    for (index, _, key), result in zip(todo, computed):
+        results[index] = result
+        if cache and key:
+            cache.put(key, result)
+    return [results[i] for i in range(len(files))], hits
+
+
+def _tick(results: Iterable[FileResult], progress: Callable[[int], None] | None) -> Iterable[FileResult]:
+    for result in results:
+        if progress:
+            progress(1)
+        yield result
+
+
+def _with_path(diagnostic: Diagnostic, path: str) -> Diagnostic:
+    from dataclasses import replace
+
+    return replace(diagnostic, path=path)
+
+
+def resolve(results: list[FileResult], is_selected: Callable[[str], bool]) -> list[Diagnostic]:
+    """Keep findings of compiled functions, apply selection and `# noqa`, report unused noqa."""
+    summaries = [r.summary for r in results if r.summary is not None]
+    project = Project.from_summaries(summaries)
+    roots = {root for s in summaries for root in s.compile_roots}
+    compiled = project.compiled_functions(roots)
+    diagnostics: list[Diagnostic] = []
+    for result in results:
+        if result.error is not None:
+            if is_selected(result.error.code):
+                diagnostics.append(result.error)
+            continue
+        found: dict[tuple, Finding] = {}
+        for qualname, findings in result.findings.items():
+            if qualname in compiled:
+                for f in findings:
+                    if is_selected(f.code):
+                        found.setdefault((f.line, f.col, f.code), f)
+        diagnostics.extend(_suppress(result, sorted(found.values(), key=lambda f: (f.line, f.col, f.code)), is_selected))
+    return sorted(diagnostics)
+
+
+def _suppress(result: FileResult, findings: list[Finding], is_selected: Callable[[str], bool]) -> list[Diagnostic]:
+    used: dict[int, set[str]] = {}
+    kept: list[Diagnostic] = []
+    for f in findings:
+        directive = result.noqa.get(f.line)
+        if directive is not None and (directive[1] is None or f.code in directive[1]):
+            used.setdefault(f.line, set()).add(f.code)
+            continue
+        rule = REGISTRY[f.code]
+        kept.append(
+            Diagnostic(result.path, f.line, f.col, f.end_line, f.end_col, f.code, rule.name, f.message, rule.fix, rule.dynamo_codes)
+        )
+    if is_selected("TP900"):
+        unused_rule = REGISTRY["TP900"]
+        for line, (col, codes) in sorted(result.noqa.items()):
+            if codes is None:
+                continue  # a bare noqa may be meant for another linter
+            ours = sorted(c for c in codes if c.startswith("TP"))
+            unknown = [c for c in ours if c not in REGISTRY]
+            unused = [c for c in ours if c in REGISTRY and c not in used.get(line, ()) and is_selected(c)]
+            if unknown or unused:
+                parts = [f"unused: {', '.join(unused)}"] if unused else []
+                parts += [f"unknown: {', '.join(unknown)}"] if unknown else []
+                message = f"unused `noqa` directive ({'; '.join(parts)})"
+                kept.append(
+                    Diagnostic(result.path, line, col, line, col, "TP900", unused_rule.name, message, unused_rule.fix)
+                )
+    return kept
