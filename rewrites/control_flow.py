@@ -223,7 +223,7 @@ class TensorTruthinessInBoolOp(Rule):
 
     ## Why is this bad?
     `and`/`or`/`not` call `bool()` on their operands, which reads a tensor value
-    into Python: a graph break (GB0170).
+    into Python: a graph break (GB0170 for `and`/`or`, GB0033 for `not`).
 
     ## Fix safety
     `|`, `&` and `~` (or `torch.logical_or` and friends) keep the result a
@@ -235,7 +235,7 @@ class TensorTruthinessInBoolOp(Rule):
     name = "tensor-truthiness-in-bool-op"
     summary = "`and`/`or`/`not` on tensors"
     message = "`{op}` on a tensor calls `bool()` and breaks the graph; use `{replacement}`"
-    dynamo_codes = ("GB0170",)
+    dynamo_codes = ("GB0170", "GB0033")
 
     def visit_BoolOp(self, node: ast.BoolOp, ctx: Context) -> None:
         if id(node) not in ctx.claimed and any(ctx.kind(v).is_tensor for v in node.values[:-1]):
@@ -257,7 +257,18 @@ class TensorTruthinessInBoolOp(Rule):
                 y = x + 1
                 flag = (y > 0).any() or (y < -5).any()
                 return y * 2, flag
+        """,
         """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                empty = not (y > 0).any()
+                return y * 2, empty
+        """,
     ]
     VALID = [
         """

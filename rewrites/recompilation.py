@@ -15,8 +15,9 @@ class ModuleScalarAttributeMutation(Rule):
 
     ## Why is this bad?
     Dynamo specialises on integer and float attributes of `nn.Module`s and
-    guards on their values: changing one every call recompiles every call,
-    until the recompile limit (8) sends the function back to eager.
+    guards on their values: an int counter changed every call recompiles every
+    call, until the recompile limit (8) sends the function back to eager; a
+    float recompiles at least once.
 
     ## Fix safety
     Keeping the counter in a tensor buffer (`self.register_buffer("step",
@@ -27,7 +28,7 @@ class ModuleScalarAttributeMutation(Rule):
     code = "TP601"
     name = "module-scalar-attribute-mutation"
     summary = "Python scalar attribute of a module mutated in compiled code"
-    message = "`self.{attr}` is a Python scalar that Dynamo guards on; changing it here recompiles every call"
+    message = "`self.{attr}` is a Python scalar that Dynamo guards on; changing it in compiled code recompiles the graph"
     family = "recompile"
 
     def visit_AugAssign(self, node: ast.AugAssign, ctx: Context) -> None:
@@ -139,3 +140,70 @@ def _assigned_names(func: ast.AST) -> set[str]:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
     return names
+
+
+_GLOBAL_STATE_SETTERS = frozenset(
+    {
+        "torch.set_grad_enabled",
+        "torch.set_default_dtype",
+        "torch.use_deterministic_algorithms",
+        "torch.set_float32_matmul_precision",
+        "torch.set_default_device",
+    }
+)
+
+
+class GlobalTorchStateChange(Rule):
+    """## What it does
+    Checks for statements in compiled code that switch torch's global state:
+    `torch.set_grad_enabled(False)` as a call (not as a `with`),
+    `torch.set_default_dtype`, `torch.use_deterministic_algorithms`, ...
+
+    ## Why is this bad?
+    Dynamo guards every graph on this global state (grad mode, default dtype,
+    deterministic algorithms, ...). A function that changes it leaves the
+    state different for the next call, whose guards then fail: a recompile.
+
+    ## Fix safety
+    No automatic fix; set global state once outside, or use the context
+    manager form (`with torch.no_grad():`), which restores it.
+    """
+
+    code = "TP603"
+    name = "global-torch-state-change"
+    summary = "torch global state changed in compiled code"
+    message = "`{callee}()` changes global state that Dynamo guards on; the next call recompiles"
+    family = "recompile"
+
+    def visit_Expr(self, node: ast.Expr, ctx: Context) -> None:
+        call = node.value
+        if isinstance(call, ast.Call):
+            name = ctx.qualname(call.func)
+            if name in _GLOBAL_STATE_SETTERS:
+                self.report(ctx, call, callee=name)
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                torch.use_deterministic_algorithms(True, warn_only=True)
+                return x * 2 + 1
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                with torch.no_grad():
+                    y = x * 2
+                return y + 1
+        """
+    ]

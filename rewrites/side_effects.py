@@ -538,8 +538,9 @@ class SerializationInCompiledCode(CallRule):
 
 class GlobalSeedInCompiledCode(CallRule):
     """## What it does
-    Checks for calls that reseed a global generator (`torch.manual_seed`,
-    `torch.cuda.manual_seed`, `torch.seed`) in compiled code.
+    Checks for calls that reseed or read the state of a global generator
+    (`torch.manual_seed`, `torch.cuda.manual_seed`, `torch.seed`,
+    `torch.get_rng_state`) in compiled code.
 
     ## Why is this bad?
     Reseeding mutates global generator state that Dynamo does not trace
@@ -555,7 +556,15 @@ class GlobalSeedInCompiledCode(CallRule):
     message = "`{callee}()` in compiled code breaks the graph; seed outside the compiled function"
     dynamo_codes = ("GB0007",)
     callees = frozenset(
-        {"torch.manual_seed", "torch.seed", "torch.random.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all"}
+        {
+            "torch.manual_seed",
+            "torch.seed",
+            "torch.random.manual_seed",
+            "torch.cuda.manual_seed",
+            "torch.cuda.manual_seed_all",
+            "torch.get_rng_state",
+            "torch.set_rng_state",
+        }
     )
     INVALID = [
         """
@@ -585,5 +594,88 @@ class GlobalSeedInCompiledCode(CallRule):
         def run(model, x):
             torch.manual_seed(0)
             return model(x)
+        """
+    ]
+
+
+class ProcessStateInCompiledCode(CallRule):
+    """## What it does
+    Checks for calls that read or change interpreter and process state:
+    `os.getpid()`, `uuid.uuid4()`, `datetime.datetime.now()`, `gc.collect()`,
+    `threading.Lock()`, `traceback.format_stack()`, `torch.set_num_threads()`.
+
+    ## Why is this bad?
+    They are C functions Dynamo skips (GB0007) or methods it cannot trace
+    (GB0156): each call is a graph break, and its value would be a constant
+    in a graph anyway.
+
+    ## Fix safety
+    No automatic fix: do it outside the compiled function.
+    """
+
+    code = "TP111"
+    name = "process-state-in-compiled-code"
+    summary = "process or interpreter state call in compiled code"
+    message = "`{callee}()` in compiled code breaks the graph; call it outside the compiled function"
+    dynamo_codes = ("GB0007", "GB0156")
+    callees = frozenset(
+        {
+            "os.getpid",
+            "uuid.uuid1",
+            "uuid.uuid4",
+            "datetime.datetime.now",
+            "datetime.datetime.utcnow",
+            "gc.collect",
+            "threading.Lock",
+            "threading.RLock",
+            "traceback.format_stack",
+            "traceback.print_stack",
+            "torch.set_num_threads",
+        }
+    )
+    INVALID = [
+        """
+        import uuid
+
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                run_id = uuid.uuid4()
+                return y * 2, run_id
+        """,
+        """
+        import gc
+
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                gc.collect()
+                return y * 2
+        """,
+    ]
+    VALID = [
+        """
+        import uuid
+
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                return y * 2
+
+
+        def tagged(model, x):
+            return model(x), uuid.uuid4()
         """
     ]

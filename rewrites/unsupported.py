@@ -149,12 +149,18 @@ class IdComparison(Rule):
     code = "TP503"
     name = "id-comparison"
     summary = "comparison of `id()` values"
-    message = "comparing `id()` values breaks the graph; compare objects with `is`"
+    message = "comparing the `id()` of an input with that of a computed value makes Dynamo skip the function; use `is`"
     dynamo_codes = ("GB9316",)
 
     def visit_Compare(self, node: ast.Compare, ctx: Context) -> None:
-        operands = [node.left, *node.comparators]
-        if any(isinstance(o, ast.Call) and ctx.qualname(o.func) == "builtins.id" for o in operands):
+        parameters = {a.arg for a in ctx.node.args.args + ctx.node.args.kwonlyargs}
+        origins = set()
+        for operand in (node.left, *node.comparators):
+            if isinstance(operand, ast.Call) and ctx.qualname(operand.func) == "builtins.id" and operand.args:
+                arg = operand.args[0]
+                is_input = isinstance(arg, ast.Name) and arg.id in parameters or ctx.self_attr(arg) is not None
+                origins.add(is_input)
+        if origins == {True, False}:
             self.report(ctx, node)
 
     INVALID = [
@@ -167,7 +173,7 @@ class IdComparison(Rule):
             def forward(self, x):
                 y = x + 1
                 z = y * 2
-                same = id(y) == id(z)
+                same = id(z) == id(x)
                 return z, same
         """
     ]
@@ -181,7 +187,7 @@ class IdComparison(Rule):
             def forward(self, x):
                 y = x + 1
                 z = y * 2
-                same = y is z
+                same = z is x
                 return z, same
         """
     ]
@@ -558,12 +564,13 @@ class StorageOffsetCall(TensorMethodRule):
     ]
 
 
-class TensorDeepcopy(Rule):
+class CopyModuleOnTensor(Rule):
     """## What it does
-    Checks for `copy.deepcopy()` of tensors in compiled code.
+    Checks for `copy.deepcopy()` and `copy.copy()` of tensors in compiled code.
 
     ## Why is this bad?
-    Dynamo does not trace `deepcopy` of tensors (GB4198).
+    Dynamo does not trace the `copy` module's protocol on tensors (GB4198 for
+    `deepcopy`, GB0208 for `copy`).
 
     ## Fix safety
     `t.clone()` is the traceable copy; it is equivalent for plain tensors but
@@ -571,14 +578,15 @@ class TensorDeepcopy(Rule):
     """
 
     code = "TP511"
-    name = "tensor-deepcopy"
-    summary = "`copy.deepcopy()` of a tensor"
-    message = "`copy.deepcopy()` of a tensor breaks the graph; use `.clone()`"
-    dynamo_codes = ("GB4198",)
+    name = "copy-module-on-tensor"
+    summary = "`copy.copy()`/`copy.deepcopy()` of a tensor"
+    message = "`{callee}()` of a tensor breaks the graph; use `.clone()`"
+    dynamo_codes = ("GB4198", "GB0208")
 
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
-        if ctx.qualname(node.func) == "copy.deepcopy" and node.args and ctx.kind(node.args[0]).is_tensor:
-            self.report(ctx, node)
+        name = ctx.qualname(node.func)
+        if name in ("copy.deepcopy", "copy.copy") and node.args and ctx.kind(node.args[0]).is_tensor:
+            self.report(ctx, node, callee=name)
 
     INVALID = [
         """
@@ -593,7 +601,20 @@ class TensorDeepcopy(Rule):
                 y = x + 1
                 z = copy.deepcopy(y)
                 return z * 2
+        """,
         """
+        import copy
+
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                z = copy.copy(y)
+                return z * 2
+        """,
     ]
     VALID = [
         """
@@ -679,7 +700,8 @@ class UnsupportedTensorMethod(TensorMethodRule):
 
     ## Why is this bad?
     They change storage or autograd state in ways the graph cannot represent
-    (GB0126, GB0127, GB4197, GB0107, GB0108, GB0045).
+    (GB0126, GB0127, GB0117, GB0107, GB0108, GB0045). `retain_grad()` makes
+    Dynamo skip the whole function.
 
     ## Fix safety
     No automatic fix; use out-of-place operations.
@@ -689,7 +711,7 @@ class UnsupportedTensorMethod(TensorMethodRule):
     name = "unsupported-tensor-method"
     summary = "tensor method Dynamo does not trace"
     message = "`{method}()` in compiled code breaks the graph; use an out-of-place operation"
-    dynamo_codes = ("GB0126", "GB0127", "GB4197", "GB0107", "GB0108", "GB0045")
+    dynamo_codes = ("GB0126", "GB0127", "GB0117", "GB0107", "GB0108", "GB0045")
     methods = frozenset({"resize_", "resize_as_", "share_memory_", "random_", "retain_grad", "is_inference"})
     INVALID = [
         """
@@ -715,5 +737,75 @@ class UnsupportedTensorMethod(TensorMethodRule):
                 y = x + 1
                 y = y.reshape(4, 2)
                 return y * 2
+        """
+    ]
+
+
+class RequiresGradMutation(Rule):
+    """## What it does
+    Checks for compiled code that turns gradient tracking on for a tensor:
+    `t.requires_grad = ...` and `t.requires_grad_()`.
+
+    ## Why is this bad?
+    Making a tensor created inside the graph into an autograd leaf cannot be
+    traced (GB0206 for the attribute, GB8985 when the tensor leaves the graph).
+
+    ## Fix safety
+    No automatic fix; create leaves outside the compiled function.
+    """
+
+    code = "TP514"
+    name = "requires-grad-mutation"
+    summary = "`requires_grad` switched on in compiled code"
+    message = "switching on `requires_grad` in compiled code breaks the graph; create leaves outside"
+    dynamo_codes = ("GB0206", "GB8985")
+
+    def visit_Assign(self, node: ast.Assign, ctx: Context) -> None:
+        for target in node.targets:
+            if isinstance(target, ast.Attribute) and target.attr == "requires_grad" and ctx.kind(target.value).is_tensor:
+                self.report(ctx, target)
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "requires_grad_" and ctx.qualname(func) is None:
+            if ctx.self_attr(func.value) is None and ctx.kind(func.value).is_tensor:
+                self.report(ctx, node)
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                z = y.detach()
+                z.requires_grad = True
+                return z * 2
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                z = y.detach().requires_grad_()
+                return z * 2
+        """,
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                z = y.detach()
+                return z * 2
         """
     ]

@@ -96,7 +96,9 @@ class DynamoReport:
     # -- torch.compile(backend=CompileCounter()), `calls` calls --
     frame_count: int = 0  # graphs compiled over all calls (a break => >1 on call 0)
     frame_counts: list[int] = field(default_factory=list)  # cumulative, after each call
-    # one entry per recompilation (guard failures of all cache entries, joined)
+    # one entry per recompilation attempt (guard failures of all cache entries,
+    # joined); includes the attempt refused at config.recompile_limit (8), after
+    # which the frame runs eagerly and nothing more is recorded
     recompile_reasons: list[str] = field(default_factory=list)
     recompile_reasons_captured: bool = False  # False if the hook was unavailable
     recompile_limit_hit: bool = False

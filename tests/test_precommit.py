@@ -1,0 +1,230 @@
+"""The pre-commit hook (.pre-commit-hooks.yaml), run for real through `pre-commit try-repo`.
+
+pre-commit installs the hook repository with `pip install .` into a virtualenv of
+its own, so the end-to-end tests are slow (the first one pays for the install; the
+others reuse the environment through a module-wide PRE_COMMIT_HOME).
+
+`try-repo` only sees committed files plus modifications of tracked ones, so running
+it on this checkout directly fails while the hook file or the packages are
+uncommitted. The tests therefore copy what `pip install .` needs into a throwaway
+git repository, commit it there and point `try-repo` at that.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HOOKS_FILE = ROOT / ".pre-commit-hooks.yaml"
+HOOK_ID = "transpile-lint"
+
+HAVE_GIT = shutil.which("git") is not None
+HAVE_PRE_COMMIT = importlib.util.find_spec("pre_commit") is not None
+needs_tools = pytest.mark.skipif(
+    not (HAVE_GIT and HAVE_PRE_COMMIT),
+    reason="needs both `git` on PATH and the `pre-commit` package (pip install pre-commit)",
+)
+
+BAD_MODEL = """\
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        y = x + 1
+        print("activations", y.shape)
+        return y * 2
+"""
+
+GOOD_MODEL = """\
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        y = x + 1
+        if not torch.compiler.is_compiling():
+            print("activations", y.shape)
+        return y * 2
+"""
+
+
+# --- the manifest itself (fast) --------------------------------------------------
+
+
+@pytest.mark.skipif(not HAVE_PRE_COMMIT, reason="needs the `pre-commit` package")
+def test_hooks_file_is_a_valid_manifest():
+    from pre_commit.clientlib import load_manifest
+
+    (hook,) = load_manifest(str(HOOKS_FILE))
+    assert hook["id"] == HOOK_ID
+    assert hook["name"] and hook["description"]
+    assert hook["language"] == "python"
+    assert hook["entry"].split() == ["transpile", "lint", "--force-exclude"]
+    assert set(hook["types_or"]) >= {"python"} or set(hook["types"]) >= {"python"}
+    # The linter parallelises itself and needs all files in one run for its call graph.
+    assert hook["require_serial"] is True
+    assert hook["args"] == []  # --fix and friends are opt-in through args
+    assert hook["pass_filenames"] is True
+
+
+def test_hook_entry_is_a_console_script_of_this_project():
+    yaml = pytest.importorskip("yaml")
+    (hook,) = yaml.safe_load(HOOKS_FILE.read_text(encoding="utf-8"))
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert hook["entry"].split()[0] in project["project"]["scripts"]
+
+
+# --- end to end through `pre-commit try-repo` (slow) ------------------------------
+
+
+def _git_env() -> dict[str, str]:
+    """A clean environment: no GIT_* leaking in from a surrounding hook run, fixed identity."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PRE_COMMIT"))}
+    env.update(
+        GIT_AUTHOR_NAME="test",
+        GIT_AUTHOR_EMAIL="test@example.com",
+        GIT_COMMITTER_NAME="test",
+        GIT_COMMITTER_EMAIL="test@example.com",
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+    )
+    return env
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main", *args],
+        cwd=cwd, env=_git_env(), check=True, capture_output=True,
+    )
+
+
+def _copy_hook_repo(destination: Path) -> None:
+    """What `pip install .` of this project needs: metadata, readme, packages, hook file."""
+    destination.mkdir(parents=True)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    for name in ("pyproject.toml", ".pre-commit-hooks.yaml", "README.md", "LICENSE", "setup.py", "setup.cfg", "MANIFEST.in"):
+        if (ROOT / name).is_file():
+            shutil.copy2(ROOT / name, destination / name)
+    packages = project.get("tool", {}).get("setuptools", {}).get("packages", [])
+    for package in {p.split(".")[0] for p in packages}:
+        shutil.copytree(
+            ROOT / package, destination / package,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+        )
+
+
+@pytest.fixture(scope="module")
+def hook_repo(tmp_path_factory) -> Path:
+    """A committed copy of this project: a stable rev, so pre-commit installs it only once."""
+    repo = tmp_path_factory.mktemp("hook-repo") / "transpile"
+    _copy_hook_repo(repo)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "snapshot for pre-commit try-repo")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def pre_commit_home(tmp_path_factory) -> Path:
+    """pre-commit's store (cloned repos and hook virtualenvs), shared by this module's tests."""
+    return tmp_path_factory.mktemp("pre-commit-home")
+
+
+@pytest.fixture
+def user_repo(tmp_path) -> Path:
+    """A user's project with a model that prints in forward, tracked by git."""
+    repo = tmp_path / "user"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "model.py").write_text(BAD_MODEL, encoding="utf-8")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    return repo
+
+
+TIMINGS: dict[str, float] = {}
+
+
+def try_repo(cwd: Path, hook_repo: Path, home: Path, label: str) -> subprocess.CompletedProcess[str]:
+    env = _git_env()
+    env["PRE_COMMIT_HOME"] = str(home)
+    env["NO_COLOR"] = "1"
+    env.pop("TRANSPILE_CACHE_DIR", None)
+    # The hook's own cache goes under the temporary home, never the user's ~/.cache.
+    env["XDG_CACHE_HOME"] = str(home / "xdg-cache")
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "try-repo", "--color", "never",
+         str(hook_repo), HOOK_ID, "--all-files"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
+    )
+    TIMINGS[label] = time.perf_counter() - start
+    print(f"pre-commit try-repo ({label}): {TIMINGS[label]:.1f}s")
+    return proc
+
+
+def _output(proc: subprocess.CompletedProcess[str]) -> str:
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+@needs_tools
+def test_hook_fails_on_print_in_forward(user_repo, hook_repo, pre_commit_home):
+    proc = try_repo(user_repo, hook_repo, pre_commit_home, "bad file (includes the install)")
+    out = _output(proc)
+    assert proc.returncode == 1, out
+    assert "transpile lint" in out and "Failed" in out
+    assert "src/model.py:8:9: TP101 " in out
+    assert "Found 1 problem." in out
+
+
+@pytest.mark.slow
+@needs_tools
+def test_hook_passes_after_fixing_the_file(user_repo, hook_repo, pre_commit_home):
+    (user_repo / "src" / "model.py").write_text(GOOD_MODEL, encoding="utf-8")
+    # A stub is handed to the hook too (types_or: pyi); it must not upset the linter.
+    (user_repo / "src" / "model.pyi").write_text("class Model: ...\n", encoding="utf-8")
+    _git(user_repo, "add", "-A")
+    proc = try_repo(user_repo, hook_repo, pre_commit_home, "fixed file")
+    out = _output(proc)
+    assert proc.returncode == 0, out
+    assert "Passed" in out and "TP101" not in out
+
+
+@pytest.mark.slow
+@needs_tools
+def test_hook_honours_extend_exclude(user_repo, hook_repo, pre_commit_home):
+    """pre-commit names every file explicitly; --force-exclude makes the excludes apply anyway."""
+    (user_repo / "pyproject.toml").write_text(
+        '[tool.transpile]\nextend-exclude = ["src/model.py"]\n', encoding="utf-8"
+    )
+    _git(user_repo, "add", "-A")
+    proc = try_repo(user_repo, hook_repo, pre_commit_home, "excluded file")
+    out = _output(proc)
+    assert proc.returncode == 0, out
+    assert "Passed" in out and "TP101" not in out
+
+
+@pytest.mark.slow
+@needs_tools
+def test_hook_skipped_without_python_files(tmp_path, hook_repo, pre_commit_home):
+    repo = tmp_path / "docs-only"
+    repo.mkdir()
+    (repo / "README.md").write_text("# nothing to lint\n", encoding="utf-8")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    proc = try_repo(repo, hook_repo, pre_commit_home, "no python files")
+    out = _output(proc)
+    assert proc.returncode == 0, out
+    assert "Skipped" in out
