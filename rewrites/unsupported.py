@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
+from typing import ClassVar
 
 from rewrites.base import CallRule, TensorMethodRule
 from transpiler.checker import Context
 from transpiler.rule import REGISTRY, Finding, Rule
 
 
-def _breaks(findings: list[Finding]) -> list[Finding]:
-    return [f for f in findings if REGISTRY[f.code].family == "break" and f.code not in ("TP501", "TP502")]
+class BreakInBlock(Rule):
+    """A graph break inside a construct Dynamo cannot resume in; reported where the break is."""
+
+    block: ClassVar[str]
+
+    def check_function(self, findings: list[Finding], ctx: Context) -> None:
+        for finding in findings:
+            rule = REGISTRY[finding.code]
+            if rule.family != "break" or issubclass(rule, BreakInBlock):
+                continue
+            lines = [line for kind, line in finding.blocks if kind == self.block]
+            if lines:
+                ctx.findings.append(replace(finding, code=self.code, message=self.message.format(line=lines[-1])))
 
 
-class GraphBreakInLoop(Rule):
+class GraphBreakInLoop(BreakInBlock):
     """## What it does
     Reports a graph break (any other finding of this tool) inside a `for` or
     `while` loop body, at the same place.
@@ -30,17 +43,9 @@ class GraphBreakInLoop(Rule):
     code = "TP501"
     name = "graph-break-in-loop"
     summary = "graph break inside a loop"
-    message = "graph break inside the loop at line {loop}: Dynamo skips the whole function and runs it eagerly"
+    message = "graph break inside the loop at line {line}: Dynamo skips the whole function and runs it eagerly"
     dynamo_codes = ("GB7000",)
-
-    def check_function(self, findings: list[Finding], ctx: Context) -> None:
-        for finding in _breaks(findings):
-            if finding.loops:
-                ctx.findings.append(
-                    Finding(self.code, finding.line, finding.col, finding.end_line, finding.end_col,
-                            self.message.format(loop=finding.loops[-1]), finding.loops, finding.trys)
-                )
-
+    block = "loop"
     INVALID = [
         """
         import torch
@@ -72,7 +77,7 @@ class GraphBreakInLoop(Rule):
     ]
 
 
-class GraphBreakInTry(Rule):
+class GraphBreakInTry(BreakInBlock):
     """## What it does
     Reports a graph break (any other finding of this tool) inside a `try`
     block, at the same place.
@@ -88,17 +93,8 @@ class GraphBreakInTry(Rule):
     code = "TP502"
     name = "graph-break-in-try"
     summary = "graph break inside a `try` block"
-    message = "graph break inside the `try` at line {block}: Dynamo cannot resume and runs the whole function eagerly"
-    dynamo_codes = ()
-
-    def check_function(self, findings: list[Finding], ctx: Context) -> None:
-        for finding in _breaks(findings):
-            if finding.trys:
-                ctx.findings.append(
-                    Finding(self.code, finding.line, finding.col, finding.end_line, finding.end_col,
-                            self.message.format(block=finding.trys[-1]), finding.loops, finding.trys)
-                )
-
+    message = "graph break inside the `try` at line {line}: Dynamo cannot resume and runs the whole function eagerly"
+    block = "try"
     INVALID = [
         """
         import torch
@@ -134,6 +130,65 @@ class GraphBreakInTry(Rule):
     ]
 
 
+class GraphBreakInContextManager(BreakInBlock):
+    """## What it does
+    Reports a graph break (any other finding of this tool) inside a `with`
+    block of a context manager that is not torch's (a class of your own, a
+    `@contextmanager` function), at the same place.
+
+    ## Why is this bad?
+    Dynamo resumes after a break only under the context managers it models
+    (`torch.no_grad()`, autocast, `nullcontext`, ...). Under any other one it
+    skips the whole function (GB0066).
+
+    ## Fix safety
+    Fixing the inner break fixes this one.
+    """
+
+    code = "TP515"
+    name = "graph-break-in-context-manager"
+    summary = "graph break inside a user context manager"
+    message = "graph break inside the `with` at line {line}: Dynamo cannot resume under this context manager and skips the function"
+    dynamo_codes = ("GB0066",)
+    block = "with"
+    INVALID = [
+        """
+        import contextlib
+
+        import torch
+        from torch import nn
+
+
+        @contextlib.contextmanager
+        def section(name):
+            yield name
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                with section("scale"):
+                    print("scaling")
+                    y = y * 2
+                return y
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                with torch.no_grad():
+                    y = y * 2
+                return y
+        """
+    ]
+
+
 class IdComparison(Rule):
     """## What it does
     Checks for comparisons of `id()` values (`id(a) == id(b)`).
@@ -149,7 +204,7 @@ class IdComparison(Rule):
     code = "TP503"
     name = "id-comparison"
     summary = "comparison of `id()` values"
-    message = "comparing the `id()` of an input with that of a computed value makes Dynamo skip the function; use `is`"
+    message = "comparing the `id()` of an input with that of a computed value breaks the graph; use `is`"
     dynamo_codes = ("GB9316",)
 
     def visit_Compare(self, node: ast.Compare, ctx: Context) -> None:
@@ -696,7 +751,8 @@ class RecurrentModuleCall(Rule):
 class UnsupportedTensorMethod(TensorMethodRule):
     """## What it does
     Checks for tensor methods Dynamo refuses to trace: `resize_`,
-    `resize_as_`, `share_memory_`, `random_`, `retain_grad`, `is_inference`.
+    `resize_as_`, `share_memory_`, `random_`, `retain_grad`, `is_inference`
+    (and `torch.is_inference_mode_enabled()`).
 
     ## Why is this bad?
     They change storage or autograd state in ways the graph cannot represent
@@ -711,8 +767,9 @@ class UnsupportedTensorMethod(TensorMethodRule):
     name = "unsupported-tensor-method"
     summary = "tensor method Dynamo does not trace"
     message = "`{method}()` in compiled code breaks the graph; use an out-of-place operation"
-    dynamo_codes = ("GB0126", "GB0127", "GB0117", "GB0107", "GB0108", "GB0045")
+    dynamo_codes = ("GB0126", "GB0127", "GB0117", "GB0107", "GB0108", "GB0045", "GB0046")
     methods = frozenset({"resize_", "resize_as_", "share_memory_", "random_", "retain_grad", "is_inference"})
+    functions = frozenset({"torch.is_inference_mode_enabled"})
     INVALID = [
         """
         import torch

@@ -16,7 +16,7 @@ from tests.dynamo_harness import run_example  # noqa: E402
 from tests.rule_examples import examples, lint_snippet  # noqa: E402
 
 # Rules whose break makes Dynamo skip the whole frame instead of splitting it.
-FRAME_SKIPPING = {"TP501", "TP502"}
+FRAME_SKIPPING = {"TP501", "TP502", "TP512", "TP515"}
 
 
 @pytest.mark.parametrize(("rule", "source"), examples("INVALID"))

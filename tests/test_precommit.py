@@ -1,8 +1,10 @@
 """The pre-commit hook (.pre-commit-hooks.yaml), run for real through `pre-commit try-repo`.
 
 pre-commit installs the hook repository with `pip install .` into a virtualenv of
-its own, so the end-to-end tests are slow (the first one pays for the install; the
-others reuse the environment through a module-wide PRE_COMMIT_HOME).
+its own, so the end-to-end tests are slow. `try-repo` installs into a fresh
+temporary store on every call, so it runs once; the other scenarios use
+`pre-commit run` with a config naming the same repository and rev, which installs
+once into a module-wide PRE_COMMIT_HOME and reuses it.
 
 `try-repo` only sees committed files plus modifications of tracked ones, so running
 it on this checkout directly fails while the hook file or the packages are
@@ -156,22 +158,48 @@ def user_repo(tmp_path) -> Path:
 TIMINGS: dict[str, float] = {}
 
 
-def try_repo(cwd: Path, hook_repo: Path, home: Path, label: str) -> subprocess.CompletedProcess[str]:
+def _pre_commit(cwd: Path, home: Path, label: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = _git_env()
     env["PRE_COMMIT_HOME"] = str(home)
     env["NO_COLOR"] = "1"
     env.pop("TRANSPILE_CACHE_DIR", None)
-    # The hook's own cache goes under the temporary home, never the user's ~/.cache.
+    # The hook's result cache goes under the temporary home, never the user's ~/.cache.
     env["XDG_CACHE_HOME"] = str(home / "xdg-cache")
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "pre_commit", "try-repo", "--color", "never",
-         str(hook_repo), HOOK_ID, "--all-files"],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
+        [sys.executable, "-m", "pre_commit", *args], cwd=cwd, env=env,
+        capture_output=True, text=True, timeout=900,
     )
     TIMINGS[label] = time.perf_counter() - start
-    print(f"pre-commit try-repo ({label}): {TIMINGS[label]:.1f}s")
+    print(f"pre-commit {args[0]} ({label}): {TIMINGS[label]:.1f}s")
     return proc
+
+
+def try_repo(cwd: Path, hook_repo: Path, home: Path, label: str) -> subprocess.CompletedProcess[str]:
+    """`pre-commit try-repo`: what a hook author runs. It installs into a fresh
+    temporary store on every call (PRE_COMMIT_HOME does not help), so it is used once."""
+    return _pre_commit(
+        cwd, home, label, "try-repo", "--color", "never", str(hook_repo), HOOK_ID, "--all-files"
+    )
+
+
+def run_configured(cwd: Path, hook_repo: Path, home: Path, label: str) -> subprocess.CompletedProcess[str]:
+    """`pre-commit run` with a .pre-commit-config.yaml naming the hook repo and rev, as users
+    do; the hook environment is installed once into `home` and reused."""
+    rev = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=hook_repo, env=_git_env(),
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    (cwd / ".pre-commit-config.yaml").write_text(
+        f"repos:\n"
+        f"  - repo: {hook_repo.as_posix()}\n"
+        f"    rev: {rev}\n"
+        f"    hooks:\n"
+        f"      - id: {HOOK_ID}\n",
+        encoding="utf-8",
+    )
+    _git(cwd, "add", "-A")
+    return _pre_commit(cwd, home, label, "run", "--color", "never", "--all-files")
 
 
 def _output(proc: subprocess.CompletedProcess[str]) -> str:
@@ -180,8 +208,8 @@ def _output(proc: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.slow
 @needs_tools
-def test_hook_fails_on_print_in_forward(user_repo, hook_repo, pre_commit_home):
-    proc = try_repo(user_repo, hook_repo, pre_commit_home, "bad file (includes the install)")
+def test_try_repo_fails_on_print_in_forward(user_repo, hook_repo, pre_commit_home):
+    proc = try_repo(user_repo, hook_repo, pre_commit_home, "try-repo, bad file, incl. install")
     out = _output(proc)
     assert proc.returncode == 1, out
     assert "transpile lint" in out and "Failed" in out
@@ -191,12 +219,21 @@ def test_hook_fails_on_print_in_forward(user_repo, hook_repo, pre_commit_home):
 
 @pytest.mark.slow
 @needs_tools
+def test_hook_fails_on_print_in_forward(user_repo, hook_repo, pre_commit_home):
+    proc = run_configured(user_repo, hook_repo, pre_commit_home, "run, bad file")
+    out = _output(proc)
+    assert proc.returncode == 1, out
+    assert "Failed" in out and "- exit code: 1" in out
+    assert "src/model.py:8:9: TP101 " in out
+
+
+@pytest.mark.slow
+@needs_tools
 def test_hook_passes_after_fixing_the_file(user_repo, hook_repo, pre_commit_home):
     (user_repo / "src" / "model.py").write_text(GOOD_MODEL, encoding="utf-8")
     # A stub is handed to the hook too (types_or: pyi); it must not upset the linter.
     (user_repo / "src" / "model.pyi").write_text("class Model: ...\n", encoding="utf-8")
-    _git(user_repo, "add", "-A")
-    proc = try_repo(user_repo, hook_repo, pre_commit_home, "fixed file")
+    proc = run_configured(user_repo, hook_repo, pre_commit_home, "run, fixed file")
     out = _output(proc)
     assert proc.returncode == 0, out
     assert "Passed" in out and "TP101" not in out
@@ -209,8 +246,7 @@ def test_hook_honours_extend_exclude(user_repo, hook_repo, pre_commit_home):
     (user_repo / "pyproject.toml").write_text(
         '[tool.transpile]\nextend-exclude = ["src/model.py"]\n', encoding="utf-8"
     )
-    _git(user_repo, "add", "-A")
-    proc = try_repo(user_repo, hook_repo, pre_commit_home, "excluded file")
+    proc = run_configured(user_repo, hook_repo, pre_commit_home, "run, excluded file")
     out = _output(proc)
     assert proc.returncode == 0, out
     assert "Passed" in out and "TP101" not in out
@@ -223,8 +259,7 @@ def test_hook_skipped_without_python_files(tmp_path, hook_repo, pre_commit_home)
     repo.mkdir()
     (repo / "README.md").write_text("# nothing to lint\n", encoding="utf-8")
     _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    proc = try_repo(repo, hook_repo, pre_commit_home, "no python files")
+    proc = run_configured(repo, hook_repo, pre_commit_home, "run, no python files")
     out = _output(proc)
     assert proc.returncode == 0, out
     assert "Skipped" in out

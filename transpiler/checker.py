@@ -34,8 +34,7 @@ class Context:
     cls: ClassInfo | None
     is_forward: bool
     findings: list[Finding] = field(default_factory=list)
-    loops: list[int] = field(default_factory=list)
-    trys: list[int] = field(default_factory=list)
+    blocks: list[tuple[str, int]] = field(default_factory=list)
     # Expressions already reported as part of an enclosing construct (an `if` test).
     claimed: set[int] = field(default_factory=set)
 
@@ -60,8 +59,7 @@ class Context:
                 end_line,
                 node.col_offset if end_col is None else end_col,
                 message,
-                tuple(self.loops),
-                tuple(self.trys),
+                tuple(self.blocks),
             )
         )
 
@@ -93,7 +91,7 @@ class Checker:
                         info = FunctionInfo(f"{cls.qualname}.{item.name}", item.name, item.lineno, cls.qualname)
                         cls.methods[item.name] = info
                         self._check_function(item, info, cls, names, findings, summary)
-        if "compile" in text:
+        if ".compile" in text or "compile(" in text:  # skips the many `is_compiling()` mentions
             _find_compile_calls(tree, names, summary)
         return summary, findings
 
@@ -163,14 +161,14 @@ class _Walker:
             else:
                 self.expr(node.iter)
                 typer.bind_iteration(node.target, node.iter)
-            self.ctx.loops.append(node.lineno)
+            self.ctx.blocks.append(("loop", node.lineno))
             self.branches(node.body, [])
-            self.ctx.loops.pop()
+            self.ctx.blocks.pop()
             self.body(node.orelse)
         elif isinstance(node, (ast.Try, ast.TryStar)):
-            self.ctx.trys.append(node.lineno)
+            self.ctx.blocks.append(("try", node.lineno))
             self.body(node.body)
-            self.ctx.trys.pop()
+            self.ctx.blocks.pop()
             for handler in node.handlers:
                 if handler.type is not None:
                     self.expr(handler.type)
@@ -180,11 +178,17 @@ class _Walker:
             self.body(node.orelse)
             self.body(node.finalbody)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
+            resumable = True
             for item in node.items:
                 self.expr(item.context_expr)
                 if item.optional_vars is not None:
                     typer.bind(item.optional_vars, Kind.UNKNOWN)
+                resumable = resumable and _resumable_context(item.context_expr, typer)
+            if not resumable:
+                self.ctx.blocks.append(("with", node.lineno))
             self.body(node.body)
+            if not resumable:
+                self.ctx.blocks.pop()
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for decorator in node.decorator_list:
                 self.expr(decorator)
@@ -269,6 +273,19 @@ class _Walker:
         qualname = self.typer.qualname(func)
         if qualname and not qualname.startswith(("builtins.", "torch.", "math.")):
             calls.add(("name", qualname))
+
+
+def _resumable_context(expr: ast.expr, typer: Typer) -> bool:
+    """Whether Dynamo can resume a graph broken inside `with expr:`.
+
+    It can for the context managers it models (grad mode, autocast,
+    `nullcontext`, most of torch's); a break under any other one, such as a
+    user class or a `@contextmanager` function, skips the whole frame.
+    """
+    callee = expr.func if isinstance(expr, ast.Call) else expr
+    name = typer.qualname(callee)
+    # Unknown (local) context managers are given the benefit of the doubt.
+    return name is None or name.startswith(("torch.", "contextlib.", "builtins."))
 
 
 _COMPILING_CHECKS = frozenset({"is_compiling", "is_dynamo_compiling", "is_torchdynamo_compiling", "is_exporting"})

@@ -102,8 +102,7 @@ def analyze_source(path: str, data: bytes, module: str, is_package: bool) -> Fil
                 f.end_line,
                 source.char_col(f.end_line, f.end_col),
                 f.message,
-                f.loops,
-                f.trys,
+                f.blocks,
             )
             for f in found
         ]

@@ -34,8 +34,8 @@ class Finding:
     end_line: int
     end_col: int
     message: str
-    loops: tuple[int, ...] = ()  # lines of the enclosing for/while statements
-    trys: tuple[int, ...] = ()  # lines of the enclosing try statements
+    # Enclosing constructs a graph break cannot be resumed in: ("loop" | "try" | "with", line).
+    blocks: tuple[tuple[str, int], ...] = ()
 
 
 class Rule:
