@@ -866,3 +866,70 @@ class RequiresGradMutation(Rule):
                 return z * 2
         """
     ]
+
+
+class CallToDisabledFunction(Rule):
+    """## What it does
+    Checks for calls from compiled code to functions of the same file decorated
+    with `torch.compiler.disable` (or `torch._dynamo.disable`).
+
+    ## Why is this bad?
+    Disabling works by breaking the graph at the call (GB0098): the function
+    runs eagerly between two graphs. That is the point when it hides
+    something untraceable, but every call costs a break, which is easy to
+    forget when the call sits in a hot `forward`.
+
+    ## Fix safety
+    No automatic fix; make the function traceable, or move the call out of the
+    compiled code.
+    """
+
+    code = "TP516"
+    name = "call-to-disabled-function"
+    summary = "call to a `torch.compiler.disable`d function"
+    message = "`{callee}` is decorated with `torch.compiler.disable`; calling it breaks the graph"
+    dynamo_codes = ("GB0098",)
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        func = node.func
+        attr = ctx.self_attr(func)
+        if attr is not None:
+            if ctx.cls is not None and attr in ctx.cls.disabled_methods:
+                self.report(ctx, node, callee=f"self.{attr}")
+        elif isinstance(func, ast.Name) and func.id in ctx.names.disabled and ctx.qualname(func) is not None:
+            self.report(ctx, node, callee=func.id)
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        @torch.compiler.disable
+        def log_stats(y):
+            print(y.mean().item())
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                log_stats(y)
+                return y * 2
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        def scale(y):
+            return y * 2
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                return scale(y)
+        """
+    ]

@@ -19,7 +19,6 @@ from transpiler.typer import Typer, parameter_kinds
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _COMPILE_DECORATORS = frozenset({"torch.compile", "torch._dynamo.optimize"})
-_DISABLE_DECORATORS = frozenset({"torch.compiler.disable", "torch._dynamo.disable"})
 _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -107,7 +106,7 @@ class Checker:
         decorators = {names.resolve(_decorator_callee(d)) for d in node.decorator_list}
         if decorators & _COMPILE_DECORATORS:
             summary.compile_roots.add(("name", info.qualname))
-        info.disabled = bool(decorators & _DISABLE_DECORATORS)
+        info.disabled = names.is_disabled(node)
         is_forward = cls is not None and node.name == "forward" or bool(decorators & _COMPILE_DECORATORS)
         typer = Typer(names, cls, parameter_kinds(node, is_forward))
         ctx = Context(names, typer, info, node, cls, is_forward)
@@ -313,6 +312,9 @@ def _decorator_callee(node: ast.expr) -> ast.expr:
 def _class_info(node: ast.ClassDef, module: str, names: Names) -> ClassInfo:
     bases = [names.resolve(b) or ast.unparse(b) for b in node.bases]
     cls = ClassInfo(f"{module}.{node.name}", node.name, node.lineno, bases)
+    cls.disabled_methods = {
+        item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and names.is_disabled(item)
+    }
     for item in node.body:
         if isinstance(item, (ast.Assign, ast.AnnAssign)) and item.value is not None:
             targets = item.targets if isinstance(item, ast.Assign) else [item.target]

@@ -83,7 +83,8 @@ class Project:
         queue: deque[FunctionInfo] = deque()
 
         def enqueue(info: FunctionInfo | None, reason: str) -> None:
-            if info is not None and info.qualname not in reasons:
+            # Dynamo does not trace into torch.compiler.disable'd functions (it breaks at the call).
+            if info is not None and not info.disabled and info.qualname not in reasons:
                 reasons[info.qualname] = reason
                 queue.append(info)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from transpiler.kinds import Kind
 
 BUILTINS = frozenset(dir(builtins))
+DISABLE_DECORATORS = frozenset({"torch.compiler.disable", "torch._dynamo.disable"})
 
 # Library classes that are nn.Modules, beyond everything under `torch.nn`.
 LIBRARY_MODULE_BASES = frozenset(
@@ -72,6 +73,8 @@ class ClassInfo:
     attr_ctors: dict[str, str] = field(default_factory=dict)
     # Python int/float/bool attributes (the candidates for recompilation by mutation).
     scalar_attrs: set[str] = field(default_factory=set)
+    # Methods decorated with torch.compiler.disable.
+    disabled_methods: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -91,6 +94,7 @@ class Names:
         self.aliases: dict[str, str] = {}
         self.loggers: set[str] = set()
         self.defined: set[str] = set()
+        self.disabled: set[str] = set()  # module-level functions decorated with torch.compiler.disable
         package = module if is_package else module.rpartition(".")[0]
         for node in _module_level(tree):
             if isinstance(node, ast.Import):
@@ -108,6 +112,8 @@ class Names:
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.defined.add(node.name)
                 self.aliases.pop(node.name, None)
+                if not isinstance(node, ast.ClassDef) and self.is_disabled(node):
+                    self.disabled.add(node.name)
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
@@ -131,6 +137,14 @@ class Names:
             base = self.resolve(node.value)
             return f"{base}.{node.attr}" if base else None
         return None
+
+    def is_disabled(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        """Decorated with `torch.compiler.disable` (with or without arguments)."""
+        for decorator in node.decorator_list:
+            callee = decorator.func if isinstance(decorator, ast.Call) else decorator
+            if self.resolve(callee) in DISABLE_DECORATORS:
+                return True
+        return False
 
     def is_logger_factory(self, node: ast.expr) -> bool:
         return isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)) and (
