@@ -29,7 +29,9 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
+from torch import nn
 
 from transpiler.cli import main
 
@@ -127,9 +129,6 @@ def test_one_noqa_in_the_fixtures_and_it_only_silences_its_code(fixture_lint):
 
 # -- the fixtures are real code -----------------------------------------------------------
 
-torch = pytest.importorskip("torch")
-nn = torch.nn
-
 # Constructor and small inputs for every nn.Module class defined under fixtures/models.
 MODELS = {
     "RMSNorm": (lambda m: m.RMSNorm(16), lambda: (torch.randn(2, 5, 16),)),
@@ -167,8 +166,9 @@ def module_classes_of(module):
     }
 
 
-@pytest.fixture(autouse=True)
-def _quiet_and_seeded(capsys):
+@pytest.fixture
+def quiet():
+    """Seeded RNG, and no warnings from the models' eager runs (transformers, deliberate NaN checks)."""
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -181,6 +181,7 @@ def test_every_fixture_model_is_covered_by_the_runner():
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.usefixtures("quiet")
 def test_fixture_model_runs_eagerly(name):
     module = next(m for m in model_modules() if name in module_classes_of(m))
     build, inputs = MODELS[name]
@@ -192,6 +193,7 @@ def test_fixture_model_runs_eagerly(name):
             assert isinstance(tensor, torch.Tensor) and tensor.isfinite().all()
 
 
+@pytest.mark.usefixtures("quiet")
 def test_transformer_training_loop_runs():
     from fixtures.models.transformer import TinyTransformer, train
 
@@ -201,6 +203,7 @@ def test_transformer_training_loop_runs():
 
 
 @pytest.mark.parametrize("name", CLEAN)
+@pytest.mark.usefixtures("quiet")
 def test_clean_models_compile_to_one_graph(name):
     """The negatives are real: Dynamo itself finds no break in them (fullgraph=True)."""
     import fixtures.models.clean as clean
@@ -213,6 +216,7 @@ def test_clean_models_compile_to_one_graph(name):
     torch.testing.assert_close(compiled(*args), model(*args))
 
 
+@pytest.mark.usefixtures("quiet")
 def test_finetune_and_suppression_fixtures_run():
     from fixtures import finetune, suppression
 
@@ -226,6 +230,7 @@ def test_finetune_and_suppression_fixtures_run():
     assert suppression.LossScaler()(loss).item() == 512.0
 
 
+@pytest.mark.usefixtures("quiet")
 def test_spelling_fixtures_run():
     from fixtures.spellings import (
         compile_call,

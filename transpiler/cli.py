@@ -69,6 +69,8 @@ def lint(
     PATHS are files or directories (default: the current directory). Exit
     status: 0 clean, 1 findings, 2 bad usage, bad configuration or internal error.
     """
+    if statistics and fmt != "text":
+        raise click.UsageError("--statistics works only with --format text")
     try:
         code = _lint(
             list(paths) or [Path(".")],
@@ -79,7 +81,7 @@ def lint(
                 "exclude": exclude or None,
                 "extend_exclude": extend_exclude or None,
                 "force_exclude": force_exclude,
-                "cache_dir": str(cache_dir) if cache_dir else None,
+                "cache_dir": str(cache_dir.absolute()) if cache_dir else None,
             },
             fmt,
             statistics,
@@ -102,7 +104,8 @@ def _lint(paths: list[Path], overrides: dict, fmt: str, statistics: bool, no_cac
     start = Path(os.path.commonpath([os.path.abspath(p) for p in paths]))
     settings = load_settings(start if start.is_dir() else start.parent, overrides)
     files = discover(paths, settings.is_excluded, settings.is_excluded_entry, force_exclude=settings.force_exclude)
-    cache = None if no_cache else engine.Cache(Path(settings.cache_dir) if settings.cache_dir else engine.default_cache_dir())
+    cache_dir = Path(settings.root, settings.cache_dir) if settings.cache_dir else engine.default_cache_dir()
+    cache = None if no_cache else engine.Cache(cache_dir)
     with _progress(len(files)) as advance:
         results, _ = engine.analyze_files(files, cache, jobs, advance)
     diagnostics = engine.resolve(results, settings.is_selected)
@@ -152,3 +155,7 @@ def rules(code: str | None) -> None:
     if rule is None:
         _fail(f"unknown rule code {code!r} (see `transpile rules`)")
     click.echo(f"# {rule.name} ({rule.code})\n\n{rule.docs()}")
+
+
+if __name__ == "__main__":
+    main(prog_name="transpile")

@@ -25,7 +25,7 @@ def discover(
     `force_exclude` is set: pre-commit passes every changed file by name, and
     with `--force-exclude` the configured excludes still apply to them.
     """
-    found: dict[Path, None] = {}
+    found: dict[str, Path] = {}  # keyed by absolute path: `m.py` and `/abs/m.py` are one file
     for path in paths:
         if not path.exists():
             raise DiscoveryError(f"{path}: No such file or directory")
@@ -33,10 +33,10 @@ def discover(
             if force_exclude and is_excluded(path):
                 continue
             for file in _walk(path, is_excluded_entry):
-                found.setdefault(file, None)
+                found.setdefault(os.path.abspath(file), file)
         elif path.suffix == ".py" and not (force_exclude and is_excluded(path)):
-            found.setdefault(path, None)
-    return sorted(found)
+            found.setdefault(os.path.abspath(path), path)
+    return sorted(found.values())
 
 
 def _walk(root: Path, is_excluded: Callable[[Path], bool]) -> list[Path]:

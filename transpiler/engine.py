@@ -87,10 +87,6 @@ def analyze_source(path: str, data: bytes, module: str, is_package: bool) -> Fil
         rule = REGISTRY[err.code]
         result.error = Diagnostic(path, err.line, err.col, err.line, err.col, err.code, rule.name, err.message)
         return result
-    # Cheap pre-filter: a file that never mentions torch has nothing to compile.
-    if "torch" not in source.text and "nn." not in source.text:
-        result.summary = FileSummary(module)
-        return result
     summary, findings = _get_checker().check(source.tree, module, is_package, source.text)
     result.summary = summary
     result.findings = {
@@ -185,6 +181,7 @@ def analyze_files(
     jobs: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[FileResult], int]:
+    load_rules()
     results: dict[int, FileResult] = {}
     todo: list[tuple[int, tuple[str, bytes, str, bool], str | None]] = []
     hits = 0
@@ -238,6 +235,7 @@ def _with_path(diagnostic: Diagnostic, path: str) -> Diagnostic:
 
 def resolve(results: list[FileResult], is_selected: Callable[[str], bool]) -> list[Diagnostic]:
     """Keep findings of compiled functions, apply selection and `# noqa`, report unused noqa."""
+    load_rules()
     summaries = [r.summary for r in results if r.summary is not None]
     project = Project.from_summaries(summaries)
     roots = {root for s in summaries for root in s.compile_roots}
