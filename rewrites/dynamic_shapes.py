@@ -329,3 +329,52 @@ class OneHotWithoutNumClasses(Rule):
                 return F.one_hot(labels, num_classes=4).float() * 2
         """
     ]
+
+
+class BincountCall(TensorMethodRule):
+    __doc__ = f"""## What it does
+    Checks for `torch.bincount` and `Tensor.bincount`.
+
+    ## Why is this bad?
+    The output has `max(x) + 1` bins (at least `minlength`), read from the
+    data. {_SHAPE_WHY}
+
+    ## Fix safety
+    No automatic fix. With a known number of classes `n`, a one-hot sum
+    (`F.one_hot(x, n).sum(0)`) or `torch.zeros(n).scatter_add_(0, x, ones)` keeps
+    the shape static.
+    """
+
+    code = "TP407"
+    name = "bincount-call"
+    summary = "`bincount`"
+    message = "`bincount` has a data-dependent output size and breaks the graph; use `scatter_add_` into a fixed size"
+    dynamo_codes = ("GB0036",)
+    methods = frozenset({"bincount"})
+    functions = frozenset({"torch.bincount"})
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                labels = x.abs().long() % 4
+                counts = torch.bincount(labels, minlength=4)
+                return x * counts.sum()
+        """
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                labels = x.abs().long() % 4
+                counts = torch.zeros(4, dtype=torch.long).scatter_add_(0, labels, torch.ones_like(labels))
+                return x * counts.sum()
+        """
+    ]

@@ -220,11 +220,6 @@ def test_reexport_through_package_init():
     assert lint(files) == [("pkg/h.py", 5, "TP101"), ("user.py", line_of(REEXPORT_USER, "print("), "TP101")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine.analyze_source's 'no torch in the text' pre-filter returns a FileSummary without "
-    "the file's aliases, so re-exports of an __init__.py that only imports its submodules are lost",
-)
 def test_reexport_through_package_init_that_does_not_mention_torch():
     files = {
         "pkg.__init__": '"""The package."""\nfrom .a import BaseBlock\nfrom .h import helper\n',
@@ -603,12 +598,6 @@ def test_print_in_the_compiled_branch_is_flagged():
 # -- known bugs (xfail strict: remove the mark once fixed) ------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="checker._Walker.statement dispatches the `if` to the rules before folding the "
-    "is_compiling() check, so TP201 fires on `not is_compiling() and <tensor>`, whose tensor "
-    "part Dynamo never evaluates (short circuit; verified: 1 graph, fullgraph OK on 2.13)",
-)
 def test_eager_only_check_behind_is_compiling_is_not_flagged():
     text = """
     import warnings
@@ -625,12 +614,6 @@ def test_eager_only_check_behind_is_compiling_is_not_flagged():
     assert codes(text) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine.analyze_source's pre-filter ('torch' or 'nn.' must occur in the text) returns an "
-    "empty FileSummary: classes, functions and imports of such files are dropped, although a "
-    "subclass of a project or transformers model runs compiled without naming torch",
-)
 @pytest.mark.parametrize(
     "files",
     [
@@ -647,14 +630,10 @@ def test_eager_only_check_behind_is_compiling_is_not_flagged():
     ids=["transformers-subclass", "project-subclass"],
 )
 def test_file_that_never_names_torch_is_still_analysed(files):
+    """A subclass of a project or transformers model runs compiled without naming torch."""
     assert [code for *_, code in lint(files)] == ["TP101"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Typer.merge joins a name bound only inside a loop or branch with UNKNOWN (for 'unbound'), "
-    "so `out = layer(x)` in a loop is no longer a tensor after it; unbound should not count in the join",
-)
 def test_name_bound_only_inside_a_loop_keeps_its_kind_after_it():
     text = """
     import torch
@@ -675,11 +654,6 @@ def test_name_bound_only_inside_a_loop_keeps_its_kind_after_it():
     assert codes(text) == [(line_of(text, "if out.sum()"), "TP201")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="project.compiled_functions resolves self.mix() in BaseBlock.forward against BaseBlock "
-    "only; the subclass's override, which is what runs, is never marked compiled (template method)",
-)
 def test_template_method_override_in_subclass_is_compiled():
     files = {
         "pkg.a": BASE,
@@ -688,11 +662,6 @@ def test_template_method_override_in_subclass_is_compiled():
     assert "pkg.b.Sub.mix" in compiled(files)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ClassInfo.attrs/scalar_attrs only hold the class's own __init__; attributes set in a "
-    "base class __init__ (self.norm, self.count) are unknown in a subclass's forward",
-)
 def test_attributes_inherited_from_base_init():
     text = """
     import torch
@@ -715,11 +684,6 @@ def test_attributes_inherited_from_base_init():
     assert codes(text) == [(line_of(text, "if h.sum()"), "TP201"), (line_of(text, "self.count +="), "TP601")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="checker._Walker._record_call ignores self.<submodule>.<method>(...): methods of "
-    "submodules other than forward never join the call graph",
-)
 def test_method_of_a_submodule_is_compiled():
     text = """
     import torch
@@ -773,11 +737,6 @@ def test_nested_submodule_call_output_is_a_tensor():
     assert codes(text) == [(line_of(text, "if probs.max()"), "TP201")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="parameters of a function passed to torch.compile(fn) are typed unknown, while those of "
-    "an @torch.compile function are tensors: the same body gives different findings",
-)
 def test_parameters_of_torch_compile_call_target_are_tensors():
     text = """
     import torch
@@ -792,11 +751,6 @@ def test_parameters_of_torch_compile_call_target_are_tensors():
     assert codes(text) == [(line_of(text, "if x.sum()"), "TP201")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Checker.check only visits top-level statements: classes defined under a module-level "
-    "try/except or if (optional-dependency fallbacks) are never analysed",
-)
 def test_fallback_class_defined_under_try_except():
     text = """
     import torch
@@ -838,11 +792,6 @@ def test_unpacking_a_generator_of_tensors():
     assert codes(text) == [(line_of(text, "if q.sum()"), "TP201")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Typer.element_kind does not know nn.ModuleDict.items()/.values(): the loop variables "
-    "are unknown instead of modules",
-)
 def test_moduledict_items_iteration_yields_modules():
     text = """
     import torch
@@ -863,11 +812,6 @@ def test_moduledict_items_iteration_yields_modules():
     assert codes(text) == [(line_of(text, "if h.sum()"), "TP201")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="no TP4xx rule knows torch.bincount, whose output length is read from the data "
-    "(GB0036 'Dynamic shape operator' on torch 2.13, also with minlength=)",
-)
 def test_bincount_is_a_dynamic_shape_op():
     text = """
     import torch

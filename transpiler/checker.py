@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from transpiler.kinds import Kind
 from transpiler.rule import Finding, Rule
-from transpiler.symbols import ClassInfo, FileSummary, FunctionInfo, Names, is_library_module_class
+from transpiler.symbols import ClassInfo, FileSummary, FunctionInfo, Names, module_level, is_library_module_class
 from transpiler.typer import Typer, parameter_kinds
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -77,21 +77,22 @@ class Checker:
         names = Names(tree, module, is_package)
         summary = FileSummary(module, aliases=dict(names.aliases))
         findings: dict[str, list[Finding]] = {}
-        for node in tree.body:
+        if ".compile" in text or "compile(" in text:  # skips the many `is_compiling()` mentions
+            _find_compile_calls(tree, names, summary)
+        for node in module_level(tree):  # also definitions under `try:`/`if` (optional imports)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 info = FunctionInfo(f"{module}.{node.name}", node.name, node.lineno)
                 summary.functions[info.qualname] = info
                 self._check_function(node, info, None, names, findings, summary)
             elif isinstance(node, ast.ClassDef):
                 cls = _class_info(node, module, names)
+                _inherit_local(cls, summary)
                 summary.classes[cls.qualname] = cls
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         info = FunctionInfo(f"{cls.qualname}.{item.name}", item.name, item.lineno, cls.qualname)
                         cls.methods[item.name] = info
                         self._check_function(item, info, cls, names, findings, summary)
-        if ".compile" in text or "compile(" in text:  # skips the many `is_compiling()` mentions
-            _find_compile_calls(tree, names, summary)
         return summary, findings
 
     def _check_function(
@@ -107,7 +108,8 @@ class Checker:
         if decorators & _COMPILE_DECORATORS:
             summary.compile_roots.add(("name", info.qualname))
         info.disabled = names.is_disabled(node)
-        is_forward = cls is not None and node.name == "forward" or bool(decorators & _COMPILE_DECORATORS)
+        # Entry points get tensor-typed parameters: `forward` and torch.compile targets.
+        is_forward = cls is not None and node.name == "forward" or ("name", info.qualname) in summary.compile_roots
         typer = Typer(names, cls, parameter_kinds(node, is_forward))
         ctx = Context(names, typer, info, node, cls, is_forward)
         walker = _Walker(self.handlers, ctx)
@@ -142,18 +144,19 @@ class _Walker:
             self.typer.env.update(before)
             self.body(body)
             ends.append(dict(self.typer.env))
-        self.typer.merge(before, *ends)
+        self.typer.merge(*ends)
 
     def statement(self, node: ast.stmt) -> None:
-        self.dispatch(node)
         typer = self.typer
         if isinstance(node, ast.If):
             taken = _branch_under_compile(node.test, typer)
-            if taken is None:
-                self.expr(node.test)
-                self.branches(node.body, node.orelse)
-            else:  # Dynamo folds the check, so only that branch is ever traced
+            if taken is not None:  # Dynamo folds the check: only that branch is ever traced
                 self.body(node.body if taken else node.orelse)
+                return
+        self.dispatch(node)
+        if isinstance(node, ast.If):
+            self.expr(node.test)
+            self.branches(node.body, node.orelse)
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             if isinstance(node, ast.While):
                 self.expr(node.test)
@@ -258,12 +261,18 @@ class _Walker:
                 self.expr(child.value)
 
     def _record_call(self, node: ast.Call) -> None:
-        """Call-graph edges: self.method(...), super().method(...), imported_or_local_function(...)."""
+        """Call-graph edges: self.method(...), super().method(...), imported_or_local_function(...),
+        and self.submodule.method(...) as `SubmoduleClass.method`."""
         func = node.func
         calls = self.ctx.function.calls
         if isinstance(func, ast.Attribute):
             if self.typer.self_attr(func) is not None:
                 calls.add(("self", func.attr))
+                return
+            owner = self.typer.self_attr(func.value)
+            cls = self.ctx.cls
+            if owner is not None and cls is not None and owner in cls.attr_ctors:
+                calls.add(("name", f"{cls.attr_ctors[owner]}.{func.attr}"))
                 return
             value = func.value
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super":
@@ -336,6 +345,18 @@ def _class_info(node: ast.ClassDef, module: str, names: Names) -> ClassInfo:
                     elif sub.func.attr == "add_module" and isinstance(first, ast.Constant):
                         cls.attrs[str(first.value)] = Kind.MODULE
     return cls
+
+
+def _inherit_local(cls: ClassInfo, summary: FileSummary) -> None:
+    """Attributes set by the `__init__` of base classes defined earlier in the same file."""
+    own = set(cls.attrs)
+    for base in reversed(cls.bases):
+        parent = summary.classes.get(base)
+        if parent is not None:
+            cls.attrs = {**parent.attrs, **cls.attrs}
+            cls.attr_ctors = {**parent.attr_ctors, **cls.attr_ctors}
+            cls.scalar_attrs |= parent.scalar_attrs - own
+            cls.disabled_methods |= parent.disabled_methods
 
 
 def _record_attr(cls: ClassInfo, attr: str, value: ast.expr, typer: Typer | None) -> None:

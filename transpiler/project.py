@@ -61,52 +61,68 @@ class Project:
 
         return {qn for qn in self.classes if is_module(qn)}
 
-    def find_method(self, class_qualname: str, name: str, skip_self: bool = False) -> FunctionInfo | None:
-        """Method lookup along the (depth-first) base-class order, within the project."""
-        seen: set[str] = set()
+    def mro(self, class_qualname: str) -> list[str]:
+        """Project classes in method-lookup order (depth-first, left to right, without repeats)."""
+        order: list[str] = []
         stack = [class_qualname]
         while stack:
             current = stack.pop(0)
-            if current in seen or current not in self.classes:
+            if current in order or current not in self.classes:
                 continue
-            seen.add(current)
-            cls = self.classes[current]
-            if not (skip_self and current == class_qualname) and name in cls.methods:
-                return cls.methods[name]
-            stack[:0] = [self.canonical(b) for b in cls.bases]
+            order.append(current)
+            stack[:0] = [self.canonical(b) for b in self.classes[current].bases]
+        return order
+
+    def find_method(self, receiver: str, name: str, after: str | None = None) -> FunctionInfo | None:
+        """`name` as looked up on an instance of `receiver`; with `after`, as `super()` does in that class."""
+        order = self.mro(receiver)
+        if after is not None:
+            order = order[order.index(after) + 1 :] if after in order else []
+        for qualname in order:
+            method = self.classes[qualname].methods.get(name)
+            if method is not None:
+                return method
         return None
 
     def compiled_functions(self, roots: set[tuple[str, str]]) -> dict[str, str]:
-        """Qualified names of functions that run under compilation, each with the reason."""
+        """Qualified names of functions that run under compilation, each with the reason.
+
+        Methods are followed together with the class of `self` they run for, so
+        that `self.mix()` in an inherited `forward` finds the subclass override.
+        """
         modules = self.module_classes()
         reasons: dict[str, str] = {}
-        queue: deque[FunctionInfo] = deque()
+        seen: set[tuple[str, str | None]] = set()
+        queue: deque[tuple[FunctionInfo, str | None]] = deque()
 
-        def enqueue(info: FunctionInfo | None, reason: str) -> None:
+        def enqueue(info: FunctionInfo | None, receiver: str | None, reason: str) -> None:
             # Dynamo does not trace into torch.compiler.disable'd functions (it breaks at the call).
-            if info is not None and not info.disabled and info.qualname not in reasons:
-                reasons[info.qualname] = reason
-                queue.append(info)
+            if info is None or info.disabled or (info.qualname, receiver) in seen:
+                return
+            seen.add((info.qualname, receiver))
+            reasons.setdefault(info.qualname, reason)
+            queue.append((info, receiver))
 
         for qualname in sorted(modules):
-            enqueue(self.classes[qualname].methods.get("forward"), f"forward of nn.Module {qualname}")
+            enqueue(self.find_method(qualname, "forward"), qualname, f"forward of nn.Module {qualname}")
         for _, target in sorted(roots):
-            enqueue(self.lookup(target), "passed to torch.compile")
+            callee = self.lookup(target)
+            enqueue(callee, callee.class_qualname if callee else None, "passed to torch.compile")
         while queue:
-            info = queue.popleft()
+            info, receiver = queue.popleft()
             reason = f"called from {info.qualname}"
             for kind, target in sorted(info.calls):
-                if kind == "self" and info.class_qualname:
-                    enqueue(self.find_method(info.class_qualname, target), reason)
-                elif kind == "super" and info.class_qualname:
-                    enqueue(self.find_method(info.class_qualname, target, skip_self=True), reason)
+                if kind in ("self", "super") and info.class_qualname:
+                    after = info.class_qualname if kind == "super" else None
+                    enqueue(self.find_method(receiver or info.class_qualname, target, after), receiver, reason)
                 elif kind == "name":
                     callee = self.lookup(target)
+                    owner = callee.class_qualname if callee else None
                     if callee is None:
                         cls = self.classes.get(self.canonical(target))
                         if cls is not None and cls.qualname not in modules:
-                            callee = cls.methods.get("__init__")  # objects built in forward
-                    enqueue(callee, reason)
+                            callee, owner = cls.methods.get("__init__"), cls.qualname  # objects built in forward
+                    enqueue(callee, owner, reason)
         return reasons
 
     def lookup(self, qualname: str) -> FunctionInfo | None:

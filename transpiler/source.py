@@ -52,7 +52,11 @@ def decode(data: bytes) -> str:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         return data.decode(encoding)
-    except (SyntaxError, LookupError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise SourceError("TP902", f"cannot decode file as {err.encoding}: {err.reason}", line, col) from None
+    except (SyntaxError, LookupError) as err:
         raise SourceError("TP902", f"cannot decode file: {err}") from None
 
 

@@ -96,7 +96,7 @@ class Names:
         self.defined: set[str] = set()
         self.disabled: set[str] = set()  # module-level functions decorated with torch.compiler.disable
         package = module if is_package else module.rpartition(".")[0]
-        for node in _module_level(tree):
+        for node in module_level(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
@@ -164,7 +164,7 @@ def _absolute(module: str | None, level: int, package: str) -> str:
     return base
 
 
-def _module_level(tree: ast.Module):
+def module_level(tree: ast.Module):
     """Module-level statements, including those under `if`/`try` (TYPE_CHECKING, optional imports)."""
     stack = list(reversed(tree.body))
     while stack:

@@ -73,7 +73,7 @@ def parameter_kinds(func: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bo
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
     pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
     kinds: dict[str, Kind] = {}
-    for index, (arg, default) in enumerate(pairs):
+    for arg, default in pairs:
         declared = annotation_kind(arg.annotation)
         if declared is not None:
             kind = declared
@@ -84,7 +84,7 @@ def parameter_kinds(func: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bo
         else:
             kind = Kind.TENSOR if is_forward else Kind.UNKNOWN
         kinds[arg.arg] = kind
-    if positional and index_is_self(func, positional[0].arg):
+    if positional and _is_method_self(func, positional[0].arg):
         kinds[positional[0].arg] = Kind.MODULE
     for extra in (args.vararg, args.kwarg):
         if extra is not None:
@@ -92,7 +92,7 @@ def parameter_kinds(func: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bo
     return kinds
 
 
-def index_is_self(func: ast.FunctionDef | ast.AsyncFunctionDef, first: str) -> bool:
+def _is_method_self(func: ast.FunctionDef | ast.AsyncFunctionDef, first: str) -> bool:
     return first == "self" and not any(
         isinstance(d, ast.Name) and d.id == "staticmethod" for d in func.decorator_list
     )
@@ -319,6 +319,12 @@ class Typer:
         """Kinds of loop variables: modules from ModuleLists, tensors from tensors, ints from range."""
         if isinstance(iterable, ast.Call) and isinstance(target, ast.Tuple):
             name = self.qualname(iterable.func)
+            func = iterable.func
+            if isinstance(func, ast.Attribute) and func.attr == "items" and len(target.elts) == 2:
+                if self.kind(func.value) is Kind.MODULE:  # nn.ModuleDict.items()
+                    self.bind(target.elts[0], Kind.SCALAR)
+                    self.bind(target.elts[1], Kind.MODULE)
+                    return
             if name == "builtins.enumerate" and iterable.args and len(target.elts) == 2:
                 self.bind(target.elts[0], Kind.SCALAR)
                 self.bind(target.elts[1], self.element_kind(iterable.args[0]))
@@ -336,15 +342,20 @@ class Typer:
                 return Kind.SCALAR
             if name == "builtins.reversed" and iterable.args:
                 return self.element_kind(iterable.args[0])
+            func = iterable.func
+            if isinstance(func, ast.Attribute) and func.attr == "values" and self.kind(func.value) is Kind.MODULE:
+                return Kind.MODULE  # nn.ModuleDict.values()
         kind = self.kind(iterable)
         return kind if kind in (Kind.TENSOR, Kind.MODULE, Kind.SCALAR) else Kind.UNKNOWN
 
-    def merge(self, before: dict[str, Kind], *branches: dict[str, Kind]) -> None:
+    def merge(self, *branches: dict[str, Kind]) -> None:
         """Join the environments at the end of branches into this one."""
         names = set().union(*branches)
         merged: dict[str, Kind] = {}
         for name in names:
-            kinds = [b.get(name, before.get(name, Kind.UNKNOWN)) for b in branches]
+            # Every branch starts from `before`; a name bound on some paths only keeps
+            # their kind, since on the others it is unbound.
+            kinds = [b[name] for b in branches if name in b]
             result = kinds[0]
             for other in kinds[1:]:
                 result = join(result, other)
