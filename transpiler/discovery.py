@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Callable
@@ -59,10 +60,19 @@ def module_name(path: Path) -> str:
     `transformers.models.gpt2.modeling_gpt2`, so relative imports resolve to the
     same names whichever directory of the tree the user passed.
     """
-    path = path.resolve()
-    parts = [] if path.stem == "__init__" else [path.stem]
-    parent = path.parent
-    while (parent / "__init__.py").exists() and parent.parent != parent:
-        parts.append(parent.name)
-        parent = parent.parent
-    return ".".join(reversed(parts))
+    path = Path(os.path.abspath(path))
+    package = _package(str(path.parent))
+    if path.stem == "__init__":
+        return package
+    return f"{package}.{path.stem}" if package else path.stem
+
+
+@functools.lru_cache(maxsize=None)
+def _package(directory: str) -> str:
+    """Dotted name of the package a directory is ("" when it is not one)."""
+    parent = os.path.dirname(directory)
+    if parent == directory or not os.path.exists(os.path.join(directory, "__init__.py")):
+        return ""
+    outer = _package(parent)
+    name = os.path.basename(directory)
+    return f"{outer}.{name}" if outer else name

@@ -8,7 +8,7 @@ module's `forward` and every `torch.compile` target.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from transpiler.symbols import ClassInfo, FileSummary, FunctionInfo, is_library_module_class
 
@@ -18,6 +18,7 @@ class Project:
     classes: dict[str, ClassInfo]
     functions: dict[str, FunctionInfo]
     reexports: dict[str, str]
+    _mro: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
     def from_summaries(cls, summaries: list[FileSummary]) -> "Project":
@@ -63,6 +64,9 @@ class Project:
 
     def mro(self, class_qualname: str) -> list[str]:
         """Project classes in method-lookup order (depth-first, left to right, without repeats)."""
+        cached = self._mro.get(class_qualname)
+        if cached is not None:
+            return cached
         order: list[str] = []
         stack = [class_qualname]
         while stack:
@@ -71,6 +75,7 @@ class Project:
                 continue
             order.append(current)
             stack[:0] = [self.canonical(b) for b in self.classes[current].bases]
+        self._mro[class_qualname] = order
         return order
 
     def find_method(self, receiver: str, name: str, after: str | None = None) -> FunctionInfo | None:
