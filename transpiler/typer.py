@@ -278,8 +278,11 @@ class Typer:
             return Kind.MODULE
         if qualname.startswith(TENSOR_NAMESPACES):
             short = qualname[6:]
-            if short in TORCH_NON_TENSOR or short.rpartition(".")[2] in ("is_available",):
-                return Kind.SCALAR
+            last = short.rpartition(".")[2]
+            if short in TORCH_NON_TENSOR or last.startswith(("is_", "has_", "are_")):
+                return Kind.SCALAR  # predicates and settings: torch.is_autocast_enabled(), ...
+            if last.startswith("get_"):
+                return Kind.UNKNOWN  # getters of global state: dtypes, devices, generators
             if short in TORCH_BOOL:
                 return Kind.BOOL_TENSOR
             head = qualname.rpartition(".")[0]
