@@ -61,9 +61,10 @@ selectors = st.lists(
 
 @given(code=codes, select=selectors, ignore=selectors)
 def test_exact_code_decides_over_any_prefix(code, select, ignore):
-    assert Settings(select=tuple(select), ignore=tuple(ignore), extend_select=(code,)).is_selected(
-        code
-    )
+    # An exact code beats every shorter prefix; the same exact code on both sides is a tie,
+    # and ties go to ignore.
+    selected = Settings(select=tuple(select), ignore=tuple(ignore), extend_select=(code,))
+    assert selected.is_selected(code) == (code not in ignore)
     assert not Settings(select=tuple(select) + (code,), ignore=tuple(ignore) + (code,)).is_selected(
         code
     )
