@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from transpiler.diagnostics import Diagnostic, rule_url
@@ -40,14 +40,6 @@ class FileResult:
     findings: dict[str, list[Finding]] = field(default_factory=dict)
     error: Diagnostic | None = None
     noqa: dict[int, tuple[int, frozenset[str] | None]] = field(default_factory=dict)
-
-
-@dataclass
-class LintResult:
-    diagnostics: list[Diagnostic]
-    files: int
-    lines: int
-    cached: int
 
 
 _checker = None
@@ -196,7 +188,7 @@ def analyze_files(
         if cached is not None:
             cached.path = str(path)
             if cached.error is not None:
-                cached.error = _with_path(cached.error, str(path))
+                cached.error = replace(cached.error, path=str(path))
             results[index] = cached
             hits += 1
             if progress:
@@ -225,12 +217,6 @@ def _tick(results: Iterable[FileResult], progress: Callable[[int], None] | None)
         if progress:
             progress(1)
         yield result
-
-
-def _with_path(diagnostic: Diagnostic, path: str) -> Diagnostic:
-    from dataclasses import replace
-
-    return replace(diagnostic, path=path)
 
 
 def resolve(results: list[FileResult], is_selected: Callable[[str], bool]) -> list[Diagnostic]:
