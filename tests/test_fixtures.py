@@ -88,6 +88,17 @@ def test_golden_paths_are_relative_to_the_repository_root(fixture_lint):
     assert paths and all(p.startswith("fixtures/") and (ROOT / p).is_file() for p in paths)
 
 
+@pytest.mark.parametrize(
+    "path", ["fixtures/models/attention.py", "fixtures/models/transformer.py", "fixtures/finetune.py"]
+)
+def test_a_file_linted_alone_is_reported_as_in_the_whole_tree(path, fixture_lint):
+    """pre-commit passes changed files alone: base classes in other files are found as context."""
+    _, whole = fixture_lint
+    _, alone = run_lint(path)
+    expected = [f for f in findings(whole) if f[0] == path]
+    assert expected and findings(alone) == expected
+
+
 def test_clean_models_have_no_findings():
     code, output = run_lint("fixtures/models/clean.py")
     assert (code, output) == (0, "All checks passed!\n")

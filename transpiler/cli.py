@@ -112,7 +112,8 @@ def _lint(paths: list[Path], overrides: dict, fmt: str, statistics: bool, no_cac
     cache = None if no_cache else engine.Cache(cache_dir)
     with _progress(len(files)) as advance:
         results, _ = engine.analyze_files(files, cache, jobs, advance)
-    diagnostics = engine.resolve(results, settings.is_selected)
+    context = engine.with_context(results, cache, jobs)
+    diagnostics = engine.resolve(results, settings.is_selected, context)
     color = fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     rules = engine.rule_infos() if fmt == "sarif" else None
     sys.stdout.write(render(diagnostics, fmt, rules=rules, statistics=statistics, color=color))

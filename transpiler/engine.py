@@ -23,7 +23,7 @@ from transpiler.discovery import module_name
 from transpiler.project import Project
 from transpiler.rule import REGISTRY, Finding
 from transpiler.source import SourceError, noqa_directives, parse
-from transpiler.symbols import FileSummary
+from transpiler.symbols import FileSummary, is_library_module_class
 
 # Files smaller than this in total are analysed in-process: a pool costs more than it saves.
 _PARALLEL_MIN_BYTES = 1 << 20
@@ -219,10 +219,72 @@ def _tick(results: Iterable[FileResult], progress: Callable[[int], None] | None)
         yield result
 
 
-def resolve(results: list[FileResult], is_selected: Callable[[str], bool]) -> list[Diagnostic]:
-    """Keep findings of compiled functions, apply selection and `# noqa`, report unused noqa."""
+def with_context(results: list[FileResult], cache: Cache | None, jobs: int | None = None) -> list[FileResult]:
+    """Add the project files that define the base classes of the linted classes.
+
+    A class is a module only if its bases lead to `nn.Module`; when pre-commit
+    passes `attention.py` alone, its base class in `layers.py` is still needed.
+    Missing bases (and the packages that re-export them) are looked up next to the
+    files already read, round after round, and analysed as context: their own
+    findings are not reported.
+    """
+    known = {r.path for r in results}
+    roots = _source_roots(results)
+    context: list[FileResult] = []
+    for _ in range(16):  # each round follows one more step of inheritance or re-export
+        project = Project.from_summaries([r.summary for r in results + context if r.summary is not None])
+        wanted = set()
+        modules = project.module_classes()
+        for cls in project.classes.values():
+            if cls.qualname in modules:
+                continue  # already known to be a module: its other bases do not matter
+            for base in cls.bases:
+                qualname = project.canonical(base)
+                if qualname not in project.classes and not is_library_module_class(qualname):
+                    wanted.update(_module_files(qualname, roots))
+        new = sorted(p for p in wanted if str(p) not in known)
+        if not new:
+            break
+        known.update(str(p) for p in new)
+        context += analyze_files(new, cache, jobs)[0]
+    return context
+
+
+def _source_roots(results: list[FileResult]) -> set[Path]:
+    """Directories that module names are relative to (where the top-level packages live)."""
+    roots = set()
+    for result in results:
+        if result.module:
+            path = Path(result.path).absolute()
+            depth = result.module.count(".") + (path.name != "__init__.py")
+            roots.add(path.parents[depth - 1] if depth else path.parent)
+    return roots
+
+
+def _module_files(qualname: str, roots: set[Path]) -> list[Path]:
+    """Files that may define `qualname` (`pkg.mod.Class`: pkg/mod.py or pkg/mod/__init__.py)."""
+    parts = qualname.split(".")
+    found = []
+    for cut in range(len(parts) - 1, 0, -1):
+        relative = Path(*parts[:cut])
+        for root in roots:
+            for candidate in (root / relative.with_suffix(".py"), root / relative / "__init__.py"):
+                if candidate.is_file():
+                    found.append(candidate)
+        if found:
+            break
+    return found
+
+
+def resolve(
+    results: list[FileResult], is_selected: Callable[[str], bool], context: list[FileResult] = ()
+) -> list[Diagnostic]:
+    """Keep findings of compiled functions, apply selection and `# noqa`, report unused noqa.
+
+    `context` files take part in the project analysis but are not reported on.
+    """
     load_rules()
-    summaries = [r.summary for r in results if r.summary is not None]
+    summaries = [r.summary for r in [*results, *context] if r.summary is not None]
     project = Project.from_summaries(summaries)
     roots = {root for s in summaries for root in s.compile_roots}
     compiled = project.compiled_functions(roots)
