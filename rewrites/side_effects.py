@@ -539,8 +539,8 @@ class SerializationInCompiledCode(CallRule):
 class GlobalSeedInCompiledCode(CallRule):
     """## What it does
     Checks for calls that reseed or read the state of a global generator
-    (`torch.manual_seed`, `torch.cuda.manual_seed`, `torch.seed`,
-    `torch.get_rng_state`) in compiled code.
+    (`torch.manual_seed`, `torch.cuda.manual_seed`, `torch.get_rng_state`) in
+    compiled code. (`torch.seed()` is traced and not reported.)
 
     ## Why is this bad?
     Reseeding mutates global generator state that Dynamo does not trace
@@ -558,7 +558,6 @@ class GlobalSeedInCompiledCode(CallRule):
     callees = frozenset(
         {
             "torch.manual_seed",
-            "torch.seed",
             "torch.random.manual_seed",
             "torch.cuda.manual_seed",
             "torch.cuda.manual_seed_all",
@@ -594,7 +593,18 @@ class GlobalSeedInCompiledCode(CallRule):
         def run(model, x):
             torch.manual_seed(0)
             return model(x)
+        """,
         """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                seed = torch.seed()
+                return y * 2, seed
+        """,
     ]
 
 

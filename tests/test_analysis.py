@@ -823,3 +823,75 @@ def test_bincount_is_a_dynamic_shape_op():
             return counts / experts.numel()
     """
     assert [code for line, code in codes(text) if line == line_of(text, "torch.bincount")] != []
+
+
+# -- precision fixes from the transformers review (benchmarks/RESULTS.md) ---------------
+
+
+@pytest.mark.parametrize(
+    ("annotation", "flagged"),
+    [
+        ("torch.Tensor", True),
+        ("Optional[torch.Tensor]", True),
+        ("torch.Tensor | None", True),
+        ('"torch.Tensor"', True),
+        ("list[int] | torch.Tensor", False),
+        ("Union[torch.Tensor, list[int]]", False),
+        ("int", False),
+    ],
+)
+def test_union_of_tensor_and_other_types_is_not_assumed_a_tensor(annotation, flagged):
+    text = f"""
+    from typing import Optional, Union
+    import torch
+    from torch import nn
+
+    class M(nn.Module):
+        def forward(self, x, grid: {annotation}):
+            if grid.sum() > 0:
+                x = x * 2
+            return x
+    """
+    assert bool(codes(text)) == flagged
+
+
+@pytest.mark.parametrize("name", ["output_attentions", "use_cache", "num_steps", "input_shape", "layer_idx", "device"])
+def test_flag_and_size_parameters_of_forward_are_not_tensors(name):
+    text = f"""
+    import torch
+    from torch import nn
+
+    class M(nn.Module):
+        def forward(self, x, {name}):
+            if {name}:
+                x = x * 2
+            return x
+    """
+    assert codes(text) == []
+
+
+def test_unannotated_forward_parameter_is_a_tensor():
+    text = """
+    import torch
+    from torch import nn
+
+    class M(nn.Module):
+        def forward(self, x, mask):
+            if mask:
+                x = x * 2
+            return x
+    """
+    assert codes(text) == [(line_of(text, "if mask"), "TP201")]
+
+
+def test_message_lambda_of_a_check_is_not_traced():
+    text = """
+    import torch
+    from torch import nn
+
+    class M(nn.Module):
+        def forward(self, x):
+            torch._check(x.shape[0] > 0, lambda: f"empty batch, max {int(x.max())}")
+            return x * 2
+    """
+    assert codes(text) == []

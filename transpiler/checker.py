@@ -233,6 +233,12 @@ class _Walker:
         self.dispatch(node)
         if isinstance(node, ast.Call):
             self._record_call(node)
+            if _is_check(node, self.typer):
+                # `torch._check(cond, lambda: f"...")`: the message lambda only runs on failure.
+                for child in [node.func, *node.args, *(k.value for k in node.keywords)]:
+                    if not isinstance(child, ast.Lambda):
+                        self.expr(child)
+                return
         if isinstance(node, _COMPREHENSIONS):
             saved = dict(self.typer.env)
             for generator in node.generators:
@@ -312,6 +318,14 @@ def _branch_under_compile(test: ast.expr, typer: Typer) -> bool | None:
         decisive = isinstance(test.op, ast.Or)  # True decides `or`, False decides `and`
         return decisive if decisive in values else None
     return None
+
+
+def _is_check(node: ast.Call, typer: Typer) -> bool:
+    """A call of a check function (`torch._check`, `torch._check_with`, a project's `*_check`)."""
+    func = node.func
+    name = typer.qualname(func) or (func.attr if isinstance(func, ast.Attribute) else "")
+    last = name.rpartition(".")[2]
+    return "check" in last or last.startswith("_assert")
 
 
 def _decorator_callee(node: ast.expr) -> ast.expr:

@@ -8,6 +8,7 @@ tensor *values* is a tensor (or, after `.item()`, a data-dependent scalar).
 from __future__ import annotations
 
 import ast
+import re
 
 from transpiler.kinds import Kind, join
 from transpiler.symbols import ClassInfo, Names, is_library_module_class
@@ -49,16 +50,45 @@ PY_SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "complex"})
 
 
 def annotation_kind(node: ast.expr | None) -> Kind | None:
-    """Kind declared by a parameter annotation, or None when it says nothing useful."""
+    """Kind declared by a parameter annotation, or None when it says nothing useful.
+
+    `Tensor` and `Optional[Tensor]` are tensors; a union of a tensor with anything
+    else but None (`list[int] | torch.Tensor`) is unknown, since callers may pass either.
+    """
     if node is None:
         return None
-    text = ast.unparse(node) if not isinstance(node, ast.Name) else node.id
+    alternatives = [ast.unparse(a) for a in _union_members(node)]
+    alternatives = [a for a in alternatives if a != "None"]
+    if len(alternatives) != 1:
+        return Kind.UNKNOWN
+    (text,) = alternatives
     if "Tensor" in text:
         return Kind.TENSOR
-    bare = text.replace("Optional[", "").replace("]", "").replace(" | None", "").strip()
-    if bare in PY_SCALAR_ANNOTATIONS:
-        return Kind.SCALAR
-    return Kind.UNKNOWN
+    return Kind.SCALAR if text in PY_SCALAR_ANNOTATIONS else Kind.UNKNOWN
+
+
+def _union_members(node: ast.expr) -> list[ast.expr]:
+    """`A | B`, `Union[A, B]`, `Optional[A]` and their string forms, flattened."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            node = ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return [node]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _union_members(node.left) + _union_members(node.right)
+    if isinstance(node, ast.Subscript):
+        head = ast.unparse(node.value).rpartition(".")[2]
+        if head in ("Optional", "Union"):
+            inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            members = [m for element in inner for m in _union_members(element)]
+            return members + ([ast.Constant(None)] if head == "Optional" else [])
+    return [node]
+
+
+# Unannotated `forward` parameters with these names are flags, sizes or devices, not tensors.
+_NON_TENSOR_NAME = re.compile(
+    r"^(output_|use_|return_|is_|has_|do_|num_|n_|no_)|(_shape|_size|_dim|_len|_length|device|dtype|_idx|_index)$"
+)
 
 
 def parameter_kinds(func: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bool) -> dict[str, Kind]:
@@ -82,7 +112,7 @@ def parameter_kinds(func: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bo
         elif default is not None:
             kind = Kind.SCALAR if isinstance(default, ast.Constant) else Kind.UNKNOWN
         else:
-            kind = Kind.TENSOR if is_forward else Kind.UNKNOWN
+            kind = Kind.TENSOR if is_forward and not _NON_TENSOR_NAME.search(arg.arg) else Kind.UNKNOWN
         kinds[arg.arg] = kind
     if positional and _is_method_self(func, positional[0].arg):
         kinds[positional[0].arg] = Kind.MODULE
