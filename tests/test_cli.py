@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from rewrites.side_effects import PrintInCompiledCode
 from transpiler import engine
 from transpiler.cli import main
 from transpiler.rule import REGISTRY
@@ -110,30 +111,10 @@ def project(tmp_path, monkeypatch) -> Project:
     return Project(root, tmp_path / "cache")
 
 
-PRINT_MODEL = """\
-import torch
-from torch import nn
+# The example of TP101 and its fix, as the rule documents them.
+PRINT_MODEL = PrintInCompiledCode.examples("INVALID")[0]
 
-
-class Model(nn.Module):
-    def forward(self, x):
-        y = x + 1
-        print("activations", y.shape)
-        return y * 2
-"""
-
-CLEAN_MODEL = """\
-import torch
-from torch import nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        y = x + 1
-        if not torch.compiler.is_compiling():
-            print("activations", y.shape)
-        return y * 2
-"""
+CLEAN_MODEL = PrintInCompiledCode.examples("VALID")[0]
 
 # TP101 on line 7, TP201 on line 8, TP301 on line 10.
 MULTI_MODEL = """\

@@ -24,6 +24,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from rewrites.side_effects import PrintInCompiledCode
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOKS_FILE = ROOT / ".pre-commit-hooks.yaml"
@@ -36,30 +37,10 @@ needs_tools = pytest.mark.skipif(
     reason="needs both `git` on PATH and the `pre-commit` package (pip install pre-commit)",
 )
 
-BAD_MODEL = """\
-import torch
-from torch import nn
+# The example of TP101 and its fix, as the rule documents them.
+BAD_MODEL = PrintInCompiledCode.examples("INVALID")[0]
 
-
-class Model(nn.Module):
-    def forward(self, x):
-        y = x + 1
-        print("activations", y.shape)
-        return y * 2
-"""
-
-GOOD_MODEL = """\
-import torch
-from torch import nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        y = x + 1
-        if not torch.compiler.is_compiling():
-            print("activations", y.shape)
-        return y * 2
-"""
+GOOD_MODEL = PrintInCompiledCode.examples("VALID")[0]
 
 
 # --- the manifest itself (fast) --------------------------------------------------
