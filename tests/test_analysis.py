@@ -595,7 +595,8 @@ def test_print_in_the_compiled_branch_is_flagged():
     assert codes(text) == [(line_of(text, "print("), "TP101")]
 
 
-# -- known bugs (xfail strict: remove the mark once fixed) ------------------------------
+# -- bugs found while building the fixtures: fixed ones stay as regression tests, open ones
+# -- are xfail(strict=True) so that fixing them shows ------------------------------------
 
 
 def test_eager_only_check_behind_is_compiling_is_not_flagged():
