@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from transpiler import engine
@@ -22,5 +26,9 @@ def examples(kind: str) -> list:
 
 
 def lint_snippet(source: str, module: str = "example") -> list[Diagnostic]:
-    result = engine.analyze_source(f"{module}.py", source.encode(), module, False)
-    return engine.resolve([result], lambda code: True)
+    """Lint `source` as the file `<module>.py`, the way the command line does (from disk)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"{module}.py"
+        path.write_text(source, encoding="utf-8")
+        results, _ = engine.analyze_files([path], cache=None, jobs=1)
+        return [replace(d, path=f"{module}.py") for d in engine.resolve(results, lambda code: True)]

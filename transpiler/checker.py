@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from transpiler.kinds import Kind
 from transpiler.rule import Finding, Rule
 from transpiler.symbols import ClassInfo, FileSummary, FunctionInfo, Names, module_level, is_library_module_class
-from transpiler.typer import Typer, parameter_kinds
+from transpiler.typer import Typer, open_parameters, parameter_kinds
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _COMPILE_DECORATORS = frozenset({"torch.compile", "torch._dynamo.optimize"})
@@ -73,7 +73,17 @@ class Checker:
                     node_type = getattr(ast, attr[6:])
                     self.handlers.setdefault(node_type, []).append(getattr(rule, attr))
 
-    def check(self, tree: ast.Module, module: str, is_package: bool, text: str) -> tuple[FileSummary, dict[str, list[Finding]]]:
+    def check(
+        self,
+        tree: ast.Module,
+        module: str,
+        is_package: bool,
+        text: str,
+        tensor_params: dict[str, frozenset[str]] | None = None,
+    ) -> tuple[FileSummary, dict[str, list[Finding]]]:
+        """Summary and findings of one file. `tensor_params` gives, per function qualified
+        name, parameters known to be tensors from the function's compiled call sites."""
+        tensor_params = tensor_params or {}
         names = Names(tree, module, is_package)
         summary = FileSummary(module, aliases=dict(names.aliases))
         findings: dict[str, list[Finding]] = {}
@@ -83,7 +93,7 @@ class Checker:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 info = FunctionInfo(f"{module}.{node.name}", node.name, node.lineno)
                 summary.functions[info.qualname] = info
-                self._check_function(node, info, None, names, findings, summary)
+                self._check_function(node, info, None, names, findings, summary, tensor_params)
             elif isinstance(node, ast.ClassDef):
                 cls = _class_info(node, module, names)
                 _inherit_local(cls, summary)
@@ -92,7 +102,7 @@ class Checker:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         info = FunctionInfo(f"{cls.qualname}.{item.name}", item.name, item.lineno, cls.qualname)
                         cls.methods[item.name] = info
-                        self._check_function(item, info, cls, names, findings, summary)
+                        self._check_function(item, info, cls, names, findings, summary, tensor_params)
         return summary, findings
 
     def _check_function(
@@ -103,6 +113,7 @@ class Checker:
         names: Names,
         findings: dict[str, list[Finding]],
         summary: FileSummary,
+        tensor_params: dict[str, frozenset[str]],
     ) -> None:
         decorators = {names.resolve(_decorator_callee(d)) for d in node.decorator_list}
         if decorators & _COMPILE_DECORATORS:
@@ -110,7 +121,10 @@ class Checker:
         info.disabled = names.is_disabled(node)
         # Entry points get tensor-typed parameters: `forward` and torch.compile targets.
         is_forward = cls is not None and node.name == "forward" or ("name", info.qualname) in summary.compile_roots
-        typer = Typer(names, cls, parameter_kinds(node, is_forward))
+        info.params, info.open_params = open_parameters(node)
+        kinds = parameter_kinds(node, is_forward)
+        kinds.update(dict.fromkeys(tensor_params.get(info.qualname, ()), Kind.TENSOR))
+        typer = Typer(names, cls, kinds)
         ctx = Context(names, typer, info, node, cls, is_forward)
         walker = _Walker(self.handlers, ctx)
         walker.body(node.body)
@@ -267,26 +281,34 @@ class _Walker:
                 self.expr(child.value)
 
     def _record_call(self, node: ast.Call) -> None:
-        """Call-graph edges: self.method(...), super().method(...), imported_or_local_function(...),
-        and self.submodule.method(...) as `SubmoduleClass.method`."""
-        func = node.func
-        calls = self.ctx.function.calls
+        """Call-graph edges, with the positions and names of the tensor arguments of each site."""
+        edge = self._call_edge(node.func)
+        if edge is None:
+            return
+        self.ctx.function.calls.add(edge)
+        tensors: set[int | str] = {i for i, a in enumerate(node.args) if self.typer.kind(a).is_tensor}
+        tensors |= {k.arg for k in node.keywords if k.arg and self.typer.kind(k.value).is_tensor}
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            tensors = set()  # *args / **kwargs: positions unknown
+        self.ctx.function.tensor_args.setdefault(edge, []).append(frozenset(tensors))
+
+    def _call_edge(self, func: ast.expr) -> tuple[str, str] | None:
+        """self.method(...), super().method(...), imported_or_local_function(...), and
+        self.submodule.method(...) as `SubmoduleClass.method`."""
         if isinstance(func, ast.Attribute):
             if self.typer.self_attr(func) is not None:
-                calls.add(("self", func.attr))
-                return
+                return ("self", func.attr)
             owner = self.typer.self_attr(func.value)
             cls = self.ctx.cls
             if owner is not None and cls is not None and owner in cls.attr_ctors:
-                calls.add(("name", f"{cls.attr_ctors[owner]}.{func.attr}"))
-                return
+                return ("name", f"{cls.attr_ctors[owner]}.{func.attr}")
             value = func.value
             if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super":
-                calls.add(("super", func.attr))
-                return
+                return ("super", func.attr)
         qualname = self.typer.qualname(func)
         if qualname and not qualname.startswith(("builtins.", "torch.", "math.")):
-            calls.add(("name", qualname))
+            return ("name", qualname)
+        return None
 
 
 def _resumable_context(expr: ast.expr, typer: Typer) -> bool:

@@ -113,7 +113,7 @@ def _lint(paths: list[Path], overrides: dict, fmt: str, statistics: bool, no_cac
     with _progress(len(files)) as advance:
         results, _ = engine.analyze_files(files, cache, jobs, advance)
     context = engine.with_context(results, cache, jobs)
-    diagnostics = engine.resolve(results, settings.is_selected, context)
+    diagnostics = engine.resolve(results, settings.is_selected, context, cache)
     color = fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     rules = engine.rule_infos() if fmt == "sarif" else None
     sys.stdout.write(render(diagnostics, fmt, rules=rules, statistics=statistics, color=color))

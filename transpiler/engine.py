@@ -69,8 +69,14 @@ def _get_checker():
     return _checker
 
 
-def analyze_source(path: str, data: bytes, module: str, is_package: bool) -> FileResult:
-    """Everything about one file that does not depend on other files."""
+def analyze_source(
+    path: str, data: bytes, module: str, is_package: bool, tensor_params: dict[str, frozenset[str]] | None = None
+) -> FileResult:
+    """Everything about one file that does not depend on other files.
+
+    `tensor_params` (from the project's call sites) types parameters of the named
+    functions as tensors; without it, unannotated parameters of helpers are unknown.
+    """
     result = FileResult(path, module, data.count(b"\n") + (not data.endswith(b"\n") and bool(data)))
     load_rules()
     try:
@@ -79,7 +85,7 @@ def analyze_source(path: str, data: bytes, module: str, is_package: bool) -> Fil
         rule = REGISTRY[err.code]
         result.error = Diagnostic(path, err.line, err.col, err.line, err.col, err.code, rule.name, err.message)
         return result
-    summary, findings = _get_checker().check(source.tree, module, is_package, source.text)
+    summary, findings = _get_checker().check(source.tree, module, is_package, source.text, tensor_params)
     result.summary = summary
     result.findings = {
         qualname: [
@@ -277,17 +283,23 @@ def _module_files(qualname: str, roots: set[Path]) -> list[Path]:
 
 
 def resolve(
-    results: list[FileResult], is_selected: Callable[[str], bool], context: list[FileResult] = ()
+    results: list[FileResult],
+    is_selected: Callable[[str], bool],
+    context: list[FileResult] = (),
+    cache: Cache | None = None,
 ) -> list[Diagnostic]:
     """Keep findings of compiled functions, apply selection and `# noqa`, report unused noqa.
 
     `context` files take part in the project analysis but are not reported on.
     """
     load_rules()
-    summaries = [r.summary for r in [*results, *context] if r.summary is not None]
+    everything = [*results, *context]
+    summaries = [r.summary for r in everything if r.summary is not None]
     project = Project.from_summaries(summaries)
     roots = {root for s in summaries for root in s.compile_roots}
     compiled = project.compiled_functions(roots)
+    if _propagate_tensor_arguments(project, roots, compiled, everything, cache):
+        compiled = project.compiled_functions(roots)
     diagnostics: list[Diagnostic] = []
     for result in results:
         if result.error is not None:
@@ -302,6 +314,76 @@ def resolve(
                         found.setdefault((f.line, f.col, f.code), f)
         diagnostics.extend(_suppress(result, sorted(found.values(), key=lambda f: (f.line, f.col, f.code)), is_selected))
     return sorted(diagnostics)
+
+
+_PROPAGATION_ROUNDS = 4  # forward -> helper -> helper -> helper
+
+
+def _propagate_tensor_arguments(
+    project: Project,
+    roots: set[tuple[str, str]],
+    compiled: dict[str, str],
+    results: list[FileResult],
+    cache: Cache | None,
+) -> bool:
+    """Re-check helpers whose untyped parameters receive tensors at every compiled call site.
+
+    `def attend(q, k, mask)` called from a `forward` with tensors is checked with
+    tensor parameters; its own calls then pass tensors on, round after round.
+    Results are replaced in place; True when any was.
+    """
+    owner: dict[str, FileResult] = {}
+    for result in results:
+        if result.summary is not None:
+            owner.update(dict.fromkeys(result.summary.functions, result))
+            for cls in result.summary.classes.values():
+                owner.update(dict.fromkeys((m.qualname for m in cls.methods.values()), result))
+    applied: dict[str, frozenset[str]] = {}
+    changed = False
+    for _ in range(_PROPAGATION_ROUNDS):
+        found = project.tensor_parameters(compiled)
+        grown = {q: p for q, p in found.items() if q in owner and not p <= applied.get(q, frozenset())}
+        if not grown:
+            break
+        for qualname, params in grown.items():
+            applied[qualname] = applied.get(qualname, frozenset()) | params
+        for result in {id(owner[q]): owner[q] for q in grown}.values():
+            wanted = {q: p for q, p in applied.items() if owner[q] is result}
+            fresh = _recheck(result, wanted, cache)
+            if fresh is None or fresh.summary is None:
+                continue
+            result.findings, changed = fresh.findings, True
+            for qualname in wanted:
+                old, new = project.lookup(qualname), _function(fresh.summary, qualname)
+                if old is not None and new is not None:
+                    old.tensor_args = new.tensor_args  # its own calls now pass tensors on
+        compiled = project.compiled_functions(roots)
+    return changed
+
+
+def _function(summary: FileSummary, qualname: str):
+    if qualname in summary.functions:
+        return summary.functions[qualname]
+    head, _, name = qualname.rpartition(".")
+    cls = summary.classes.get(head)
+    return cls.methods.get(name) if cls else None
+
+
+def _recheck(result: FileResult, tensor_params: dict[str, frozenset[str]], cache: Cache | None) -> FileResult | None:
+    """`result`'s file analysed again with `tensor_params`, through the cache."""
+    data, error = _read(Path(result.path))
+    if data is None:
+        return None
+    is_package = result.path.endswith("__init__.py")
+    signature = repr(sorted((q, sorted(p)) for q, p in tensor_params.items()))
+    key = hashlib.sha256(f"{Cache.key(data, result.module, is_package)}\0{signature}".encode()).hexdigest()
+    fresh = cache.get(key) if cache else None
+    if fresh is None:
+        fresh = analyze_source(result.path, data, result.module, is_package, tensor_params)
+        if cache:
+            cache.put(key, fresh)
+    fresh.path = result.path
+    return fresh
 
 
 def _suppress(result: FileResult, findings: list[Finding], is_selected: Callable[[str], bool]) -> list[Diagnostic]:

@@ -19,6 +19,9 @@ class Project:
     functions: dict[str, FunctionInfo]
     reexports: dict[str, str]
     _mro: dict[str, list[str]] = field(default_factory=dict)
+    # Filled by compiled_functions: for each compiled function, its compiled call sites
+    # (positions and keyword names of the tensor arguments at each).
+    incoming: dict[str, list[frozenset[int | str]]] = field(default_factory=dict)
 
     @classmethod
     def from_summaries(cls, summaries: list[FileSummary]) -> "Project":
@@ -100,9 +103,17 @@ class Project:
         seen: set[tuple[str, str | None]] = set()
         queue: deque[tuple[FunctionInfo, str | None]] = deque()
 
-        def enqueue(info: FunctionInfo | None, receiver: str | None, reason: str) -> None:
+        self.incoming = {}
+
+        def enqueue(
+            info: FunctionInfo | None, receiver: str | None, reason: str, sites: list[frozenset[int | str]] = ()
+        ) -> None:
             # Dynamo does not trace into torch.compiler.disable'd functions (it breaks at the call).
-            if info is None or info.disabled or (info.qualname, receiver) in seen:
+            if info is None or info.disabled:
+                return
+            if sites:
+                self.incoming.setdefault(info.qualname, []).extend(sites)
+            if (info.qualname, receiver) in seen:
                 return
             seen.add((info.qualname, receiver))
             reasons.setdefault(info.qualname, reason)
@@ -117,9 +128,11 @@ class Project:
             info, receiver = queue.popleft()
             reason = f"called from {info.qualname}"
             for kind, target in sorted(info.calls):
+                sites = info.tensor_args.get((kind, target), [])
                 if kind in ("self", "super") and info.class_qualname:
                     after = info.class_qualname if kind == "super" else None
-                    enqueue(self.find_method(receiver or info.class_qualname, target, after), receiver, reason)
+                    callee = self.find_method(receiver or info.class_qualname, target, after)
+                    enqueue(callee, receiver, reason, sites)
                 elif kind == "name":
                     callee = self.lookup(target)
                     owner = callee.class_qualname if callee else None
@@ -127,8 +140,23 @@ class Project:
                         cls = self.classes.get(self.canonical(target))
                         if cls is not None and cls.qualname not in modules:
                             callee, owner = cls.methods.get("__init__"), cls.qualname  # objects built in forward
-                    enqueue(callee, owner, reason)
+                    enqueue(callee, owner, reason, sites)
         return reasons
+
+    def tensor_parameters(self, compiled: dict[str, str]) -> dict[str, frozenset[str]]:
+        """Open parameters that every compiled call site passes a tensor to, per function."""
+        found = {}
+        for qualname, sites in self.incoming.items():
+            info = self.lookup(qualname)
+            if info is None or qualname not in compiled or not info.open_params:
+                continue
+            positions = {name: index for index, name in enumerate(info.params)}
+            tensors = frozenset(
+                p for p in info.open_params if all(p in site or positions.get(p) in site for site in sites)
+            )
+            if tensors:
+                found[qualname] = tensors
+        return found
 
     def lookup(self, qualname: str) -> FunctionInfo | None:
         """A function or a `Class.method` by qualified name."""

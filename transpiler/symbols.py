@@ -58,6 +58,13 @@ class FunctionInfo:
     # ("name", qualname) for a call of an imported or module-level function.
     calls: set[tuple[str, str]] = field(default_factory=set)
     disabled: bool = False  # decorated with torch.compiler.disable / torch._dynamo.disable
+    # Positional parameter names (without `self`), and those whose kind nothing declares:
+    # unannotated, without a default. Their kinds can come from the call sites instead.
+    params: tuple[str, ...] = ()
+    open_params: frozenset[str] = frozenset()
+    # For each call edge, one entry per call site: the positions and keyword names of
+    # the arguments that are tensors there.
+    tensor_args: dict[tuple[str, str], list[frozenset[int | str]]] = field(default_factory=dict)
 
 
 @dataclass

@@ -91,6 +91,18 @@ _NON_TENSOR_NAME = re.compile(
 )
 
 
+def open_parameters(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, ...], frozenset[str]]:
+    """Positional parameter names without `self`, and those with no annotation and no default."""
+    args = func.args
+    positional = args.posonlyargs + args.args
+    if positional and _is_method_self(func, positional[0].arg):
+        positional = positional[1:]
+    first_default = len(positional) - len(args.defaults)
+    open_names = {a.arg for i, a in enumerate(positional) if a.annotation is None and i < first_default}
+    open_names |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if a.annotation is None and d is None}
+    return tuple(a.arg for a in positional), frozenset(open_names)
+
+
 def parameter_kinds(func: ast.FunctionDef | ast.AsyncFunctionDef, is_forward: bool) -> dict[str, Kind]:
     """Kinds of a function's parameters from annotations and defaults.
 
