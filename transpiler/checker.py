@@ -81,9 +81,12 @@ class Checker:
         text: str,
         tensor_params: dict[str, frozenset[str]] | None = None,
     ) -> tuple[FileSummary, dict[str, list[Finding]]]:
-        """Summary and findings of one file. `tensor_params` gives, per function qualified
-        name, parameters known to be tensors from the function's compiled call sites."""
-        tensor_params = tensor_params or {}
+        """Summary and findings of one file.
+
+        With `tensor_params` (per function qualified name, parameters known to be
+        tensors from the function's compiled call sites) only those functions are
+        checked again; the summary then describes just them.
+        """
         names = Names(tree, module, is_package)
         summary = FileSummary(module, aliases=dict(names.aliases))
         findings: dict[str, list[Finding]] = {}
@@ -92,8 +95,9 @@ class Checker:
         for node in module_level(tree):  # also definitions under `try:`/`if` (optional imports)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 info = FunctionInfo(f"{module}.{node.name}", node.name, node.lineno)
-                summary.functions[info.qualname] = info
-                self._check_function(node, info, None, names, findings, summary, tensor_params)
+                if tensor_params is None or info.qualname in tensor_params:
+                    summary.functions[info.qualname] = info
+                    self._check_function(node, info, None, names, findings, summary, tensor_params or {})
             elif isinstance(node, ast.ClassDef):
                 cls = _class_info(node, module, names)
                 _inherit_local(cls, summary)
@@ -101,8 +105,9 @@ class Checker:
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         info = FunctionInfo(f"{cls.qualname}.{item.name}", item.name, item.lineno, cls.qualname)
-                        cls.methods[item.name] = info
-                        self._check_function(item, info, cls, names, findings, summary, tensor_params)
+                        if tensor_params is None or info.qualname in tensor_params:
+                            cls.methods[item.name] = info
+                            self._check_function(item, info, cls, names, findings, summary, tensor_params or {})
         return summary, findings
 
     def _check_function(

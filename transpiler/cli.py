@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from transpiler.config import ConfigError, load_settings
+from transpiler.config import ConfigError, load_settings, settings_fingerprint
 from transpiler.discovery import DiscoveryError, discover
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -111,9 +111,7 @@ def _lint(paths: list[Path], overrides: dict, fmt: str, statistics: bool, no_cac
     cache_dir = Path(settings.root, settings.cache_dir) if settings.cache_dir else engine.default_cache_dir()
     cache = None if no_cache else engine.Cache(cache_dir)
     with _progress(len(files)) as advance:
-        results, _ = engine.analyze_files(files, cache, jobs, advance)
-    context = engine.with_context(results, cache, jobs)
-    diagnostics = engine.resolve(results, settings.is_selected, context, cache)
+        diagnostics = engine.lint(files, settings.is_selected, settings_fingerprint(settings), cache, jobs, advance)
     color = fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     rules = engine.rule_infos() if fmt == "sarif" else None
     sys.stdout.write(render(diagnostics, fmt, rules=rules, statistics=statistics, color=color))

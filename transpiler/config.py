@@ -97,13 +97,16 @@ class Settings:
         Walking checks each entry once (pruning excluded directories), so the
         ancestors, which include the directory the user named, are not re-checked.
         """
-        candidates = {path.name}
-        try:
-            candidates.add(Path(os.path.abspath(path)).relative_to(os.path.abspath(self.root)).as_posix())
-        except ValueError:
-            pass
         patterns = [p.rstrip("/") for p in self.exclude + self.extend_exclude]
-        return any(fnmatchcase(c, p) for c in candidates for p in patterns)
+        if any(fnmatchcase(path.name, p) for p in patterns):
+            return True
+        if not any("/" in p for p in patterns):
+            return False  # name patterns only: no need for the relative path (a hot loop)
+        try:
+            relative = Path(os.path.abspath(path)).relative_to(os.path.abspath(self.root)).as_posix()
+        except ValueError:
+            return False
+        return any(fnmatchcase(relative, p) for p in patterns)
 
 
 def _longest_match(code: str, selectors: tuple[str, ...]) -> int | None:

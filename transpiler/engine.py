@@ -142,14 +142,14 @@ class Cache:
     def key(data: bytes, module: str, is_package: bool) -> str:
         return hashlib.sha256(data + f"\0{module}\0{is_package}".encode()).hexdigest()
 
-    def get(self, key: str) -> FileResult | None:
+    def get(self, key: str):
         try:
             with open(self.directory / key[:2] / key, "rb") as handle:
                 return pickle.load(handle)
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
             return None
 
-    def put(self, key: str, result: FileResult) -> None:
+    def put(self, key: str, result: object) -> None:
         folder = self.directory / key[:2]
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -173,18 +173,66 @@ def _read(path: Path) -> tuple[bytes | None, Diagnostic | None]:
         return None, Diagnostic(str(path), 1, 1, 1, 1, "TP902", REGISTRY["TP902"].name, message)
 
 
+@dataclass
+class RunResult:
+    """What a whole run produced, and the context files it depended on (path, content hash)."""
+
+    diagnostics: list[Diagnostic]
+    context: list[tuple[str, str]]
+
+
+def lint(
+    files: list[Path],
+    is_selected: Callable[[str], bool],
+    selection: str,
+    cache: Cache | None,
+    jobs: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[Diagnostic]:
+    """The whole pipeline over `files`. `selection` fingerprints the settings that
+    `is_selected` applies; with a cache, an unchanged run is answered in one read."""
+    load_rules()
+    contents = [_read(path) for path in files]
+    run_key = None
+    if cache is not None:
+        digest = hashlib.sha256(selection.encode())
+        for path, (data, _) in zip(files, contents):
+            file_key = Cache.key(data, module_name(path), path.name == "__init__.py") if data is not None else "-"
+            digest.update(f"\0{path}\0{file_key}".encode())
+        run_key = digest.hexdigest()
+        previous = cache.get(run_key)
+        if isinstance(previous, RunResult) and all(_digest(Path(p)) == h for p, h in previous.context):
+            if progress:
+                progress(len(files))
+            return previous.diagnostics
+    results, _ = analyze_files(files, cache, jobs, progress, contents)
+    context = with_context(results, cache, jobs)
+    diagnostics = resolve(results, is_selected, context, cache)
+    if cache is not None and run_key is not None:
+        cache.put(run_key, RunResult(diagnostics, [(c.path, _digest(Path(c.path))) for c in context]))
+    return diagnostics
+
+
+def _digest(path: Path) -> str | None:
+    data, _ = _read(path)
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
 def analyze_files(
     files: list[Path],
     cache: Cache | None,
     jobs: int | None = None,
     progress: Callable[[int], None] | None = None,
+    contents: list[tuple[bytes | None, Diagnostic | None]] | None = None,
 ) -> tuple[list[FileResult], int]:
+    """Per-file results (from the cache or computed, in parallel for large inputs) and the hit count.
+    `contents` are the files' bytes (or read errors) when the caller has read them already."""
     load_rules()
     results: dict[int, FileResult] = {}
     todo: list[tuple[int, tuple[str, bytes, str, bool], str | None]] = []
     hits = 0
     for index, path in enumerate(files):
-        data, error = _read(path)
+        data, error = contents[index] if contents is not None else _read(path)
         if data is None:
             results[index] = FileResult(str(path), "", 0, error=error)
             continue
@@ -241,9 +289,10 @@ def with_context(results: list[FileResult], cache: Cache | None, jobs: int | Non
         project = Project.from_summaries([r.summary for r in results + context if r.summary is not None])
         wanted = set()
         modules = project.module_classes()
-        for cls in project.classes.values():
-            if cls.qualname in modules:
-                continue  # already known to be a module: its other bases do not matter
+        # Only classes with a `forward` (and their bases) can make compiled code.
+        unresolved = [c.qualname for c in project.classes.values() if "forward" in c.methods and c.qualname not in modules]
+        for qualname in {q for c in unresolved for q in project.mro(c)}:
+            cls = project.classes[qualname]
             for base in cls.bases:
                 qualname = project.canonical(base)
                 if qualname not in project.classes and not is_library_module_class(qualname):
@@ -298,8 +347,7 @@ def resolve(
     project = Project.from_summaries(summaries)
     roots = {root for s in summaries for root in s.compile_roots}
     compiled = project.compiled_functions(roots)
-    if _propagate_tensor_arguments(project, roots, compiled, everything, cache):
-        compiled = project.compiled_functions(roots)
+    _propagate_tensor_arguments(project, compiled, everything, cache)
     diagnostics: list[Diagnostic] = []
     for result in results:
         if result.error is not None:
@@ -320,17 +368,14 @@ _PROPAGATION_ROUNDS = 4  # forward -> helper -> helper -> helper
 
 
 def _propagate_tensor_arguments(
-    project: Project,
-    roots: set[tuple[str, str]],
-    compiled: dict[str, str],
-    results: list[FileResult],
-    cache: Cache | None,
-) -> bool:
+    project: Project, compiled: dict[str, str], results: list[FileResult], cache: Cache | None
+) -> None:
     """Re-check helpers whose untyped parameters receive tensors at every compiled call site.
 
     `def attend(q, k, mask)` called from a `forward` with tensors is checked with
     tensor parameters; its own calls then pass tensors on, round after round.
-    Results are replaced in place; True when any was.
+    The findings of re-checked files are replaced in place; the call graph itself
+    does not change (only argument kinds do).
     """
     owner: dict[str, FileResult] = {}
     for result in results:
@@ -339,7 +384,6 @@ def _propagate_tensor_arguments(
             for cls in result.summary.classes.values():
                 owner.update(dict.fromkeys((m.qualname for m in cls.methods.values()), result))
     applied: dict[str, frozenset[str]] = {}
-    changed = False
     for _ in range(_PROPAGATION_ROUNDS):
         found = project.tensor_parameters(compiled)
         grown = {q: p for q, p in found.items() if q in owner and not p <= applied.get(q, frozenset())}
@@ -352,13 +396,13 @@ def _propagate_tensor_arguments(
             fresh = _recheck(result, wanted, cache)
             if fresh is None or fresh.summary is None:
                 continue
-            result.findings, changed = fresh.findings, True
+            for qualname in wanted:
+                result.findings.pop(qualname, None)
+            result.findings.update(fresh.findings)
             for qualname in wanted:
                 old, new = project.lookup(qualname), _function(fresh.summary, qualname)
                 if old is not None and new is not None:
                     old.tensor_args = new.tensor_args  # its own calls now pass tensors on
-        compiled = project.compiled_functions(roots)
-    return changed
 
 
 def _function(summary: FileSummary, qualname: str):
@@ -370,7 +414,8 @@ def _function(summary: FileSummary, qualname: str):
 
 
 def _recheck(result: FileResult, tensor_params: dict[str, frozenset[str]], cache: Cache | None) -> FileResult | None:
-    """`result`'s file analysed again with `tensor_params`, through the cache."""
+    """The functions named in `tensor_params` checked again with those parameters as tensors,
+    through the cache (the result holds only those functions)."""
     data, error = _read(Path(result.path))
     if data is None:
         return None

@@ -19,9 +19,9 @@ class Project:
     functions: dict[str, FunctionInfo]
     reexports: dict[str, str]
     _mro: dict[str, list[str]] = field(default_factory=dict)
-    # Filled by compiled_functions: for each compiled function, its compiled call sites
-    # (positions and keyword names of the tensor arguments at each).
-    incoming: dict[str, list[frozenset[int | str]]] = field(default_factory=dict)
+    # Resolved call edges among compiled functions: (caller, edge, callee qualified name).
+    edges: list[tuple[FunctionInfo, tuple[str, str], str]] = field(default_factory=list)
+    _modules: set[str] | None = None
 
     @classmethod
     def from_summaries(cls, summaries: list[FileSummary]) -> "Project":
@@ -51,6 +51,11 @@ class Project:
         return qualname
 
     def module_classes(self) -> set[str]:
+        if self._modules is None:
+            self._modules = self._module_classes()
+        return self._modules
+
+    def _module_classes(self) -> set[str]:
         memo: dict[str, bool] = {}
 
         def is_module(qualname: str, depth: int = 0) -> bool:
@@ -103,16 +108,16 @@ class Project:
         seen: set[tuple[str, str | None]] = set()
         queue: deque[tuple[FunctionInfo, str | None]] = deque()
 
-        self.incoming = {}
+        self.edges = []
 
         def enqueue(
-            info: FunctionInfo | None, receiver: str | None, reason: str, sites: list[frozenset[int | str]] = ()
+            info: FunctionInfo | None, receiver: str | None, reason: str, edge: tuple | None = None
         ) -> None:
             # Dynamo does not trace into torch.compiler.disable'd functions (it breaks at the call).
             if info is None or info.disabled:
                 return
-            if sites:
-                self.incoming.setdefault(info.qualname, []).extend(sites)
+            if edge is not None:
+                self.edges.append((edge[0], edge[1], info.qualname))
             if (info.qualname, receiver) in seen:
                 return
             seen.add((info.qualname, receiver))
@@ -128,11 +133,11 @@ class Project:
             info, receiver = queue.popleft()
             reason = f"called from {info.qualname}"
             for kind, target in sorted(info.calls):
-                sites = info.tensor_args.get((kind, target), [])
+                edge = (info, (kind, target))
                 if kind in ("self", "super") and info.class_qualname:
                     after = info.class_qualname if kind == "super" else None
                     callee = self.find_method(receiver or info.class_qualname, target, after)
-                    enqueue(callee, receiver, reason, sites)
+                    enqueue(callee, receiver, reason, edge)
                 elif kind == "name":
                     callee = self.lookup(target)
                     owner = callee.class_qualname if callee else None
@@ -140,13 +145,21 @@ class Project:
                         cls = self.classes.get(self.canonical(target))
                         if cls is not None and cls.qualname not in modules:
                             callee, owner = cls.methods.get("__init__"), cls.qualname  # objects built in forward
-                    enqueue(callee, owner, reason, sites)
+                    enqueue(callee, owner, reason, edge)
         return reasons
 
     def tensor_parameters(self, compiled: dict[str, str]) -> dict[str, frozenset[str]]:
-        """Open parameters that every compiled call site passes a tensor to, per function."""
+        """Open parameters that every compiled call site passes a tensor to, per function.
+
+        Reads the call edges of the last `compiled_functions`, with the callers'
+        current `tensor_args` (they change when a caller is re-checked).
+        """
+        incoming: dict[str, list[frozenset[int | str]]] = {}
+        unique = {(caller.qualname, edge, callee): caller for caller, edge, callee in self.edges}
+        for (_, edge, callee), caller in unique.items():  # once per site, whatever the receivers
+            incoming.setdefault(callee, []).extend(caller.tensor_args.get(edge, ()))
         found = {}
-        for qualname, sites in self.incoming.items():
+        for qualname, sites in incoming.items():
             info = self.lookup(qualname)
             if info is None or qualname not in compiled or not info.open_params:
                 continue
