@@ -161,7 +161,7 @@ class Cache:
             pass  # a read-only or full cache directory must not fail the lint
 
 
-def _task(item: tuple[str, bytes, str, bool]) -> FileResult:
+def _task(item: tuple) -> FileResult:
     return analyze_source(*item)
 
 
@@ -207,7 +207,7 @@ def lint(
             return previous.diagnostics
     results, _ = analyze_files(files, cache, jobs, progress, contents)
     context = with_context(results, cache, jobs)
-    diagnostics = resolve(results, is_selected, context, cache)
+    diagnostics = resolve(results, is_selected, context, cache, jobs)
     if cache is not None and run_key is not None:
         cache.put(run_key, RunResult(diagnostics, [(c.path, _digest(Path(c.path))) for c in context]))
     return diagnostics
@@ -249,21 +249,23 @@ def analyze_files(
                 progress(1)
         else:
             todo.append((index, (str(path), data, module, is_package), key))
-    total_bytes = sum(len(item[1][1]) for item in todo)
-    workers = jobs if jobs is not None else (os.cpu_count() or 1)
-    items = [item for _, item, _ in todo]
-    if workers > 1 and total_bytes >= _PARALLEL_MIN_BYTES and len(todo) > 1:
-        _get_checker()  # build once before forking, so workers inherit it
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            computed: Iterable[FileResult] = pool.map(_task, items, chunksize=_CHUNK)
-            computed = list(_tick(computed, progress))
-    else:
-        computed = list(_tick(map(_task, items), progress))
+    computed = _compute([item for _, item, _ in todo], jobs, progress)
     for (index, _, key), result in zip(todo, computed):
         results[index] = result
         if cache and key:
             cache.put(key, result)
     return [results[i] for i in range(len(files))], hits
+
+
+def _compute(items: list[tuple], jobs: int | None, progress: Callable[[int], None] | None = None) -> list[FileResult]:
+    """`analyze_source(*item)` for each item, in worker processes when there is enough to do."""
+    total_bytes = sum(len(item[1]) for item in items)
+    workers = jobs if jobs is not None else (os.cpu_count() or 1)
+    if workers > 1 and total_bytes >= _PARALLEL_MIN_BYTES and len(items) > 1:
+        _get_checker()  # build once before forking, so workers inherit it
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            return list(_tick(pool.map(_task, items, chunksize=_CHUNK), progress))
+    return list(_tick(map(_task, items), progress))
 
 
 def _tick(results: Iterable[FileResult], progress: Callable[[int], None] | None) -> Iterable[FileResult]:
@@ -336,6 +338,7 @@ def resolve(
     is_selected: Callable[[str], bool],
     context: list[FileResult] = (),
     cache: Cache | None = None,
+    jobs: int | None = None,
 ) -> list[Diagnostic]:
     """Keep findings of compiled functions, apply selection and `# noqa`, report unused noqa.
 
@@ -347,7 +350,7 @@ def resolve(
     project = Project.from_summaries(summaries)
     roots = {root for s in summaries for root in s.compile_roots}
     compiled = project.compiled_functions(roots)
-    _propagate_tensor_arguments(project, compiled, everything, cache)
+    _propagate_tensor_arguments(project, compiled, everything, cache, jobs)
     diagnostics: list[Diagnostic] = []
     for result in results:
         if result.error is not None:
@@ -368,7 +371,7 @@ _PROPAGATION_ROUNDS = 4  # forward -> helper -> helper -> helper
 
 
 def _propagate_tensor_arguments(
-    project: Project, compiled: dict[str, str], results: list[FileResult], cache: Cache | None
+    project: Project, compiled: dict[str, str], results: list[FileResult], cache: Cache | None, jobs: int | None
 ) -> None:
     """Re-check helpers whose untyped parameters receive tensors at every compiled call site.
 
@@ -391,9 +394,9 @@ def _propagate_tensor_arguments(
             break
         for qualname, params in grown.items():
             applied[qualname] = applied.get(qualname, frozenset()) | params
-        for result in {id(owner[q]): owner[q] for q in grown}.values():
-            wanted = {q: p for q, p in applied.items() if owner[q] is result}
-            fresh = _recheck(result, wanted, cache)
+        files = list({id(owner[q]): owner[q] for q in grown}.values())
+        requests = [(result, {q: p for q, p in applied.items() if owner[q] is result}) for result in files]
+        for (result, wanted), fresh in zip(requests, _recheck(requests, cache, jobs)):
             if fresh is None or fresh.summary is None:
                 continue
             for qualname in wanted:
@@ -413,22 +416,31 @@ def _function(summary: FileSummary, qualname: str):
     return cls.methods.get(name) if cls else None
 
 
-def _recheck(result: FileResult, tensor_params: dict[str, frozenset[str]], cache: Cache | None) -> FileResult | None:
-    """The functions named in `tensor_params` checked again with those parameters as tensors,
-    through the cache (the result holds only those functions)."""
-    data, error = _read(Path(result.path))
-    if data is None:
-        return None
-    is_package = result.path.endswith("__init__.py")
-    signature = repr(sorted((q, sorted(p)) for q, p in tensor_params.items()))
-    key = hashlib.sha256(f"{Cache.key(data, result.module, is_package)}\0{signature}".encode()).hexdigest()
-    fresh = cache.get(key) if cache else None
-    if fresh is None:
-        fresh = analyze_source(result.path, data, result.module, is_package, tensor_params)
+def _recheck(
+    requests: list[tuple[FileResult, dict[str, frozenset[str]]]], cache: Cache | None, jobs: int | None
+) -> list[FileResult | None]:
+    """For each (file, tensor_params): the named functions checked again with those parameters
+    as tensors (a result holding only them), through the cache and the worker pool."""
+    answers: list[FileResult | None] = [None] * len(requests)
+    missing: list[tuple[int, tuple, str]] = []
+    for index, (result, tensor_params) in enumerate(requests):
+        data, _ = _read(Path(result.path))
+        if data is None:
+            continue
+        is_package = result.path.endswith("__init__.py")
+        signature = repr(sorted((q, sorted(p)) for q, p in tensor_params.items()))
+        key = hashlib.sha256(f"{Cache.key(data, result.module, is_package)}\0{signature}".encode()).hexdigest()
+        answers[index] = cache.get(key) if cache else None
+        if answers[index] is None:
+            missing.append((index, (result.path, data, result.module, is_package, tensor_params), key))
+    for (index, _, key), fresh in zip(missing, _compute([item for _, item, _ in missing], jobs)):
+        answers[index] = fresh
         if cache:
             cache.put(key, fresh)
-    fresh.path = result.path
-    return fresh
+    for (result, _), fresh in zip(requests, answers):
+        if fresh is not None:
+            fresh.path = result.path
+    return answers
 
 
 def _suppress(result: FileResult, findings: list[Finding], is_selected: Callable[[str], bool]) -> list[Diagnostic]:
