@@ -3,8 +3,7 @@
 `transpiler.engine.analyze_source` (one file) + `transpiler.engine.resolve` (the
 project: module classes, call graph, selection) and `transpiler.project.Project`.
 Sources are given as {module name: text}; a module named `pkg.__init__` is the
-package `pkg` itself. Tests marked xfail(strict=True) pin known bugs: they start
-failing (XPASS) once the bug is fixed, and the mark should then be removed.
+package `pkg` itself.
 """
 
 from __future__ import annotations
@@ -595,8 +594,7 @@ def test_print_in_the_compiled_branch_is_flagged():
     assert codes(text) == [(line_of(text, "print("), "TP101")]
 
 
-# -- bugs found while building the fixtures: fixed ones stay as regression tests, open ones
-# -- are xfail(strict=True) so that fixing them shows ------------------------------------
+# -- bugs found while building the fixtures, kept as regression tests ----------------------
 
 
 def test_eager_only_check_behind_is_compiling_is_not_flagged():
@@ -709,11 +707,6 @@ def test_method_of_a_submodule_is_compiled():
     assert "m.Rotary.rotate" in compiled({"m": text})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Typer._kind_Call treats self.a.b(...) as a method of a submodule (unknown), even when "
-    "`b` is itself a submodule whose call returns a tensor",
-)
 def test_nested_submodule_call_output_is_a_tensor():
     text = """
     import torch
@@ -768,11 +761,6 @@ def test_fallback_class_defined_under_try_except():
     assert codes(text) == [(line_of(text, "print("), "TP101")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Typer.bind gives names unpacked from a generator, map() or list comprehension the "
-    "unknown kind, although every element is a tensor",
-)
 def test_unpacking_a_generator_of_tensors():
     text = """
     import torch

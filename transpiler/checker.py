@@ -129,7 +129,7 @@ class Checker:
         info.params, info.open_params = open_parameters(node)
         kinds = parameter_kinds(node, is_forward)
         kinds.update(dict.fromkeys(tensor_params.get(info.qualname, ()), Kind.TENSOR))
-        typer = Typer(names, cls, kinds)
+        typer = Typer(names, cls, kinds, summary.classes)
         ctx = Context(names, typer, info, node, cls, is_forward)
         walker = _Walker(self.handlers, ctx)
         walker.body(node.body)
@@ -268,6 +268,7 @@ class _Walker:
             elements = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
             for element in elements:
                 self.expr(element)
+                self.typer.kind(element)  # typed while the loop variables are bound (unpacking reads it)
             self.typer.env.clear()
             self.typer.env.update(saved)
             return

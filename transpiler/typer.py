@@ -143,10 +143,13 @@ def _is_method_self(func: ast.FunctionDef | ast.AsyncFunctionDef, first: str) ->
 class Typer:
     """Kinds of expressions at one program point of one function."""
 
-    def __init__(self, names: Names, cls: ClassInfo | None, env: dict[str, Kind]) -> None:
+    def __init__(
+        self, names: Names, cls: ClassInfo | None, env: dict[str, Kind], classes: dict[str, ClassInfo] | None = None
+    ) -> None:
         self.names = names
         self.cls = cls
         self.env = env
+        self.classes = classes or {}  # classes defined earlier in the file, by qualified name
         self._memo: dict[int, Kind] = {}
         self._names: dict[int, str | None] = {}
 
@@ -293,11 +296,21 @@ class Typer:
             if receiver.may_be_tensor:
                 return self._method_kind(func.attr)
             if receiver is Kind.MODULE and self.self_attr(func) is None:
+                if self._submodule_class_attr(func) is Kind.MODULE:
+                    return Kind.TENSOR  # self.router.gate(x): a submodule of a submodule
                 return Kind.UNKNOWN  # a method of a submodule, e.g. self.cache.update(...)
         callee = self.kind(func)
         if callee is Kind.MODULE:
             return Kind.TENSOR  # calling a submodule; its outputs are treated as tensors
         return Kind.UNKNOWN
+
+    def _submodule_class_attr(self, node: ast.Attribute) -> Kind | None:
+        """Kind of `attr` in `self.sub.attr`, when `self.sub`'s class is defined in this file."""
+        owner = self.self_attr(node.value)
+        if owner is None or self.cls is None or owner not in self.cls.attr_ctors:
+            return None
+        sub = self.classes.get(self.cls.attr_ctors[owner])
+        return sub.attrs.get(node.attr) if sub is not None else None
 
     def _method_kind(self, method: str) -> Kind:
         if method in META_METHODS:
@@ -352,6 +365,10 @@ class Typer:
         if isinstance(target, ast.Name):
             self.env[target.id] = kind
         elif isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, (ast.GeneratorExp, ast.ListComp)):
+                # q, k, v = (t.transpose(1, 2) for t in (q, k, v)): every element has the kind
+                # of the comprehension's element (typed when the walker visited it).
+                kind = self.kind(value.elt)
             elements = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
             for index, element in enumerate(target.elts):
                 if elements is not None and len(elements) == len(target.elts):
@@ -390,7 +407,11 @@ class Typer:
             func = iterable.func
             if isinstance(func, ast.Attribute) and func.attr == "values" and self.kind(func.value) is Kind.MODULE:
                 return Kind.MODULE  # nn.ModuleDict.values()
-        kind = self.kind(iterable)
+        if isinstance(iterable, (ast.Tuple, ast.List)) and iterable.elts:
+            kinds = {self.kind(e) for e in iterable.elts}  # for t in (q, k, v)
+            kind = kinds.pop() if len(kinds) == 1 else Kind.UNKNOWN
+        else:
+            kind = self.kind(iterable)
         return kind if kind in (Kind.TENSOR, Kind.MODULE, Kind.SCALAR) else Kind.UNKNOWN
 
     def merge(self, *branches: dict[str, Kind]) -> None:
