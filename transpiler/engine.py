@@ -284,7 +284,7 @@ def with_context(results: list[FileResult], cache: Cache | None, jobs: int | Non
     files already read, round after round, and analysed as context: their own
     findings are not reported.
     """
-    known = {r.path for r in results}
+    known = {os.path.abspath(r.path) for r in results}
     roots = _source_roots(results)
     context: list[FileResult] = []
     for _ in range(16):  # each round follows one more step of inheritance or re-export
@@ -293,16 +293,15 @@ def with_context(results: list[FileResult], cache: Cache | None, jobs: int | Non
         modules = project.module_classes()
         # Only classes with a `forward` (and their bases) can make compiled code.
         unresolved = [c.qualname for c in project.classes.values() if "forward" in c.methods and c.qualname not in modules]
-        for qualname in {q for c in unresolved for q in project.mro(c)}:
-            cls = project.classes[qualname]
-            for base in cls.bases:
-                qualname = project.canonical(base)
-                if qualname not in project.classes and not is_library_module_class(qualname):
-                    wanted.update(_module_files(qualname, roots))
-        new = sorted(p for p in wanted if str(p) not in known)
+        for ancestor in {q for c in unresolved for q in project.mro(c)}:
+            for base in project.classes[ancestor].bases:
+                target = project.canonical(base)
+                if target not in project.classes and not is_library_module_class(target):
+                    wanted.update(_module_files(target, roots))
+        new = sorted(p for p in wanted if os.path.abspath(p) not in known)
         if not new:
             break
-        known.update(str(p) for p in new)
+        known.update(os.path.abspath(p) for p in new)
         context += analyze_files(new, cache, jobs)[0]
     return context
 
