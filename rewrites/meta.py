@@ -31,7 +31,8 @@ class UnusedNoqa(Rule):
 
 class SyntaxErrorInFile(Rule):
     """## What it does
-    Reports files that are not valid Python.
+    Reports files that are not valid Python, or nested too deeply for Python's
+    own parser or for the analysis.
 
     ## Why is this bad?
     The file cannot be analysed (or compiled); nothing else is reported for it.
@@ -42,7 +43,7 @@ class SyntaxErrorInFile(Rule):
 
     code = "TP901"
     name = "syntax-error"
-    summary = "file does not parse"
+    summary = "file does not parse or cannot be analysed"
     message = "syntax error"
     family = "meta"
 

@@ -793,6 +793,16 @@ def test_warm_cache_in_a_new_process(project):
     assert runs[2].out == runs[0].out and runs[3].out == runs[1].out
 
 
+def test_long_operator_chain_is_analysed_not_a_crash(project):
+    """A few hundred chained `+` are legal Python and nest that deep in the syntax tree."""
+    chain = " + ".join(["x"] * 900)
+    source = f"from torch import nn\n\n\nclass M(nn.Module):\n    def forward(self, x):\n        y = {chain}\n        print(y)\n        return y\n"
+    project.write("deep.py", source, dedent=False)
+    result = project.lint("deep.py")
+    assert result.code == 1, result.err
+    assert result.findings() == [("deep.py", 7, 9, "TP101")]
+
+
 def test_dangling_symlink_is_reported_not_a_crash(project):
     project.write("pkg/model.py", PRINT_MODEL)
     (project.root / "pkg" / "dangling.py").symlink_to(project.root / "nowhere.py")

@@ -69,6 +69,11 @@ def _get_checker():
     return _checker
 
 
+# The checker recurses along expressions; long operator chains (`a + b + ... `, a few
+# hundred terms) are legal Python and need more than the default 1,000 frames.
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
+
+
 def analyze_source(
     path: str, data: bytes, module: str, is_package: bool, tensor_params: dict[str, frozenset[str]] | None = None
 ) -> FileResult:
@@ -85,7 +90,12 @@ def analyze_source(
         rule = REGISTRY[err.code]
         result.error = Diagnostic(path, err.line, err.col, err.line, err.col, err.code, rule.name, err.message)
         return result
-    summary, findings = _get_checker().check(source.tree, module, is_package, source.text, tensor_params)
+    try:
+        summary, findings = _get_checker().check(source.tree, module, is_package, source.text, tensor_params)
+    except RecursionError:
+        message = "cannot analyse: expressions nested deeper than the analysis supports"
+        result.error = Diagnostic(path, 1, 1, 1, 1, "TP901", REGISTRY["TP901"].name, message)
+        return result
     result.summary = summary
     result.findings = {
         qualname: [
