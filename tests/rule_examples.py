@@ -30,5 +30,5 @@ def lint_snippet(source: str, module: str = "example") -> list[Diagnostic]:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"{module}.py"
         path.write_text(source, encoding="utf-8")
-        results, _ = engine.analyze_files([path], cache=None, jobs=1)
+        results = engine.analyze_files([path], cache=None, jobs=1)
         return [replace(d, path=f"{module}.py") for d in engine.resolve(results, lambda code: True)]

@@ -34,7 +34,6 @@ _CHUNK = 8
 class FileResult:
     path: str
     module: str
-    lines: int
     summary: FileSummary | None = None
     # Findings per function qualified name; columns already 1-based characters.
     findings: dict[str, list[Finding]] = field(default_factory=dict)
@@ -82,7 +81,7 @@ def analyze_source(
     `tensor_params` (from the project's call sites) types parameters of the named
     functions as tensors; without it, unannotated parameters of helpers are unknown.
     """
-    result = FileResult(path, module, data.count(b"\n") + (not data.endswith(b"\n") and bool(data)))
+    result = FileResult(path, module)
     load_rules()
     try:
         source = parse(data)
@@ -203,24 +202,28 @@ def lint(
     `is_selected` applies; with a cache, an unchanged run is answered in one read."""
     load_rules()
     contents = [_read(path) for path in files]
+    keys = [_file_key(path, data) if cache is not None and data is not None else None for path, (data, _) in zip(files, contents)]
     run_key = None
     if cache is not None:
         digest = hashlib.sha256(selection.encode())
-        for path, (data, _) in zip(files, contents):
-            file_key = Cache.key(data, module_name(path), path.name == "__init__.py") if data is not None else "-"
-            digest.update(f"\0{path}\0{file_key}".encode())
+        for path, key in zip(files, keys):
+            digest.update(f"\0{path}\0{key or '-'}".encode())
         run_key = digest.hexdigest()
         previous = cache.get(run_key)
         if isinstance(previous, RunResult) and all(_digest(Path(p)) == h for p, h in previous.context):
             if progress:
                 progress(len(files))
             return previous.diagnostics
-    results, _ = analyze_files(files, cache, jobs, progress, contents)
+    results = analyze_files(files, cache, jobs, progress, contents, keys)
     context = with_context(results, cache, jobs)
     diagnostics = resolve(results, is_selected, context, cache, jobs)
     if cache is not None and run_key is not None:
         cache.put(run_key, RunResult(diagnostics, [(c.path, _digest(Path(c.path))) for c in context]))
     return diagnostics
+
+
+def _file_key(path: Path, data: bytes) -> str:
+    return Cache.key(data, module_name(path), path.name == "__init__.py")
 
 
 def _digest(path: Path) -> str | None:
@@ -234,27 +237,27 @@ def analyze_files(
     jobs: int | None = None,
     progress: Callable[[int], None] | None = None,
     contents: list[tuple[bytes | None, Diagnostic | None]] | None = None,
-) -> tuple[list[FileResult], int]:
-    """Per-file results (from the cache or computed, in parallel for large inputs) and the hit count.
-    `contents` are the files' bytes (or read errors) when the caller has read them already."""
+    keys: list[str | None] | None = None,
+) -> list[FileResult]:
+    """Per-file results (from the cache or computed, in parallel for large inputs).
+    `contents` (bytes or read errors) and `keys` (cache keys) are given when the caller
+    has computed them already."""
     load_rules()
     results: dict[int, FileResult] = {}
     todo: list[tuple[int, tuple[str, bytes, str, bool], str | None]] = []
-    hits = 0
     for index, path in enumerate(files):
         data, error = contents[index] if contents is not None else _read(path)
         if data is None:
-            results[index] = FileResult(str(path), "", 0, error=error)
+            results[index] = FileResult(str(path), "", error=error)
             continue
         module, is_package = module_name(path), path.name == "__init__.py"
-        key = cache.key(data, module, is_package) if cache else None
+        key = (keys[index] if keys is not None else _file_key(path, data)) if cache else None
         cached = cache.get(key) if cache and key else None
         if cached is not None:
             cached.path = str(path)
             if cached.error is not None:
                 cached.error = replace(cached.error, path=str(path))
             results[index] = cached
-            hits += 1
             if progress:
                 progress(1)
         else:
@@ -264,7 +267,7 @@ def analyze_files(
         results[index] = result
         if cache and key:
             cache.put(key, result)
-    return [results[i] for i in range(len(files))], hits
+    return [results[i] for i in range(len(files))]
 
 
 def _compute(items: list[tuple], jobs: int | None, progress: Callable[[int], None] | None = None) -> list[FileResult]:
@@ -312,7 +315,7 @@ def with_context(results: list[FileResult], cache: Cache | None, jobs: int | Non
         if not new:
             break
         known.update(os.path.abspath(p) for p in new)
-        context += analyze_files(new, cache, jobs)[0]
+        context += analyze_files(new, cache, jobs)
     return context
 
 

@@ -45,7 +45,6 @@ TORCH_BOOL = frozenset(
     "logical_and logical_or logical_not logical_xor isin any all isclose signbit".split()
 )
 TENSOR_NAMESPACES = ("torch.", "torch.nn.functional.", "torch.special.", "torch.linalg.", "torch.fft.")
-MATH_DATA_FUNCS_PREFIX = "math."
 PY_SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "complex"})
 
 
