@@ -1,12 +1,19 @@
-"""Shared shapes of rules: "a call to one of these functions", "a method call on a tensor"."""
+"""Shared shapes of rules: "a call to one of these functions", "a method call on a tensor",
+"a call whose statement can be skipped under compile"."""
 
 from __future__ import annotations
 
 import ast
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from transpiler.checker import Context
+from transpiler.diagnostics import Fix
 from transpiler.rule import Rule
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from transpiler.fixer import Edit
 
 
 class CallRule(Rule):
@@ -51,3 +58,30 @@ class TensorMethodRule(Rule):
 
     def applies(self, node: ast.Call, ctx: Context) -> bool:
         return True
+
+
+class GuardableCall(CallRule):
+    """A call made for its side effect alone (a statement of its own): the fix skips it under
+    `torch.compile` with `if not torch.compiler.is_compiling():`, so eager runs are unchanged;
+    with the `remove` side-effects policy it deletes the statement instead.
+    """
+
+    fix_safety = "safe"
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        statement = ctx.statement
+        if not (isinstance(statement, ast.Expr) and statement.value is node):
+            return {"no_fix": "its value is used, so it cannot be skipped"}
+        return self.make_fix("guard with `if not torch.compiler.is_compiling():`", "SimpleStatementLine", statement)
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        if edit.side_effects == "remove":
+            return cst.RemovalSentinel.REMOVE
+        is_compiling = cst.Call(edit.torch("compiler.is_compiling"))
+        return cst.If(
+            test=cst.UnaryOperation(cst.Not(), is_compiling),
+            body=cst.IndentedBlock([node.with_changes(leading_lines=[])]),
+            leading_lines=node.leading_lines,
+        )

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import ast
 
-from rewrites.base import CallRule
+from rewrites.base import CallRule, GuardableCall
 from transpiler.checker import Context
 from transpiler.kinds import Kind
 
 _GUARD_HINT = "guard it with `if not torch.compiler.is_compiling():`"
 
 
-class PrintInCompiledCode(CallRule):
+class PrintInCompiledCode(GuardableCall):
     """## What it does
     Checks for `print()` calls in code that runs under `torch.compile`.
 
@@ -21,8 +21,11 @@ class PrintInCompiledCode(CallRule):
     a graph break; inside a loop or `try` block it costs the whole function.
 
     ## Fix safety
-    Guarding with `torch.compiler.is_compiling()` keeps eager output unchanged
-    but prints nothing in compiled runs, so the fix is unsafe.
+    Safe: a call that is a statement of its own is guarded with
+    `if not torch.compiler.is_compiling():`, so eager runs print exactly as
+    before and compiled runs skip it. With `--side-effects remove` the statement
+    is deleted instead (eager runs change too: an explicit opt-in). A call whose
+    value is used is not fixed.
     """
 
     code = "TP101"
@@ -65,7 +68,7 @@ _LOG_METHODS = frozenset(
 )
 
 
-class LoggingInCompiledCode(CallRule):
+class LoggingInCompiledCode(GuardableCall):
     """## What it does
     Checks for calls to `logging` functions and logger methods in compiled code.
 
@@ -74,9 +77,13 @@ class LoggingInCompiledCode(CallRule):
     `logging.info` family; each call is a graph break.
 
     ## Fix safety
-    Guarding with `torch.compiler.is_compiling()` drops the log records of
-    compiled runs, so the fix is unsafe. Alternatively register the logger
-    methods in `torch._dynamo.config.ignore_logging_functions`.
+    Safe: a call that is a statement of its own is guarded with
+    `if not torch.compiler.is_compiling():`, so eager runs log exactly as
+    before and compiled runs skip it. With `--side-effects remove` the statement
+    is deleted instead (eager runs change too: an explicit opt-in). A call whose
+    value is used is not fixed.
+    Alternatively register the logger methods in
+    `torch._dynamo.config.ignore_logging_functions`.
     """
 
     code = "TP102"
@@ -147,7 +154,7 @@ class LoggingInCompiledCode(CallRule):
     ]
 
 
-class WarningsInCompiledCode(CallRule):
+class WarningsInCompiledCode(GuardableCall):
     """## What it does
     Checks for `warnings.warn()` in compiled code.
 
@@ -156,7 +163,11 @@ class WarningsInCompiledCode(CallRule):
     graph breaks at every call, even when the warning is filtered out.
 
     ## Fix safety
-    Guarding the call changes which runs emit the warning: unsafe.
+    Safe: a call that is a statement of its own is guarded with
+    `if not torch.compiler.is_compiling():`, so eager runs warn exactly as
+    before and compiled runs skip it. With `--side-effects remove` the statement
+    is deleted instead (eager runs change too: an explicit opt-in). A call whose
+    value is used is not fixed.
     """
 
     code = "TP103"
@@ -198,7 +209,7 @@ class WarningsInCompiledCode(CallRule):
     ]
 
 
-class FileIoInCompiledCode(CallRule):
+class FileIoInCompiledCode(GuardableCall):
     """## What it does
     Checks for file and stream I/O (`open()`, `sys.stdout.write()`) in compiled code.
 
@@ -207,7 +218,13 @@ class FileIoInCompiledCode(CallRule):
     (GB0156): each call is a graph break, and the I/O happens outside the graph.
 
     ## Fix safety
-    There is no automatic fix: move the I/O out of the compiled function.
+    Safe: a call that is a statement of its own is guarded with
+    `if not torch.compiler.is_compiling():`, so eager runs write exactly as
+    before and compiled runs skip it. With `--side-effects remove` the statement
+    is deleted instead (eager runs change too: an explicit opt-in). A call whose
+    value is used is not fixed.
+    I/O through a file object (`with open(...)`) has no automatic fix: move it
+    out of the compiled function.
     """
 
     code = "TP104"
@@ -480,7 +497,7 @@ class FrameInspectionInCompiledCode(CallRule):
     ]
 
 
-class SerializationInCompiledCode(CallRule):
+class SerializationInCompiledCode(GuardableCall):
     """## What it does
     Checks for serialization calls (`pickle`, `json`, `torch.save`, `torch.load`)
     in compiled code.
@@ -490,7 +507,12 @@ class SerializationInCompiledCode(CallRule):
     breaks and the call runs in Python.
 
     ## Fix safety
-    No automatic fix: serialize outside the compiled function.
+    Safe: a call that is a statement of its own is guarded with
+    `if not torch.compiler.is_compiling():`, so eager runs write exactly as
+    before and compiled runs skip it. With `--side-effects remove` the statement
+    is deleted instead (eager runs change too: an explicit opt-in). A call whose
+    value is used is not fixed.
+    Otherwise serialize outside the compiled function.
     """
 
     code = "TP109"

@@ -12,6 +12,7 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from transpiler.diagnostics import Fix
 from transpiler.kinds import Kind
 from transpiler.rule import Finding, Rule
 from transpiler.symbols import ClassInfo, FileSummary, FunctionInfo, Names, module_level, is_library_module_class
@@ -36,6 +37,7 @@ class Context:
     blocks: list[tuple[str, int]] = field(default_factory=list)
     # Expressions already reported as part of an enclosing construct (an `if` test).
     claimed: set[int] = field(default_factory=set)
+    statement: ast.stmt | None = None  # the innermost statement being visited
 
     def kind(self, node: ast.expr) -> Kind:
         return self.typer.kind(node)
@@ -46,7 +48,7 @@ class Context:
     def self_attr(self, node: ast.expr) -> str | None:
         return self.typer.self_attr(node)
 
-    def add(self, code: str, node: ast.AST, message: str) -> None:
+    def add(self, code: str, node: ast.AST, message: str, fix: Fix | None = None, no_fix: str | None = None) -> None:
         line = node.lineno
         end_line = getattr(node, "end_lineno", None) or line
         end_col = getattr(node, "end_col_offset", None)
@@ -59,6 +61,8 @@ class Context:
                 node.col_offset if end_col is None else end_col,
                 message,
                 tuple(self.blocks),
+                fix,
+                no_fix,
             )
         )
 
@@ -166,6 +170,13 @@ class _Walker:
         self.typer.merge(*ends)
 
     def statement(self, node: ast.stmt) -> None:
+        outer, self.ctx.statement = self.ctx.statement, node
+        try:
+            self._statement(node)
+        finally:
+            self.ctx.statement = outer
+
+    def _statement(self, node: ast.stmt) -> None:
         typer = self.typer
         if isinstance(node, ast.If):
             taken = _branch_under_compile(node.test, typer)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 FixApplicability = Literal["safe", "unsafe"]
@@ -13,6 +13,24 @@ DOCS_URL = "https://github.com/transpile-dev/transpile/blob/main/docs/rules.md"
 def rule_url(code: str, name: str) -> str:
     """Anchor of a rule in the generated rule reference (docs/rules.md)."""
     return f"{DOCS_URL}#{code.lower()}-{name}"
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A rule's plan for rewriting one finding, decided where the analysis knows the types.
+
+    `target` locates the libcst node to rewrite: its class name and its span as
+    (line, column, end line, end column), lines 1-based, columns 0-based characters,
+    end exclusive (the same span `ast` and libcst's PositionProvider give).
+    `data` holds what the rule's `apply_fix` needs beyond the node (picklable,
+    as plans are cached with the analysis).
+    """
+
+    safety: FixApplicability
+    title: str  # what the fix does, in the imperative: "guard `print()` with `is_compiling()`"
+    node: str
+    target: tuple[int, int, int, int]
+    data: tuple = ()
 
 
 @dataclass(frozen=True, order=True)
@@ -29,6 +47,8 @@ class Diagnostic:
     message: str
     fix_applicability: FixApplicability | None = None
     dynamo_codes: tuple[str, ...] = ()
+    fix: Fix | None = field(default=None, compare=False)
+    no_fix: str | None = field(default=None, compare=False)  # why a fixable rule left this alone
 
     @property
     def url(self) -> str:

@@ -13,7 +13,7 @@ import os
 import pickle
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -106,6 +106,8 @@ def analyze_source(
                 source.char_col(f.end_line, f.end_col),
                 f.message,
                 f.blocks,
+                f.fix and replace(f.fix, target=source.char_span(*f.fix.target)),
+                f.no_fix,
             )
             for f in found
         ]
@@ -174,7 +176,14 @@ def _task(item: tuple) -> FileResult:
     return analyze_source(*item)
 
 
+# Files read from memory instead of disk while `lint(..., overlay=...)` runs: a fix run
+# lints its edited sources before (or without ever) writing them.
+_overlay: Mapping[Path, bytes] = {}
+
+
 def _read(path: Path) -> tuple[bytes | None, Diagnostic | None]:
+    if path in _overlay:
+        return _overlay[path], None
     try:
         return path.read_bytes(), None
     except OSError as err:
@@ -197,9 +206,20 @@ def lint(
     cache: Cache | None,
     jobs: int | None = None,
     progress: Callable[[int], None] | None = None,
+    overlay: Mapping[Path, bytes] | None = None,
 ) -> list[Diagnostic]:
     """The whole pipeline over `files`. `selection` fingerprints the settings that
-    `is_selected` applies; with a cache, an unchanged run is answered in one read."""
+    `is_selected` applies; with a cache, an unchanged run is answered in one read.
+    `overlay` gives the contents of some files in place of what is on disk."""
+    global _overlay
+    previous, _overlay = _overlay, {Path(p): data for p, data in (overlay or {}).items()}
+    try:
+        return _lint(files, is_selected, selection, cache, jobs, progress)
+    finally:
+        _overlay = previous
+
+
+def _lint(files, is_selected, selection, cache, jobs, progress) -> list[Diagnostic]:
     load_rules()
     contents = [_read(path) for path in files]
     keys = [_file_key(path, data) if cache is not None and data is not None else None for path, (data, _) in zip(files, contents)]
@@ -464,8 +484,12 @@ def _suppress(result: FileResult, findings: list[Finding], is_selected: Callable
             used.setdefault(f.line, set()).add(f.code)
             continue
         rule = REGISTRY[f.code]
+        safety = f.fix.safety if f.fix else None
         kept.append(
-            Diagnostic(result.path, f.line, f.col, f.end_line, f.end_col, f.code, rule.name, f.message, rule.fix, rule.dynamo_codes)
+            Diagnostic(
+                result.path, f.line, f.col, f.end_line, f.end_col, f.code, rule.name, f.message, safety,
+                rule.dynamo_codes, f.fix, f.no_fix,
+            )
         )
     if is_selected("TP900"):
         unused_rule = REGISTRY["TP900"]
@@ -480,6 +504,6 @@ def _suppress(result: FileResult, findings: list[Finding], is_selected: Callable
                 parts += [f"unknown: {', '.join(unknown)}"] if unknown else []
                 message = f"unused `noqa` directive ({'; '.join(parts)})"
                 kept.append(
-                    Diagnostic(result.path, line, col, line, col, "TP900", unused_rule.name, message, unused_rule.fix)
+                    Diagnostic(result.path, line, col, line, col, "TP900", unused_rule.name, message)
                 )
     return kept

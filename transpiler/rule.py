@@ -14,10 +14,13 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from transpiler.diagnostics import FixApplicability
+from transpiler.diagnostics import Fix, FixApplicability
 
 if TYPE_CHECKING:
+    import libcst as cst
+
     from transpiler.checker import Context
+    from transpiler.fixer import Edit
 
 Family = Literal["break", "recompile", "meta"]
 
@@ -36,6 +39,9 @@ class Finding:
     message: str
     # Enclosing constructs a graph break cannot be resumed in: ("loop" | "try" | "with", line).
     blocks: tuple[tuple[str, int], ...] = ()
+    fix: Fix | None = None
+    # Why a rule that has fixes left this finding alone (shown to the user).
+    no_fix: str | None = None
 
 
 class Rule:
@@ -52,7 +58,8 @@ class Rule:
     summary: ClassVar[str]
     family: ClassVar[Family] = "break"
     dynamo_codes: ClassVar[tuple[str, ...]] = ()
-    fix: ClassVar[FixApplicability | None] = None
+    # The safety of the rule's fixes, for the reference: "safe", "unsafe", "safe or unsafe", None.
+    fix_safety: ClassVar[str | None] = None
     VALID: ClassVar[list[str]] = []
     INVALID: ClassVar[list[str]] = []
 
@@ -64,8 +71,30 @@ class Rule:
             raise ValueError(f"rule code {cls.code} used by {REGISTRY[cls.code].__name__} and {cls.__name__}")
         REGISTRY[cls.code] = cls
 
-    def report(self, ctx: "Context", node: ast.AST, **fields: object) -> None:
-        ctx.add(self.code, node, self.message.format(**fields) if fields else self.message)
+    def report(
+        self, ctx: "Context", node: ast.AST, *, fix: Fix | None = None, no_fix: str | None = None, **fields: object
+    ) -> None:
+        """Report `node`; `fix` is the plan for rewriting it, or `no_fix` says why there is none
+        (by default, `plan` decides)."""
+        if fix is None and no_fix is None:
+            planned = self.plan(node, ctx)
+            fix, no_fix = planned.get("fix"), planned.get("no_fix")
+        ctx.add(self.code, node, self.message.format(**fields) if fields else self.message, fix, no_fix)
+
+    def plan(self, node: ast.AST, ctx: "Context") -> dict:
+        """`{"fix": Fix}`, `{"no_fix": reason}` or `{}` (the rule has no fixes): keyword
+        arguments for `report`. Rules with fixes override this and `apply_fix`."""
+        return {}
+
+    def make_fix(self, title: str, cst_node: str, node: ast.AST, safety: FixApplicability = "safe", data: tuple = ()) -> dict:
+        """A plan to rewrite the libcst node of class `cst_node` that spans what `node` spans."""
+        span = (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
+        return {"fix": Fix(safety, title, cst_node, span, data)}
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode | cst.FlattenSentinel":
+        """The rewritten form of `node`, the libcst node at `fix.target` (as the fixer updated it
+        so far). Only called for findings that carry a `fix` this rule planned."""
+        raise NotImplementedError(f"{self.code} plans fixes but does not apply them")
 
     def check_function(self, findings: list[Finding], ctx: "Context") -> None:
         """Called after a function was visited, with the findings of all rules so far."""

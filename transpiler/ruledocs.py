@@ -30,7 +30,7 @@ def _dynamo_links(rule: type[Rule]) -> str:
 
 def _section(rule: type[Rule]) -> str:
     parts = [f"## {rule.code} {rule.name}", ""]
-    parts.append(f"*{rule.summary}.* Dynamo: {_dynamo_links(rule)}. Automatic fix: {rule.fix or 'none'}.")
+    parts.append(f"*{rule.summary}.* Dynamo: {_dynamo_links(rule)}. Automatic fix: {rule.fix_safety or 'none'}.")
     parts.append("")
     docs = rule.docs().replace("## ", "### ")
     head, _, safety = docs.partition("### Fix safety")

@@ -44,6 +44,10 @@ class Source:
             return byte_col + 1
         return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace")) + 1
 
+    def char_span(self, line: int, col: int, end_line: int, end_col: int) -> tuple[int, int, int, int]:
+        """An `ast` span (byte offsets) as 0-based character columns, as libcst counts them."""
+        return line, self.char_col(line, col) - 1, end_line, self.char_col(end_line, end_col) - 1
+
 
 def decode(data: bytes) -> str:
     """Decode as Python does (BOM, PEP 263 cookie, UTF-8 default)."""
