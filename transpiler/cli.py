@@ -6,6 +6,7 @@ import gc
 import os
 import sys
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -50,6 +51,11 @@ def main() -> None:
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="Cache directory (default: ~/.cache/transpile).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: one per core).")
+@click.option("--fix", is_flag=True, help="Apply the safe fixes in place.")
+@click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also apply (and mark) the unsafe fixes.")
+@click.option("--diff", is_flag=True, help="Print the fixes as a unified diff and write nothing.")
+@click.option("--show-fixes", is_flag=True, help="List what was fixed, and why the rest was not.")
+@click.option("--side-effects", type=click.Choice(["guard", "remove"]), help="Fix prints/logging/warnings by guarding (default) or removing them.")
 def lint(
     paths: tuple[Path, ...],
     select: tuple[str, ...],
@@ -64,14 +70,23 @@ def lint(
     no_cache: bool,
     cache_dir: Path | None,
     jobs: int | None,
+    fix: bool,
+    unsafe_fixes: bool | None,
+    diff: bool,
+    show_fixes: bool,
+    side_effects: str | None,
 ) -> None:
     """Report constructs that break TorchDynamo's graphs or make it recompile.
 
-    PATHS are files or directories (default: the current directory). Exit
-    status: 0 clean, 1 findings, 2 bad usage, bad configuration or internal error.
+    PATHS are files or directories (default: the current directory). With
+    `--fix`, fixes are applied in place and only what is left is reported. Exit
+    status: 0 clean (or all fixed), 1 findings left (with `--diff`: changes to
+    make), 2 bad usage, bad configuration or internal error.
     """
     if statistics and fmt != "text":
         raise click.UsageError("--statistics works only with --format text")
+    if fix and diff:
+        raise click.UsageError("--diff shows the fixes without applying them; use it without --fix")
     try:
         code = _lint(
             list(paths) or [Path(".")],
@@ -83,11 +98,13 @@ def lint(
                 "extend_exclude": extend_exclude or None,
                 "force_exclude": force_exclude,
                 "cache_dir": str(cache_dir.absolute()) if cache_dir else None,
+                "unsafe_fixes": unsafe_fixes,
+                "side_effects": side_effects,
             },
-            fmt,
-            statistics,
+            _Output(fmt, statistics, show_fixes),
             no_cache,
             jobs,
+            "diff" if diff else "fix" if fix else None,
         )
     except (ConfigError, DiscoveryError) as err:
         _fail(str(err))
@@ -98,7 +115,14 @@ def lint(
     sys.exit(EXIT_CLEAN if exit_zero else code)
 
 
-def _lint(paths: list[Path], overrides: dict, fmt: str, statistics: bool, no_cache: bool, jobs: int | None) -> int:
+@dataclass(frozen=True)
+class _Output:
+    fmt: str
+    statistics: bool
+    show_fixes: bool
+
+
+def _lint(paths: list[Path], overrides: dict, output: _Output, no_cache: bool, jobs: int | None, mode: str | None) -> int:
     # The run allocates millions of small acyclic objects (syntax trees, cached results);
     # the cycle collector would rescan them over and over for nothing (3x slower cache loads).
     gc.disable()
@@ -110,12 +134,77 @@ def _lint(paths: list[Path], overrides: dict, fmt: str, statistics: bool, no_cac
     files = discover(paths, settings.is_excluded, settings.is_excluded_entry, force_exclude=settings.force_exclude)
     cache_dir = Path(settings.root, settings.cache_dir) if settings.cache_dir else engine.default_cache_dir()
     cache = None if no_cache else engine.Cache(cache_dir)
-    with _progress(len(files)) as advance:
-        diagnostics = engine.lint(files, settings.is_selected, settings_fingerprint(settings), cache, jobs, advance)
-    color = fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    rules = engine.rule_infos() if fmt == "sarif" else None
-    sys.stdout.write(render(diagnostics, fmt, rules=rules, statistics=statistics, color=color))
+    selection = settings_fingerprint(settings)
+
+    def lint_files(overlay=None, advance=None):
+        return engine.lint(files, settings.is_selected, selection, cache, jobs, advance, overlay)
+
+    fixed = None
+    if mode is None:
+        with _progress(len(files)) as advance:
+            diagnostics = lint_files(advance=advance)
+    else:
+        from transpiler.fixer import fix_project
+
+        fixed = fix_project(files, lint_files, settings.unsafe_fixes, settings.side_effects)
+        diagnostics = fixed.remaining
+        if mode == "diff":
+            sys.stdout.write(_diff(fixed.sources))
+            return EXIT_FINDINGS if fixed.sources else EXIT_CLEAN
+        _write_fixes(fixed.sources)
+    color = output.fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    rules = engine.rule_infos() if output.fmt == "sarif" else None
+    count = len(fixed.applied) if fixed else 0
+    sys.stdout.write(
+        render(
+            diagnostics, output.fmt, rules=rules, statistics=output.statistics, color=color,
+            unsafe_fixes=settings.unsafe_fixes, fixed=count,
+        )
+    )
+    if output.show_fixes and output.fmt == "text":
+        sys.stdout.write(_fix_listing(fixed.applied if fixed else [], diagnostics))
     return EXIT_FINDINGS if diagnostics else EXIT_CLEAN
+
+
+def _diff(sources: dict[Path, str]) -> str:
+    """Unified diffs of the fixed sources against the files on disk (nothing is written)."""
+    import difflib
+
+    from transpiler.fixer import read_source
+
+    chunks = []
+    for path in sorted(sources):
+        before = read_source(path)
+        chunks.extend(
+            difflib.unified_diff(
+                before.splitlines(keepends=True), sources[path].splitlines(keepends=True),
+                fromfile=f"a/{path}", tofile=f"b/{path}",
+            )
+        )
+    return "".join(chunks)
+
+
+def _write_fixes(sources: dict[Path, str]) -> None:
+    from transpiler.fixer import encode_source
+    from transpiler.writing import write_atomic
+
+    for path, text in sources.items():
+        write_atomic(path, encode_source(path, text))
+
+
+def _fix_listing(applied: list, remaining: list) -> str:
+    """`--show-fixes`: the fixes applied, then the findings of fixable rules left alone and why."""
+    lines = []
+    if applied:
+        lines.append(f"Fixed {len(applied)} problem{'' if len(applied) == 1 else 's'}:")
+        lines += [f"  {d.path}:{d.line}:{d.col}: {d.code} {d.fix.title} ({d.fix.safety})" for d in sorted(applied)]
+    left = [d for d in remaining if d.no_fix or d.fix]
+    if left:
+        lines.append("Not fixed:")
+        for d in left:
+            why = d.no_fix or f"{d.fix.safety} fix: {d.fix.title} (enable with --unsafe-fixes)"
+            lines.append(f"  {d.path}:{d.line}:{d.col}: {d.code} {why}")
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def _progress(total: int):

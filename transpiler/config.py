@@ -57,6 +57,10 @@ class Settings:
     extend_exclude: tuple[str, ...] = ()
     force_exclude: bool = False
     cache_dir: str | None = None
+    unsafe_fixes: bool = False
+    # What fixes do with prints, logging and warnings in compiled code: "guard" them with
+    # `torch.compiler.is_compiling()` (eager output unchanged) or "remove" them.
+    side_effects: str = "guard"
     root: Path = field(default_factory=Path.cwd)
 
     def is_selected(self, code: str) -> bool:
@@ -204,6 +208,12 @@ def _as_str(value: object) -> str:
     return value
 
 
+def _as_side_effects(value: object) -> str:
+    if value not in ("guard", "remove"):
+        raise ValueError("expected 'guard' or 'remove'")
+    return value
+
+
 # Settings field -> converter that checks a raw value. The TOML key is the field
 # name in kebab-case; `root` is not configurable, it is where the file was found.
 _CONVERTERS: dict[str, Callable[[object], Any]] = {
@@ -214,6 +224,8 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "extend_exclude": _as_str_tuple,
     "force_exclude": _as_bool,
     "cache_dir": _as_str,
+    "unsafe_fixes": _as_bool,
+    "side_effects": _as_side_effects,
 }
 
 

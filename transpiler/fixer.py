@@ -163,11 +163,10 @@ def fix_project(
         progress = False
         for path, todo in wanted.items():
             key = Path(path)
-            encoding = _encoding(key)
-            text = overlay[key].decode(encoding) if key in overlay else _read_text(key, encoding)
+            text = result.sources[key] if key in result.sources else read_source(key)
             new_text, applied = apply_fixes(text, todo, side_effects)
             if applied and new_text != text:
-                overlay[key] = new_text.encode(encoding)
+                overlay[key] = encode_source(key, new_text)
                 result.sources[key] = new_text
                 result.applied.extend(applied)
                 progress = True
@@ -178,14 +177,17 @@ def fix_project(
     return result
 
 
-def _read_text(path: Path, encoding: str) -> str:
-    # Fixes are only planned for files the analysis decoded, so this decode succeeds;
-    # newline="" keeps the file's own line endings.
-    with open(path, encoding=encoding, newline="") as handle:
+def read_source(path: Path) -> str:
+    """The text of a source file, decoded as Python decodes it, line endings kept."""
+    with open(path, encoding=_encoding(path), newline="") as handle:
         return handle.read()
 
 
+def encode_source(path: Path, text: str) -> bytes:
+    """`text` encoded as the file at `path` is (its PEP 263 cookie or BOM, else UTF-8)."""
+    return text.encode(_encoding(path))
+
+
 def _encoding(path: Path) -> str:
-    """The encoding Python reads `path` with (BOM, PEP 263 cookie, else UTF-8)."""
     with open(path, "rb") as handle:
         return tokenize.detect_encoding(handle.readline)[0]

@@ -39,12 +39,16 @@ def render(
     rules: dict[str, RuleInfo] | None = None,
     statistics: bool = False,
     color: bool = False,
+    unsafe_fixes: bool = False,
+    fixed: int = 0,
 ) -> str:
     """The whole report in format `fmt` (one of FORMATS); non-empty output ends with a newline.
 
     `rules` (code -> RuleInfo) only matters to SARIF, which then lists every rule
     given. `statistics` and `color` only apply to text. Diagnostics are sorted by
     path, line, column and code in every format, so output is stable across runs.
+    Text marks with `[*]` the findings `--fix` would fix (unsafe fixes only with
+    `unsafe_fixes`); `fixed` counts what a `--fix` run fixed before these remained.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -52,7 +56,9 @@ def render(
         raise ValueError(f"statistics are only available in the text format, not {fmt!r}")
     ordered = sorted(diagnostics, key=_sort_key)
     if fmt == "text":
-        return _render_statistics(ordered, color) if statistics else _render_text(ordered, color)
+        marked = {id(d) for d in ordered if d.fix_applicability == "safe" or (unsafe_fixes and d.fixable)}
+        body = _render_statistics(ordered, marked, color) if statistics else _render_text(ordered, marked, color)
+        return body + _summary(ordered, marked, fixed)
     if fmt == "json":
         return _render_json(ordered)
     if fmt == "github":
@@ -69,33 +75,36 @@ def _paint(text: str, style: str, color: bool) -> str:
     return f"\x1b[{style}m{text}\x1b[0m" if color else text
 
 
-def _summary(diagnostics: list[Diagnostic]) -> str:
+def _summary(diagnostics: list[Diagnostic], marked: set[int], fixed: int) -> str:
     """The closing lines of the text formats, as ruff prints them."""
-    if not diagnostics:
+    if not diagnostics and not fixed:
         return "All checks passed!\n"
-    count = len(diagnostics)
-    lines = [f"Found {count} problem{'' if count == 1 else 's'}."]
-    fixable = sum(d.fixable for d in diagnostics)
-    if fixable:
-        lines.append(f"[*] {fixable} fixable with the --fix option.")
+    count = len(diagnostics) + fixed
+    found = f"Found {count} problem{'' if count == 1 else 's'}"
+    lines = [f"{found} ({fixed} fixed, {len(diagnostics)} remaining)." if fixed else f"{found}."]
+    hidden = sum(d.fixable for d in diagnostics) - len(marked)
+    hint = f" ({hidden} hidden fix{'' if hidden == 1 else 'es'} can be enabled with the `--unsafe-fixes` option)"
+    if marked:
+        lines.append(f"[*] {len(marked)} fixable with the `--fix` option{hint if hidden else ''}.")
+    elif hidden:
+        lines.append(f"No fixes available{hint}.")
     return "\n".join(lines) + "\n"
 
 
-def _render_text(diagnostics: list[Diagnostic], color: bool) -> str:
+def _render_text(diagnostics: list[Diagnostic], marked: set[int], color: bool) -> str:
     lines = [
         f"{_paint(d.path, _BOLD, color)}:{d.line}:{d.col}: "
-        f"{_paint(d.code, _RED, color)} {'[*] ' if d.fixable else ''}{d.message}"
+        f"{_paint(d.code, _RED, color)} {'[*] ' if id(d) in marked else ''}{d.message}"
         for d in diagnostics
     ]
-    body = "\n".join(lines) + "\n\n" if lines else ""
-    return body + _summary(diagnostics)
+    return "\n".join(lines) + "\n\n" if lines else ""
 
 
-def _render_statistics(diagnostics: list[Diagnostic], color: bool) -> str:
+def _render_statistics(diagnostics: list[Diagnostic], marked: set[int], color: bool) -> str:
     """One row per code: count, code, [*] when any finding of it is fixable, rule name."""
     counts = Counter(d.code for d in diagnostics)
     names = {d.code: d.name for d in diagnostics}
-    fixable = {d.code for d in diagnostics if d.fixable}
+    fixable = {d.code for d in diagnostics if id(d) in marked}
     rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     count_width = max((len(str(n)) for n in counts.values()), default=0)
     code_width = max((len(code) for code in counts), default=0)
@@ -105,8 +114,7 @@ def _render_statistics(diagnostics: list[Diagnostic], color: bool) -> str:
         f"{'[*]' if code in fixable else '   '} {names[code]}"
         for code, n in rows
     ]
-    body = "\n".join(lines) + "\n\n" if lines else ""
-    return body + _summary(diagnostics)
+    return "\n".join(lines) + "\n\n" if lines else ""
 
 
 def _render_json(diagnostics: list[Diagnostic]) -> str:
@@ -121,6 +129,8 @@ def _render_json(diagnostics: list[Diagnostic]) -> str:
             "name": d.name,
             "message": d.message,
             "fix_applicability": d.fix_applicability,
+            "fix": d.fix.title if d.fix else None,
+            "no_fix": d.no_fix,
             "url": d.url,
             "dynamo_codes": list(d.dynamo_codes),
         }
