@@ -138,8 +138,9 @@ def test_text_output_is_exact(project):
     project.write("model.py", PRINT_MODEL)
     result = project.lint("model.py")
     assert result.code == 1
-    assert result.out == f"model.py:8:9: TP101 {msg('TP101')}\n\nFound 1 problem.\n"
-    assert "[*]" not in result.out  # no rule declares a fix yet
+    assert result.out == (
+        f"model.py:8:9: TP101 [*] {msg('TP101')}\n\nFound 1 problem.\n[*] 1 fixable with the `--fix` option.\n"
+    )
     assert result.err == ""
 
 
@@ -148,15 +149,16 @@ def test_text_output_plural_and_sorted(project):
     project.write("a.py", PRINT_MODEL)
     result = project.lint(".")
     assert result.code == 1
-    assert result.out.splitlines() == [
-        f"a.py:8:9: TP101 {msg('TP101')}",
-        f"b.py:7:9: TP101 {msg('TP101')}",
+    # The TP201 and TP301 fixes are unsafe: not marked without --unsafe-fixes.
+    assert result.out.splitlines()[:6] == [
+        f"a.py:8:9: TP101 [*] {msg('TP101')}",
+        f"b.py:7:9: TP101 [*] {msg('TP101')}",
         f"b.py:8:12: TP201 {REGISTRY['TP201'].message}",
         f"b.py:10:13: TP301 {REGISTRY['TP301'].message}",
         "",
         "Found 4 problems.",
     ]
-    assert "[*]" not in result.out
+    assert result.out.splitlines()[6].startswith("[*] 2 fixable with the `--fix` option")
 
 
 def test_clean_run_says_all_checks_passed(project):
@@ -217,7 +219,7 @@ def test_exit_codes_in_a_real_process(project):
     clean = project.run("lint", "good.py", *cache)
     assert (clean.code, clean.out, clean.err) == (0, "All checks passed!\n", "")
     dirty = project.run("lint", "bad.py", *cache)
-    assert dirty.code == 1 and dirty.out.endswith("Found 1 problem.\n")
+    assert dirty.code == 1 and "Found 1 problem.\n" in dirty.out
     assert dirty.err == ""  # no progress output when stderr is not a terminal
     zero = project.run("lint", "--exit-zero", "bad.py", *cache)
     assert (zero.code, zero.out) == (0, dirty.out)
@@ -327,7 +329,7 @@ def test_select_ignore_extend_select(project, args, expected):
 
 JSON_FIELDS = [
     "path", "line", "col", "end_line", "end_col", "code", "name", "message",
-    "fix_applicability", "url", "dynamo_codes",
+    "fix_applicability", "fix", "no_fix", "url", "dynamo_codes",
 ]
 
 
@@ -347,7 +349,9 @@ def test_json_format(project):
         "code": "TP101",
         "name": "print-in-compiled-code",
         "message": msg("TP101"),
-        "fix_applicability": None,
+        "fix_applicability": "safe",
+        "fix": "guard with `if not torch.compiler.is_compiling():`",
+        "no_fix": None,
         "url": record["url"],
         "dynamo_codes": list(REGISTRY["TP101"].dynamo_codes),
     }
@@ -400,8 +404,8 @@ def test_statistics(project):
     project.write("b.py", PRINT_MODEL)
     result = project.lint("--statistics", ".")
     assert result.code == 1
-    assert result.out == (
-        "2  TP101      print-in-compiled-code\n"
+    assert result.out.startswith(
+        "2  TP101  [*] print-in-compiled-code\n"
         "1  TP201      data-dependent-if\n"
         "1  TP301      tensor-item-call\n"
         "\n"
@@ -712,7 +716,7 @@ def test_helper_module_without_torch_import_is_flagged(project):
 def test_a_file_named_twice_is_reported_once(project):
     path = project.write("model.py", PRINT_MODEL)
     result = project.lint("model.py", str(path))
-    assert result.out.endswith("Found 1 problem.\n")
+    assert "\nFound 1 problem.\n" in result.out
 
 
 # --- cache ---------------------------------------------------------------------------
@@ -875,7 +879,7 @@ def test_parallel_workers_give_the_same_output(project):
     parallel = project.run("lint", "--no-cache", "-j", "2")
     assert serial.code == parallel.code == 1
     assert parallel.out == serial.out
-    assert serial.out.endswith("Found 32 problems.\n")
+    assert "\nFound 32 problems.\n" in serial.out
 
 
 # --- transpile rules -----------------------------------------------------------------
@@ -902,3 +906,67 @@ def test_rules_explains_one(project, code):
 def test_rules_unknown_code_exits_2(project):
     result = project.invoke("rules", "TP999")
     assert result.code == 2 and "TP999" in result.err and result.out == ""
+
+
+# --- fixes -------------------------------------------------------------------------------
+
+
+def test_fix_rewrites_in_place_to_the_documented_form(project):
+    path = project.write("model.py", PRINT_MODEL)
+    path.chmod(0o755)
+    result = project.lint("--fix", "model.py")
+    assert (result.code, result.out) == (0, "Found 1 problem (1 fixed, 0 remaining).\n")
+    assert path.read_text() == CLEAN_MODEL  # the rule's VALID example is its fixed INVALID one
+    assert path.stat().st_mode & 0o777 == 0o755
+    assert [p.name for p in project.root.iterdir()] == ["model.py"]  # no temporary files left
+    again = project.lint("--fix", "model.py")
+    assert (again.code, again.out) == (0, "All checks passed!\n")
+
+
+def test_diff_prints_and_writes_nothing(project):
+    path = project.write("model.py", PRINT_MODEL)
+    result = project.lint("--diff", "model.py")
+    assert result.code == 1
+    assert path.read_text() == PRINT_MODEL
+    added = [line for line in result.out.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert added == ["+        if not torch.compiler.is_compiling():", '+            print("activations", y.shape)']
+    assert result.out.startswith("--- a/model.py\n+++ b/model.py\n")
+    path.write_text(CLEAN_MODEL)
+    assert project.lint("--diff", "model.py") == Run(0, "", "")
+
+
+def test_fix_and_diff_together_is_a_usage_error(project):
+    project.write("model.py", PRINT_MODEL)
+    assert project.lint("--fix", "--diff", "model.py").code == 2
+
+
+def test_show_fixes_lists_fixed_and_left(project):
+    project.write("model.py", MULTI_MODEL)
+    result = project.lint("--fix", "--show-fixes", "model.py")
+    assert result.code == 1
+    assert "Fixed 1 problem:\n  model.py:7:9: TP101 guard with `if not torch.compiler.is_compiling():` (safe)\n" in result.out
+    assert "Not fixed:\n" in result.out
+
+
+def test_side_effects_remove_policy(project):
+    path = project.write("model.py", PRINT_MODEL)
+    result = project.lint("--fix", "--side-effects", "remove", "model.py")
+    assert result.code == 0
+    assert path.read_text() == PRINT_MODEL.replace('        print("activations", y.shape)\n', "")
+
+
+def test_fix_keeps_line_endings_and_encoding(project):
+    source = PRINT_MODEL.replace("import torch\n", "# -*- coding: latin-1 -*-\nimport torch  # caf\xe9\n", 1)
+    path = project.write("model.py", source.replace("\n", "\r\n").encode("latin-1"))
+    assert project.lint("--fix", "model.py").code == 0
+    fixed = path.read_bytes()
+    assert b"caf\xe9" in fixed and b"is_compiling():\r\n" in fixed
+    assert fixed.count(b"\r\n") == fixed.count(b"\n")
+
+
+def test_fix_adds_import_torch_when_missing(project):
+    path = project.write("model.py", PRINT_MODEL.replace("import torch\n", ""))
+    assert project.lint("--fix", "model.py").code == 0
+    text = path.read_text()
+    assert text.startswith("import torch\nfrom torch import nn\n")
+    compile(text, "model.py", "exec")

@@ -118,6 +118,8 @@ exclude = ["gen"]
 extend-exclude = ["*_pb2.py"]
 force-exclude = true
 cache-dir = ".cache/transpile"
+unsafe-fixes = true
+side-effects = "remove"
 """,
     )
     settings = load_settings(tmp_path / "src" / "a.py")
@@ -129,6 +131,8 @@ cache-dir = ".cache/transpile"
         "extend_exclude": ("*_pb2.py",),
         "force_exclude": True,
         "cache_dir": ".cache/transpile",
+        "unsafe_fixes": True,
+        "side_effects": "remove",
         "root": tmp_path,
     }
     # Also guards that every Settings field is configurable (or is root).

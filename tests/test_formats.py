@@ -33,14 +33,32 @@ BRANCH = Diagnostic(
 
 
 def test_text_lines_are_sorted_and_marked_fixable():
+    # Only safe fixes are marked, as `--fix` alone applies only those (ruff's convention).
     assert render([ITEM, PRINT, BRANCH], "text") == (
         "src/a.py:7:1: TP301 branch on tensor value\n"
         "src/model.py:3:5: TP201 [*] `print()` in forward\n"
-        "src/model.py:12:9: TP101 [*] `.item()` in forward\n"
+        "src/model.py:12:9: TP101 `.item()` in forward\n"
         "\n"
         "Found 3 problems.\n"
-        "[*] 2 fixable with the --fix option.\n"
+        "[*] 1 fixable with the `--fix` option (1 hidden fix can be enabled with the `--unsafe-fixes` option).\n"
     )
+
+
+def test_text_marks_unsafe_fixes_when_enabled():
+    text = render([ITEM, PRINT, BRANCH], "text", unsafe_fixes=True)
+    assert "TP101 [*] `.item()`" in text
+    assert text.endswith("[*] 2 fixable with the `--fix` option.\n")
+
+
+def test_text_only_unsafe_fixes():
+    assert render([ITEM], "text").endswith(
+        "Found 1 problem.\nNo fixes available (1 hidden fix can be enabled with the `--unsafe-fixes` option).\n"
+    )
+
+
+def test_text_summary_after_fixing():
+    assert render([BRANCH], "text", fixed=2).endswith("Found 3 problems (2 fixed, 1 remaining).\n")
+    assert render([], "text", fixed=2) == "Found 2 problems (2 fixed, 0 remaining).\n"
 
 
 def test_text_sorts_by_code_on_the_same_position():
@@ -80,12 +98,12 @@ def test_statistics_table():
     ] + [Diagnostic(f"f{i}.py", 1, 1, 1, 2, "TP201", "print-in-forward", "m") for i in range(10)]
     assert render([ITEM, BRANCH, *more], "text", statistics=True) == (
         "10  TP201       print-in-forward\n"
-        " 3  TP101   [*] tensor-item-call\n"
+        " 3  TP101       tensor-item-call\n"
         " 2  TP1001      long-code\n"
         " 1  TP301       data-dependent-branch\n"
         "\n"
         "Found 16 problems.\n"
-        "[*] 1 fixable with the --fix option.\n"
+        "No fixes available (1 hidden fix can be enabled with the `--unsafe-fixes` option).\n"
     )
 
 
@@ -102,6 +120,8 @@ def test_json_fields():
         "name",
         "message",
         "fix_applicability",
+        "fix",
+        "no_fix",
         "url",
         "dynamo_codes",
     ]
@@ -115,6 +135,8 @@ def test_json_fields():
         "name": "print-in-forward",
         "message": "`print()` in forward",
         "fix_applicability": "safe",
+        "fix": None,
+        "no_fix": None,
         "url": PRINT.url,
         "dynamo_codes": ["GB0001"],
     }

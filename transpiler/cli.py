@@ -193,17 +193,16 @@ def _write_fixes(sources: dict[Path, str]) -> None:
 
 
 def _fix_listing(applied: list, remaining: list) -> str:
-    """`--show-fixes`: the fixes applied, then the findings of fixable rules left alone and why."""
+    from transpiler.fixer import why_not_fixed
+
+    """`--show-fixes`: the fixes applied, then the findings left and why."""
     lines = []
     if applied:
         lines.append(f"Fixed {len(applied)} problem{'' if len(applied) == 1 else 's'}:")
         lines += [f"  {d.path}:{d.line}:{d.col}: {d.code} {d.fix.title} ({d.fix.safety})" for d in sorted(applied)]
-    left = [d for d in remaining if d.no_fix or d.fix]
-    if left:
+    if remaining:
         lines.append("Not fixed:")
-        for d in left:
-            why = d.no_fix or f"{d.fix.safety} fix: {d.fix.title} (enable with --unsafe-fixes)"
-            lines.append(f"  {d.path}:{d.line}:{d.col}: {d.code} {why}")
+        lines += [f"  {d.path}:{d.line}:{d.col}: {d.code} {why_not_fixed(d)}" for d in remaining]
     return "\n".join(lines) + "\n" if lines else ""
 
 

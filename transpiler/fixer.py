@@ -177,6 +177,15 @@ def fix_project(
     return result
 
 
+def why_not_fixed(d: Diagnostic) -> str:
+    """The reason a finding is still there after a fix run, for summaries."""
+    if d.no_fix:
+        return d.no_fix
+    if d.fix is not None:
+        return f"{d.fix.safety} fix not enabled ({d.fix.title}); use --unsafe-fixes"
+    return "no automatic fix"
+
+
 def read_source(path: Path) -> str:
     """The text of a source file, decoded as Python decodes it, line endings kept."""
     with open(path, encoding=_encoding(path), newline="") as handle:
