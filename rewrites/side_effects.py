@@ -536,7 +536,20 @@ class SerializationInCompiledCode(GuardableCall):
                 y = x + 1
                 meta = json.dumps({"rows": 8})
                 return y * 2, meta
+        """,
         """
+        import io
+
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                torch.save(y.detach(), io.BytesIO())
+                return y * 2
+        """,
     ]
     VALID = [
         """

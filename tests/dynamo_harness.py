@@ -46,7 +46,7 @@ import torch._dynamo
 import torch._dynamo.testing
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["DynamoReport", "ExampleError", "run_example", "gb_codes_in"]
+__all__ = ["DynamoReport", "ExampleError", "run_example", "gb_codes_in", "load_example", "example_inputs"]
 
 _GB_RE = re.compile(r"/gb/gb(\d{3,5})\.html", re.IGNORECASE)
 _COUNTER = itertools.count()
@@ -389,6 +389,17 @@ def _format_exc(exc: BaseException) -> str:
 
 def _default_make_inputs(call: int) -> tuple:
     return (torch.randn(8),)
+
+
+def load_example(source: str, name: str) -> types.ModuleType:
+    """Execute a snippet as a fresh module (its lines visible to `inspect` and Dynamo)."""
+    return _load(source, name)[1]
+
+
+def example_inputs(module: types.ModuleType, call: int = 0) -> tuple:
+    """The snippet's `make_inputs(call)` as a tuple (default: one `torch.randn(8)`)."""
+    args = (getattr(module, "make_inputs", None) or _default_make_inputs)(call)
+    return tuple(args) if isinstance(args, (tuple, list)) else (args,)
 
 
 def _load(source: str, name: str) -> tuple[str, types.ModuleType]:

@@ -25,6 +25,18 @@ def examples(kind: str) -> list:
     ]
 
 
+def fix_snippet(source: str, unsafe: bool = True, module: str = "example"):
+    """Run the fixer on `source` as the file `<module>.py`; the FixResult and the fixed text."""
+    from transpiler.fixer import fix_project
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"{module}.py"
+        path.write_text(source, encoding="utf-8")
+        files = [path]
+        result = fix_project(files, lambda overlay: engine.lint(files, lambda code: True, "all", None, 1, None, overlay), unsafe)
+        return result, result.sources.get(path, source)
+
+
 def lint_snippet(source: str, module: str = "example") -> list[Diagnostic]:
     """Lint `source` as the file `<module>.py`, the way the command line does (from disk)."""
     with tempfile.TemporaryDirectory() as folder:
