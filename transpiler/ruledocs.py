@@ -57,12 +57,14 @@ def render() -> str:
         "reported line and its `Use instead` compiles as one graph; `recompile` rules' examples",
         "recompile on later calls. The test suite checks both against `torch._dynamo.explain`.",
         "",
-        "| Code | Name | Family | Dynamo |",
-        "|---|---|---|---|",
+        "Automatic fixes and their safety levels are explained in [fixes.md](fixes.md).",
+        "",
+        "| Code | Name | Family | Dynamo | Fix |",
+        "|---|---|---|---|---|",
     ]
     for rule in rules:
         anchor = f"{rule.code.lower()}-{rule.name}"
-        lines.append(f"| [{rule.code}](#{anchor}) | {rule.name} | {rule.family} | {', '.join(rule.dynamo_codes) or '–'} |")
+        lines.append(f"| [{rule.code}](#{anchor}) | {rule.name} | {rule.family} | {', '.join(rule.dynamo_codes) or '–'} | {rule.fix_safety or '–'} |")
     lines.append("")
     current = None
     for rule in rules:
