@@ -13,6 +13,8 @@ After an intended change of the rules or the fixtures, regenerate it with
 
     TRANSPILE_UPDATE_GOLDEN=1 python -m pytest tests/test_fixtures.py
 
+(which also rewrites fixtures/expected_fixes.diff, the fixes of every fixture)
+
 and review the diff: lines that appear or vanish are findings gained or lost.
 """
 
@@ -80,6 +82,22 @@ def test_lint_output_matches_golden(fixture_lint):
         "regenerate with TRANSPILE_UPDATE_GOLDEN=1 and review the diff"
     )
     assert code == 1  # findings present
+
+
+FIXES_GOLDEN = FIXTURES / "expected_fixes.diff"
+
+
+def test_fixes_match_golden():
+    """The rewrite of every fixture, as a reviewable diff (`lint --diff --unsafe-fixes`)."""
+    code, output = run_lint("fixtures/", "--diff", "--unsafe-fixes")
+    if UPDATE:
+        FIXES_GOLDEN.write_text(output, encoding="utf-8")
+        warnings.warn(f"TRANSPILE_UPDATE_GOLDEN=1: rewrote {FIXES_GOLDEN.relative_to(ROOT)}", stacklevel=1)
+        return
+    assert output == FIXES_GOLDEN.read_text(encoding="utf-8"), (
+        "fixes differ from fixtures/expected_fixes.diff; if intended, regenerate with TRANSPILE_UPDATE_GOLDEN=1"
+    )
+    assert code == 1 and output.count("+++ b/") >= 5
 
 
 def test_golden_paths_are_relative_to_the_repository_root(fixture_lint):
