@@ -5,13 +5,14 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from transpiler.config import ConfigError, load_settings, settings_fingerprint
+from transpiler.config import ConfigError, Settings, load_settings, settings_fingerprint
 from transpiler.discovery import DiscoveryError, discover
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -31,10 +32,28 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_ERROR)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _DefaultCommandGroup(click.Group):
+    """A group that runs its `default_command` when the first argument names no subcommand
+    and no option of the group: `transpile SRC -o OUT` means `transpile build SRC -o OUT`.
+    (A source directory named like a subcommand needs `build` spelled out, or `./lint`.)"""
+
+    default_command = "build"
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        own_options = {opt for param in self.get_params(ctx) for opt in (*param.opts, *param.secondary_opts)}
+        if args and args[0] not in self.commands and args[0] not in own_options:
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_DefaultCommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="transpile")
 def main() -> None:
-    """Ahead-of-time compiler for PyTorch models; `transpile lint` finds graph breaks."""
+    """Ahead-of-time compiler for PyTorch models.
+
+    `transpile SRC... -o OUT` (the `build` command) writes SRC with its graph
+    breaks rewritten into OUT; `transpile lint` finds graph breaks.
+    """
 
 
 @main.command()
@@ -87,8 +106,8 @@ def lint(
         raise click.UsageError("--statistics works only with --format text")
     if fix and diff:
         raise click.UsageError("--diff shows the fixes without applying them; use it without --fix")
-    try:
-        code = _lint(
+    code = _guarded(
+        lambda: _lint(
             list(paths) or [Path(".")],
             {
                 "select": _codes(select),
@@ -106,13 +125,20 @@ def lint(
             jobs,
             "diff" if diff else "fix" if fix else None,
         )
+    )
+    sys.exit(EXIT_CLEAN if exit_zero else code)
+
+
+def _guarded(run: Callable[[], int]) -> int:
+    """`run()`, with bad paths, bad configuration and internal errors turned into exit status 2."""
+    try:
+        return run()
     except (ConfigError, DiscoveryError) as err:
         _fail(str(err))
     except Exception as err:  # an internal error must still exit 2 with a short message
         if os.environ.get("TRANSPILE_TRACEBACK"):
             raise
         _fail(f"internal error: {type(err).__name__}: {err} (set TRANSPILE_TRACEBACK=1 for the traceback)")
-    sys.exit(EXIT_CLEAN if exit_zero else code)
 
 
 @dataclass(frozen=True)
@@ -122,16 +148,20 @@ class _Output:
     show_fixes: bool
 
 
-def _lint(paths: list[Path], overrides: dict, output: _Output, no_cache: bool, jobs: int | None, mode: str | None) -> int:
+def _settings(paths: list[Path], overrides: dict) -> Settings:
+    """The settings of the nearest configuration above all of `paths`, with `overrides`."""
+    start = Path(os.path.commonpath([os.path.abspath(p) for p in paths]))
+    return load_settings(start if start.is_dir() else start.parent, overrides)
+
+
+def _linter(settings: Settings, files: list[Path], no_cache: bool, jobs: int | None):
+    """`lint_files(overlay=None, advance=None)`: the lint of `files` under `settings`, cached
+    unless `no_cache`; `overlay` maps paths to contents read in place of the disk's."""
     # The run allocates millions of small acyclic objects (syntax trees, cached results);
     # the cycle collector would rescan them over and over for nothing (3x slower cache loads).
     gc.disable()
     from transpiler import engine
-    from transpiler.formats import render
 
-    start = Path(os.path.commonpath([os.path.abspath(p) for p in paths]))
-    settings = load_settings(start if start.is_dir() else start.parent, overrides)
-    files = discover(paths, settings.is_excluded, settings.is_excluded_entry, force_exclude=settings.force_exclude)
     cache_dir = Path(settings.root, settings.cache_dir) if settings.cache_dir else engine.default_cache_dir()
     cache = None if no_cache else engine.Cache(cache_dir)
     selection = settings_fingerprint(settings)
@@ -139,6 +169,16 @@ def _lint(paths: list[Path], overrides: dict, output: _Output, no_cache: bool, j
     def lint_files(overlay=None, advance=None):
         return engine.lint(files, settings.is_selected, selection, cache, jobs, advance, overlay)
 
+    return lint_files
+
+
+def _lint(paths: list[Path], overrides: dict, output: _Output, no_cache: bool, jobs: int | None, mode: str | None) -> int:
+    from transpiler import engine
+    from transpiler.formats import render
+
+    settings = _settings(paths, overrides)
+    files = discover(paths, settings.is_excluded, settings.is_excluded_entry, force_exclude=settings.force_exclude)
+    lint_files = _linter(settings, files, no_cache, jobs)
     fixed = None
     if mode is None:
         with _progress(len(files)) as advance:
@@ -227,6 +267,59 @@ def _progress(total: int):
             return self.progress.__exit__(*exc)
 
     return _Bar()
+
+
+@main.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="SRC...")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Output directory (created or updated).")
+@click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also apply the unsafe fixes.")
+@click.option("--side-effects", type=click.Choice(["guard", "remove"]), help="Guard prints/logging/warnings (default) or remove them.")
+@click.option("--select", multiple=True, metavar="CODES", help="Rule codes or prefixes to enable (comma-separated).")
+@click.option("--extend-select", multiple=True, metavar="CODES", help="Codes or prefixes to enable in addition.")
+@click.option("--ignore", multiple=True, metavar="CODES", help="Rule codes or prefixes to disable.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes for the lint (default: one per core).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the lint cache.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Format of the summary.")
+def build(
+    sources: tuple[Path, ...],
+    output: Path,
+    unsafe_fixes: bool | None,
+    side_effects: str | None,
+    select: tuple[str, ...],
+    extend_select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    jobs: int | None,
+    no_cache: bool,
+    fmt: str,
+) -> None:
+    """Write SRC (files or directories) into OUT with the graph breaks rewritten.
+
+    `transpile SRC -o OUT` is short for `transpile build SRC -o OUT`. The sources are
+    never modified: every file is mirrored under OUT at the same relative path,
+    rewritten where a fix applies and copied unchanged otherwise. Exit status: 0 when
+    no finding is left, 1 when some are (see the summary), 2 bad usage, bad
+    configuration or internal error.
+    """
+    overrides = {
+        "select": _codes(select),
+        "extend_select": _codes(extend_select),
+        "ignore": _codes(ignore),
+        "unsafe_fixes": unsafe_fixes,
+        "side_effects": side_effects,
+    }
+    sys.exit(_guarded(lambda: _build(list(sources), output, overrides, fmt, no_cache, jobs)))
+
+
+def _build(sources: list[Path], out: Path, overrides: dict, fmt: str, no_cache: bool, jobs: int | None) -> int:
+    from transpiler import transpile
+
+    settings = _settings(sources, overrides)
+    layout = transpile.plan(sources, out, settings.is_excluded_entry)
+    lint_files = _linter(settings, layout.python_files, no_cache, jobs)
+    with _progress(len(layout.python_files)) as advance:
+        result = transpile.build(layout, lint_files, settings.unsafe_fixes, settings.side_effects, advance)
+    sys.stdout.write(transpile.render_summary(result, fmt, settings.unsafe_fixes))
+    return EXIT_FINDINGS if result.remaining else EXIT_CLEAN
 
 
 @main.command()

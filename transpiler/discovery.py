@@ -40,7 +40,13 @@ def discover(
     return sorted(found.values())
 
 
-def _walk(root: Path, is_excluded: Callable[[Path], bool]) -> list[Path]:
+def tree_files(root: Path, is_excluded_entry: Callable[[Path], bool]) -> list[Path]:
+    """Every file under `root` (Python or not), pruning excluded entries as `discover` does:
+    the files a copy of the source tree needs."""
+    return _walk(root, is_excluded_entry, suffix="")
+
+
+def _walk(root: Path, is_excluded: Callable[[Path], bool], suffix: str = ".py") -> list[Path]:
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
@@ -48,7 +54,7 @@ def _walk(root: Path, is_excluded: Callable[[Path], bool]) -> list[Path]:
         files.extend(
             here / name
             for name in filenames
-            if name.endswith(".py") and not is_excluded(here / name)
+            if name.endswith(suffix) and not is_excluded(here / name)
         )
     return files
 

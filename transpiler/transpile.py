@@ -1,0 +1,356 @@
+"""The first compiler stage, `transpile SRC... -o OUT`: mirror the source tree into OUT with the
+graph-break fixes applied.
+
+The inputs are only ever read: fixes are computed in memory (the lint runs over an
+overlay of the edited sources) and written under OUT only. Every file of the source
+tree lands at the same relative path, so packages and relative imports keep working;
+files with nothing to rewrite are copied byte for byte.
+
+OUT is updated in place. `OUT/.transpile-manifest.json` records what the last run
+wrote; a later run deletes a file it wrote before only when that file no longer comes
+from any source and is still exactly as written (same size and modification time).
+Anything else in OUT (files the user put there, or edited) is never deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from transpiler.diagnostics import Diagnostic
+from transpiler.discovery import DiscoveryError, tree_files
+from transpiler.fixer import SideEffects, encode_source, fix_project
+from transpiler.rule import REGISTRY
+from transpiler.writing import write_atomic
+
+MANIFEST = ".transpile-manifest.json"
+_MANIFEST_VERSION = 1
+
+# lint(overlay, advance) -> diagnostics: lints the planned Python files, reading the
+# paths in `overlay` from memory; `advance(n)` (or None) ticks a progress bar.
+Lint = Callable[[Mapping[Path, bytes], Callable[[int], None] | None], list[Diagnostic]]
+
+
+class LayoutError(DiscoveryError):
+    """The sources and the output overlap, or two sources map to one output file."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where each input file goes: destination -> source (both as the user spelled them)."""
+
+    out: Path
+    files: dict[Path, Path]
+
+    @property
+    def python_files(self) -> list[Path]:
+        return sorted(src for src in self.files.values() if src.suffix == ".py")
+
+
+def plan(sources: list[Path], out: Path, is_excluded_entry: Callable[[Path], bool]) -> Plan:
+    """Map every file of `sources` into `out`: a directory's contents go to `out` itself
+    (`transpile pkg -o build/pkg`), a file to `out/<name>`.
+
+    Raises LayoutError when `out` is, or is inside, a source directory (the output would
+    become input on the next run), when a source is inside `out` (writing could overwrite
+    it), or when two sources map to the same output path.
+    """
+    out_real = _real(out)
+    if out.exists() and not out.is_dir():
+        raise LayoutError(f"output {out} exists and is not a directory")
+    files: dict[Path, Path] = {}
+    for src in _outermost(sources):
+        src_real = _real(src)
+        if src.is_dir() and _within(out_real, src_real):
+            where = "is the source directory" if out_real == src_real else "is inside the source directory"
+            raise LayoutError(f"output directory {out} {where} {src}; choose an output outside it")
+        if _within(src_real, out_real):
+            raise LayoutError(f"source {src} is inside the output directory {out}; choose an output outside it")
+        if src.is_dir():
+            # The manifest of an earlier output used as input is ours, not the user's.
+            mapped = [(f, out / f.relative_to(src)) for f in tree_files(src, is_excluded_entry) if f != src / MANIFEST]
+        else:
+            mapped = [(src, out / src.name)]
+        for file, dst in mapped:
+            if dst in files and _real(files[dst]) != _real(file):
+                raise LayoutError(f"{files[dst]} and {file} would both be written to {dst}")
+            files[dst] = file
+    return Plan(out, files)
+
+
+def _outermost(sources: list[Path]) -> list[Path]:
+    """The sources not inside another source directory (those are mirrored with it)."""
+    for src in sources:
+        if not src.exists():
+            raise DiscoveryError(f"{src}: No such file or directory")
+    dirs = [_real(s) for s in sources if s.is_dir()]
+    kept, seen = [], set()
+    for src in sources:
+        real = _real(src)
+        if real in seen or any(real != d and _within(real, d) for d in dirs):
+            continue
+        seen.add(real)
+        kept.append(src)
+    return kept
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _within(path: Path, directory: Path) -> bool:
+    """Whether `path` is `directory` or lies under it (both resolved)."""
+    return path == directory or directory in path.parents
+
+
+@dataclass
+class BuildResult:
+    """What a build wrote and what its fixes did. `found` and `applied` name the input files;
+    `remaining` names the output files, as its lines and columns are those of the rewritten text."""
+
+    out: Path
+    files: int = 0
+    rewritten: list[Path] = field(default_factory=list)  # destinations with fixes applied
+    removed: list[Path] = field(default_factory=list)  # stale outputs of an earlier run
+    unreadable: list[Path] = field(default_factory=list)  # sources that could not be read, not copied
+    found: list[Diagnostic] = field(default_factory=list)  # what `transpile lint` reports on the inputs
+    applied: list[Diagnostic] = field(default_factory=list)
+    remaining: list[Diagnostic] = field(default_factory=list)
+
+
+def build(
+    layout: Plan,
+    lint: Lint,
+    unsafe: bool = False,
+    side_effects: SideEffects = "guard",
+    progress: Callable[[int], None] | None = None,
+) -> BuildResult:
+    """Fix the Python files of `layout` in memory, then write every file under `layout.out`."""
+    rounds: list[list[Diagnostic]] = []
+
+    def lint_round(overlay: Mapping[Path, bytes]) -> list[Diagnostic]:
+        # Only the first round reads every file; later rounds are answered mostly from the cache.
+        diagnostics = lint(overlay, None if rounds else progress)
+        rounds.append(diagnostics)
+        return diagnostics
+
+    fixed = fix_project(layout.python_files, lint_round, unsafe, side_effects)
+    result = BuildResult(layout.out, len(layout.files), found=list(rounds[0]), applied=fixed.applied)
+    previous = _read_manifest(layout.out)
+    written: dict[str, tuple[int, int]] = {}
+    output_of: dict[str, str] = {}
+    errors: list[Diagnostic] = []
+    for dst, src in sorted(layout.files.items()):
+        rel = dst.relative_to(layout.out).as_posix()
+        if src in fixed.sources:
+            _write_if_changed(dst, encode_source(src, fixed.sources[src]), like=src)
+            result.rewritten.append(dst)
+        else:
+            error = _read_error(src)
+            if error is not None:
+                result.unreadable.append(src)
+                errors.append(error)
+                if rel in previous:  # its source still exists: the earlier output is not stale
+                    written[rel] = previous[rel]
+                continue
+            _copy_if_changed(src, dst)
+        written[rel] = _signature(dst)
+        output_of[str(src)] = str(dst)
+    # Unreadable files get one diagnostic each, saying they were not copied (the lint
+    # reported the Python ones already, without knowing that).
+    unreadable = {str(src) for src in result.unreadable}
+    result.found = [d for d in result.found if not (d.code == "TP902" and d.path in unreadable)] + errors
+    kept = [d for d in fixed.remaining if not (d.code == "TP902" and d.path in unreadable)]
+    result.remaining = [replace(d, path=output_of.get(d.path, d.path)) for d in kept] + errors
+    result.removed = _remove_stale(layout.out, previous, written)
+    manifest = {"tool": "transpile", "version": _MANIFEST_VERSION, "files": written}
+    write_atomic(layout.out / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    return result
+
+
+def _read_error(src: Path) -> Diagnostic | None:
+    """A TP902 diagnostic when `src` cannot be opened (it is then not copied), else None."""
+    try:
+        with open(src, "rb"):
+            return None
+    except OSError as err:
+        message = f"cannot read file: {err.strerror or err}; not copied"
+        return Diagnostic(str(src), 1, 1, 1, 1, "TP902", REGISTRY["TP902"].name, message)
+
+
+def _write_if_changed(dst: Path, data: bytes, like: Path) -> None:
+    """Write `data` atomically, unless `dst` already holds it (an unchanged output keeps its mtime)."""
+    try:
+        if dst.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    write_atomic(dst, data, like=like)
+
+
+def _copy_if_changed(src: Path, dst: Path) -> None:
+    """Copy with `shutil.copy2` (bytes, permission bits, times) into a temporary file renamed over
+    `dst`: a crash never leaves a half-copied file. Skipped when `dst` has the size and
+    modification time copy2 gave it last time (rsync's quick check), so large data files
+    are not copied again on every run."""
+    source, target = src.stat(), _stat(dst)
+    if target is not None and (target.st_size, target.st_mtime_ns) == (source.st_size, source.st_mtime_ns):
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except OSError:
+        return None
+
+
+def _signature(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _read_manifest(out: Path) -> dict[str, tuple[int, int]]:
+    """The files the previous run wrote (empty when there is no readable manifest)."""
+    try:
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        if manifest.get("tool") != "transpile" or manifest.get("version") != _MANIFEST_VERSION:
+            return {}
+        return {str(rel): (int(size), int(mtime)) for rel, (size, mtime) in manifest["files"].items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def _remove_stale(out: Path, previous: Mapping[str, tuple[int, int]], written: Mapping[str, tuple[int, int]]) -> list[Path]:
+    """Delete the files an earlier run wrote that no source produces any more, if untouched since."""
+    removed = []
+    for rel, signature in sorted(previous.items()):
+        path = out / rel
+        if rel in written or Path(rel).is_absolute() or ".." in Path(rel).parts or path.is_symlink():
+            continue
+        stat = _stat(path)
+        if stat is None or (stat.st_size, stat.st_mtime_ns) != tuple(signature):
+            continue  # gone already, or edited by someone: not ours to delete
+        path.unlink()
+        removed.append(path)
+        _remove_empty_parents(path.parent, out)
+    return removed
+
+
+def _remove_empty_parents(directory: Path, out: Path) -> None:
+    while directory != out and out in directory.parents:
+        try:
+            directory.rmdir()
+        except OSError:
+            return  # not empty
+        directory = directory.parent
+
+
+def reason(d: Diagnostic, unsafe: bool) -> str:
+    """Why a finding was left in the output, in words a user understands."""
+    if d.no_fix:
+        return d.no_fix
+    if d.fix is not None:
+        if d.fix.safety == "unsafe" and not unsafe:
+            return f"unsafe fix ({d.fix.title}); enable with --unsafe-fixes"
+        return f"fix not applied ({d.fix.title}): it overlaps another fix"
+    if d.code in ("TP901", "TP902"):  # a file that does not parse or decode is copied as it is
+        return d.message if d.message.endswith("not copied") else f"{d.message}; copied unchanged"
+    return "no automatic fix"
+
+
+@dataclass(frozen=True)
+class RuleRow:
+    code: str
+    name: str
+    found: int
+    rewritten: int
+    left: int
+
+
+def rule_rows(result: BuildResult) -> list[RuleRow]:
+    """Per rule: findings in the input, rewritten away, left in the output; most found first, as
+    ruff's statistics. A finding is rewritten when it is gone from the output: by its own fix or,
+    for a break in a loop or `try`, by the fix of the break inside."""
+    found, left = Counter(d.code for d in result.found), Counter(d.code for d in result.remaining)
+    codes = sorted(found.keys() | left.keys(), key=lambda c: (-found[c], c))
+    return [RuleRow(c, REGISTRY[c].name, found[c], max(found[c] - left[c], 0), left[c]) for c in codes]
+
+
+def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
+    """The closing report: `text` (a table, then what was left and why) or `json` (the same data)."""
+    rows = rule_rows(result)
+    left = sorted(result.remaining, key=lambda d: (d.path, d.line, d.col, d.code))
+    if fmt == "json":
+        document = {
+            "output": str(result.out),
+            "files": {
+                "total": result.files,
+                "rewritten": len(result.rewritten),
+                "copied": result.files - len(result.rewritten) - len(result.unreadable),
+                "unreadable": [str(p) for p in result.unreadable],
+                "removed": [str(p) for p in result.removed],
+            },
+            "rules": [row.__dict__ for row in rows],
+            "fixes": [
+                # No line: fixes nested in others are planned on partly rewritten text.
+                {"path": d.path, "code": d.code, "title": d.fix.title, "safety": d.fix.safety}
+                for d in sorted(result.applied)
+            ],
+            "left": [
+                {
+                    "path": d.path, "line": d.line, "col": d.col, "end_line": d.end_line, "end_col": d.end_col,
+                    "code": d.code, "name": d.name, "message": d.message, "reason": reason(d, unsafe),
+                }
+                for d in left
+            ],
+        }
+        return json.dumps(document, indent=2) + "\n"
+    copied = result.files - len(result.rewritten) - len(result.unreadable)
+    counts = f"{len(result.rewritten)} rewritten, {copied} copied unchanged"
+    counts += f", {len(result.unreadable)} unreadable (not copied)" if result.unreadable else ""
+    lines = [f"Transpiled {_plural(result.files, 'file')} into {result.out}: {counts}."]
+    if result.removed:
+        lines.append(f"Removed {_plural(len(result.removed), 'stale file')} an earlier run wrote.")
+    if rows:
+        lines += ["", *_table(rows)]
+    if left:
+        lines += ["", f"Left as they were ({len(left)}):"]
+        lines += [f"  {d.path}:{d.line}:{d.col}: {d.code} {reason(d, unsafe)}" for d in left]
+    if left:
+        closing = f"{_plural(len(left), 'finding')} left."
+    else:
+        closing = f"All {_plural(len(result.found), 'finding')} rewritten." if result.found else "No graph breaks found."
+    lines += ["", closing]
+    return "\n".join(lines) + "\n"
+
+
+def _table(rows: list[RuleRow]) -> list[str]:
+    header = ("code", "rule", "found", "rewritten", "left")
+    total = ("total", "", *(str(sum(getattr(r, k) for r in rows)) for k in ("found", "rewritten", "left")))
+    cells = [header, *((r.code, r.name, str(r.found), str(r.rewritten), str(r.left)) for r in rows), total]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    # Text columns left-aligned, counts right-aligned.
+    return [
+        "  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+        for row in cells
+    ]
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
