@@ -3,13 +3,265 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, ClassVar
 
 from rewrites.base import TensorMethodRule
 from transpiler.checker import Context
-from transpiler.rule import Rule
+from transpiler.diagnostics import Fix
+from transpiler.kinds import Kind
+from transpiler.rule import Finding, Rule
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from transpiler.fixer import Edit
+
+# -- where a value goes: the dataflow the conversion fixes rest on ------------------------------
+
+# What `step(node, parent, ctx, parents)` answers about one use of a value: True (fine), an
+# expression (the use makes a new value of the same nature: follow that one) or False.
+Step = Callable[[ast.expr, ast.AST | None, Context, dict[int, ast.AST]], "bool | ast.expr"]
 
 
-class TensorItemCall(TensorMethodRule):
+def parent_map(root: ast.AST) -> dict[int, ast.AST]:
+    """The parent of every node under `root`, by `id`."""
+    return {id(child): node for node in ast.walk(root) for child in ast.iter_child_nodes(node)}
+
+
+def flow_problem(node: ast.expr, ctx: Context, parents: dict[int, ast.AST], step: Step) -> str | None:
+    """None when `step` accepts every use of the value of `node`, else why not (for the user).
+
+    A value bound to a name (`s = <node>`) is followed to every use of the name, which must be
+    its only binding in the function; a name bound from it (`t = s`) is followed in turn.
+    """
+    todo, seen = [node], set()
+    while todo:
+        current = todo.pop()
+        parent = parents.get(id(current))
+        if isinstance(parent, ast.Assign) and parent.value is current:
+            uses = _uses_of_binding(parent, ctx.node)
+            if isinstance(uses, str):
+                return uses
+            todo.extend(u for u in uses if id(u) not in seen)
+            seen.update(id(u) for u in uses)
+            continue
+        verdict = step(current, parent, ctx, parents)
+        if isinstance(verdict, ast.AST):
+            todo.append(verdict)
+        elif not verdict:
+            if isinstance(parent, ast.Expr):
+                return f"its value is never used (line {current.lineno})"
+            use = ast.unparse(parent) if parent is not None else ast.unparse(current)
+            use = use if len(use) <= 50 else use[:47] + "..."
+            return f"its value is used at line {current.lineno} in `{use}`, not only in tensor arithmetic"
+    return None
+
+
+def _uses_of_binding(assign: ast.Assign, function: ast.AST) -> list[ast.Name] | str:
+    """The loads of the one name `assign` binds, or why they cannot be followed."""
+    if len(assign.targets) != 1 or not isinstance(assign.targets[0], ast.Name):
+        return "its value is unpacked or stored somewhere other than a local name"
+    name = assign.targets[0].id
+    stores, loads = 0, []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and node.id == name:
+            if isinstance(node.ctx, ast.Load):
+                loads.append(node)
+            else:
+                stores += 1
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return f"`{name}` is declared `{type(node).__name__.lower()}`"
+        elif isinstance(node, ast.arg) and node.arg == name:
+            return f"`{name}` is also the name of a parameter"
+    if stores != 1:
+        return f"`{name}` is assigned more than once, so its uses cannot all be followed"
+    return loads
+
+
+_ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+# Arguments that take a 0-d tensor wherever they take a number: method -> positions and keywords.
+_TENSOR_ARGUMENTS = {
+    "add": {0, "other"},
+    "sub": {0, "other"},
+    "mul": {0, "other"},
+    "div": {0, "other"},
+    "clamp": {0, 1, "min", "max"},
+    "clamp_min": {0, "min"},
+    "clamp_max": {0, "max"},
+    "masked_fill": {1, "value"},
+}
+
+
+def tensor_arithmetic_step(
+    node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]
+) -> bool | ast.expr:
+    """Accepts a number used as an operand of `+ - * /` with a tensor, or as an argument of a
+    tensor method that takes a 0-d tensor there; follows arithmetic with other numbers."""
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, _ARITHMETIC):
+        other = ctx.kind(parent.right if parent.left is node else parent.left)
+        if other.is_tensor:
+            return True
+        return parent if other in (Kind.SCALAR, Kind.DATA_SCALAR) else False
+    if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, (ast.USub, ast.UAdd)):
+        return parent
+    keyword = None
+    if isinstance(parent, ast.keyword):
+        keyword, parent = parent.arg, parents.get(id(parent))
+    if not isinstance(parent, ast.Call):
+        return False
+    func = parent.func
+    if ctx.qualname(func) == "torch.where" and len(parent.args) == 3 and keyword is None:
+        # `where(c, s, t)` with a tensor `t`: a 0-d `s` promotes like a number beside it.
+        if node in parent.args[1:]:
+            return ctx.kind(parent.args[3 - parent.args.index(node)]).is_tensor
+        return False
+    if isinstance(func, ast.Attribute) and func.attr in _TENSOR_ARGUMENTS and ctx.qualname(func) is None:
+        slot = keyword if keyword is not None else next((i for i, a in enumerate(parent.args) if a is node), None)
+        return slot in _TENSOR_ARGUMENTS[func.attr] and ctx.kind(func.value).is_tensor
+    return False
+
+
+# Reductions that give a 0-d tensor when called without a `dim`.
+_FULL_REDUCTIONS = frozenset(
+    "sum mean max min amax amin prod norm median nansum nanmean std var all any count_nonzero".split()
+)
+
+
+def is_zero_dim(node: ast.expr, ctx: Context) -> bool:
+    """`x.sum()`, `torch.mean(x)`, ...: a reduction over every dimension."""
+    if not isinstance(node, ast.Call) or any(k.arg != "dtype" for k in node.keywords):
+        return False
+    func = node.func
+    name = ctx.qualname(func)
+    if name is not None:
+        return name.startswith("torch.") and name[6:] in _FULL_REDUCTIONS and len(node.args) == 1
+    return isinstance(func, ast.Attribute) and func.attr in _FULL_REDUCTIONS and not node.args
+
+
+# -- building the replacements (libcst, imported only when fixing) ------------------------------
+
+
+def method_call(value: "cst.BaseExpression", method: str, *args: "cst.Arg") -> "cst.Call":
+    """`value.method(args)`, with `value` parenthesised when it is not an atom."""
+    import libcst as cst
+
+    return cst.Call(func=cst.Attribute(value=atom(value), attr=cst.Name(method)), args=list(args))
+
+
+def atom(value: "cst.BaseExpression") -> "cst.BaseExpression":
+    """`value`, in parentheses unless it binds tighter than any operator already."""
+    import libcst as cst
+
+    if value.lpar or isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float)):
+        return value
+    return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def keyword_arg(name: str, value: "cst.BaseExpression") -> "cst.Arg":
+    import libcst as cst
+
+    no_space = cst.SimpleWhitespace("")
+    return cst.Arg(value=value, keyword=cst.Name(name), equal=cst.AssignEqual(no_space, no_space))
+
+
+def with_parens_of(original: "cst.BaseExpression", new: "cst.BaseExpression") -> "cst.BaseExpression":
+    """`new` keeps the parentheses written around `original`."""
+    return new.with_changes(lpar=original.lpar, rpar=original.rpar)
+
+
+class ScalarConversionRule(Rule):
+    """A tensor read into a Python number. Where the number only flows back into tensor
+    arithmetic, the fix keeps it a detached 0-d tensor (`tensor_form`), and a
+    `max(number, eps)`/`min(number, eps)` around it becomes `.clamp(min=eps)`/`.clamp(max=eps)`.
+
+    The decision needs every use of the value, later statements included, typed as they were
+    when visited: `plan` only notes the call and `check_function` decides after the walk.
+    """
+
+    fix_safety = "unsafe"
+    _CLAMP: ClassVar[dict[str, str]] = {"builtins.max": "min", "builtins.min": "max"}
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        self.__dict__.setdefault("_pending", {})[_span(node)] = node
+        return {}
+
+    def check_function(self, findings: list[Finding], ctx: Context) -> None:
+        pending = self.__dict__.pop("_pending", {})
+        if not pending:
+            return
+        parents = parent_map(ctx.node)
+        for index, finding in enumerate(findings):
+            node = pending.get((finding.line, finding.col, finding.end_line, finding.end_col))
+            if finding.code == self.code and node is not None:
+                decided = self.decide(node, ctx, parents)
+                findings[index] = replace(finding, fix=decided.get("fix"), no_fix=decided.get("no_fix"))
+
+    def decide(self, node: ast.Call, ctx: Context, parents: dict[int, ast.AST]) -> dict:
+        why_not = self.converts(node, ctx)
+        if why_not:
+            return {"no_fix": why_not}
+        target, clamp = node, ""
+        wrapper = parents.get(id(node))
+        if isinstance(wrapper, ast.Call) and ctx.qualname(wrapper.func) in self._CLAMP:
+            if len(wrapper.args) == 2 and not wrapper.keywords and ctx.kind(_other(wrapper.args, node)) is Kind.SCALAR:
+                target, clamp = wrapper, self._CLAMP[ctx.qualname(wrapper.func)]
+        problem = flow_problem(target, ctx, parents, tensor_arithmetic_step)
+        if problem:
+            return {"no_fix": problem}
+        form = self.form(node, ctx)
+        title = f"keep the value a tensor: {self.title(form)}" + (f", and `{clamp}=` of `.clamp()`" if clamp else "")
+        reshape = not is_zero_dim(self.source(node), ctx)
+        data = (reshape, clamp, target.args.index(node) if clamp else 0, form)
+        return self.make_fix(title, "Call", target, safety="unsafe", data=data)
+
+    def form(self, node: ast.Call, ctx: Context) -> str:
+        """What `tensor_form` needs to know about the call (the function converting)."""
+        return ""
+
+    def title(self, form: str) -> str:
+        return "`.item()` becomes `.detach()`"
+
+    def converts(self, node: ast.Call, ctx: Context) -> str | None:
+        """Why this conversion has no tensor form, or None."""
+        return None if ctx.kind(self.source(node)).is_tensor else "the converted value is not known to be a tensor"
+
+    def source(self, node: ast.Call) -> ast.expr:
+        """The tensor the call converts."""
+        return node.args[0]
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        reshape, clamp, index, form = fix.data
+        call = node.args[index].value if clamp else node
+        # Detached: the number carried no gradient either.
+        tensor = method_call(self.cst_source(call), "detach")
+        if reshape:  # the number came from any one-element tensor; a 0-d one promotes like it did
+            tensor = method_call(tensor, "reshape", cst.Arg(cst.Tuple([])))
+        tensor = self.tensor_form(form, tensor, edit)
+        if clamp:
+            tensor = method_call(tensor, "clamp", keyword_arg(clamp, node.args[1 - index].value))
+        return with_parens_of(node, tensor)
+
+    def cst_source(self, call: "cst.Call") -> "cst.BaseExpression":
+        return call.args[0].value
+
+    def tensor_form(self, form: str, tensor: "cst.BaseExpression", edit: "Edit") -> "cst.BaseExpression":
+        """The detached 0-d `tensor` turned into what stands for the converted number."""
+        return tensor
+
+
+def _span(node: ast.AST) -> tuple[int, int, int, int]:
+    return node.lineno, node.col_offset, node.end_lineno, node.end_col_offset
+
+
+def _other(pair: list[ast.expr], node: ast.expr) -> ast.expr:
+    return pair[1] if pair[0] is node else pair[0]
+
+
+class TensorItemCall(ScalarConversionRule, TensorMethodRule):
     """## What it does
     Checks for `.item()` on tensors in compiled code.
 
@@ -19,9 +271,24 @@ class TensorItemCall(TensorMethodRule):
     GPU, waits for the device.
 
     ## Fix safety
-    When the value only flows back into tensor arithmetic, keeping it a 0-d
-    tensor (`t.detach()`) gives the same results and types: safe. Uses that need
-    a Python number (shapes, `range`, indexing lists) have no local fix.
+    When every use of the number is tensor arithmetic (`+ - * /` with a tensor,
+    possibly after arithmetic with other numbers, or the `value`/`min`/`max`
+    argument of `masked_fill`, `clamp`, `torch.where`, ...), `t.item()` becomes
+    `t.detach()`: a 0-d tensor promotes like the number did (`x * s` keeps the
+    dtype of a floating `x`), and the `detach` keeps gradients from flowing
+    through it, as they did not through the number. A receiver that is not a
+    full reduction (`x.sum()`, `x.max()`, ...) gets `.reshape(())` so that a
+    `(1,)`-shaped tensor neither broadcasts nor promotes. `max(t.item(), eps)`
+    becomes `t.detach().clamp(min=eps)` (`min` → `clamp(max=)`).
+    The fix is unsafe: arithmetic among numbers (`s + eps`) now happens in the
+    tensor's dtype instead of float64; an integer tensor times a floating
+    `.item()` takes the 0-d tensor's floating dtype instead of the default one;
+    `max(eps, nan)` was `eps` and the clamp gives NaN; a tensor with more than
+    one element fails in `reshape` instead of in `.item()`.
+    No fix when the number is used any other way (returned, stored, compared,
+    formatted, as a size or index, passed to other code), when the name it is
+    bound to is assigned more than once, or when the receiver is not known to
+    be a tensor.
     """
 
     code = "TP301"
@@ -31,6 +298,19 @@ class TensorItemCall(TensorMethodRule):
     dynamo_codes = ("GB0124",)
     methods = frozenset({"item"})
     unknown_receivers = True
+
+    def converts(self, node: ast.Call, ctx: Context) -> str | None:
+        if node.args or node.keywords:
+            return "`.item()` is called with arguments, so it is not `Tensor.item`"
+        if not ctx.kind(self.source(node)).is_tensor:
+            return "the receiver of `.item()` is not known to be a tensor"
+        return None
+
+    def source(self, node: ast.Call) -> ast.expr:
+        return node.func.value
+
+    def cst_source(self, call: "cst.Call") -> "cst.BaseExpression":
+        return call.func.value
     INVALID = [
         """
         import torch
@@ -106,7 +386,7 @@ class TensorTolistCall(TensorMethodRule):
     ]
 
 
-class TensorToPythonScalar(Rule):
+class TensorToPythonScalar(ScalarConversionRule):
     """## What it does
     Checks for `float(t)`, `int(t)`, `bool(t)` and `complex(t)` on tensors.
 
@@ -115,9 +395,23 @@ class TensorToPythonScalar(Rule):
     and, on a GPU, the host waits for the device.
 
     ## Fix safety
-    Where the number only flows back into tensor arithmetic, keep it a tensor
-    (`t.float()`, `t.long()`); safe when the dtype rules give the same result.
+    When every use of the number is tensor arithmetic (as for `.item()`,
+    TP301), the number stays a detached 0-d tensor: `float(t)` becomes
+    `t.detach().mul(1.0)` (a floating tensor is unchanged, bit for bit; an
+    integer or bool one becomes the default floating dtype, as `x_int *
+    float(n)` would), and `int(t)` becomes `t.detach().long()` (truncating
+    toward zero like `int`). A `t` that is not a full reduction gets
+    `.reshape(())` first; `max(float(t), eps)` becomes a clamp. The fix is
+    unsafe: arithmetic among numbers happens in the tensor's dtype instead of
+    float64 or Python ints; `int()` of NaN, infinity or a value beyond int64
+    raised and `.long()` does not; a float64 `float(t)` beside an integer tensor
+    gives float64 instead of the default dtype.
+    `bool()` and `complex()` are not rewritten (a truth test belongs to
+    control flow, TP2xx), nor are numbers used any other way (see TP301).
     """
+
+    # float(t): `* 1.0` promotes integers to the default float dtype and leaves floats untouched.
+    _FORMS: ClassVar[dict[str, tuple[str, str | None]]] = {"float": ("mul", "1.0"), "int": ("long", None)}
 
     code = "TP303"
     name = "tensor-to-python-scalar"
@@ -130,6 +424,24 @@ class TensorToPythonScalar(Rule):
         if name in ("builtins.float", "builtins.int", "builtins.bool", "builtins.complex") and len(node.args) == 1:
             if ctx.kind(node.args[0]).is_tensor:
                 self.report(ctx, node, callee=name[9:])
+
+    def converts(self, node: ast.Call, ctx: Context) -> str | None:
+        if self.form(node, ctx) not in self._FORMS:
+            return f"`{self.form(node, ctx)}()` has no tensor form that keeps its meaning"
+        return None
+
+    def form(self, node: ast.Call, ctx: Context) -> str:
+        return (ctx.qualname(node.func) or "").removeprefix("builtins.")
+
+    def title(self, form: str) -> str:
+        method, argument = self._FORMS[form]
+        return f"`{form}(t)` becomes `t.detach().{method}({argument or ''})`"
+
+    def tensor_form(self, form: str, tensor: "cst.BaseExpression", edit: "Edit") -> "cst.BaseExpression":
+        import libcst as cst
+
+        method, argument = self._FORMS[form]
+        return method_call(tensor, method, *([cst.Arg(cst.Float(argument))] if argument else []))
 
     INVALID = [
         """
@@ -159,7 +471,7 @@ class TensorToPythonScalar(Rule):
     ]
 
 
-class MathFunctionOnTensor(Rule):
+class MathFunctionOnTensor(ScalarConversionRule):
     """## What it does
     Checks for functions of Python's `math` module applied to tensors.
 
@@ -168,8 +480,16 @@ class MathFunctionOnTensor(Rule):
     data-dependent operator (GB0033) and a graph break.
 
     ## Fix safety
-    The `torch` function of the same name (`torch.sqrt`, `torch.exp`, ...) keeps
-    the value a tensor; results agree up to dtype (math computes in float64).
+    For one-argument functions with a `torch` twin (`sqrt`, `exp`, `log`,
+    `sin`, `tanh`, `erf`, ...) whose result only flows into tensor arithmetic
+    (as for `.item()`, TP301), `math.sqrt(t)` becomes `torch.sqrt(t.detach())`
+    (`.reshape(())` added when `t` is not a full reduction). Unsafe: `math`
+    computes in float64 and the tensor function in the tensor's dtype (integers
+    go to the default float dtype, as Python's float beside a tensor would), so
+    rounding differs; `math` raised on a domain error (`sqrt(-1)`, `log(0)`)
+    where torch gives NaN or -inf. Functions that return ints or bools
+    (`floor`, `ceil`, `isnan`, ...) or take several arguments (`pow`, `log(t,
+    base)`, `atan2`) are not rewritten.
     """
 
     code = "TP304"
@@ -182,6 +502,29 @@ class MathFunctionOnTensor(Rule):
         name = ctx.qualname(node.func) or ""
         if name.startswith("math.") and any(ctx.kind(a).is_tensor for a in node.args):
             self.report(ctx, node, callee=name)
+
+    # math functions of one float whose torch function of the same name computes the same thing.
+    _TWINS = frozenset(
+        "sqrt exp expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh "
+        "erf erfc lgamma".split()
+    )
+
+    def converts(self, node: ast.Call, ctx: Context) -> str | None:
+        function = self.form(node, ctx)
+        if function not in self._TWINS or len(node.args) != 1 or node.keywords:
+            return f"`math.{function}` with these arguments has no torch function with the same meaning"
+        return super().converts(node, ctx)
+
+    def form(self, node: ast.Call, ctx: Context) -> str:
+        return (ctx.qualname(node.func) or "").removeprefix("math.")
+
+    def title(self, form: str) -> str:
+        return f"`math.{form}(t)` becomes `torch.{form}(t.detach())`"
+
+    def tensor_form(self, form: str, tensor: "cst.BaseExpression", edit: "Edit") -> "cst.BaseExpression":
+        import libcst as cst
+
+        return cst.Call(func=edit.torch(form), args=[cst.Arg(tensor)])
 
     INVALID = [
         """

@@ -3,16 +3,58 @@
 from __future__ import annotations
 
 import ast
+from typing import TYPE_CHECKING, ClassVar
 
 from rewrites.base import TensorMethodRule
+from rewrites.conversions import flow_problem, parent_map, with_parens_of
 from transpiler.checker import Context
+from transpiler.diagnostics import Fix
 from transpiler.kinds import Kind
 from transpiler.rule import Rule
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from transpiler.fixer import Edit
 
 _SHAPE_WHY = """The number of output elements depends on the values, so Dynamo cannot
     know the shape while tracing; with default settings it breaks the graph
     (GB0036). `fullgraph=True` captures it with an unbacked size, at the cost of
     guards later code may fail."""
+
+
+def _summed(node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]) -> bool:
+    """Whether this use of a value is `value.sum()` or `torch.sum(value)`, with no other argument."""
+    if isinstance(parent, ast.Attribute) and parent.attr == "sum":
+        call = parents.get(id(parent))
+        return isinstance(call, ast.Call) and call.func is parent and not call.args and not call.keywords
+    is_call = isinstance(parent, ast.Call) and parent.args == [node] and not parent.keywords
+    return is_call and ctx.qualname(parent.func) == "torch.sum"
+
+
+class SummedSelection(Rule):
+    """A selection of the elements under a mask that is only ever summed: summing
+    `torch.where(mask, x, 0)` gives the same total with a static shape."""
+
+    fix_safety = "unsafe"
+    cst_node: ClassVar[str]  # the libcst class of the selection: "Subscript" or "Call"
+
+    def plan_where(self, node: ast.expr, ctx: Context) -> dict:
+        problem = flow_problem(node, ctx, parent_map(ctx.node), _summed)
+        if problem:
+            return {"no_fix": problem.replace("not only in tensor arithmetic", "not only summed")}
+        return self.make_fix("sum `torch.where(mask, x, 0)` instead", self.cst_node, node, safety="unsafe")
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        values, mask = self.operands(node)
+        where = cst.Call(edit.torch("where"), [cst.Arg(mask), cst.Arg(values), cst.Arg(cst.Integer("0"))])
+        return with_parens_of(node, where)
+
+    def operands(self, node: "cst.CSTNode") -> tuple["cst.BaseExpression", "cst.BaseExpression"]:
+        """The libcst nodes of the selected values and of the mask."""
+        raise NotImplementedError
 
 
 class NonzeroCall(TensorMethodRule):
@@ -69,7 +111,7 @@ class NonzeroCall(TensorMethodRule):
     ]
 
 
-class BooleanMaskIndex(Rule):
+class BooleanMaskIndex(SummedSelection):
     __doc__ = f"""## What it does
     Checks for reading a tensor through a boolean mask: `x[mask]` where `mask`
     holds booleans (a comparison, `isnan`, `~m`, ...).
@@ -79,9 +121,14 @@ class BooleanMaskIndex(Rule):
     (Writing through a mask, `x[mask] = 0`, keeps the shape and is fine.)
 
     ## Fix safety
-    When the selection is only reduced (`x[mask].sum()`), `torch.where(mask, x,
-    0).sum()` computes the same value with static shapes: safe up to summation
-    order. Uses of the compacted tensor itself have no local fix.
+    When the selection is only ever summed (`x[mask].sum()`, or `sel =
+    x[mask]` whose every use is `sel.sum()`) and the mask is an elementwise
+    test of `x` itself (`x > 0`, `~torch.isnan(x)`, ...), so that it has the
+    shape of `x`, `x[mask]` becomes `torch.where(mask, x, 0)`: the same total,
+    dtype and gradients with a static shape. Unsafe: the sum adds the elements
+    in another order (floating-point rounding may differ). Other masks (which
+    may select whole rows of `x`) and other uses of the selection are left
+    alone.
     """
 
     code = "TP402"
@@ -94,6 +141,19 @@ class BooleanMaskIndex(Rule):
         if isinstance(node.ctx, ast.Load) and ctx.kind(node.value).may_be_tensor:
             if ctx.kind(node.slice) is Kind.BOOL_TENSOR:
                 self.report(ctx, node)
+
+    cst_node = "Subscript"
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        assert isinstance(node, ast.Subscript)
+        if not ctx.kind(node.value).is_tensor:
+            return {"no_fix": "the indexed value is not known to be a tensor"}
+        if not _elementwise_test_of(node.slice, node.value, ctx):
+            return {"no_fix": "the mask is not an elementwise test of the indexed tensor, so it may select rows"}
+        return self.plan_where(node, ctx)
+
+    def operands(self, node: "cst.CSTNode") -> tuple["cst.BaseExpression", "cst.BaseExpression"]:
+        return node.value, node.slice[0].slice.value  # `x[mask]`: one plain index (planned from ast)
 
     INVALID = [
         """
@@ -124,7 +184,33 @@ class BooleanMaskIndex(Rule):
     ]
 
 
-class MaskedSelectCall(TensorMethodRule):
+_ELEMENTWISE_TESTS = frozenset("isnan isinf isfinite isneginf isposinf signbit logical_not".split())
+
+
+def _elementwise_test_of(mask: ast.expr, x: ast.expr, ctx: Context) -> bool:
+    """Whether `mask` is a test of each element of `x` (so it has `x`'s shape): `x > 0`,
+    `0 <= x`, `x.isnan()`, `torch.isfinite(x)`, `~(...)` of one."""
+    same = ast.dump(x)
+    if isinstance(mask, ast.UnaryOp) and isinstance(mask.op, ast.Invert):
+        return _elementwise_test_of(mask.operand, x, ctx)
+    if isinstance(mask, ast.Compare) and len(mask.ops) == 1:
+        left, right = mask.left, mask.comparators[0]
+        if ast.dump(left) == same:
+            return ctx.kind(right) is Kind.SCALAR
+        return ast.dump(right) == same and ctx.kind(left) is Kind.SCALAR
+    if isinstance(mask, ast.Call) and not mask.keywords:
+        func = mask.func
+        name = ctx.qualname(func)
+        if name is not None:  # torch.isnan(x)
+            tested = mask.args[0] if len(mask.args) == 1 else None
+            return name.removeprefix("torch.") in _ELEMENTWISE_TESTS and tested is not None and ast.dump(tested) == same
+        # x.isnan()
+        is_test = isinstance(func, ast.Attribute) and func.attr in _ELEMENTWISE_TESTS and not mask.args
+        return is_test and ast.dump(func.value) == same
+    return False
+
+
+class MaskedSelectCall(SummedSelection, TensorMethodRule):
     __doc__ = f"""## What it does
     Checks for `torch.masked_select` and `Tensor.masked_select`.
 
@@ -132,8 +218,12 @@ class MaskedSelectCall(TensorMethodRule):
     {_SHAPE_WHY}
 
     ## Fix safety
-    No automatic fix; `torch.where(mask, x, 0)` keeps the shape when the
-    selection is reduced afterwards.
+    When the selection is only ever summed (`torch.masked_select(x,
+    mask).sum()`, or a name bound to it whose every use is `.sum()`), it
+    becomes `torch.where(mask, x, 0)`: `masked_select` broadcasts `x` and
+    `mask` as `where` does, so the total, dtype and gradients agree. Unsafe:
+    the elements are added in another order (floating-point rounding may
+    differ). Other uses of the selection are left alone.
     """
 
     code = "TP403"
@@ -143,6 +233,22 @@ class MaskedSelectCall(TensorMethodRule):
     dynamo_codes = ("GB0036",)
     methods = frozenset({"masked_select"})
     functions = frozenset({"torch.masked_select"})
+    cst_node = "Call"
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        assert isinstance(node, ast.Call)
+        is_method = ctx.qualname(node.func) is None
+        operands = [node.func.value, *node.args] if is_method else node.args
+        if node.keywords or len(operands) != 2 or any(isinstance(a, ast.Starred) for a in node.args):
+            return {"no_fix": "`masked_select` is called with keywords or an unexpected number of arguments"}
+        if not ctx.kind(operands[0]).is_tensor:
+            return {"no_fix": "the selected value is not known to be a tensor"}
+        return self.plan_where(node, ctx)
+
+    def operands(self, node: "cst.CSTNode") -> tuple["cst.BaseExpression", "cst.BaseExpression"]:
+        if len(node.args) == 1:  # x.masked_select(mask)
+            return node.func.value, node.args[0].value
+        return node.args[0].value, node.args[1].value
     INVALID = [
         """
         import torch

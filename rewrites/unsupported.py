@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import ast
 from dataclasses import replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rewrites.base import CallRule, TensorMethodRule
+from rewrites.conversions import atom, with_parens_of
 from transpiler.checker import Context
+from transpiler.diagnostics import Fix
 from transpiler.rule import REGISTRY, Finding, Rule
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from transpiler.fixer import Edit
 
 
 class BreakInBlock(Rule):
@@ -23,7 +30,9 @@ class BreakInBlock(Rule):
                 continue
             lines = [line for kind, line in finding.blocks if kind == self.block]
             if lines:
-                ctx.findings.append(replace(finding, code=self.code, message=self.message.format(line=lines[-1])))
+                # The copy has no fix of its own: fixing the inner finding fixes it.
+                message = self.message.format(line=lines[-1])
+                ctx.findings.append(replace(finding, code=self.code, message=message, fix=None, no_fix=None))
 
 
 class GraphBreakInLoop(BreakInBlock):
@@ -198,7 +207,9 @@ class IdComparison(Rule):
     time; Dynamo cannot compare it while tracing (GB9316).
 
     ## Fix safety
-    No automatic fix; compare with `is` on objects from outside the region.
+    `id(a) == id(b)` becomes `a is b` (and `!=` becomes `is not`): safe, since
+    one side is an input, alive throughout, whose identity no other object can
+    share. Chained comparisons and other operators (`<`) are left alone.
     """
 
     code = "TP503"
@@ -217,6 +228,25 @@ class IdComparison(Rule):
                 origins.add(is_input)
         if origins == {True, False}:
             self.report(ctx, node)
+
+    fix_safety = "safe"
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        assert isinstance(node, ast.Compare)
+        if len(node.ops) != 1 or not isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            return {"no_fix": "only a single `==` or `!=` of two `id()` calls has an `is` form"}
+        operands = (node.left, node.comparators[0])
+        if not all(_is_id_call(o, ctx) for o in operands):
+            return {"no_fix": "only a single `==` or `!=` of two `id()` calls has an `is` form"}
+        return self.make_fix("compare with `is`", "Comparison", node)
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        target = node.comparisons[0]
+        operator = cst.Is() if isinstance(target.operator, cst.Equal) else cst.IsNot()
+        left, right = (atom(call.args[0].value) for call in (node.left, target.comparator))
+        return with_parens_of(node, cst.Comparison(left, [cst.ComparisonTarget(operator, right)]))
 
     INVALID = [
         """
@@ -246,6 +276,16 @@ class IdComparison(Rule):
                 return z, same
         """
     ]
+
+
+def _is_id_call(node: ast.expr, ctx: Context) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and ctx.qualname(node.func) == "builtins.id"
+        and len(node.args) == 1
+        and not node.keywords
+        and not isinstance(node.args[0], ast.Starred)
+    )
 
 
 class DataPtrComparison(Rule):
@@ -628,8 +668,11 @@ class CopyModuleOnTensor(Rule):
     `deepcopy`, GB0208 for `copy`).
 
     ## Fix safety
-    `t.clone()` is the traceable copy; it is equivalent for plain tensors but
-    not for tensor subclasses with extra Python state, so not automatic.
+    No automatic fix. `t.detach().clone()` copies the values, but a deep copy
+    of a tensor that requires grad is a new leaf that requires grad itself (and
+    of a tensor with autograd history, an error), which no traceable call
+    reproduces; tensor subclasses would also lose their Python state.
+    `copy.copy(t)` shares the storage of `t`.
     """
 
     code = "TP511"
