@@ -45,7 +45,12 @@ class Edit:
 
 def apply_fixes(text: str, diagnostics: list[Diagnostic], side_effects: SideEffects = "guard") -> tuple[str, list[Diagnostic]]:
     """`text` with the planned fixes of `diagnostics` applied, and the diagnostics that were."""
-    planned = {(d.fix.node, d.fix.target): d for d in diagnostics if d.fix is not None}
+    planned: dict[tuple, Diagnostic] = {}
+    for d in diagnostics:
+        # Two plans for one node (two rules on one call): the first wins, the other is
+        # re-planned next round on the rewritten code.
+        if d.fix is not None:
+            planned.setdefault((d.fix.node, d.fix.target), d)
     if not planned:
         return text, []
     module = cst.parse_module(text)
