@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import ast
+from typing import TYPE_CHECKING
 
+from rewrites import branches
 from transpiler.checker import Context
+from transpiler.diagnostics import Fix
+from transpiler.kinds import Kind
 from transpiler.rule import Rule
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from transpiler.fixer import Edit
 
 
 def data_dependent(test: ast.expr, ctx: Context) -> bool:
@@ -39,9 +48,32 @@ class DataDependentIf(Rule):
     Dynamo knows them at compile time.
 
     ## Fix safety
-    When both branches are pure and assign the same names, `torch.where` keeps
-    the meaning; otherwise `torch.cond`. The rewrite evaluates both branches, so
-    it is safe only when neither has side effects.
+    Unsafe. When every branch of the `if`/`elif`/`else` chain is a sequence of
+    pure tensor assignments (`name = expr` calling only torch operators and tensor
+    methods that are not in place and draw no random numbers), each assigned
+    name becomes `name = torch.where(cond, then_value, else_value)` (nested for
+    `elif`; a branch that leaves a name alone gives its value from before the
+    `if`). Values that later statements of their branch read become temporaries
+    (`y_then = ...`). A tensor condition `t` becomes `t != 0` (NaN is true on both
+    sides), `and`/`or`/`not` become `&`/`|`/`~`. `torch.where` evaluates every
+    branch and broadcasts and type-promotes their values: the result equals the
+    original only when both values have the same shape and dtype and the
+    condition has one element (where `if` would raise, `torch.where` does not);
+    an untaken branch that would raise now raises.
+
+    When a branch ends in `return` (`if c: return a` followed by the rest of the
+    function), the two paths become nested functions `then_branch` and
+    `else_branch` taking the tensors they read, and `return torch.cond(cond,
+    then_branch, else_branch, (tensors...))`; values that may alias an input are
+    returned as `.clone()`. `torch.cond` raises when the branches return
+    different shapes or dtypes, runs the branches through Dynamo even in eager
+    mode (the first call is slow), and needs a one-element condition.
+
+    Left alone (with the reason shown): branches with calls that may have side
+    effects (submodules, `print`, random numbers, in-place methods, `out=`),
+    augmented or attribute/subscript assignments, `raise`/`assert`, values not
+    known to be tensors, names assigned on one path only and unbound before, and
+    conditions that mix tensors with Python values.
     """
 
     code = "TP201"
@@ -49,11 +81,80 @@ class DataDependentIf(Rule):
     summary = "`if` on a tensor value"
     message = "`if` on a tensor value breaks the graph; use `torch.where` or `torch.cond`"
     dynamo_codes = ("GB0170",)
+    fix_safety = "unsafe"
 
     def visit_If(self, node: ast.If, ctx: Context) -> None:
+        elifs = self._elifs_of(ctx)
         if data_dependent(node.test, ctx):
             claim(node.test, ctx)
-            self.report(ctx, node.test)
+            self.report(ctx, node.test, **self.plan_if(node, ctx, elifs.get(id(node))))
+            for inner in branches.if_chain_nodes(node)[1:]:
+                elifs[id(inner)] = True
+
+    def _elifs_of(self, ctx: Context) -> dict[int, bool]:
+        """The `elif`s of the function: True for those of a data-dependent `if` (rewritten with it),
+        False for the others (an `if` on a Python value, or one Dynamo folds away unvisited)."""
+        if getattr(self, "_ctx", None) is not ctx:
+            self._ctx, self._elifs = ctx, {}
+            for node in ast.walk(ctx.node):
+                if isinstance(node, ast.If):
+                    self._elifs.update((id(inner), False) for inner in branches.if_chain_nodes(node)[1:])
+        return self._elifs
+
+    def plan_if(self, node: ast.If, ctx: Context, elif_of: bool | None) -> dict:
+        if elif_of:
+            return {"no_fix": "an `elif` is rewritten together with its `if` (see the finding there)"}
+        skip = branches.static_prefix(node, ctx) if elif_of is None else 0
+        where = branches.where_plan(node, ctx, skip)
+        if isinstance(where, tuple):
+            title = "replace the branches with `torch.where`"
+            return self.make_fix(title, "If", node, safety="unsafe", data=("where", elif_of is False, skip, where))
+        _, bodies = branches.if_chain(node)
+        if elif_of is not None or not any(isinstance(s, ast.Return) for body in bodies for s in body):
+            return {"no_fix": where}
+        cond = branches.cond_plan(node, ctx)
+        if isinstance(cond, str):
+            return {"no_fix": cond}
+        title = "replace the branches with `torch.cond`"
+        target, kind = (node, "If") if cond[3] < 0 else (ctx.node, "FunctionDef")
+        return self.make_fix(title, kind, target, safety="unsafe", data=("cond", cond))
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode | cst.FlattenSentinel":
+        import libcst as cst
+
+        how, *rest = fix.data
+        if how == "where":
+            is_elif, skip, data = rest
+            if skip:  # `if flag and t:` becomes `if flag:` around the rewrite of `if t:`
+                operands = branches.bool_operands(node.test)
+                lines = branches.where_statements(node.with_changes(test=branches.join_and(operands[skip:])), data, edit)
+                lines[0] = lines[0].with_changes(leading_lines=branches.chain_comments(node, header=False))
+                if isinstance(node.body, cst.IndentedBlock):  # keeps the comment of the `if` line
+                    body = node.body.with_changes(body=lines, footer=[])
+                else:
+                    body = cst.IndentedBlock(lines)
+                return node.with_changes(test=branches.join_and(operands[:skip]), body=body)
+            lines = branches.where_statements(node, data, edit)
+            comments = branches.chain_comments(node)
+            if is_elif:  # `elif c:` becomes `else:` around the new statements
+                lines[0] = lines[0].with_changes(leading_lines=comments)
+                return cst.Else(cst.IndentedBlock(lines), leading_lines=node.leading_lines)
+            lines[0] = lines[0].with_changes(leading_lines=[*node.leading_lines, *comments])
+            return cst.FlattenSentinel(lines)
+        (data,) = rest
+        if isinstance(node, cst.If):
+            return cst.FlattenSentinel(self._cond_lines(node, [], data, edit))
+        body = list(node.body.body)
+        position = branches.line_index(body, data[3])
+        lines = self._cond_lines(body[position], body[position + 1 :], data, edit)
+        return node.with_changes(body=node.body.with_changes(body=[*body[:position], *lines]))
+
+    @staticmethod
+    def _cond_lines(node: "cst.If", rest: list, data: tuple, edit: "Edit") -> list:
+        lines = branches.cond_statements(node, rest, data, edit)
+        comments = branches.comment_lines(getattr(node.body, "header", None))
+        lines[0] = lines[0].with_changes(leading_lines=[*node.leading_lines, *comments])
+        return lines
 
     INVALID = [
         """
@@ -173,8 +274,15 @@ class DataDependentTernary(Rule):
     Python: a graph break (GB0170).
 
     ## Fix safety
-    `torch.where(cond, a, b)` evaluates both sides; safe when both are pure and
-    of the same shape and dtype.
+    Unsafe. When both sides are pure tensor expressions (torch operators and
+    tensor methods, nothing in place or random), the expression becomes
+    `torch.where(cond, a, b)`, with a numeric condition `t` written `t != 0`.
+    `torch.where` evaluates both sides and broadcasts and type-promotes them: the
+    result equals the original only when `a` and `b` have the same shape and
+    dtype and the condition has one element; a side that would raise now always
+    runs. Left alone: sides with possible side effects, sides not known to be
+    tensors (`y if c else 0.0` would turn a Python number into a tensor), and
+    conditions that mix tensors with Python values.
     """
 
     code = "TP203"
@@ -183,10 +291,31 @@ class DataDependentTernary(Rule):
     message = "conditional expression on a tensor value breaks the graph; use `torch.where`"
     dynamo_codes = ("GB0170",)
 
+    fix_safety = "unsafe"
+
     def visit_IfExp(self, node: ast.IfExp, ctx: Context) -> None:
         if data_dependent(node.test, ctx):
             claim(node.test, ctx)
             self.report(ctx, node)
+
+    def plan(self, node: ast.IfExp, ctx: Context) -> dict:
+        recipe = branches.bool_recipe(node.test, ctx.typer)
+        if recipe is None:
+            return {"no_fix": f"the condition `{ast.unparse(node.test)}` is not only tensors"}
+        for side in (node.body, node.orelse):
+            reason = branches.impurity(side, ctx.typer)
+            if reason is not None:
+                return {"no_fix": f"`torch.where` would evaluate both sides, and {reason}"}
+            if not ctx.kind(side).is_tensor:
+                return {"no_fix": f"`{ast.unparse(side)}` is not known to be a tensor"}
+        return self.make_fix("replace with `torch.where`", "IfExp", node, safety="unsafe", data=(recipe,))
+
+    def apply_fix(self, node: "cst.IfExp", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        condition = branches.build_condition(node.test, fix.data[0])
+        args = [cst.Arg(condition), cst.Arg(node.body), cst.Arg(node.orelse)]
+        return cst.Call(edit.torch("where"), args, lpar=node.lpar, rpar=node.rpar)
 
     INVALID = [
         """
@@ -226,9 +355,14 @@ class TensorTruthinessInBoolOp(Rule):
     into Python: a graph break (GB0170 for `and`/`or`, GB0033 for `not`).
 
     ## Fix safety
-    `|`, `&` and `~` (or `torch.logical_or` and friends) keep the result a
-    tensor; `and`/`or` short-circuit and return an operand, so the rewrite is
-    safe only for boolean tensors.
+    Unsafe. When every operand is a boolean tensor, `a and b` becomes `a & b`,
+    `a or b` becomes `a | b`, and `not t` becomes `~t` (`t == 0` for a numeric
+    tensor). The value matches for one-element operands, but the result is now a
+    tensor where `not` gave a Python `bool`, operands of different shapes
+    broadcast instead of raising, and the right-hand side is always evaluated
+    (so it must be pure). Left alone: operands that are not boolean tensors
+    (`and`/`or` return one of their operands, not a truth value) and right-hand
+    sides with possible side effects.
     """
 
     code = "TP204"
@@ -236,6 +370,8 @@ class TensorTruthinessInBoolOp(Rule):
     summary = "`and`/`or`/`not` on tensors"
     message = "`{op}` on a tensor calls `bool()` and breaks the graph; use `{replacement}`"
     dynamo_codes = ("GB0170", "GB0033")
+
+    fix_safety = "unsafe"
 
     def visit_BoolOp(self, node: ast.BoolOp, ctx: Context) -> None:
         if id(node) not in ctx.claimed and any(ctx.kind(v).is_tensor for v in node.values[:-1]):
@@ -245,6 +381,26 @@ class TensorTruthinessInBoolOp(Rule):
     def visit_UnaryOp(self, node: ast.UnaryOp, ctx: Context) -> None:
         if isinstance(node.op, ast.Not) and id(node) not in ctx.claimed and ctx.kind(node.operand).is_tensor:
             self.report(ctx, node, op="not", replacement="~")
+
+    def plan(self, node: ast.BoolOp | ast.UnaryOp, ctx: Context) -> dict:
+        if isinstance(node, ast.UnaryOp):
+            recipe = ("zero",) if ctx.kind(node.operand) is Kind.TENSOR else ("not", ("keep",))
+            return self.make_fix("replace `not` with `~`", "UnaryOperation", node, safety="unsafe", data=(recipe,))
+        for value in node.values:
+            if ctx.kind(value) is not Kind.BOOL_TENSOR:
+                return {"no_fix": f"`{ast.unparse(value)}` is not known to be a boolean tensor"}
+        for value in node.values[1:]:
+            reason = branches.impurity(value, ctx.typer)
+            if reason is not None:
+                return {"no_fix": f"`&`/`|` would always evaluate the right-hand side, and {reason}"}
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        recipe = (op, (("keep",),) * len(node.values))
+        title = f"replace `{op}` with `{'&' if op == 'and' else '|'}`"
+        return self.make_fix(title, "BooleanOperation", node, safety="unsafe", data=(recipe,))
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        replaced = branches.build_condition(node, fix.data[0])
+        return replaced.with_changes(lpar=node.lpar, rpar=node.rpar) if node.lpar else replaced
 
     INVALID = [
         """
@@ -298,8 +454,17 @@ class DataDependentAssert(Rule):
     (GB0170).
 
     ## Fix safety
-    `torch._assert_async(cond, "message")` keeps the check without a host sync;
-    the message can no longer include runtime values, so the fix is unsafe.
+    Unsafe. The assert becomes `torch._assert_async(cond, "message")`, which Dynamo
+    keeps in the graph; `assert a and b` becomes one check per operand (in order),
+    `assert a or b` on boolean tensors becomes `a | b`. A computed message cannot
+    include runtime values any more: an f-string keeps its literal text with the
+    expressions written as `{source}`; any other message, or none, becomes
+    "assert <condition source>". Operands that are Python numbers read from
+    tensors (`.item()`) become `torch._check(cond, lambda: "message")`; static ones
+    stay a plain `assert`. The fix raises `RuntimeError` instead of
+    `AssertionError`, and unlike `assert` it is not removed by `python -O`. Left
+    alone: `or` over values that are not all boolean tensors, and operands of
+    unknown type.
     """
 
     code = "TP205"
@@ -307,6 +472,8 @@ class DataDependentAssert(Rule):
     summary = "assert on a tensor value with a computed message or `and`/`or`"
     message = "`assert` on a tensor value with {what} breaks the graph; use a literal message or `torch._assert_async`"
     dynamo_codes = ("GB0170",)
+
+    fix_safety = "unsafe"
 
     def visit_Assert(self, node: ast.Assert, ctx: Context) -> None:
         if not data_dependent(node.test, ctx):
@@ -316,6 +483,48 @@ class DataDependentAssert(Rule):
             self.report(ctx, node, what="`and`/`or`")
         elif node.msg is not None and not (isinstance(node.msg, ast.Constant) and isinstance(node.msg.value, str)):
             self.report(ctx, node, what="a computed message")
+
+    def plan(self, node: ast.Assert, ctx: Context) -> dict:
+        test = node.test
+        split = isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)
+        message = "keep" if isinstance(node.msg, ast.Constant) else "condition"
+        message = "fstring" if isinstance(node.msg, ast.JoinedStr) else message
+        checks = []
+        for part in test.values if split else [test]:
+            kind = ctx.kind(part)
+            if kind is Kind.DATA_SCALAR:
+                checks.append(("check", None, message))
+            elif kind is Kind.SCALAR:
+                checks.append(("assert", None, "keep"))
+            else:
+                recipe = branches.bool_recipe(part, ctx.typer)
+                if recipe is None:
+                    return {"no_fix": f"`{ast.unparse(part)}` is not known to be a tensor or a number"}
+                if isinstance(part, ast.BoolOp) and isinstance(part.op, ast.Or) and "nonzero" in repr(recipe):
+                    return {"no_fix": f"`{ast.unparse(part)}` is `or` over tensors that are not all boolean"}
+                checks.append(("async", ("keep",) if recipe == ("nonzero",) else recipe, message))
+        title = "replace with `torch._assert_async`"
+        return self.make_fix(title, "SimpleStatementLine", node, safety="unsafe", data=tuple(checks))
+
+    def apply_fix(self, node: "cst.SimpleStatementLine", fix: Fix, edit: "Edit") -> "cst.FlattenSentinel":
+        import libcst as cst
+
+        statement = node.body[0]
+        parts = branches.bool_operands(statement.test) if len(fix.data) > 1 else [statement.test]
+        lines = []
+        for part, (how, recipe, message) in zip(parts, fix.data):
+            if how == "assert":
+                small = cst.Assert(part, statement.msg)
+            elif how == "check":
+                text = cst.Lambda(cst.Parameters(), _literal_message(statement.msg, part, message))
+                small = cst.Expr(cst.Call(edit.torch("_check"), [cst.Arg(part), cst.Arg(text)]))
+            else:
+                condition = branches.build_condition(part, recipe)
+                args = [cst.Arg(condition), cst.Arg(_literal_message(statement.msg, part, message))]
+                small = cst.Expr(cst.Call(edit.torch("_assert_async"), args))
+            lines.append(cst.SimpleStatementLine([small]))
+        lines[0] = lines[0].with_changes(leading_lines=node.leading_lines, trailing_whitespace=node.trailing_whitespace)
+        return cst.FlattenSentinel(lines)
 
     INVALID = [
         """
@@ -355,6 +564,32 @@ class DataDependentAssert(Rule):
                 return y * 2
         """
     ]
+
+
+def _literal_message(
+    message: "cst.BaseExpression | None", part: "cst.BaseExpression", how: str
+) -> "cst.BaseExpression":
+    """A message that needs no runtime value: the literal as written ("keep"), an f-string's text
+    with its fields written as `{source}` ("fstring"), or "assert <condition source>"."""
+    import libcst as cst
+
+    if how == "keep":
+        return message
+    if how == "fstring":
+        text = "".join(
+            p.value.replace("{{", "{").replace("}}", "}")
+            if isinstance(p, cst.FormattedStringText)
+            else "{" + _code(p.expression) + "}"
+            for p in message.parts
+        )
+        return cst.SimpleString(message.start.replace("f", "").replace("F", "") + text + message.end)
+    return branches.string(f"assert {_code(part)}")
+
+
+def _code(node: "cst.CSTNode") -> str:
+    import libcst as cst
+
+    return cst.Module([]).code_for_node(node)
 
 
 class SortedOnTensors(Rule):

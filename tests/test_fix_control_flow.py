@@ -1,0 +1,628 @@
+"""The control-flow fixes (TP201 `if`, TP203 ternary, TP204 `and`/`or`/`not`, TP205 `assert`):
+exact rewritten source, the reasons for leaving code alone, idempotency, and equivalence of the
+original and rewritten models under eager torch, with no graph break left under Dynamo."""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from transpiler import engine, fixer  # noqa: E402
+from transpiler.diagnostics import Diagnostic  # noqa: E402
+
+HEADER = "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
+
+
+@dataclass
+class Fixed:
+    text: str  # the source after every fix
+    applied: list[Diagnostic]
+    remaining: list[Diagnostic]
+
+
+def fix(source: str, tmp_path: Path) -> Fixed:
+    """All fixes (unsafe included) of the control-flow rules applied to `source` as one file
+    (other rules are not selected, so their fixes cannot interfere)."""
+    path = tmp_path / "model.py"
+    path.write_text(source, encoding="utf-8")
+
+    def lint(overlay):
+        return engine.lint([path], lambda code: code.startswith("TP20"), "TP20", None, overlay=overlay)
+
+    result = fixer.fix_project([path], lint, unsafe=True)
+    return Fixed(result.sources.get(path, source), result.applied, result.remaining)
+
+
+def model(forward: str) -> str:
+    """A module whose `Model.forward` has the body `forward` (written at any indentation)."""
+    return HEADER + textwrap.indent(textwrap.dedent(forward).strip() + "\n", "    ")
+
+
+def load(source: str) -> torch.nn.Module:
+    namespace: dict = {}
+    exec(compile(source, "<model>", "exec"), namespace)
+    return namespace["Model"]()
+
+
+def assert_equivalent(original: str, fixed: str, inputs: list[tuple]) -> None:
+    """Same eager outputs on every input, and the fixed forward is one graph under Dynamo."""
+    before, after = load(original), load(fixed)
+    for args in inputs:
+        torch.testing.assert_close(after(*args), before(*args), equal_nan=True)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(after)(*inputs[0])
+    assert explained.graph_break_count == 0, explained.break_reasons
+
+
+def signed(*shape: int) -> list[tuple]:
+    """Inputs whose sums go both ways, NaN, and an empty tensor."""
+    base = torch.randn(*shape, generator=torch.Generator().manual_seed(0)).abs() + 0.1
+    return [(base,), (-base,), (base * 200,), (torch.full(shape, float("nan")),), (torch.randn(0),)]
+
+
+# -- TP201: `if` -----------------------------------------------------------------------------------------
+
+SIMPLE_IF = model(
+    """
+    def forward(self, x):
+        y = x + 1
+        if y.sum() > 0:
+            y = y * 2
+        return y - 1
+    """
+)
+
+CHAIN = model(
+    """
+    def forward(self, x):
+        y = x + 1
+        # double when positive
+        if y.sum() > 0:  # hot path
+            y = y * 2  # scale
+            z = y + 1
+        elif x.mean() < -1:
+            z = x
+        else:
+            # negative
+            z = -x
+        return y - 1 + z
+    """
+)
+
+EARLY_RETURN = model(
+    """
+    def forward(self, x):
+        h = x.relu()
+        if h.sum() > 0:
+            return h * 2
+        # fall through
+        g = h + 1
+        return g.view(-1)
+    """
+)
+
+BOTH_RETURN = model(
+    """
+    def forward(self, x):
+        if x.mean() > 0:
+            return x * 2, x.sin()
+        else:
+            return x, x.cos()
+    """
+)
+
+NESTED = model(
+    """
+    def forward(self, x):
+        y = x.abs()
+        if x.sum() > 0:
+            if y.mean() > 1:
+                y = y * 2
+            y = y + 1
+        return y
+    """
+)
+
+FLOAT_CONDITION = model(
+    """
+    def forward(self, x):
+        s = x.sum()
+        y = x * 1
+        if s:
+            y = y - s
+        if not s:
+            y = y + 1
+        return y
+    """
+)
+
+FIXED_IF = {
+    "simple": (
+        SIMPLE_IF,
+        """
+        def forward(self, x):
+            y = x + 1
+            y = torch.where(y.sum() > 0, y * 2, y)
+            return y - 1
+        """,
+    ),
+    "chain": (
+        CHAIN,
+        """
+        def forward(self, x):
+            y = x + 1
+            # double when positive
+            # hot path
+            # scale
+            # negative
+            cond = y.sum() > 0
+            cond_elif1 = x.mean() < -1
+            y_then = y * 2
+            y = torch.where(cond, y_then, y)
+            z = torch.where(cond, y_then + 1, torch.where(cond_elif1, x, -x))
+            return y - 1 + z
+        """,
+    ),
+    "early_return": (
+        EARLY_RETURN,
+        """
+        def forward(self, x):
+            h = x.relu()
+            def then_branch(h):
+                return h * 2
+            def else_branch(h):
+                # fall through
+                g = h + 1
+                return g.view(-1).clone()
+            return torch.cond(h.sum() > 0, then_branch, else_branch, (h,))
+        """,
+    ),
+    "both_return": (
+        BOTH_RETURN,
+        """
+        def forward(self, x):
+            def then_branch(x):
+                return x * 2, x.sin()
+            def else_branch(x):
+                return x.clone(), x.cos()
+            return torch.cond(x.mean() > 0, then_branch, else_branch, (x,))
+        """,
+    ),
+    "nested": (
+        NESTED,
+        """
+        def forward(self, x):
+            y = x.abs()
+            y_then = torch.where(y.mean() > 1, y * 2, y)
+            y = torch.where(x.sum() > 0, y_then + 1, y)
+            return y
+        """,
+    ),
+    "float_condition": (
+        FLOAT_CONDITION,
+        """
+        def forward(self, x):
+            s = x.sum()
+            y = x * 1
+            y = torch.where(s != 0, y - s, y)
+            y = torch.where(s == 0, y + 1, y)
+            return y
+        """,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", FIXED_IF)
+def test_if_is_rewritten(case, tmp_path):
+    source, expected = FIXED_IF[case]
+    result = fix(source, tmp_path)
+    assert result.text == model(expected)
+    assert {d.code for d in result.applied} == {"TP201"}
+    assert result.remaining == []
+
+
+@pytest.mark.parametrize("case", ["simple", "chain", "nested", "float_condition", "early_return"])
+def test_rewritten_if_computes_the_same(case, tmp_path):
+    source, _ = FIXED_IF[case]
+    assert_equivalent(source, fix(source, tmp_path).text, signed(8))
+
+
+def test_both_returning_branches_compute_the_same(tmp_path):
+    source, _ = FIXED_IF["both_return"]
+    assert_equivalent(source, fix(source, tmp_path).text, signed(8)[:3])
+
+
+def test_an_elif_after_a_python_condition_becomes_an_else(tmp_path):
+    source = model(
+        """
+        def forward(self, x):
+            y = x + 1
+            if self.training:
+                y = y * 3
+            elif y.sum() > 0:
+                y = y * 2
+            return y
+        """
+    )
+    expected = """
+        def forward(self, x):
+            y = x + 1
+            if self.training:
+                y = y * 3
+            else:
+                y = torch.where(y.sum() > 0, y * 2, y)
+            return y
+        """
+    result = fix(source, tmp_path)
+    assert result.text == model(expected)
+    assert_equivalent(source, result.text, signed(8))
+
+
+LEFT_ALONE_IF = {
+    "side effect": ("print(y)", "calls `print()` for its side effects"),
+    "submodule": ("y = self.fc(y)", "calls a submodule"),
+    "in place": ("y += 1", "updates a tensor in place"),
+    "in-place method": ("y = y.add_(1)", "modifies a tensor in place"),
+    "attribute": ("self.last = y", "changes an attribute"),
+    "subscript": ("y[0] = 1", "writes into a tensor in place"),
+    "raise": ("raise ValueError('negative')", "raises"),
+    "random": ("y = torch.randn(8)", "draws random numbers"),
+    "non-tensor": ("y = y.sum().item()", "data-dependent scalar"),
+    "one branch only": ("q = y * 2", "assigned in one branch only"),
+    "unknown call": ("y = helper(y)", "may have side effects"),
+}
+
+
+@pytest.mark.parametrize("case", LEFT_ALONE_IF)
+def test_if_left_alone_says_why(case, tmp_path):
+    statement, reason = LEFT_ALONE_IF[case]
+    source = model(
+        f"""
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = x + 1
+            if y.sum() > 0:
+                {statement}
+            return y
+        """
+    )
+    result = fix(source, tmp_path)
+    assert result.applied == []
+    (finding,) = [d for d in result.remaining if d.code == "TP201"]
+    assert reason in finding.no_fix
+
+
+def test_conditions_mixing_python_values_are_left_alone(tmp_path):
+    source = model(
+        """
+        def forward(self, x):
+            y = x + 1
+            if y.sum() > 0 and self.training:
+                y = y * 2
+            return y
+        """
+    )
+    (finding,) = fix(source, tmp_path).remaining
+    assert "is not only tensors" in finding.no_fix
+
+
+def test_return_inside_a_nested_block_is_left_alone(tmp_path):
+    source = model(
+        """
+        def forward(self, x):
+            with torch.no_grad():
+                if x.sum() > 0:
+                    return x * 2
+            return x
+        """
+    )
+    (finding,) = fix(source, tmp_path).remaining
+    assert "nested block" in finding.no_fix
+
+
+# -- TP203: ternary --------------------------------------------------------------------------------------
+
+TERNARY = model(
+    """
+    def forward(self, x):
+        y = x + 1
+        z = y * 2 if y.mean() > 0 else y * 3
+        w = (x if x.sum() > 1 else -x) if y.max() > 2 else y
+        return z + w
+    """
+)
+
+
+def test_ternary_becomes_where(tmp_path):
+    result = fix(TERNARY, tmp_path)
+    expected = """
+        def forward(self, x):
+            y = x + 1
+            z = torch.where(y.mean() > 0, y * 2, y * 3)
+            w = torch.where(y.max() > 2, (torch.where(x.sum() > 1, x, -x)), y)
+            return z + w
+        """
+    assert result.text == model(expected)
+    assert_equivalent(TERNARY, result.text, signed(8)[:4])  # `max()` of an empty tensor raises
+
+
+@pytest.mark.parametrize(
+    ("expression", "reason"),
+    [
+        ("y * 2 if y.mean() > 0 else 0.0", "not known to be a tensor"),
+        ("self.fc(y) if y.mean() > 0 else y", "calls a submodule"),
+        ("y if y.mean() > 0 and self.training else -y", "not only tensors"),
+    ],
+)
+def test_ternary_left_alone_says_why(expression, reason, tmp_path):
+    source = model(
+        f"""
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = x + 1
+            z = {expression}
+            return z
+        """
+    )
+    (finding,) = [d for d in fix(source, tmp_path).remaining if d.code == "TP203"]
+    assert reason in finding.no_fix
+
+
+# -- TP204: and / or / not -------------------------------------------------------------------------------
+
+BOOL_OPS = model(
+    """
+    def forward(self, x):
+        y = x + 1
+        flag = (y > 0).any() or (y < -5).any()
+        both = y.isfinite().all() and y.sum() > 0 and (x > -1).all()
+        empty = not (y > 0).any()
+        return y * 2, flag, both, empty
+    """
+)
+
+
+def test_bool_ops_become_bitwise(tmp_path):
+    result = fix(BOOL_OPS, tmp_path)
+    expected = """
+        def forward(self, x):
+            y = x + 1
+            flag = (y > 0).any() | (y < -5).any()
+            both = y.isfinite().all() & (y.sum() > 0) & (x > -1).all()
+            empty = ~(y > 0).any()
+            return y * 2, flag, both, empty
+        """
+    assert result.text == model(expected)
+    before, after = load(BOOL_OPS), load(result.text)
+    for (x,) in signed(8)[:4]:
+        expected_values = before(x)
+        for got, want in zip(after(x), expected_values):
+            torch.testing.assert_close(torch.as_tensor(got), torch.as_tensor(want), equal_nan=True)
+    assert torch._dynamo.explain(after)(signed(8)[0][0]).graph_break_count == 0
+
+
+def test_bool_op_on_numbers_is_left_alone(tmp_path):
+    source = model(
+        """
+        def forward(self, x):
+            total = x.sum() or x.mean()
+            return total
+        """
+    )
+    (finding,) = fix(source, tmp_path).remaining
+    assert "not known to be a boolean tensor" in finding.no_fix
+
+
+# -- TP205: assert ---------------------------------------------------------------------------------------
+
+ASSERTS = model(
+    """
+    def forward(self, x):
+        y = x.abs() + 1
+        # checks
+        assert (y > 0).all(), f"non-positive values in {y.shape}"  # cheap
+        assert (y > 0).all() and (y < 1e9).all()
+        assert (y > 0).all() or (y < 1e9).all(), "never"
+        return y * 2
+    """
+)
+
+
+def test_assert_becomes_assert_async(tmp_path):
+    result = fix(ASSERTS, tmp_path)
+    expected = """
+        def forward(self, x):
+            y = x.abs() + 1
+            # checks
+            torch._assert_async((y > 0).all(), "non-positive values in {y.shape}")  # cheap
+            torch._assert_async((y > 0).all(), "assert (y > 0).all()")
+            torch._assert_async((y < 1e9).all(), "assert (y < 1e9).all()")
+            torch._assert_async((y > 0).all() | (y < 1e9).all(), "never")
+            return y * 2
+        """
+    assert result.text == model(expected)
+    assert_equivalent(ASSERTS, result.text, [(torch.randn(8),), (torch.randn(0),)])
+    nan = torch.full((3,), float("nan"))
+    with pytest.raises(AssertionError):
+        load(ASSERTS)(nan)
+    with pytest.raises(RuntimeError, match="non-positive"):  # the fix changes the exception type
+        load(result.text)(nan)
+
+
+def test_assert_on_python_values_from_tensors_uses_check(tmp_path):
+    source = model(
+        """
+        def forward(self, x, n: int):
+            total = x.sum().item()
+            assert (x > -10).all() and total > -1e9 and n > 0, "bad input"
+            return x * 2
+        """
+    )
+    expected = """
+        def forward(self, x, n: int):
+            total = x.sum().item()
+            torch._assert_async((x > -10).all(), "bad input")
+            torch._check(total > -1e9, lambda: "bad input")
+            assert n > 0, "bad input"
+            return x * 2
+        """
+    result = fix(source, tmp_path)
+    assert result.text == model(expected)
+    torch.testing.assert_close(load(result.text)(torch.ones(3), 2), load(source)(torch.ones(3), 2))
+
+
+def test_assert_with_or_over_numbers_is_left_alone(tmp_path):
+    source = model(
+        """
+        def forward(self, x):
+            assert x.sum() or x.mean(), "empty"
+            return x
+        """
+    )
+    (finding,) = fix(source, tmp_path).remaining
+    assert "not all boolean" in finding.no_fix
+
+
+# -- every fix -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", [*(s for s, _ in FIXED_IF.values()), TERNARY, BOOL_OPS, ASSERTS])
+def test_a_second_run_changes_nothing(source, tmp_path):
+    once = fix(source, tmp_path).text
+    again = fix(once, tmp_path)
+    assert again.applied == [] and again.text == once
+    assert again.remaining == []
+
+
+@pytest.mark.parametrize(
+    ("forward", "reason"),
+    [
+        (
+            """
+            def forward(self, x):
+                if x.sum() > 0:
+                    return x * 2
+                elif x.mean() < -1:
+                    return x * 3
+                return x
+            """,
+            "`elif` chain with `return`",
+        ),
+        (
+            """
+            def forward(self, x):
+                if x.sum() > 0:
+                    return x * 2, x
+                return x
+            """,
+            "different numbers of values",
+        ),
+        (
+            """
+            def forward(self, x):
+                if x.sum() > 0:
+                    return x * 2
+                print(x)
+                return x
+            """,
+            "calls `print()`",
+        ),
+        (
+            """
+            def forward(self, x):
+                if x.sum() > 0:
+                    return x.sum().item()
+                return x
+            """,
+            "not known to be a tensor",
+        ),
+    ],
+)
+def test_returning_branches_left_alone_say_why(forward, reason, tmp_path):
+    (finding, *_) = [d for d in fix(model(forward), tmp_path).remaining if d.code == "TP201"]
+    assert reason in finding.no_fix
+
+
+def test_cond_clones_only_what_may_alias_an_input(tmp_path):
+    source = model(
+        """
+        def forward(self, x):
+            if x.sum() > 0:
+                a, b = x.chunk(2)
+                return a, b * 2
+            c = x + 1
+            return c, x.t()
+        """
+    )
+    expected = """
+        def forward(self, x):
+            def then_branch(x):
+                a, b = x.chunk(2)
+                return a.clone(), b * 2
+            def else_branch(x):
+                c = x + 1
+                return c, x.t().clone()
+            return torch.cond(x.sum() > 0, then_branch, else_branch, (x,))
+        """
+    assert fix(source, tmp_path).text == model(expected)
+
+
+def test_python_flags_before_the_tensor_condition_stay_an_if(tmp_path):
+    source = model(
+        """
+        def forward(self, x, mask=None):
+            scores = x * 2
+            if mask is not None and mask.any():  # skip an all-zero mask
+                scores = scores + mask
+            if self.training and x.sum() > 0: scores = scores - 1  # one line
+            return scores
+        """
+    )
+    expected = """
+        def forward(self, x, mask=None):
+            scores = x * 2
+            if mask is not None:  # skip an all-zero mask
+                scores = torch.where(mask.any(), scores + mask, scores)
+            if self.training:
+                # one line
+                scores = torch.where(x.sum() > 0, scores - 1, scores)
+            return scores
+        """
+    result = fix(source, tmp_path)
+    assert result.text == model(expected)
+    x = torch.randn(8)
+    for mask in (None, torch.zeros(8), torch.randn(8)):
+        torch.testing.assert_close(load(result.text)(x, mask), load(source)(x, mask))
+
+
+def test_one_line_branches(tmp_path):
+    source = model(
+        """
+        def forward(self, x):
+            y = x + 1
+            if y.sum() > 0: y = y * 2
+            else: y = y * 3; y = y + 1
+            return y
+        """
+    )
+    expected = """
+        def forward(self, x):
+            y = x + 1
+            y_else = y * 3
+            y = torch.where(y.sum() > 0, y * 2, y_else + 1)
+            return y
+        """
+    result = fix(source, tmp_path)
+    assert result.text == model(expected)
+    assert_equivalent(source, result.text, signed(8))
