@@ -117,6 +117,9 @@ def bool_recipe(test: ast.expr, typer: Typer) -> Recipe | None:
             return None
         return ("zero",) if inner == ("nonzero",) else ("not", inner)
     kind = typer.kind(test)
+    if isinstance(test, ast.Compare) and len(test.ops) > 1 and kind is Kind.BOOL_TENSOR:
+        # `a < t < b` calls bool() on `a < t`: written as `(a < t) & (t < b)`, the middle evaluated twice.
+        return ("chain",) if all(impurity(c, typer) is None for c in test.comparators[:-1]) else None
     if kind is Kind.BOOL_TENSOR:
         return ("keep",)
     # A number's truth value is `!= 0` (NaN is true on both sides).
@@ -393,12 +396,23 @@ def build_condition(test: "cst.BaseExpression", recipe: Recipe) -> "cst.BaseExpr
         # "zero" is the recipe of `not t`: compare the operand of `not`.
         operand, op = (test, cst.NotEqual()) if how == "nonzero" else (test.expression, cst.Equal())
         return cst.Comparison(parenthesize(operand), [cst.ComparisonTarget(op, cst.Integer("0"))])
+    if how == "chain":
+        pairs, left = [], test.left
+        for target in test.comparisons:
+            pairs.append(parenthesize(cst.Comparison(left, [target.with_changes(comparator=target.comparator)])))
+            left = target.comparator
+        return _join(pairs, cst.BitAnd)
     if how == "not":
         return cst.UnaryOperation(cst.BitInvert(), parenthesize(build_condition(test.expression, recipe[1])))
     # and / or: a chain of `&` / `|`, left to right like the original.
-    values = bool_operands(test)
-    op = cst.BitAnd if how == "and" else cst.BitOr
-    parts = [parenthesize(build_condition(v, r)) for v, r in zip(values, recipe[1])]
+    parts = [parenthesize(build_condition(v, r)) for v, r in zip(bool_operands(test), recipe[1])]
+    return _join(parts, cst.BitAnd if how == "and" else cst.BitOr)
+
+
+def _join(parts: list["cst.BaseExpression"], op: type) -> "cst.BaseExpression":
+    """`a & b & c` (or another binary operator) from its operands, grouped to the left."""
+    import libcst as cst
+
     result = parts[0]
     for part in parts[1:]:
         result = cst.BinaryOperation(result, op(), part)

@@ -59,7 +59,9 @@ class DataDependentIf(Rule):
     branch and broadcasts and type-promotes their values: the result equals the
     original only when both values have the same shape and dtype and the
     condition has one element (where `if` would raise, `torch.where` does not);
-    an untaken branch that would raise now raises.
+    an untaken branch that would raise now raises. Python values leading an
+    `and` (`if mask is not None and mask.any():` without `else`) stay a Python
+    `if` around the rewrite.
 
     When a branch ends in `return` (`if c: return a` followed by the rest of the
     function), the two paths become nested functions `then_branch` and
@@ -120,41 +122,49 @@ class DataDependentIf(Rule):
         return self.make_fix(title, kind, target, safety="unsafe", data=("cond", cond))
 
     def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode | cst.FlattenSentinel":
-        import libcst as cst
-
         how, *rest = fix.data
-        if how == "where":
-            is_elif, skip, data = rest
-            if skip:  # `if flag and t:` becomes `if flag:` around the rewrite of `if t:`
-                operands = branches.bool_operands(node.test)
-                lines = branches.where_statements(node.with_changes(test=branches.join_and(operands[skip:])), data, edit)
-                lines[0] = lines[0].with_changes(leading_lines=branches.chain_comments(node, header=False))
-                if isinstance(node.body, cst.IndentedBlock):  # keeps the comment of the `if` line
-                    body = node.body.with_changes(body=lines, footer=[])
-                else:
-                    body = cst.IndentedBlock(lines)
-                return node.with_changes(test=branches.join_and(operands[:skip]), body=body)
-            lines = branches.where_statements(node, data, edit)
-            comments = branches.chain_comments(node)
-            if is_elif:  # `elif c:` becomes `else:` around the new statements
-                lines[0] = lines[0].with_changes(leading_lines=comments)
-                return cst.Else(cst.IndentedBlock(lines), leading_lines=node.leading_lines)
-            lines[0] = lines[0].with_changes(leading_lines=[*node.leading_lines, *comments])
-            return cst.FlattenSentinel(lines)
-        (data,) = rest
-        if isinstance(node, cst.If):
-            return cst.FlattenSentinel(self._cond_lines(node, [], data, edit))
-        body = list(node.body.body)
-        position = branches.line_index(body, data[3])
-        lines = self._cond_lines(body[position], body[position + 1 :], data, edit)
-        return node.with_changes(body=node.body.with_changes(body=[*body[:position], *lines]))
+        return self._apply_where(node, *rest, edit) if how == "where" else self._apply_cond(node, *rest, edit)
 
     @staticmethod
-    def _cond_lines(node: "cst.If", rest: list, data: tuple, edit: "Edit") -> list:
-        lines = branches.cond_statements(node, rest, data, edit)
-        comments = branches.comment_lines(getattr(node.body, "header", None))
+    def _apply_where(node: "cst.If", is_elif: bool, skip: int, data: tuple, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        if skip:  # `if flag and t:` becomes `if flag:` around the rewrite of `if t:`
+            operands = branches.bool_operands(node.test)
+            lines = branches.where_statements(node.with_changes(test=branches.join_and(operands[skip:])), data, edit)
+            lines[0] = lines[0].with_changes(leading_lines=branches.chain_comments(node, header=False))
+            if isinstance(node.body, cst.IndentedBlock):  # keeps the comment of the `if` line
+                body = node.body.with_changes(body=lines, footer=[])
+            else:
+                body = cst.IndentedBlock(lines)
+            return node.with_changes(test=branches.join_and(operands[:skip]), body=body)
+        lines = branches.where_statements(node, data, edit)
+        comments = branches.chain_comments(node)
+        if is_elif:  # `elif c:` becomes `else:` around the new statements
+            lines[0] = lines[0].with_changes(leading_lines=comments)
+            return cst.Else(cst.IndentedBlock(lines), leading_lines=node.leading_lines)
         lines[0] = lines[0].with_changes(leading_lines=[*node.leading_lines, *comments])
-        return lines
+        return cst.FlattenSentinel(lines)
+
+    @staticmethod
+    def _apply_cond(node: "cst.If | cst.FunctionDef", data: tuple, edit: "Edit") -> "cst.CSTNode":
+        """`node` is the `if` when both branches return, else the function: the statements after
+        the `if` move into the branch that falls through to them."""
+        import libcst as cst
+
+        body = list(node.body.body) if isinstance(node, cst.FunctionDef) else [node]
+        position = branches.line_index(body, data[3]) if isinstance(node, cst.FunctionDef) else 0
+        branch = body[position]
+        rest = body[position + 1 :] if isinstance(node, cst.FunctionDef) else []
+        lines = branches.cond_statements(branch, rest, data, edit)
+        comments = branches.comment_lines(getattr(branch.body, "header", None))
+        if branch.orelse is not None:
+            comments += [line for line in branch.orelse.leading_lines if line.comment is not None]
+            comments += branches.comment_lines(getattr(branch.orelse.body, "header", None))
+        lines[0] = lines[0].with_changes(leading_lines=[*branch.leading_lines, *comments])
+        if isinstance(node, cst.FunctionDef):
+            return node.with_changes(body=node.body.with_changes(body=[*body[:position], *lines]))
+        return cst.FlattenSentinel(lines)
 
     INVALID = [
         """

@@ -109,9 +109,10 @@ EARLY_RETURN = model(
 BOTH_RETURN = model(
     """
     def forward(self, x):
-        if x.mean() > 0:
+        if x.mean() > 0:  # positive
             return x * 2, x.sin()
-        else:
+        # otherwise
+        else:  # negative
             return x, x.cos()
     """
 )
@@ -186,6 +187,9 @@ FIXED_IF = {
         BOTH_RETURN,
         """
         def forward(self, x):
+            # positive
+            # otherwise
+            # negative
             def then_branch(x):
                 return x * 2, x.sin()
             def else_branch(x):
@@ -626,3 +630,24 @@ def test_one_line_branches(tmp_path):
     result = fix(source, tmp_path)
     assert result.text == model(expected)
     assert_equivalent(source, result.text, signed(8))
+
+
+def test_chained_comparisons_are_split(tmp_path):
+    source = model(
+        """
+        def forward(self, x):
+            y = x + 1
+            if 0 < y.sum() < 10:
+                y = y * 2
+            return y
+        """
+    )
+    expected = """
+        def forward(self, x):
+            y = x + 1
+            y = torch.where((0 < y.sum()) & (y.sum() < 10), y * 2, y)
+            return y
+        """
+    result = fix(source, tmp_path)
+    assert result.text == model(expected)
+    assert_equivalent(source, result.text, signed(8) + [(torch.full((8,), 0.5),)])
