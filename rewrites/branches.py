@@ -304,13 +304,15 @@ def _binds(target: ast.expr, name: str) -> bool:
 
 
 def cond_plan(node: ast.If, ctx: "Context") -> tuple | str:
-    """The data of the `torch.cond` rewrite of an `if` whose branches `return`, or why there is none.
+    """The data of the `torch.cond` rewrite of an `if`/`else`, or why there is none.
 
-    Each branch is its own statements, plus the rest of the function when it falls through; both
-    must be pure tensor assignments ending in `return` of tensors (or equal-length tuples of them).
-    Data: (condition recipe, operands, branch names, index of the `if` in the function body or -1
-    when both branches return and the rest of the function is left as it is, per branch which
-    returned values to clone, which of the two branches return by themselves).
+    Either the branches `return` (each branch is its own statements, plus the rest of the function
+    when it falls through, ending in `return` of tensors or equal-length tuples of them), or they
+    only assign (the branch functions return the assigned names, `a, b = torch.cond(...)`).
+    Statements must be pure tensor assignments. Data: (condition recipe, operands, branch
+    function names, index of the `if` in the function body or -1 when the rest of the function
+    stays as it is, per branch which returned values to clone, which branches return by
+    themselves, the names assigned from the result when the branches only assign).
     """
     tests, _ = if_chain(node)
     if len(tests) > 1:
@@ -319,9 +321,12 @@ def cond_plan(node: ast.If, ctx: "Context") -> tuple | str:
     if recipe is None:
         return f"the condition `{_short(node.test)}` is not only tensors"
     returns = [_ends_in_return(node.body), _ends_in_return(node.orelse)]
-    index = -1
-    branches = [node.body, node.orelse]
-    if not all(returns):
+    index, branches, outputs = -1, [node.body, node.orelse], ()
+    if not any(returns):
+        outputs = tuple(dict.fromkeys(n for body in branches for s in body for n in _assigned(s)))
+        if not outputs:
+            return "the branches assign nothing"
+    elif not all(returns):
         function_body = ctx.node.body
         if not any(s is node for s in function_body):
             return "the `return` is inside a nested block of the function"
@@ -331,18 +336,25 @@ def cond_plan(node: ast.If, ctx: "Context") -> tuple | str:
         if not _ends_in_return(rest):
             return "the function does not end in `return` after the `if`"
     before = ctx.typer.env
-    read = loaded_names(s for body in branches for s in body)
-    operands = tuple(n for n in read if before.get(n, Kind.UNKNOWN).is_tensor)
+    kept = [n for n in outputs if not all(any(n in _assigned(s) for s in body) for body in branches)]
+    for name in kept:  # a branch that leaves a name alone returns its value from before the `if`
+        if not before.get(name, Kind.UNKNOWN).is_tensor:
+            return f"`{name}` is assigned in one branch only and not known to be a tensor before the `if`"
+    free = [n for body in branches for n in _free_names(body)]
+    operands = tuple(n for n in dict.fromkeys([*free, *kept]) if before.get(n, Kind.UNKNOWN).is_tensor)
     arities, clones = set(), []
     for body in branches:
         typer = branch_typer(ctx)
         views = set(operands)  # names that may be an operand or a view of one
-        for statement in body[:-1]:
+        for statement in body[:-1] if not outputs else body:
             reason = statement_problem(statement, typer, allow_unpacking=True)
             if reason is not None:
                 return reason
-            if aliasing(statement.value, views):
-                views |= {n.id for n in ast.walk(statement.targets[0]) if isinstance(n, ast.Name)}
+            targets = set(_assigned(statement))
+            views = views | targets if aliasing(statement.value, views) else views - targets
+        if outputs:
+            clones.append(tuple(n in views for n in outputs))
+            continue
         value = body[-1].value
         values = value.elts if isinstance(value, ast.Tuple) else [value]
         for element in values:
@@ -353,19 +365,33 @@ def cond_plan(node: ast.If, ctx: "Context") -> tuple | str:
                 return f"the branch returns `{_short(element)}`, not known to be a tensor"
         arities.add(len(values) if isinstance(value, ast.Tuple) else 0)
         clones.append(tuple(aliasing(v, views) for v in values))
-    if len(arities) != 1:
+    if len(arities) > 1:
         return "the branches return different numbers of values"
     for body in branches:
         # A name a nested function assigns is local to it: reading it first needs a parameter.
-        for position, statement in enumerate(body):
-            later = {n.id for s in body[position:] if isinstance(s, ast.Assign) for n in ast.walk(s.targets[0])
-                     if isinstance(n, ast.Name)}
-            early = (later & set(loaded_names([statement.value]))) - set(operands)
-            if early:
-                return f"a branch reads and then reassigns `{early.pop()}`, which is not a tensor"
+        early = set(_free_names(body)) & {n for s in body for n in _assigned(s)} - set(operands)
+        if early:
+            return f"a branch reads and then reassigns `{early.pop()}`, which is not a tensor"
     names = FreshNames(ctx.node)
     branch_names = (names.fresh("then_branch"), names.fresh("else_branch"))
-    return recipe, operands, branch_names, index, tuple(clones), tuple(returns)
+    return recipe, operands, branch_names, index, tuple(clones), tuple(returns), outputs
+
+
+def _free_names(body: list[ast.stmt]) -> list[str]:
+    """Names the statements read before assigning them (the values they take from outside)."""
+    free, bound = {}, set()
+    for statement in body:
+        value = statement.value if isinstance(statement, (ast.Assign, ast.Return)) else statement
+        free.update((n, None) for n in loaded_names([value]) if n not in bound)
+        bound.update(_assigned(statement))
+    return list(free)
+
+
+def _assigned(statement: ast.stmt) -> list[str]:
+    """Names an assignment statement binds."""
+    if not isinstance(statement, ast.Assign):
+        return []
+    return [n.id for t in statement.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
 
 
 def _ends_in_return(statements: list[ast.stmt]) -> bool:
@@ -622,23 +648,36 @@ def cond_statements(
     that does not return takes `rest` (the statements after the `if`)."""
     import libcst as cst
 
-    recipe, operands, names, _, clones, returns = data
+    recipe, operands, names, _, clones, returns, outputs = data
     then_body = list(_block_lines(node.body))
     else_body = list(_block_lines(node.orelse.body)) if node.orelse is not None else []
     bodies = [b if r else b + rest for b, r in zip((then_body, else_body), returns)]
+    if outputs:  # assigning branches return what they assign
+        result = _names_expression(outputs, parens=False)
+        bodies = [b + [cst.SimpleStatementLine([cst.Return(result)])] for b in bodies]
     params = cst.Parameters([cst.Param(cst.Name(o)) for o in operands])
     defs = []
     for name, body, clone in zip(names, bodies, clones):
         body = body[:-1] + [_clone_returned(body[-1], clone)]
         defs.append(cst.FunctionDef(cst.Name(name), params, cst.IndentedBlock(body)))
-    operand_tuple = cst.Tuple([cst.Element(cst.Name(o)) for o in operands]) if operands else cst.Tuple([])
-    if len(operands) == 1:
-        operand_tuple = cst.parse_expression(f"({operands[0]},)")
+    operand_tuple = cst.parse_expression(f"({operands[0]},)") if len(operands) == 1 else _names_expression(operands)
     condition = build_condition(node.test, recipe)
     args = [cst.Arg(condition), cst.Arg(cst.Name(names[0])), cst.Arg(cst.Name(names[1])), cst.Arg(operand_tuple)]
     call = cst.Call(edit.torch("cond"), args)
-    result = cst.SimpleStatementLine([cst.Return(call)])
-    return [*defs, result]
+    if outputs:
+        target = _names_expression(outputs, parens=False)
+        return [*defs, cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], call)])]
+    return [*defs, cst.SimpleStatementLine([cst.Return(call)])]
+
+
+def _names_expression(names: tuple[str, ...], parens: bool = True) -> "cst.BaseExpression":
+    """`a` for one name, `(a, b)` (or `a, b`) for several, `()` for none."""
+    import libcst as cst
+
+    if len(names) == 1:
+        return cst.Name(names[0])
+    elements = [cst.Element(cst.Name(n)) for n in names]
+    return cst.Tuple(elements) if parens or not names else cst.Tuple(elements, lpar=[], rpar=[])
 
 
 def _block_lines(suite: "cst.BaseSuite") -> Iterator["cst.BaseStatement"]:

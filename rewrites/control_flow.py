@@ -66,8 +66,9 @@ class DataDependentIf(Rule):
     When a branch ends in `return` (`if c: return a` followed by the rest of the
     function), the two paths become nested functions `then_branch` and
     `else_branch` taking the tensors they read, and `return torch.cond(cond,
-    then_branch, else_branch, (tensors...))`; values that may alias an input are
-    returned as `.clone()`. `torch.cond` raises when the branches return
+    then_branch, else_branch, (tensors...))`; branches that unpack (`a, b =
+    x.chunk(2)`) become such functions returning what they assign, and `a, b =
+    torch.cond(...)`. Values that may alias an input are returned as `.clone()`. `torch.cond` raises when the branches return
     different shapes or dtypes, runs the branches through Dynamo even in eager
     mode (the first call is slow), and needs a one-element condition.
 
@@ -111,12 +112,15 @@ class DataDependentIf(Rule):
         if isinstance(where, tuple):
             title = "replace the branches with `torch.where`"
             return self.make_fix(title, "If", node, safety="unsafe", data=("where", elif_of is False, skip, where))
-        _, bodies = branches.if_chain(node)
-        if elif_of is not None or not any(isinstance(s, ast.Return) for body in bodies for s in body):
+        if elif_of is not None:
             return {"no_fix": where}
+        _, bodies = branches.if_chain(node)
+        statements = [s for body in bodies for s in body]
+        # Returns and unpacking need `torch.cond`; otherwise say why `torch.where` does not fit.
+        needs_cond = any(isinstance(s, ast.Return) or _unpacks(s) for s in statements)
         cond = branches.cond_plan(node, ctx)
         if isinstance(cond, str):
-            return {"no_fix": cond}
+            return {"no_fix": cond if needs_cond else where}
         title = "replace the branches with `torch.cond`"
         target, kind = (node, "If") if cond[3] < 0 else (ctx.node, "FunctionDef")
         return self.make_fix(title, kind, target, safety="unsafe", data=("cond", cond))
@@ -574,6 +578,10 @@ class DataDependentAssert(Rule):
                 return y * 2
         """
     ]
+
+
+def _unpacks(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Assign) and isinstance(statement.targets[0], ast.Tuple)
 
 
 def _literal_message(

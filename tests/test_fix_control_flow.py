@@ -651,3 +651,52 @@ def test_chained_comparisons_are_split(tmp_path):
     result = fix(source, tmp_path)
     assert result.text == model(expected)
     assert_equivalent(source, result.text, signed(8) + [(torch.full((8,), 0.5),)])
+
+
+def test_unpacking_branches_become_cond(tmp_path):
+    source = model(
+        """
+        def forward(self, x):
+            a = x * 1
+            b = x * 2
+            if x.sum() > 0:
+                a, b = x.chunk(2)
+                b = b * 3
+            else:
+                b = x[:4] + 1
+                a = b - 1
+            return a + b
+        """
+    )
+    expected = """
+        def forward(self, x):
+            a = x * 1
+            b = x * 2
+            def then_branch(x):
+                a, b = x.chunk(2)
+                b = b * 3
+                return a.clone(), b
+            def else_branch(x):
+                b = x[:4] + 1
+                a = b - 1
+                return a, b
+            a, b = torch.cond(x.sum() > 0, then_branch, else_branch, (x,))
+            return a + b
+        """
+    result = fix(source, tmp_path)
+    assert result.text == model(expected)
+    assert_equivalent(source, result.text, signed(8)[:4])
+
+
+def test_unpacking_in_one_branch_returns_the_old_value_from_the_other(tmp_path):
+    source = model(
+        """
+        def forward(self, x):
+            a = x[:4] * 1
+            if x.sum() > 0:
+                a, b = x.chunk(2)
+            return a
+        """
+    )
+    (finding,) = fix(source, tmp_path).remaining
+    assert "`b` is assigned in one branch only" in finding.no_fix
