@@ -68,9 +68,10 @@ class DataDependentIf(Rule):
     `else_branch` taking the tensors they read, and `return torch.cond(cond,
     then_branch, else_branch, (tensors...))`; branches that unpack (`a, b =
     x.chunk(2)`) become such functions returning what they assign, and `a, b =
-    torch.cond(...)`. Values that may alias an input are returned as `.clone()`. `torch.cond` raises when the branches return
-    different shapes or dtypes, runs the branches through Dynamo even in eager
-    mode (the first call is slow), and needs a one-element condition.
+    torch.cond(...)`. Values that may alias an input are returned as `.clone()`.
+    `torch.cond` raises when the branches return different shapes or dtypes,
+    runs the branches through Dynamo even in eager mode (the first call is
+    slow), and needs a one-element condition.
 
     Left alone (with the reason shown): branches with calls that may have side
     effects (submodules, `print`, random numbers, in-place methods, `out=`),
@@ -499,6 +500,9 @@ class DataDependentAssert(Rule):
             self.report(ctx, node, what="a computed message")
 
     def plan(self, node: ast.Assert, ctx: Context) -> dict:
+        others = [s for s in _simple(ctx.node) if s is not node]
+        if any(s.lineno <= node.end_lineno and s.end_lineno >= node.lineno for s in others):
+            return {"no_fix": "the `assert` shares its line with another statement"}
         test = node.test
         split = isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)
         message = "keep" if isinstance(node.msg, ast.Constant) else "condition"
@@ -578,6 +582,13 @@ class DataDependentAssert(Rule):
                 return y * 2
         """
     ]
+
+
+def _simple(function: ast.AST) -> list[ast.stmt]:
+    """The statements of a function that are not blocks (those that can share a line)."""
+    blocks = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.TryStar, ast.Match)
+    blocks += (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return [n for n in ast.walk(function) if isinstance(n, ast.stmt) and not isinstance(n, blocks)]
 
 
 def _unpacks(statement: ast.stmt) -> bool:

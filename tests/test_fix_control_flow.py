@@ -700,3 +700,15 @@ def test_unpacking_in_one_branch_returns_the_old_value_from_the_other(tmp_path):
     )
     (finding,) = fix(source, tmp_path).remaining
     assert "`b` is assigned in one branch only" in finding.no_fix
+
+
+def test_assert_sharing_its_line_is_left_alone(tmp_path):
+    source = model(
+        """
+        def forward(self, x):
+            y = x + 1; assert (y > 0).all() and (y < 9).all()
+            return y
+        """
+    )
+    (finding,) = fix(source, tmp_path).remaining
+    assert "shares its line" in finding.no_fix
