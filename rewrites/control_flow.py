@@ -59,9 +59,11 @@ class DataDependentIf(Rule):
     branch and broadcasts and type-promotes their values: the result equals the
     original only when both values have the same shape and dtype and the
     condition has one element (where `if` would raise, `torch.where` does not);
-    an untaken branch that would raise now raises. Python values leading an
-    `and` (`if mask is not None and mask.any():` without `else`) stay a Python
-    `if` around the rewrite.
+    an untaken branch that would raise now raises; the result is always a new
+    tensor (`y = x` in a branch made an alias); and gradients become NaN where
+    the untaken branch is not finite (`torch.log` of a negative value). Python
+    values leading an `and` (`if mask is not None and mask.any():` without
+    `else`) stay a Python `if` around the rewrite.
 
     When a branch ends in `return` (`if c: return a` followed by the rest of the
     function), the two paths become nested functions `then_branch` and
@@ -295,7 +297,7 @@ class DataDependentTernary(Rule):
     `torch.where` evaluates both sides and broadcasts and type-promotes them: the
     result equals the original only when `a` and `b` have the same shape and
     dtype and the condition has one element; a side that would raise now always
-    runs. Left alone: sides with possible side effects, sides not known to be
+    runs, and gradients become NaN where the untaken side is not finite. Left alone: sides with possible side effects, sides not known to be
     tensors (`y if c else 0.0` would turn a Python number into a tensor), and
     conditions that mix tensors with Python values.
     """
