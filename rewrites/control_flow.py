@@ -26,6 +26,43 @@ def data_dependent(test: ast.expr, ctx: Context) -> bool:
     return ctx.kind(test).is_tensor
 
 
+_REPORTING_CALLS = frozenset({"builtins.print", "warnings.warn", "warnings.warn_explicit"})
+
+
+def _reports_only(statement: ast.stmt, ctx: Context) -> bool:
+    """A statement that only reports: a print/logging/warnings call, or such calls already
+    guarded by `if not torch.compiler.is_compiling():`."""
+    if isinstance(statement, ast.Pass):
+        return True
+    if isinstance(statement, ast.If):
+        test = statement.test
+        guarded = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call)
+        name = (ctx.qualname(test.operand.func) or "") if guarded else ""
+        return name.endswith("is_compiling") and not statement.orelse and all(_reports_only(s, ctx) for s in statement.body)
+    if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
+        return False
+    func = statement.value.func
+    name = ctx.qualname(func) or ""
+    if name in _REPORTING_CALLS or name.startswith("logging."):
+        return True
+    return isinstance(func, ast.Attribute) and ctx.kind(func.value) is Kind.LOGGER
+
+
+def _is_compile_guard(node: "cst.If") -> bool:
+    """`if not <...>.is_compiling():` without `else`, as the side-effect fixes write it."""
+    import libcst as cst
+
+    test = node.test
+    return (
+        node.orelse is None
+        and isinstance(test, cst.UnaryOperation)
+        and isinstance(test.operator, cst.Not)
+        and isinstance(test.expression, cst.Call)
+        and isinstance(test.expression.func, cst.Attribute)
+        and test.expression.func.attr.value == "is_compiling"
+    )
+
+
 def claim(test: ast.expr, ctx: Context) -> None:
     """Mark `test` and its `and`/`or`/`not` parts as reported by the enclosing construct."""
     ctx.claimed.add(id(test))
@@ -48,7 +85,12 @@ class DataDependentIf(Rule):
     Dynamo knows them at compile time.
 
     ## Fix safety
-    Unsafe. When every branch of the `if`/`elif`/`else` chain is a sequence of
+    Safe for a check that only reports: an `if` without `else` whose body is
+    only `print`, logging and `warnings.warn` calls (guarded or not) becomes
+    `if not torch.compiler.is_compiling() and <cond>:`; eager runs evaluate the
+    condition and report exactly as before, and compiled runs skip the check.
+
+    Unsafe otherwise. When every branch of the `if`/`elif`/`else` chain is a sequence of
     pure tensor assignments (`name = expr` calling only torch operators and tensor
     methods that are not in place and draw no random numbers), each assigned
     name becomes `name = torch.where(cond, then_value, else_value)` (nested for
@@ -110,6 +152,9 @@ class DataDependentIf(Rule):
     def plan_if(self, node: ast.If, ctx: Context, elif_of: bool | None) -> dict:
         if elif_of:
             return {"no_fix": "an `elif` is rewritten together with its `if` (see the finding there)"}
+        if elif_of is None and not node.orelse and all(_reports_only(s, ctx) for s in node.body):
+            title = "run the check only when not compiling"
+            return self.make_fix(title, "If", node, safety="safe", data=("report",))
         skip = branches.static_prefix(node, ctx) if elif_of is None else 0
         where = branches.where_plan(node, ctx, skip)
         if isinstance(where, tuple):
@@ -130,7 +175,29 @@ class DataDependentIf(Rule):
 
     def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode | cst.FlattenSentinel":
         how, *rest = fix.data
+        if how == "report":
+            return self._apply_report(node, edit)
         return self._apply_where(node, *rest, edit) if how == "where" else self._apply_cond(node, *rest, edit)
+
+    @staticmethod
+    def _apply_report(node: "cst.If", edit: "Edit") -> "cst.If":
+        """`if not is_compiling() and (cond):`, with the body's own guards (now redundant) unwrapped."""
+        import libcst as cst
+
+        test = node.test
+        if isinstance(test, cst.BooleanOperation | cst.IfExp | cst.Lambda | cst.NamedExpr) and not test.lpar:
+            test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        guard = cst.UnaryOperation(cst.Not(), cst.Call(edit.torch("compiler.is_compiling")))
+        body = []
+        for statement in node.body.body if isinstance(node.body, cst.IndentedBlock) else ():
+            if isinstance(statement, cst.If) and _is_compile_guard(statement) and isinstance(statement.body, cst.IndentedBlock):
+                inner = list(statement.body.body)
+                inner[0] = inner[0].with_changes(leading_lines=statement.leading_lines)
+                body += inner
+            else:
+                body.append(statement)
+        new_body = node.body.with_changes(body=body) if body else node.body
+        return node.with_changes(test=cst.BooleanOperation(guard, cst.And(), test), body=new_body)
 
     @staticmethod
     def _apply_where(node: "cst.If", is_elif: bool, skip: int, data: tuple, edit: "Edit") -> "cst.CSTNode":

@@ -268,7 +268,8 @@ def test_an_elif_after_a_python_condition_becomes_an_else(tmp_path):
 
 
 LEFT_ALONE_IF = {
-    "side effect": ("print(y)", "calls `print()` for its side effects"),
+    # (a branch that only prints is a check that reports: fixed, see REPORT_ONLY)
+    "side effect": ("y = y * 2; print(y)", "calls `print()` for its side effects"),
     "submodule": ("y = self.fc(y)", "calls a submodule"),
     "in place": ("y += 1", "updates a tensor in place"),
     "in-place method": ("y = y.add_(1)", "modifies a tensor in place"),
@@ -712,3 +713,52 @@ def test_assert_sharing_its_line_is_left_alone(tmp_path):
     )
     (finding,) = fix(source, tmp_path).remaining
     assert "shares its line" in finding.no_fix
+
+
+# -- TP201: a check that only reports --------------------------------------------------------------------
+
+REPORT_ONLY = """\
+import warnings
+
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, h):
+        h = h * 2
+        # warn on overflow
+        if not torch.isfinite(h).all():  # rare
+            warnings.warn("non-finite activations")
+            print("bad", h.shape)
+        return h + 1
+"""
+
+REPORT_ONLY_FIXED = REPORT_ONLY.replace(
+    "if not torch.isfinite(h).all():", "if not torch.compiler.is_compiling() and not torch.isfinite(h).all():"
+)
+
+
+def test_a_check_that_only_reports_is_skipped_under_compile(tmp_path):
+    fixed = fix(REPORT_ONLY, tmp_path)
+    assert fixed.text == REPORT_ONLY_FIXED
+    assert [d.fix.safety for d in fixed.applied] == ["safe"]
+    assert fixed.remaining == []
+    assert_equivalent(REPORT_ONLY, fixed.text, signed(4))
+
+
+def test_a_check_that_only_reports_unwraps_the_guards_of_its_calls():
+    """With every rule on, the calls are guarded first, then the `if`, which drops their guards."""
+    from tests.rule_examples import fix_snippet
+
+    result, text = fix_snippet(REPORT_ONLY, unsafe=False)
+    assert text == REPORT_ONLY_FIXED
+    assert sorted(d.code for d in result.applied) == ["TP101", "TP103", "TP201"]
+    again, _ = fix_snippet(text, unsafe=True)
+    assert again.applied == []
+
+
+def test_an_if_that_reports_and_computes_is_not_a_check(tmp_path):
+    source = REPORT_ONLY.replace('            print("bad", h.shape)\n', '            h = h.nan_to_num()\n')
+    fixed = fix(source, tmp_path)
+    assert all(d.fix.safety == "unsafe" for d in fixed.applied)
