@@ -125,7 +125,11 @@ def _add_import_torch(module: cst.Module) -> cst.Module:
     index = 0
     while index < len(body) and _is_preamble(body[index], index):
         index += 1
-    body.insert(index, cst.parse_statement("import torch\n"))
+    new = cst.parse_statement("import torch\n")
+    if index < len(body):  # take over the blank lines that separated the next statement
+        new = new.with_changes(leading_lines=body[index].leading_lines)
+        body[index] = body[index].with_changes(leading_lines=[])
+    body.insert(index, new)
     return module.with_changes(body=body)
 
 
