@@ -1,0 +1,91 @@
+"""The dataflow IR of a region: inputs, op nodes in order, outputs.
+
+A region is straight-line tensor code lifted out of one function. Every value is
+named once (SSA); names come from the user's variables where there is one, so
+kernels read like the source. Operands of a node are value names or constants
+(Python numbers and bools folded at transpile time, and dtype names for casts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transpiler.ops import BY_NAME, Op
+
+Constant = float | int | bool
+Operand = str | Constant  # a value name or a folded constant; see `Node.constants`
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str  # the value's name inside the region
+    source: str  # the Python expression the caller passes: `x`, `self.weight`, `self.eps * 2`
+    is_tensor: bool  # False: a Python scalar, passed by value
+
+
+@dataclass(frozen=True)
+class Node:
+    op: str  # a name in the op table
+    operands: tuple[Operand, ...]
+    out: str
+    line: int  # source line the node comes from
+    # Which operands are constants: a constant may be a string (a dtype name), so
+    # type alone cannot tell a value name from a constant.
+    constants: tuple[int, ...] = ()
+
+    @property
+    def definition(self) -> Op:
+        return BY_NAME[self.op]
+
+    def values(self) -> list[str]:
+        return [o for i, o in enumerate(self.operands) if i not in self.constants]
+
+
+@dataclass(frozen=True)
+class Output:
+    value: str  # the region value
+    target: str  # the Python name it is assigned to after the region
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str  # the kernel's name: says what it computes, unique in its file
+    path: str
+    function: str  # qualified name of the enclosing function
+    first_line: int
+    last_line: int
+    inputs: tuple[Input, ...]
+    nodes: tuple[Node, ...]
+    outputs: tuple[Output, ...]
+    # Python conditions the kernel needs besides its inputs' (`not self.drop.training`).
+    conditions: tuple[str, ...] = ()
+
+    @property
+    def tensor_inputs(self) -> tuple[Input, ...]:
+        return tuple(i for i in self.inputs if i.is_tensor)
+
+    @property
+    def scalar_inputs(self) -> tuple[Input, ...]:
+        return tuple(i for i in self.inputs if not i.is_tensor)
+
+    def producer(self, value: str) -> Node | None:
+        for node in self.nodes:
+            if node.out == value:
+                return node
+        return None
+
+
+def format_region(region: Region) -> str:
+    """Readable IR, as `transpile explain` prints it."""
+    lines = [f"region {region.name} ({region.path}:{region.first_line}-{region.last_line}, in {region.function})"]
+    for item in region.inputs:
+        kind = "tensor" if item.is_tensor else "scalar"
+        lines.append(f"  in  {item.name}: {kind} = {item.source}")
+    for node in region.nodes:
+        args = ", ".join(repr(o) if i in node.constants else str(o) for i, o in enumerate(node.operands))
+        lines.append(f"  {node.out} = {node.op}({args})  # line {node.line}")
+    for output in region.outputs:
+        lines.append(f"  out {output.target} = {output.value}")
+    for condition in region.conditions:
+        lines.append(f"  when {condition}")
+    return "\n".join(lines)

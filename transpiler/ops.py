@@ -1,0 +1,234 @@
+"""The one op table: every tensor op the compiler fuses, how source spells it, how each backend renders it.
+
+Recognition (`transpiler/regions.py`), both kernel backends (`emit/`), the eager
+reference of every kernel and the differential tests all read this table; adding
+an op is one `Op` entry.
+
+Renderings are templates over the op's operands `{0}`, `{1}`, ...: SSA names or
+literals, so a template may repeat an operand freely.
+
+- `eager`: PyTorch code with torch's exact semantics (dtype promotion included).
+  Each generated kernel ships its region written this way: the launcher runs it on
+  meta tensors to learn result shapes and dtypes, and tests compare against it.
+- `triton`: an expression on loaded values (half and bfloat16 already widened to
+  float32); names without `tl.` come from the runtime's Triton helpers.
+- `cpp`: an expression on values of the compute type `C` (float, or double for
+  double tensors); names come from the runtime header `transpile_runtime.h`.
+
+Spellings use a small call notation: `torch.clamp(input, min=None, max)` binds
+positional arguments in that order and keywords by name; a bare name is an operand,
+`name=value` pins the argument to that value (omitted means the value; `...` allows
+any constant). `Tensor.m`
+is a method (the receiver is the first operand), `module:torch.nn.GELU(...)` a
+module built with those arguments in `__init__` and called on the operands, and
+`a + b` an operator (indexed as `a+b`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class OpKind(Enum):
+    POINTWISE = "pointwise"
+
+
+class Domain(Enum):
+    """Input dtypes an op is defined on (what tests draw; torch decides the rest)."""
+
+    FLOAT = "float"  # floating point; torch also accepts ints and promotes them
+    NUMERIC = "numeric"  # float and int
+    BOOL = "bool"  # bool tensors (logical ops)
+    ANY = "any"  # float, int and bool
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    arity: int
+    eager: str
+    triton: str
+    cpp: str
+    spellings: tuple[str, ...] = ()
+    domain: Domain = Domain.FLOAT
+    kind: OpKind = OpKind.POINTWISE
+    # Operands (by position) that must be Python constants, not tensors.
+    constant_operands: tuple[int, ...] = ()
+    # Result is bool regardless of inputs (comparisons, isnan).
+    returns_bool: bool = False
+    inplace: tuple[str, ...] = field(default=(), repr=False)
+
+
+def _unary(name: str, torch_fn: str, triton: str, cpp: str, *extra: str, domain: Domain = Domain.FLOAT, method: bool = True) -> Op:
+    """An op with one operand, spelled `torch.fn(x)`, `x.fn()` and `x.fn_()`."""
+    spellings = [f"torch.{torch_fn}(input)"]
+    if method:
+        spellings += [f"Tensor.{torch_fn}()", f"Tensor.{torch_fn}_()"]
+    return Op(name, 1, f"torch.{torch_fn}({{0}})", triton, cpp, (*spellings, *extra), domain)
+
+
+def _binary(name: str, symbol: str | None, torch_fn: str, triton: str, cpp: str, *extra: str, domain: Domain = Domain.NUMERIC) -> Op:
+    spellings = [f"torch.{torch_fn}(input, other)", f"Tensor.{torch_fn}(other)", f"Tensor.{torch_fn}_(other)"]
+    if symbol:
+        spellings.insert(0, f"a {symbol} b")
+    eager = f"{{0}} {symbol} {{1}}" if symbol else f"torch.{torch_fn}({{0}}, {{1}})"
+    return Op(name, 2, eager, triton, cpp, (*spellings, *extra), domain)
+
+
+def _compare(name: str, symbol: str, torch_fn: str, alias: str) -> Op:
+    spellings = (f"a {symbol} b", f"torch.{torch_fn}(input, other)", f"torch.{alias}(input, other)", f"Tensor.{torch_fn}(other)", f"Tensor.{alias}(other)")
+    return Op(name, 2, f"{{0}} {symbol} {{1}}", f"{{0}} {symbol} {{1}}", f"{{0}} {symbol} {{1}}", spellings, Domain.ANY, returns_bool=True)
+
+
+F = "torch.nn.functional"
+
+OPS: tuple[Op, ...] = (
+    # -- arithmetic ----------------------------------------------------------------
+    _binary("add", "+", "add", "{0} + {1}", "{0} + {1}", domain=Domain.NUMERIC),
+    _binary("sub", "-", "sub", "{0} - {1}", "{0} - {1}", "torch.subtract(input, other)"),
+    _binary("mul", "*", "mul", "{0} * {1}", "{0} * {1}", "torch.multiply(input, other)"),
+    _binary("div", "/", "div", "{0} / {1}", "{0} / {1}", "torch.true_divide(input, other)", "torch.divide(input, other)"),
+    _binary("floordiv", "//", "floor_divide", "floor_divide({0}, {1})", "floor_divide({0}, {1})"),
+    _binary("remainder", "%", "remainder", "remainder({0}, {1})", "remainder({0}, {1})"),
+    _binary("pow", "**", "pow", "power({0}, {1})", "power({0}, {1})", domain=Domain.FLOAT),
+    Op("neg", 1, "-{0}", "-{0}", "-{0}", ("-a", "torch.neg(input)", "torch.negative(input)", "Tensor.neg()", "Tensor.neg_()"), Domain.NUMERIC),
+    Op("pos", 1, "+{0}", "{0}", "{0}", ("+a",), Domain.NUMERIC),
+    _unary("reciprocal", "reciprocal", "1.0 / {0}", "C(1) / {0}"),
+    _unary("abs", "abs", "tl.abs({0})", "std::abs({0})", domain=Domain.NUMERIC),
+    _unary("sign", "sign", "sign({0})", "sign({0})", domain=Domain.NUMERIC),
+    _binary("minimum", None, "minimum", "minimum({0}, {1})", "minimum({0}, {1})"),
+    _binary("maximum", None, "maximum", "maximum({0}, {1})", "maximum({0}, {1})"),
+    Op("lerp", 3, "torch.lerp({0}, {1}, {2})", "lerp({0}, {1}, {2})", "lerp({0}, {1}, {2})",
+       ("torch.lerp(input, end, weight)", "Tensor.lerp(end, weight)", "Tensor.lerp_(end, weight)")),
+    Op("addcmul", 4, "torch.addcmul({0}, {1}, {2}, value={3})", "{0} + {3} * {1} * {2}", "{0} + C({3}) * {1} * {2}",
+       ("torch.addcmul(input, tensor1, tensor2, value=1)", "Tensor.addcmul(tensor1, tensor2, value=1)", "Tensor.addcmul_(tensor1, tensor2, value=1)"),
+       constant_operands=(3,)),
+    Op("addcdiv", 4, "torch.addcdiv({0}, {1}, {2}, value={3})", "{0} + {3} * ({1} / {2})", "{0} + C({3}) * ({1} / {2})",
+       ("torch.addcdiv(input, tensor1, tensor2, value=1)", "Tensor.addcdiv(tensor1, tensor2, value=1)", "Tensor.addcdiv_(tensor1, tensor2, value=1)"),
+       constant_operands=(3,)),
+    # -- comparisons and logic -----------------------------------------------------------
+    _compare("lt", "<", "lt", "less"),
+    _compare("le", "<=", "le", "less_equal"),
+    _compare("gt", ">", "gt", "greater"),
+    _compare("ge", ">=", "ge", "greater_equal"),
+    _compare("eq", "==", "eq", "eq"),
+    _compare("ne", "!=", "ne", "not_equal"),
+    Op("and", 2, "{0} & {1}", "{0} & {1}", "{0} & {1}", ("a & b", "torch.logical_and(input, other)", "Tensor.logical_and(other)"), Domain.BOOL),
+    Op("or", 2, "{0} | {1}", "{0} | {1}", "{0} | {1}", ("a | b", "torch.logical_or(input, other)", "Tensor.logical_or(other)"), Domain.BOOL),
+    Op("xor", 2, "{0} ^ {1}", "{0} ^ {1}", "{0} ^ {1}", ("a ^ b", "torch.logical_xor(input, other)", "Tensor.logical_xor(other)"), Domain.BOOL),
+    Op("not", 1, "~{0}", "{0} == 0", "!{0}", ("~a", "torch.logical_not(input)", "Tensor.logical_not()"), Domain.BOOL),
+    Op("isnan", 1, "torch.isnan({0})", "{0} != {0}", "std::isnan({0})", ("torch.isnan(input)", "Tensor.isnan()"), returns_bool=True),
+    Op("isinf", 1, "torch.isinf({0})", "is_inf({0})", "std::isinf({0})", ("torch.isinf(input)", "Tensor.isinf()"), returns_bool=True),
+    Op("where", 3, "torch.where({0}, {1}, {2})", "tl.where({0}, {1}, {2})", "{0} ? {1} : {2}",
+       ("torch.where(condition, input, other)",), Domain.ANY),
+    Op("masked_fill", 3, "{0}.masked_fill({1}, {2})", "tl.where({1}, {2}, {0})", "{1} ? C({2}) : {0}",
+       ("Tensor.masked_fill(mask, value)", "Tensor.masked_fill_(mask, value)", "torch.masked_fill(input, mask, value)"),
+       constant_operands=(2,)),
+    # -- exponentials, logarithms, roots -----------------------------------------------
+    _unary("exp", "exp", "tl.exp({0})", "std::exp({0})"),
+    _unary("exp2", "exp2", "tl.exp2({0})", "std::exp2({0})", "torch.special.exp2(input)"),
+    _unary("expm1", "expm1", "expm1({0})", "std::expm1({0})", "torch.special.expm1(input)"),
+    _unary("log", "log", "tl.log({0})", "std::log({0})"),
+    _unary("log1p", "log1p", "log1p({0})", "std::log1p({0})", "torch.special.log1p(input)"),
+    _unary("log2", "log2", "tl.log2({0})", "std::log2({0})"),
+    _unary("sqrt", "sqrt", "tl.sqrt_rn({0})", "std::sqrt({0})"),
+    _unary("rsqrt", "rsqrt", "1.0 / tl.sqrt_rn({0})", "C(1) / std::sqrt({0})"),
+    # -- trigonometry ----------------------------------------------------------------------
+    _unary("sin", "sin", "tl.sin({0})", "std::sin({0})"),
+    _unary("cos", "cos", "tl.cos({0})", "std::cos({0})"),
+    _unary("tanh", "tanh", "tanh({0})", "std::tanh({0})", f"{F}.tanh(input)", "module:torch.nn.Tanh()"),
+    _unary("erf", "erf", "tl.erf({0})", "std::erf({0})", "torch.special.erf(input)"),
+    # -- activations ------------------------------------------------------------------------
+    _unary("sigmoid", "sigmoid", "tl.sigmoid({0})", "sigmoid({0})", f"{F}.sigmoid(input)", "torch.special.expit(input)", "module:torch.nn.Sigmoid()"),
+    Op("relu", 1, "torch.relu({0})", "relu({0})", "relu({0})",
+       ("torch.relu(input)", "Tensor.relu()", "Tensor.relu_()", "torch.relu_(input)", f"{F}.relu(input, inplace=False)", "module:torch.nn.ReLU(inplace=False)"),
+       Domain.NUMERIC),
+    Op("gelu", 1, f"{F}.gelu({{0}})", "gelu({0})", "gelu({0})",
+       (f"{F}.gelu(input, approximate='none')", "module:torch.nn.GELU(approximate='none')")),
+    Op("gelu_tanh", 1, f"{F}.gelu({{0}}, approximate='tanh')", "gelu_tanh({0})", "gelu_tanh({0})",
+       (f"{F}.gelu(input, approximate='tanh')", "module:torch.nn.GELU(approximate='tanh')")),
+    Op("silu", 1, f"{F}.silu({{0}})", "{0} * tl.sigmoid({0})", "{0} * sigmoid({0})",
+       (f"{F}.silu(input, inplace=False)", "module:torch.nn.SiLU(inplace=False)")),
+    Op("mish", 1, f"{F}.mish({{0}})", "{0} * tanh(softplus({0}))", "{0} * std::tanh(softplus({0}))",
+       (f"{F}.mish(input, inplace=False)", "module:torch.nn.Mish(inplace=False)")),
+    Op("softplus", 1, f"{F}.softplus({{0}})", "softplus({0})", "softplus({0})",
+       (f"{F}.softplus(input, beta=1, threshold=20)", "module:torch.nn.Softplus(beta=1, threshold=20)")),
+    Op("identity", 1, "{0}", "{0}", "{0}", ("module:torch.nn.Identity()", "module:torch.nn.Dropout(p=..., inplace=False)"), Domain.ANY),
+    # -- clamping -----------------------------------------------------------------------------
+    Op("clamp", 3, "torch.clamp({0}, {1}, {2})", "clamp({0}, {1}, {2})", "clamp({0}, C({1}), C({2}))",
+       ("torch.clamp(input, min, max)", "torch.clip(input, min, max)", "Tensor.clamp(min, max)", "Tensor.clamp_(min, max)", "Tensor.clip(min, max)"),
+       Domain.NUMERIC),
+    Op("clamp_min", 2, "torch.clamp_min({0}, {1})", "clamp_min({0}, {1})", "clamp_min({0}, C({1}))",
+       ("torch.clamp(input, min, max=None)", "torch.clamp_min(input, min)", "Tensor.clamp(min, max=None)", "Tensor.clamp_(min, max=None)", "Tensor.clamp_min(min)", "Tensor.clamp_min_(min)"),
+       Domain.NUMERIC),
+    Op("clamp_max", 2, "torch.clamp_max({0}, {1})", "clamp_max({0}, {1})", "clamp_max({0}, C({1}))",
+       ("torch.clamp(input, min=None, max)", "torch.clamp_max(input, max)", "Tensor.clamp(min=None, max)", "Tensor.clamp_(min=None, max)", "Tensor.clamp_max(max)", "Tensor.clamp_max_(max)"),
+       Domain.NUMERIC),
+    Op("nan_to_num", 4, "torch.nan_to_num({0}, nan={1}, posinf={2}, neginf={3})", "nan_to_num({0}, {1}, {2}, {3})", "nan_to_num({0}, C({1}), C({2}), C({3}))",
+       ("torch.nan_to_num(input, nan, posinf, neginf)", "Tensor.nan_to_num(nan, posinf, neginf)", "Tensor.nan_to_num_(nan, posinf, neginf)"),
+       constant_operands=(1, 2, 3)),
+    # -- rounding -------------------------------------------------------------------------------
+    _unary("floor", "floor", "floor({0})", "std::floor({0})", domain=Domain.NUMERIC),
+    _unary("ceil", "ceil", "ceil({0})", "std::ceil({0})", domain=Domain.NUMERIC),
+    _unary("round", "round", "round_half_even({0})", "std::nearbyint({0})", domain=Domain.NUMERIC),
+    _unary("trunc", "trunc", "trunc({0})", "std::trunc({0})", domain=Domain.NUMERIC),
+)
+
+# Casts are ops parameterised by their target dtype: one entry per dtype would repeat
+# the same rendering, so the dtype is the constant operand {1}, a torch dtype name.
+CAST = Op(
+    "to", 2, "{0}.to(torch.{1})", "{0}.to(tl.{1})", "static_cast<{1}>({0})",
+    ("Tensor.to(dtype)", "Tensor.type(dtype)", "Tensor.float()", "Tensor.double()", "Tensor.half()",
+     "Tensor.bfloat16()", "Tensor.int()", "Tensor.long()", "Tensor.bool()"),
+    Domain.ANY, constant_operands=(1,),
+)
+
+# The cast methods and the dtype each one names.
+CAST_METHODS = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "int": "int32", "long": "int64", "bool": "bool"}
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
+DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32", "long": "int64", "short": "int16"}
+
+BY_NAME: dict[str, Op] = {op.name: op for op in (*OPS, CAST)}
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """One parsed spelling: `callee` (qualified name, `Tensor.m`, `module:...`, or an operator)."""
+
+    op: Op
+    callee: str
+    params: tuple[str, ...]  # in positional order
+    pinned: tuple[tuple[str, object], ...]  # parameter -> required value
+    operands: tuple[str, ...]  # parameters that become the op's operands, in operand order
+
+
+def _parse(op: Op, text: str) -> Spelling:
+    if " " in text.split("(")[0] or text[0] in "-+~":  # operators: "a + b", "-a"
+        return Spelling(op, text.replace(" ", ""), (), (), ())  # keys like "a+b", "-a"
+    callee, _, rest = text.partition("(")
+    params, pinned, operands = [], [], []
+    for part in filter(None, (p.strip() for p in rest.rstrip(")").split(","))):
+        name, eq, value = part.partition("=")
+        params.append(name)
+        if eq:
+            pinned.append((name, eval(value)))  # literals only: None, numbers, strings
+        else:
+            operands.append(name)
+    if callee.startswith("Tensor."):
+        operands.insert(0, "self")
+        params.insert(0, "self")
+    return Spelling(op, callee, tuple(params), tuple(pinned), tuple(operands))
+
+
+SPELLINGS: tuple[Spelling, ...] = tuple(_parse(op, s) for op in BY_NAME.values() for s in op.spellings)
+
+
+def spellings_of(callee: str) -> list[Spelling]:
+    """Every spelling of `callee` (a qualified function, `Tensor.method`, `module:Class`, an operator)."""
+    return _INDEX.get(callee, [])
+
+
+_INDEX: dict[str, list[Spelling]] = {}
+for _s in SPELLINGS:
+    _INDEX.setdefault(_s.callee, []).append(_s)
