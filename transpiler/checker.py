@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from transpiler.diagnostics import Fix
 from transpiler.kinds import Kind
 from transpiler.rule import Finding, Rule
-from transpiler.symbols import ClassInfo, FileSummary, FunctionInfo, Names, module_level, is_library_module_class
+from transpiler.symbols import NON_LITERAL, ClassInfo, FileSummary, FunctionInfo, Names, module_level, is_library_module_class
 from transpiler.typer import Typer, open_parameters, parameter_kinds
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -408,6 +408,7 @@ def _inherit_local(cls: ClassInfo, summary: FileSummary) -> None:
         if parent is not None:
             cls.attrs = {**parent.attrs, **cls.attrs}
             cls.attr_ctors = {**parent.attr_ctors, **cls.attr_ctors}
+            cls.attr_ctor_args = {**parent.attr_ctor_args, **cls.attr_ctor_args}
             cls.scalar_attrs |= parent.scalar_attrs - own
             cls.disabled_methods |= parent.disabled_methods
 
@@ -432,8 +433,19 @@ def _record_attr(cls: ClassInfo, attr: str, value: ast.expr, typer: Typer | None
                     kind = Kind.MODULE  # submodules: in-project or library classes
                 if kind is Kind.MODULE:
                     cls.attr_ctors[attr] = ctor
+                    cls.attr_ctor_args[attr] = (
+                        tuple(_literal(a) for a in value.args),
+                        tuple((k.arg, _literal(k.value)) for k in value.keywords if k.arg),
+                    )
     previous = cls.attrs.get(attr)
     cls.attrs[attr] = kind if previous is None or previous is kind or previous is Kind.NONE else Kind.UNKNOWN
+
+
+def _literal(node: ast.expr) -> object:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return NON_LITERAL
 
 
 def _find_compile_calls(tree: ast.Module, names: Names, summary: FileSummary) -> None:

@@ -365,6 +365,29 @@ def _module_files(qualname: str, roots: set[Path]) -> list[Path]:
     return found
 
 
+@dataclass(frozen=True)
+class ProjectFacts:
+    """What the whole project says about each function: compiled or not, which parameters are tensors."""
+
+    compiled: frozenset[str]
+    tensor_params: dict[str, frozenset[str]]
+
+
+def project_facts(files: list[Path], overlay: Mapping[Path, bytes] | None = None) -> ProjectFacts:
+    """Which functions of `files` run compiled, and their parameters known to receive tensors."""
+    global _overlay
+    previous, _overlay = _overlay, {Path(p): data for p, data in (overlay or {}).items()}
+    try:
+        results = analyze_files(files, None)
+        everything = [*results, *with_context(results, None)]
+    finally:
+        _overlay = previous
+    summaries = [r.summary for r in everything if r.summary is not None]
+    project = Project.from_summaries(summaries)
+    compiled = project.compiled_functions({root for s in summaries for root in s.compile_roots})
+    return ProjectFacts(frozenset(compiled), project.tensor_parameters(compiled))
+
+
 def resolve(
     results: list[FileResult],
     is_selected: Callable[[str], bool],

@@ -18,7 +18,7 @@ literals, so a template may repeat an operand freely.
 Spellings use a small call notation: `torch.clamp(input, min=None, max)` binds
 positional arguments in that order and keywords by name; a bare name is an operand,
 `name=value` pins the argument to that value (omitted means the value; `...` allows
-any constant). `Tensor.m`
+any constant), and `name:=value` is an operand with a default. `Tensor.m`
 is a method (the receiver is the first operand), `module:torch.nn.GELU(...)` a
 module built with those arguments in `__init__` and called on the operands, and
 `a + b` an operator (indexed as `a+b`).
@@ -102,10 +102,10 @@ OPS: tuple[Op, ...] = (
     Op("lerp", 3, "torch.lerp({0}, {1}, {2})", "lerp({0}, {1}, {2})", "lerp({0}, {1}, {2})",
        ("torch.lerp(input, end, weight)", "Tensor.lerp(end, weight)", "Tensor.lerp_(end, weight)")),
     Op("addcmul", 4, "torch.addcmul({0}, {1}, {2}, value={3})", "{0} + {3} * {1} * {2}", "{0} + C({3}) * {1} * {2}",
-       ("torch.addcmul(input, tensor1, tensor2, value=1)", "Tensor.addcmul(tensor1, tensor2, value=1)", "Tensor.addcmul_(tensor1, tensor2, value=1)"),
+       ("torch.addcmul(input, tensor1, tensor2, value:=1)", "Tensor.addcmul(tensor1, tensor2, value:=1)", "Tensor.addcmul_(tensor1, tensor2, value:=1)"),
        constant_operands=(3,)),
     Op("addcdiv", 4, "torch.addcdiv({0}, {1}, {2}, value={3})", "{0} + {3} * ({1} / {2})", "{0} + C({3}) * ({1} / {2})",
-       ("torch.addcdiv(input, tensor1, tensor2, value=1)", "Tensor.addcdiv(tensor1, tensor2, value=1)", "Tensor.addcdiv_(tensor1, tensor2, value=1)"),
+       ("torch.addcdiv(input, tensor1, tensor2, value:=1)", "Tensor.addcdiv(tensor1, tensor2, value:=1)", "Tensor.addcdiv_(tensor1, tensor2, value:=1)"),
        constant_operands=(3,)),
     # -- comparisons and logic -----------------------------------------------------------
     _compare("lt", "<", "lt", "less"),
@@ -166,7 +166,7 @@ OPS: tuple[Op, ...] = (
        ("torch.clamp(input, min=None, max)", "torch.clamp_max(input, max)", "Tensor.clamp(min=None, max)", "Tensor.clamp_(min=None, max)", "Tensor.clamp_max(max)", "Tensor.clamp_max_(max)"),
        Domain.NUMERIC),
     Op("nan_to_num", 4, "torch.nan_to_num({0}, nan={1}, posinf={2}, neginf={3})", "nan_to_num({0}, {1}, {2}, {3})", "nan_to_num({0}, C({1}), C({2}), C({3}))",
-       ("torch.nan_to_num(input, nan, posinf, neginf)", "Tensor.nan_to_num(nan, posinf, neginf)", "Tensor.nan_to_num_(nan, posinf, neginf)"),
+       ("torch.nan_to_num(input, nan:=0.0, posinf, neginf)", "Tensor.nan_to_num(nan:=0.0, posinf, neginf)", "Tensor.nan_to_num_(nan:=0.0, posinf, neginf)"),
        constant_operands=(1, 2, 3)),
     # -- rounding -------------------------------------------------------------------------------
     _unary("floor", "floor", "floor({0})", "std::floor({0})", domain=Domain.NUMERIC),
@@ -201,24 +201,28 @@ class Spelling:
     params: tuple[str, ...]  # in positional order
     pinned: tuple[tuple[str, object], ...]  # parameter -> required value
     operands: tuple[str, ...]  # parameters that become the op's operands, in operand order
+    defaults: tuple[tuple[str, object], ...] = ()  # operand -> value when omitted
 
 
 def _parse(op: Op, text: str) -> Spelling:
     if " " in text.split("(")[0] or text[0] in "-+~":  # operators: "a + b", "-a"
         return Spelling(op, text.replace(" ", ""), (), (), ())  # keys like "a+b", "-a"
     callee, _, rest = text.partition("(")
-    params, pinned, operands = [], [], []
+    params, pinned, operands, defaults = [], [], [], []
     for part in filter(None, (p.strip() for p in rest.rstrip(")").split(","))):
         name, eq, value = part.partition("=")
+        name = name.rstrip(":")
         params.append(name)
-        if eq:
-            pinned.append((name, eval(value)))  # literals only: None, numbers, strings
+        if eq and not part.startswith(f"{name}:="):
+            pinned.append((name, eval(value)))  # literals only: None, numbers, strings, ...
         else:
             operands.append(name)
+            if eq:
+                defaults.append((name, eval(value)))
     if callee.startswith("Tensor."):
         operands.insert(0, "self")
         params.insert(0, "self")
-    return Spelling(op, callee, tuple(params), tuple(pinned), tuple(operands))
+    return Spelling(op, callee, tuple(params), tuple(pinned), tuple(operands), tuple(defaults))
 
 
 SPELLINGS: tuple[Spelling, ...] = tuple(_parse(op, s) for op in BY_NAME.values() for s in op.spellings)

@@ -67,6 +67,9 @@ class FunctionInfo:
     tensor_args: dict[tuple[str, str], list[frozenset[int | str]]] = field(default_factory=dict)
 
 
+NON_LITERAL = ("<not a literal>",)  # a constructor argument that is an expression
+
+
 @dataclass
 class ClassInfo:
     qualname: str
@@ -78,6 +81,8 @@ class ClassInfo:
     attrs: dict[str, Kind] = field(default_factory=dict)
     # Qualified constructor of submodule attributes, e.g. {"lstm": "torch.nn.LSTM"}.
     attr_ctors: dict[str, str] = field(default_factory=dict)
+    # Their constructor arguments: positional and keyword literals (NON_LITERAL otherwise).
+    attr_ctor_args: dict[str, tuple[tuple, tuple[tuple[str, object], ...]]] = field(default_factory=dict)
     # Python int/float/bool attributes (the candidates for recompilation by mutation).
     scalar_attrs: set[str] = field(default_factory=set)
     # Methods decorated with torch.compiler.disable.

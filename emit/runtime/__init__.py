@@ -1,0 +1,234 @@
+"""Runtime support for modules written by transpile: run a fused kernel or say why not, and count.
+
+This package is copied verbatim into every output tree as `_transpile_runtime/`. It
+imports only torch, and triton when a CUDA tensor first reaches a kernel, so the
+output runs without transpile installed.
+
+Each call of a `Kernel` checks its preconditions (no autograd, plain tensors on one
+device, dtypes the backend handles, every output as large as the iteration space)
+and returns the outputs, or None: the caller then runs the original statements.
+Result shapes and dtypes come from torch itself, by running the region's eager
+reference on meta tensors once per input signature.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+RANK = 4  # strided kernels index a broadcast iteration space of at most this many dims
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_SCALARS = (bool, int, float)
+# `TRANSPILE_BACKEND=triton` sends CPU tensors to Triton too (with TRITON_INTERPRET=1:
+# how the Triton kernels are tested without a GPU); `eager` turns every kernel off.
+_FORCED = os.environ.get("TRANSPILE_BACKEND", "")
+
+KERNELS: list["Kernel"] = []
+
+# Make later generated files able to `import _transpile_runtime` however this package
+# was first imported (as `compiled._transpile_runtime` or from the output root).
+sys.modules.setdefault("_transpile_runtime", sys.modules[__name__])
+
+
+class Kernel:
+    """A fused region: its eager reference, its kernels, and how often each path ran."""
+
+    def __init__(
+        self,
+        name: str,
+        reference,
+        tensor_inputs: int,
+        source: str,
+        triton: tuple[Path, str] | None = None,
+        cpp: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.reference = reference  # the region in eager PyTorch: (tensors..., scalars...) -> tuple
+        self.tensor_inputs = tensor_inputs  # the first arguments are tensors, the rest Python scalars
+        self.source = source  # `path:first-last` of the statements it replaces
+        self._triton_file = triton
+        self._cpp_file = cpp
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
+        KERNELS.append(self)
+
+    def __repr__(self) -> str:
+        return f"<kernel {self.name} for {self.source}>"
+
+    def __call__(self, *args):
+        """The region's outputs computed by a kernel, or None to run the original code."""
+        outputs, path = self._run(args)
+        self.counts[path] += 1
+        return outputs
+
+    # -- planning ----------------------------------------------------------------------
+    def _run(self, args: tuple) -> tuple[tuple | None, str]:
+        tensors, scalars = args[: self.tensor_inputs], args[self.tensor_inputs :]
+        if _FORCED == "eager":
+            return None, "fallback: TRANSPILE_BACKEND=eager"
+        if not all(type(t) in _PLAIN_TENSORS for t in tensors):
+            return None, "fallback: an input is not a plain tensor"
+        if not all(type(s) in _SCALARS for s in scalars):
+            return None, "fallback: a scalar input is not a Python number"
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return None, "fallback: autograd needs the original code"
+        device = tensors[0].device
+        if any(t.device != device for t in tensors):
+            return None, "fallback: inputs on several devices"
+        signature = tuple((t.shape, t.dtype) for t in tensors) + tuple(type(s) for s in scalars)
+        try:
+            shape, dtypes = self._signature_plans(signature, scalars)
+        except (RuntimeError, TypeError, ValueError) as error:  # torch would raise: let the original code do it
+            return None, f"fallback: {type(error).__name__} from torch"
+        if shape is None:
+            return None, "fallback: an output is smaller than the broadcast inputs"
+        backend = _backend(device)
+        if backend is None:
+            return None, f"fallback: no kernel for {device.type} tensors"
+        reason = backend.unsupported([t.dtype for t in tensors], dtypes)
+        if reason is not None:
+            return None, f"fallback: {reason}"
+        contiguous, sizes, strides = layout(tensors, shape)
+        if sizes is None:
+            return None, f"fallback: more than {RANK} dimensions after merging"
+        outputs = tuple(torch.empty(shape, dtype=dtype, device=device) for dtype in dtypes)
+        n_elements = outputs[0].numel()
+        if n_elements >= 2**31:
+            return None, "fallback: 2**31 elements or more"
+        if n_elements:
+            problem = backend.launch(self, tensors, scalars, outputs, n_elements, sizes, strides, contiguous)
+            if problem is not None:
+                return None, f"fallback: {problem}"
+        return outputs, backend.name
+
+    def _signature_plan(self, signature: tuple, scalars: tuple) -> tuple[torch.Size | None, tuple[torch.dtype, ...]]:
+        """Output shape and dtypes for one input signature, as torch computes them."""
+        metas = [torch.empty(shape, dtype=dtype, device="meta") for shape, dtype in signature[: self.tensor_inputs]]
+        results = self.reference(*metas, *scalars)
+        shape = torch.broadcast_shapes(*(m.shape for m in metas))
+        if any(r.shape != shape for r in results):
+            return None, ()
+        return shape, tuple(r.dtype for r in results)
+
+    # -- kernels, loaded on first use ---------------------------------------------------
+    @functools.cached_property
+    def triton_kernel(self):
+        path, function = self._triton_file
+        return getattr(_load_file(path), function)
+
+    @functools.cached_property
+    def cpp_library(self):
+        from _transpile_runtime.cpp_support import CppLibrary
+
+        return CppLibrary.for_file(self._cpp_file)
+
+
+def layout(tensors, shape) -> tuple[bool, tuple[int, ...] | None, list[tuple[int, ...]]]:
+    """How kernels index the inputs: (contiguous, sizes, strides per tensor).
+
+    Contiguous: every input is contiguous with exactly the output's shape, so one
+    linear index serves all. Otherwise the iteration space is `shape` with
+    broadcast dims given stride 0, dims that are contiguous in every tensor merged
+    (also the output's, which is contiguous), and the result padded on the left to
+    RANK dims; sizes is None when more than RANK dims remain.
+    """
+    if all(t.shape == shape and t.is_contiguous() for t in tensors):
+        return True, (), []
+    ndim = len(shape)
+    strides = [[0] * (ndim - t.dim()) + [0 if size == 1 else stride for size, stride in zip(t.shape, t.stride())] for t in tensors]
+    sizes = list(shape)
+    keep = [d for d in range(ndim) if sizes[d] != 1]
+    merged_sizes: list[int] = []
+    merged: list[list[int]] = [[] for _ in tensors]
+    for d in keep:
+        if merged_sizes and all(m[-1] == s[d] * sizes[d] for m, s in zip(merged, strides)):
+            merged_sizes[-1] *= sizes[d]  # dim d continues the previous one in every tensor
+            for m, s in zip(merged, strides):
+                m[-1] = s[d]
+        else:
+            merged_sizes.append(sizes[d])
+            for m, s in zip(merged, strides):
+                m.append(s[d])
+    if len(merged_sizes) > RANK:
+        return False, None, []
+    pad = RANK - len(merged_sizes)
+    return False, (1,) * pad + tuple(merged_sizes), [(0,) * pad + tuple(m) for m in merged]
+
+
+def _load_file(path: Path):
+    """Import a generated kernel file by path (it need not be on sys.path or in a package)."""
+    name = f"_transpile_kernels_{abs(hash(str(path))):x}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+class _Triton:
+    name = "triton"
+
+    def __init__(self) -> None:
+        from _transpile_runtime import triton_support
+
+        self.support = triton_support
+
+    def unsupported(self, tensor_dtypes, output_dtypes) -> str | None:
+        return self.support.unsupported(tensor_dtypes, output_dtypes)
+
+    def launch(self, kernel: Kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> str | None:
+        self.support.launch(kernel.triton_kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous)
+        return None
+
+
+class _Cpp:
+    name = "cpp"
+
+    def __init__(self) -> None:
+        from _transpile_runtime import cpp_support
+
+        self.support = cpp_support
+
+    def unsupported(self, tensor_dtypes, output_dtypes) -> str | None:
+        return self.support.unsupported(tensor_dtypes, output_dtypes)
+
+    def launch(self, kernel: Kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> str | None:
+        library = kernel.cpp_library
+        if library is None:
+            return "no C++ compiler"
+        library.call(kernel.name, tensors, scalars, outputs, n_elements, sizes, strides, contiguous)
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _backend(device: torch.device):
+    """The backend for tensors on `device`, or None (then every kernel falls back)."""
+    try:
+        if device.type == "cuda" or (device.type == "cpu" and _FORCED == "triton"):
+            return _Triton()
+        if device.type == "cpu":
+            return _Cpp()
+    except ImportError:  # triton is not installed: CUDA tensors take the original code
+        return None
+    return None
+
+
+def counters() -> dict[str, dict[str, int]]:
+    """How often each kernel ran on each path (`triton`, `cpp`, `fallback: <why>`)."""
+    return {f"{k.name} ({k.source})": dict(k.counts) for k in KERNELS if k.counts}
+
+
+def report() -> str:
+    """`counters()` as a table, for logs."""
+    lines = []
+    for kernel, counts in counters().items():
+        paths = ", ".join(f"{path}: {n}" for path, n in sorted(counts.items()))
+        lines.append(f"{kernel}: {paths}")
+    return "\n".join(lines) or "no kernel has run"

@@ -1,0 +1,495 @@
+"""Region extraction: maximal runs of fusible statements become regions of the IR.
+
+A statement is fusible when it binds one name (`y = expr`, `y: T = expr`,
+`y += expr`, or an in-place method such as `y.mul_(2)`) and every operation in it
+is in the op table with at least one tensor operand. Consecutive fusible
+statements of one block form a run; the run becomes a region whose inputs are the
+tensors and Python scalars it reads and whose outputs are the names it binds that
+the function reads elsewhere. Anything else (calls of submodules, matmuls, views,
+indexing, unknown names) ends the run and stays as it is.
+
+Regions with fewer than `MIN_OPS` compute nodes are dropped: one pointwise op is
+already one eager kernel, so a fused kernel would only add launch overhead.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from transpiler.checker import Checker, Context
+from transpiler.ir import Input, Node, Output, Region
+from transpiler.kinds import Kind
+from transpiler.ops import CAST, CAST_METHODS, DTYPE_ALIASES, DTYPES, Spelling, spellings_of
+from transpiler.symbols import NON_LITERAL
+
+MIN_OPS = 2
+RETURN = "return"  # the target of a fusible `return expr`: the region's last statement
+# Ops that compute nothing: they do not count towards MIN_OPS.
+TRIVIAL = frozenset({"identity", "pos", "to"})
+# Module classes that are the identity only in eval mode: the kernel also needs `not m.training`.
+EVAL_ONLY_MODULES = frozenset({"torch.nn.Dropout"})
+
+_OPERATORS = {
+    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**",
+    ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
+    ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
+}
+_UNARY = {ast.USub: "-", ast.UAdd: "+", ast.Invert: "~"}
+# Python scalar expressions the caller may evaluate before the kernel: pure, cheap.
+_SCALAR_CALLS = frozenset({"size", "dim", "numel"})
+
+
+class _NotFusible(Exception):
+    pass
+
+
+# -- one statement ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Leaf:
+    """A value the statement reads from outside: a tensor, or a Python scalar expression."""
+
+    source: str
+    is_tensor: bool
+    names: frozenset[str]  # local names the expression reads
+
+
+# An operand inside a fragment: ("tmp", index), ("leaf", Leaf) or ("const", value).
+Ref = tuple
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """One fusible statement: its nodes (operands are Refs) and the name it binds."""
+
+    statement: ast.stmt
+    target: str
+    nodes: tuple[tuple[str, tuple[Ref, ...], int], ...]  # (op, operands, line)
+    result: Ref
+    inplace: bool  # mutates `target`'s tensor: only fusible when the region made that tensor
+    conditions: tuple[str, ...]
+
+
+class _Translator:
+    def __init__(self, ctx: Context, line: int) -> None:
+        self.ctx = ctx
+        self.line = line
+        self.nodes: list[tuple[str, tuple[Ref, ...], int]] = []
+        self.conditions: list[str] = []
+
+    def emit(self, op: str, operands: Iterable[Ref]) -> Ref:
+        self.nodes.append((op, tuple(operands), self.line))
+        return ("tmp", len(self.nodes) - 1)
+
+    def expr(self, node: ast.expr) -> Ref:
+        folded = fold(node, self.ctx)
+        if folded is not None:
+            return ("const", folded)
+        kind = self.ctx.kind(node)
+        if isinstance(node, (ast.Name, ast.Attribute)) and kind.is_tensor:
+            if isinstance(node, ast.Attribute) and self.ctx.self_attr(node) is None:
+                raise _NotFusible
+            return ("leaf", Leaf(ast.unparse(node), True, _names(node)))
+        if kind is Kind.SCALAR and _is_pure_scalar(node, self.ctx):
+            return ("leaf", Leaf(ast.unparse(node), False, _names(node)))
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return self.apply(f"a{_OPERATORS[type(node.op)]}b", [node.left, node.right])
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return self.apply(f"{_UNARY[type(node.op)]}a", [node.operand])
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _OPERATORS:
+            return self.apply(f"a{_OPERATORS[type(node.ops[0])]}b", [node.left, node.comparators[0]])
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        raise _NotFusible
+
+    def apply(self, key: str, operands: list[ast.expr]) -> Ref:
+        (spelling,) = spellings_of(key)
+        refs = [self.expr(o) for o in operands]
+        return self.node(spelling.op.name, refs)
+
+    def node(self, op: str, refs: list[Ref]) -> Ref:
+        if not any(r[0] == "tmp" or (r[0] == "leaf" and r[1].is_tensor) for r in refs):
+            raise _NotFusible  # Python arithmetic on scalars: not a tensor op
+        return self.emit(op, refs)
+
+    def call(self, node: ast.Call) -> Ref:
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            raise _NotFusible
+        func = node.func
+        if isinstance(func, ast.Attribute) and self.ctx.kind(func.value).is_tensor:
+            cast = self.cast(func, node)
+            if cast is not None:
+                return cast
+            return self.bind(spellings_of(f"Tensor.{func.attr}"), [func.value, *node.args], node.keywords)
+        attr = self.ctx.self_attr(func)
+        if attr is not None and self.ctx.cls is not None and attr in self.ctx.cls.attr_ctors:
+            return self.module_call(attr, node)
+        qualname = self.ctx.qualname(func)
+        if qualname is None:
+            raise _NotFusible
+        return self.bind(spellings_of(qualname), node.args, node.keywords)
+
+    def cast(self, func: ast.Attribute, node: ast.Call) -> Ref | None:
+        if func.attr in CAST_METHODS and not node.args and not node.keywords:
+            dtype = CAST_METHODS[func.attr]
+        elif func.attr in ("to", "type") and len(node.args) + len(node.keywords) == 1:
+            arg = node.args[0] if node.args else node.keywords[0].value
+            if node.keywords and node.keywords[0].arg != "dtype":
+                raise _NotFusible
+            dtype = _dtype(self.ctx.qualname(arg))
+            if dtype is None:
+                raise _NotFusible  # `.to(device)`, `.to(other)`, a dtype held in a variable
+        else:
+            return None
+        return self.node(CAST.name, [self.expr(func.value), ("const", dtype)])
+
+    def module_call(self, attr: str, node: ast.Call) -> Ref:
+        ctor = self.ctx.cls.attr_ctors[attr]
+        args, kwargs = self.ctx.cls.attr_ctor_args.get(attr, ((NON_LITERAL,), ()))
+        for spelling in spellings_of(f"module:{ctor}"):
+            bound = _bind_constants(spelling, args, dict(kwargs))
+            if bound and len(node.args) == spelling.op.arity and not node.keywords:
+                if ctor in EVAL_ONLY_MODULES:
+                    self.conditions.append(f"not self.{attr}.training")
+                return self.node(spelling.op.name, [self.expr(a) for a in node.args])
+        raise _NotFusible
+
+    def bind(self, spellings: list[Spelling], args: list[ast.expr], keywords: list[ast.keyword]) -> Ref:
+        for spelling in spellings:
+            bound = _bind(spelling, args, {k.arg: k.value for k in keywords})
+            if bound is None:
+                continue
+            refs = []
+            for param in spelling.operands:
+                value = bound.get(param)
+                if value is None:
+                    refs.append(("const", dict(spelling.defaults)[param]))
+                else:
+                    refs.append(self.expr(value))
+            for index in spelling.op.constant_operands:
+                if refs[index][0] == "tmp" or (refs[index][0] == "leaf" and refs[index][1].is_tensor):
+                    raise _NotFusible  # the backends take these operands as scalars
+            return self.node(spelling.op.name, refs)
+        raise _NotFusible
+
+
+def _bind(spelling: Spelling, args: list[ast.expr], keywords: dict[str, ast.expr]) -> dict[str, ast.expr] | None:
+    """Arguments of a call by parameter name, when the call matches the spelling."""
+    if len(args) > len(spelling.params) or set(keywords) - set(spelling.params):
+        return None
+    bound = dict(zip(spelling.params, args))
+    if set(bound) & set(keywords):
+        return None
+    bound.update(keywords)
+    for param, wanted in spelling.pinned:
+        if param in bound:
+            value = _constant(bound.pop(param))
+            if value is NON_LITERAL or (wanted is not Ellipsis and value != wanted):
+                return None
+    defaults = dict(spelling.defaults)
+    if any(p not in bound and p not in defaults for p in spelling.operands):
+        return None
+    return bound
+
+
+def _bind_constants(spelling: Spelling, args: tuple, kwargs: dict[str, object]) -> bool:
+    """Whether a module's constructor arguments match the spelling's pinned values."""
+    if len(args) > len(spelling.params) or set(kwargs) - set(spelling.params):
+        return False
+    given = {**dict(zip(spelling.params, args)), **kwargs}
+    return all(
+        param not in given or (given[param] is not NON_LITERAL and (wanted is Ellipsis or given[param] == wanted))
+        or (wanted is Ellipsis)
+        for param, wanted in spelling.pinned
+    )
+
+
+def _constant(node: ast.expr) -> object:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return NON_LITERAL
+
+
+def _dtype(qualname: str | None) -> str | None:
+    if qualname is None or not qualname.startswith("torch."):
+        return None
+    name = qualname.removeprefix("torch.")
+    name = DTYPE_ALIASES.get(name, name)
+    return name if name in DTYPES else None
+
+
+def fold(node: ast.expr, ctx: Context) -> float | int | bool | None:
+    """The value of a constant expression (`0.5`, `math.sqrt(2 / math.pi)`, `float("-inf")`), or None."""
+    try:
+        value = _fold(node, ctx)
+    except (_NotFusible, ArithmeticError, ValueError, TypeError):
+        return None
+    return value if type(value) in (int, float, bool) else None
+
+
+def _fold(node: ast.expr, ctx: Context):
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and type(node.op) in (ast.USub, ast.UAdd):
+        value = _fold(node.operand, ctx)
+        return -value if isinstance(node.op, ast.USub) else +value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        left, right = _fold(node.left, ctx), _fold(node.right, ctx)
+        if isinstance(node.op, ast.Pow) and abs(right) > 64:
+            raise _NotFusible  # keep folding cheap: no huge integers
+        return eval(f"left {_OPERATORS[type(node.op)]} right", {}, {"left": left, "right": right})
+    qualname = ctx.qualname(node.func if isinstance(node, ast.Call) else node)
+    if isinstance(node, ast.Attribute) and qualname in ("math.pi", "math.e", "math.inf", "math.nan", "math.tau"):
+        return getattr(math, qualname[5:])
+    if isinstance(node, ast.Call) and not node.keywords and qualname is not None:
+        if qualname.startswith("math.") and callable(getattr(math, qualname[5:], None)):
+            return getattr(math, qualname[5:])(*(_fold(a, ctx) for a in node.args))
+        if qualname == "builtins.float" and len(node.args) == 1:
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.strip().lower() in ("inf", "-inf", "nan", "+inf"):
+                return float(arg.value)
+            return float(_fold(arg, ctx))
+    raise _NotFusible
+
+
+def _is_pure_scalar(node: ast.expr, ctx: Context) -> bool:
+    """A Python value expression that is cheap and side-effect free to evaluate twice."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            method = sub.func.attr if isinstance(sub.func, ast.Attribute) else None
+            qualname = ctx.qualname(sub.func)
+            if not (method in _SCALAR_CALLS or (qualname or "").startswith("math.")):
+                return False
+        elif not isinstance(sub, (ast.Name, ast.Attribute, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Subscript, ast.operator, ast.unaryop, ast.expr_context)):
+            return False
+    return True
+
+
+def _names(node: ast.expr) -> frozenset[str]:
+    return frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+
+
+def translate(statement: ast.stmt, ctx: Context) -> Fragment | None:
+    """The statement as a fragment, or None when it is not fusible."""
+    line = statement.lineno
+    translator = _Translator(ctx, line)
+    inplace = False
+    try:
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+            target, result = statement.targets[0].id, translator.expr(statement.value)
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value is not None:
+            target, result = statement.target.id, translator.expr(statement.value)
+        elif isinstance(statement, ast.Return) and statement.value is not None:
+            target, result = RETURN, translator.expr(statement.value)
+        elif isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Name) and type(statement.op) in _OPERATORS:
+            target = statement.target.id
+            inplace = ctx.kind(statement.target).is_tensor
+            load = ast.copy_location(ast.Name(target, ast.Load()), statement.target)
+            result = translator.apply(f"a{_OPERATORS[type(statement.op)]}b", [load, statement.value])
+        elif (
+            isinstance(statement, ast.Expr)
+            and isinstance(statement.value, ast.Call)
+            and isinstance(statement.value.func, ast.Attribute)
+            and statement.value.func.attr.endswith("_")
+            and isinstance(statement.value.func.value, ast.Name)
+        ):
+            target, inplace = statement.value.func.value.id, True
+            result = translator.expr(statement.value)
+        else:
+            return None
+    except _NotFusible:
+        return None
+    if result[0] != "tmp":
+        return None  # `y = x` or `y = 2.0`: nothing to compute
+    return Fragment(statement, target, tuple(translator.nodes), result, inplace, tuple(translator.conditions))
+
+
+# -- runs of statements to regions ----------------------------------------------------------
+class _Builder:
+    """Links consecutive fragments into one region with SSA names."""
+
+    def __init__(self) -> None:
+        self.fragments: list[Fragment] = []
+        self.env: dict[str, str] = {}  # Python name -> SSA value holding it now
+        self.fresh: set[str] = set()  # SSA values computed by the region (safe to mutate)
+        self.inputs: dict[str, Input] = {}  # by source text
+        self.nodes: list[Node] = []
+        self.taken: set[str] = set()
+        self.conditions: list[str] = []
+
+    def accepts(self, fragment: Fragment) -> bool:
+        leaves = [r[1] for _, operands, _ in fragment.nodes for r in operands if r[0] == "leaf"]
+        if any(not leaf.is_tensor and leaf.names & set(self.env) for leaf in leaves):
+            return False  # a scalar expression reading a name the region rebinds
+        if fragment.inplace and self.env.get(fragment.target) not in self.fresh:
+            return False  # mutates a tensor made outside the region: others may alias it
+        return True
+
+    def add(self, fragment: Fragment) -> None:
+        self.fragments.append(fragment)
+        values: list[str] = []
+        for op, operands, line in fragment.nodes:
+            resolved, constants = [], []
+            for index, ref in enumerate(operands):
+                if ref[0] == "const":
+                    resolved.append(ref[1])
+                    constants.append(index)
+                elif ref[0] == "tmp":
+                    resolved.append(values[ref[1]])
+                else:
+                    resolved.append(self.leaf(ref[1]))
+            last = len(values) == len(fragment.nodes) - 1
+            out = self.name(fragment.target if last and fragment.target != RETURN else "t")
+            values.append(out)
+            self.nodes.append(Node(op, tuple(resolved), out, line, tuple(constants)))
+            self.fresh.add(out)
+        self.env[fragment.target] = values[fragment.result[1]]
+        self.conditions += [c for c in fragment.conditions if c not in self.conditions]
+
+    def leaf(self, leaf: Leaf) -> str:
+        if leaf.source in self.env:
+            return self.env[leaf.source]
+        if leaf.source not in self.inputs:
+            base = leaf.source.removeprefix("self.") if re.fullmatch(r"(self\.)?\w+", leaf.source) else "scalar"
+            self.inputs[leaf.source] = Input(self.name(base, exact=True), leaf.source, leaf.is_tensor)
+        return self.inputs[leaf.source].name
+
+    def name(self, base: str, exact: bool = False) -> str:
+        if base != "t" and base not in self.taken:
+            self.taken.add(base)
+            return base
+        n = 0 if base == "t" else 1
+        while f"{base}{n}" in self.taken or f"{base}_{n}" in self.taken:
+            n += 1
+        name = f"{base}{n}" if base == "t" else f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+
+def _live_after(function: ast.AST, first: int, last: int) -> set[str]:
+    """Names the function reads outside lines first..last (conservative across loops)."""
+    live = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and not first <= node.lineno <= last:
+            live.add(node.id)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and not first <= node.lineno <= last:
+            live.add(node.target.id)
+    return live
+
+
+def _kernel_name(nodes: list[Node]) -> str:
+    """`fused_` and what the region computes: its non-arithmetic ops, else its arithmetic."""
+    arithmetic = {"add", "sub", "mul", "div", "neg", "pow", "floordiv", "remainder"}
+    ops = [n.op for n in nodes if n.op not in TRIVIAL]
+    named = list(dict.fromkeys(o for o in ops if o not in arithmetic)) or list(dict.fromkeys(ops))
+    return "fused_" + "_".join(named[:3])
+
+
+class RegionFinder:
+    """A checker pass (like a rule, reporting nothing) that collects the regions of a file."""
+
+    def __init__(self, path: str, compiled: set[str] | None = None) -> None:
+        self.path = path
+        self.compiled = compiled  # qualified names of compiled functions; None: all
+        self.regions: list[Region] = []
+        self._fragments: dict[int, Fragment | None] = {}
+
+    def _visit(self, node: ast.stmt, ctx: Context) -> None:
+        if id(node) not in self._fragments:
+            self._fragments[id(node)] = translate(node, ctx)
+
+    visit_Assign = visit_AnnAssign = visit_AugAssign = visit_Expr = visit_Return = _visit
+
+    def check_function(self, findings, ctx: Context) -> None:
+        if self.compiled is not None and ctx.function.qualname not in self.compiled:
+            return
+        for body in _bodies(ctx.node):
+            run: list[Fragment] = []
+            for statement in [*body, None]:
+                fragment = self._fragments.get(id(statement)) if statement is not None else None
+                if fragment is not None and _alone_on_its_lines(statement, body):
+                    run.append(fragment)
+                    if fragment.target != RETURN:
+                        continue
+                self._close(run, ctx)
+                run = []
+
+    def _close(self, run: list[Fragment], ctx: Context) -> None:
+        builder = _Builder()
+        for fragment in run:
+            if not builder.accepts(fragment):
+                self._finish(builder, ctx)
+                builder = _Builder()
+                if not builder.accepts(fragment):
+                    continue
+            builder.add(fragment)
+        self._finish(builder, ctx)
+
+    def _finish(self, builder: _Builder, ctx: Context) -> None:
+        if sum(n.op not in TRIVIAL for n in builder.nodes) < MIN_OPS:
+            return
+        first = builder.fragments[0].statement.lineno
+        last = builder.fragments[-1].statement.end_lineno
+        live = _live_after(ctx.node, first, last)
+        outputs = tuple(Output(value, name) for name, value in builder.env.items() if name in live or name == RETURN)
+        if not outputs:
+            return
+        self.regions.append(
+            Region(
+                _kernel_name(builder.nodes), self.path, ctx.function.qualname, first, last, tuple(builder.inputs.values()),
+                tuple(builder.nodes), outputs, tuple(builder.conditions),
+            )
+        )
+
+
+def _bodies(function: ast.AST) -> Iterable[list[ast.stmt]]:
+    """Every statement list in the function (nested blocks and nested functions included)."""
+    for node in ast.walk(function):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                yield body
+
+
+def _alone_on_its_lines(statement: ast.stmt, body: list[ast.stmt]) -> bool:
+    """No other statement shares a line with it (`a = x; b = y`): regions replace whole lines."""
+    index = body.index(statement)
+    before = body[index - 1] if index else None
+    after = body[index + 1] if index + 1 < len(body) else None
+    return (before is None or before.end_lineno < statement.lineno) and (after is None or after.lineno > statement.end_lineno)
+
+
+def find_regions(
+    tree: ast.Module,
+    path: str,
+    module: str,
+    is_package: bool,
+    text: str,
+    compiled: set[str] | None = None,
+    tensor_params: dict[str, frozenset[str]] | None = None,
+) -> list[Region]:
+    """The regions of one parsed file, in functions named in `compiled` (all when None).
+
+    `tensor_params` (from the project's call sites, see `engine.project_facts`) types
+    the parameters of helpers such as `def gelu(x)`, whose regions are found again
+    with those parameters known to be tensors.
+    """
+    finder = RegionFinder(path, compiled)
+    Checker([finder]).check(tree, module, is_package, text)
+    regions = finder.regions
+    if tensor_params:
+        typed = RegionFinder(path, compiled)
+        Checker([typed]).check(tree, module, is_package, text, tensor_params)
+        regions = [r for r in regions if r.function not in tensor_params] + typed.regions
+    named, taken = [], set()
+    for region in sorted(regions, key=lambda r: r.first_line):
+        name, n = region.name, 2
+        while name in taken:
+            name, n = f"{region.name}_{n}", n + 1
+        taken.add(name)
+        named.append(replace(region, name=name))
+    return named
