@@ -1,0 +1,304 @@
+"""Triton helpers for generated pointwise kernels, and their launcher.
+
+The op table's `triton` templates name these functions; generated kernel files import
+them. Every helper works on the GPU and under `TRITON_INTERPRET=1`, which has no
+libdevice: there the helpers use formulas in `tl.*` builtins, which the interpreter
+evaluates with numpy at full precision. On the GPU they use libdevice where Triton's
+own builtins are approximate (tanh, expm1, log1p, pow). Semantics follow torch's CPU
+kernels, NaN propagation and Python's floor division and modulo included.
+
+This module is copied into every output tree: it imports only torch and triton.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+import torch
+
+INF: tl.constexpr = tl.constexpr(float("inf"))
+NAN: tl.constexpr = tl.constexpr(float("nan"))
+# Read once at import: the interpreter decides at `@triton.jit` time too.
+INTERPRETED: tl.constexpr = tl.constexpr(triton.knobs.runtime.interpret)
+_FLOAT32_MAX: tl.constexpr = tl.constexpr(torch.finfo(torch.float32).max)
+
+# Dtypes a kernel loads and stores. float64 is left out: Triton types Python float
+# constants and scalar arguments as float32, so float64 results would not match torch.
+SUPPORTED_DTYPES = frozenset(
+    (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+)
+MAX_BLOCK_SIZE = 1024
+
+
+# -- loads and casts ------------------------------------------------------------------------------
+@triton.jit
+def widen(x):
+    """Half and bfloat16 values are computed in float32 (torch's opmath type)."""
+    if x.dtype.is_fp16() or x.dtype.is_bf16():
+        return x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def cast(x, dtype: tl.constexpr):
+    """x.to(dtype); a half or bfloat16 result is rounded to that dtype, then computed on in float32."""
+    return widen(x.to(dtype))
+
+
+@triton.jit
+def _common(a, b):
+    """a and b as tensors of their promoted dtype and broadcast shape: either may be a Python constant."""
+    return tl.where(True, a, b), tl.where(False, a, b)
+
+
+# -- arithmetic ------------------------------------------------------------------------
+@triton.jit
+def remainder(a, b):
+    """Python's `%`: the result takes the divisor's sign (torch.remainder)."""
+    a, b = _common(a, b)
+    truncated = a % b  # C's fmod / integer remainder: the dividend's sign
+    return tl.where((truncated != 0) & ((truncated < 0) != (b < 0)), truncated + b, truncated)
+
+
+@triton.jit
+def floor_divide(a, b):
+    """Python's `//`, computed as torch does so that float results match bit for bit."""
+    a, b = _common(a, b)
+    truncated = a % b
+    if truncated.dtype.is_floating():
+        quotient = (a - truncated) / b
+        quotient = tl.where((truncated != 0) & ((b < 0) != (truncated < 0)), quotient - 1.0, quotient)
+        floored = tl.floor(quotient)
+        floored = tl.where(quotient - floored > 0.5, floored + 1.0, floored)
+        # b == 0 gives inf or nan, as a / b does.
+        return tl.where(b == 0, a / b, floored)
+    quotient = (a - truncated) // b  # exact: a - truncated is a multiple of b
+    return tl.where((truncated != 0) & ((truncated < 0) != (b < 0)), quotient - 1, quotient)
+
+
+@triton.jit
+def power(base, exponent):
+    """torch.pow on floats: pow(x, 0) == 1 and pow(1, y) == 1 even for NaN."""
+    base, exponent = _common(base, exponent)
+    if INTERPRETED:
+        # In float64, so that rounding in log2 is not magnified by the exponent.
+        wide = tl.exp2(exponent.to(tl.float64) * tl.log2(tl.abs(base).to(tl.float64)))
+        magnitude = wide.to(base.dtype)
+        odd_integer = (tl.floor(exponent) == exponent) & (remainder(exponent, 2.0) == 1.0)
+        result = tl.where((base < 0) & odd_integer, -magnitude, magnitude)
+        # A negative base with a non-integer exponent has no real power.
+        result = tl.where((base < 0) & (tl.floor(exponent) != exponent), NAN, result)
+        return tl.where((exponent == 0) | (base == 1.0), 1.0, result)
+    else:
+        return libdevice.pow(base, exponent)
+
+
+@triton.jit
+def sign(x):
+    """-1, 0 or 1 in x's dtype; 0 for NaN, as torch gives."""
+    return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
+
+
+@triton.jit
+def minimum(a, b):
+    """Elementwise minimum; NaN if either is NaN (torch.minimum)."""
+    a, b = _common(a, b)
+    return tl.where(a != a, a, tl.where(b != b, b, tl.minimum(a, b)))
+
+
+@triton.jit
+def maximum(a, b):
+    """Elementwise maximum; NaN if either is NaN (torch.maximum)."""
+    a, b = _common(a, b)
+    return tl.where(a != a, a, tl.where(b != b, b, tl.maximum(a, b)))
+
+
+@triton.jit
+def lerp(start, end, weight):
+    """torch.lerp: exact at both ends, from whichever end `weight` is closer to."""
+    start, end = _common(start, end)
+    weight, start = _common(weight, start)
+    difference = end - start
+    return tl.where(tl.abs(weight) < 0.5, start + weight * difference, end - difference * (1.0 - weight))
+
+
+# -- exponentials and logarithms -----------------------------------------------------------
+@triton.jit
+def expm1(x):
+    """exp(x) - 1, accurate near 0."""
+    if INTERPRETED:
+        # Kahan: (u - 1) * x / log(u) cancels the rounding error of u = exp(x).
+        u = tl.exp(x)
+        kahan = (u - 1.0) * x / tl.log(u)
+        result = tl.where((u == 1.0) | (x != x), x, tl.where(u - 1.0 == -1.0, -1.0, kahan))
+        return tl.where(x == INF, INF, result)
+    else:
+        return libdevice.expm1(x)
+
+
+@triton.jit
+def log1p(x):
+    """log(1 + x), accurate near 0."""
+    if INTERPRETED:
+        # Kahan: log(u) * x / (u - 1) cancels the rounding error of u = 1 + x.
+        u = 1.0 + x
+        kahan = tl.log(u) * x / (u - 1.0)
+        result = tl.where((u == 1.0) | (x != x), x, tl.where(u <= 0.0, tl.log(u), kahan))
+        return tl.where(x == INF, INF, result)
+    else:
+        return libdevice.log1p(x)
+
+
+@triton.jit
+def tanh(x):
+    if INTERPRETED:
+        # expm1(2|x|) / (expm1(2|x|) + 2) keeps the relative precision near 0;
+        # beyond 20 the fraction rounds to 1 in float32 and float64 alike.
+        magnitude = tl.abs(x)
+        t = expm1(2.0 * magnitude)
+        result = tl.where(magnitude > 20.0, 1.0, t / (t + 2.0))
+        return tl.where(x < 0, -result, result)
+    else:
+        return libdevice.tanh(x)
+
+
+@triton.jit
+def softplus(x):
+    """torch's softplus with beta=1, threshold=20: linear above the threshold."""
+    return tl.where(x > 20.0, x, log1p(tl.exp(x)))
+
+
+# -- activations -----------------------------------------------------------------------------
+@triton.jit
+def relu(x):
+    # `x < 0` rather than `x > 0` so that NaN passes through, as in torch.
+    return tl.where(x < 0, 0, x)
+
+
+@triton.jit
+def gelu(x):
+    """Exact GELU: x * Phi(x)."""
+    return 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+
+
+@triton.jit
+def gelu_tanh(x):
+    """GELU's tanh approximation, with torch's constants: sqrt(2 / pi) and 0.044715."""
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    return 0.5 * x * (1.0 + tanh(inner))
+
+
+# -- classification and clamping ------------------------------------------------------------
+@triton.jit
+def is_inf(x):
+    return tl.abs(x) == INF
+
+
+@triton.jit
+def clamp(x, low, high):
+    """torch.clamp: NaN in x or in a bound gives NaN; low > high gives high."""
+    return minimum(maximum(x, low), high)
+
+
+@triton.jit
+def clamp_min(x, low):
+    return maximum(x, low)
+
+
+@triton.jit
+def clamp_max(x, high):
+    return minimum(x, high)
+
+
+@triton.jit
+def nan_to_num(x, nan, posinf, neginf):
+    """torch.nan_to_num; a None bound is float32's largest finite value (torch uses x's dtype's)."""
+    if posinf is None:
+        posinf = _FLOAT32_MAX
+    if neginf is None:
+        neginf = -_FLOAT32_MAX
+    x = tl.where(x != x, nan, x)
+    return tl.where(x == INF, posinf, tl.where(x == -INF, neginf, x))
+
+
+# -- rounding: integers are already integral and keep their dtype -----------------------------
+@triton.jit
+def floor(x):
+    if x.dtype.is_floating():
+        return tl.floor(x)
+    return x
+
+
+@triton.jit
+def ceil(x):
+    if x.dtype.is_floating():
+        return tl.ceil(x)
+    return x
+
+
+@triton.jit
+def trunc(x):
+    if x.dtype.is_floating():
+        return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+    return x
+
+
+@triton.jit
+def round_half_even(x):
+    """torch.round: halves go to the even neighbour (2.5 -> 2, 3.5 -> 4)."""
+    if x.dtype.is_floating():
+        below = tl.floor(x)
+        fraction = x - below  # exact for every float
+        below_is_odd = below - 2.0 * tl.floor(below * 0.5) == 1.0
+        return tl.where((fraction > 0.5) | ((fraction == 0.5) & below_is_odd), below + 1.0, below)
+    return x
+
+
+# -- launching -------------------------------------------------------------------------------
+def unsupported(tensor_dtypes, output_dtypes) -> str | None:
+    """Why Triton kernels cannot run with these dtypes, or None when they can."""
+    for dtype in (*tensor_dtypes, *output_dtypes):
+        if dtype not in SUPPORTED_DTYPES:
+            return f"Triton kernels do not handle {dtype}"
+    return None
+
+
+def launch(kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> None:
+    """Run a generated pointwise kernel over `n_elements` output elements.
+
+    `sizes` and `strides` (one 4-tuple per tensor input) describe the strided layout;
+    on the contiguous path they may be empty and the kernel ignores them.
+    """
+    if n_elements == 0:
+        return
+    if n_elements >= 2**31 or _largest_offset(sizes, strides) >= 2**31:
+        raise ValueError("Triton kernels index with int32: 2**31 elements or more are not supported")
+    if contiguous:
+        sizes, strides = (1, 1, 1, 1), [(0, 0, 0, 0)] * len(tensors)
+    # One block of 1024 elements per program keeps an H100's memory system busy with
+    # 4 warps (8 elements a thread); smaller tensors get one block rounded up to a
+    # power of two (at least 128), so few block sizes are ever compiled.
+    block_size = min(MAX_BLOCK_SIZE, max(128, triton.next_power_of_2(n_elements)))
+    num_warps = max(1, block_size // 256)
+    grid = (triton.cdiv(n_elements, block_size),)
+    flat_strides = [stride for per_input in strides for stride in per_input]
+    kernel[grid](
+        *tensors,
+        *scalars,
+        *outputs,
+        n_elements,
+        *sizes,
+        *flat_strides,
+        CONTIGUOUS=contiguous,
+        BLOCK_SIZE=block_size,
+        num_warps=num_warps,
+    )
+
+
+def _largest_offset(sizes, strides) -> int:
+    """The largest element offset a strided kernel computes, to rule out int32 overflow."""
+    if not sizes:
+        return 0
+    return max((sum((size - 1) * abs(stride) for size, stride in zip(sizes, per_input)) for per_input in strides), default=0)
