@@ -280,6 +280,7 @@ def _progress(total: int):
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes for the lint (default: one per core).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the lint cache.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Format of the summary.")
+@click.option("--no-kernels", is_flag=True, help="Write the rewritten source only: no fused kernels.")
 def build(
     sources: tuple[Path, ...],
     output: Path,
@@ -291,6 +292,7 @@ def build(
     jobs: int | None,
     no_cache: bool,
     fmt: str,
+    no_kernels: bool,
 ) -> None:
     """Write SRC (files or directories) into OUT with the graph breaks rewritten.
 
@@ -307,19 +309,52 @@ def build(
         "unsafe_fixes": unsafe_fixes,
         "side_effects": side_effects,
     }
-    sys.exit(_guarded(lambda: _build(list(sources), output, overrides, fmt, no_cache, jobs)))
+    sys.exit(_guarded(lambda: _build(list(sources), output, overrides, fmt, no_cache, jobs, not no_kernels)))
 
 
-def _build(sources: list[Path], out: Path, overrides: dict, fmt: str, no_cache: bool, jobs: int | None) -> int:
+def _build(sources: list[Path], out: Path, overrides: dict, fmt: str, no_cache: bool, jobs: int | None, kernels: bool) -> int:
     from transpiler import transpile
 
     settings = _settings(sources, overrides)
     layout = transpile.plan(sources, out, settings.is_excluded_entry)
     lint_files = _linter(settings, layout.python_files, no_cache, jobs)
     with _progress(len(layout.python_files)) as advance:
-        result = transpile.build(layout, lint_files, settings.unsafe_fixes, settings.side_effects, advance)
+        result = transpile.build(layout, lint_files, settings.unsafe_fixes, settings.side_effects, advance, kernels)
     sys.stdout.write(transpile.render_summary(result, fmt, settings.unsafe_fixes))
     return EXIT_FINDINGS if result.remaining else EXIT_CLEAN
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def explain(files: tuple[Path, ...]) -> None:
+    """Print the regions that would become fused kernels, as readable IR."""
+    sys.exit(_guarded(lambda: _explain(list(files))))
+
+
+def _explain(files: list[Path]) -> int:
+    import ast
+
+    from transpiler.discovery import module_name
+    from transpiler.engine import project_facts
+    from transpiler.fixer import read_source
+    from transpiler.ir import format_region
+    from transpiler.regions import MIN_OPS, find_regions
+
+    facts = project_facts(files)
+    for path in files:
+        text = read_source(path)
+        try:
+            tree = ast.parse(text)
+        except SyntaxError as error:
+            _fail(f"{path}:{error.lineno}: cannot parse: {error.msg}")
+        regions = find_regions(
+            tree, path.as_posix(), module_name(path), path.name == "__init__.py", text, set(facts.compiled), facts.tensor_params
+        )
+        if not regions:
+            click.echo(f"{path}: no region (fusible runs of at least {MIN_OPS} ops in compiled code)\n")
+        for region in regions:
+            click.echo(format_region(region) + "\n")
+    return EXIT_CLEAN
 
 
 @main.command()

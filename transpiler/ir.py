@@ -77,7 +77,8 @@ class Region:
 
 def format_region(region: Region) -> str:
     """Readable IR, as `transpile explain` prints it."""
-    lines = [f"region {region.name} ({region.path}:{region.first_line}-{region.last_line}, in {region.function})"]
+    span = f"{region.first_line}" if region.first_line == region.last_line else f"{region.first_line}-{region.last_line}"
+    lines = [f"region {region.name} ({region.path}:{span}, in {region.function})"]
     for item in region.inputs:
         kind = "tensor" if item.is_tensor else "scalar"
         lines.append(f"  in  {item.name}: {kind} = {item.source}")

@@ -1,5 +1,5 @@
-"""The first compiler stage, `transpile SRC... -o OUT`: mirror the source tree into OUT with the
-graph-break fixes applied.
+"""The driver of `transpile SRC... -o OUT`: mirror the source tree into OUT with the graph-break
+fixes applied and the fusible regions compiled into kernels.
 
 The inputs are only ever read: fixes are computed in memory (the lint runs over an
 overlay of the edited sources) and written under OUT only. Every file of the source
@@ -24,8 +24,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from transpiler.diagnostics import Diagnostic
-from transpiler.discovery import DiscoveryError, tree_files
-from transpiler.fixer import SideEffects, encode_source, fix_project
+from transpiler.discovery import DiscoveryError, module_name, tree_files
+from transpiler.fixer import SideEffects, encode_source, fix_project, read_source
+from transpiler.ir import Region
 from transpiler.rule import REGISTRY
 from transpiler.writing import write_atomic
 
@@ -122,6 +123,8 @@ class BuildResult:
     found: list[Diagnostic] = field(default_factory=list)  # what `transpile lint` reports on the inputs
     applied: list[Diagnostic] = field(default_factory=list)
     remaining: list[Diagnostic] = field(default_factory=list)
+    regions: dict[Path, list[Region]] = field(default_factory=dict)  # by source file, those compiled
+    kernel_files: list[Path] = field(default_factory=list)  # generated beside the modules, and the runtime
 
 
 def build(
@@ -130,8 +133,10 @@ def build(
     unsafe: bool = False,
     side_effects: SideEffects = "guard",
     progress: Callable[[int], None] | None = None,
+    kernels: bool = True,
 ) -> BuildResult:
-    """Fix the Python files of `layout` in memory, then write every file under `layout.out`."""
+    """Fix the Python files of `layout` in memory, compile their regions into kernels (unless
+    `kernels` is False), then write every file under `layout.out`."""
     rounds: list[list[Diagnostic]] = []
 
     def lint_round(overlay: Mapping[Path, bytes]) -> list[Diagnostic]:
@@ -146,8 +151,20 @@ def build(
     written: dict[str, tuple[int, int]] = {}
     output_of: dict[str, str] = {}
     errors: list[Diagnostic] = []
+    compiled = _compile(layout, fixed.sources) if kernels else {}
     for dst, src in sorted(layout.files.items()):
         rel = dst.relative_to(layout.out).as_posix()
+        if src in compiled:
+            regions, emitted = compiled[src]
+            result.regions[src] = regions
+            for file in emitted:
+                target = dst.with_name(file.name)
+                _write_if_changed(target, encode_source(src, file.text) if target == dst else file.text.encode(), like=src)
+                written[target.relative_to(layout.out).as_posix()] = _signature(target)
+                if target != dst:
+                    result.kernel_files.append(target)
+            output_of[str(src)] = str(dst)
+            continue
         if src in fixed.sources:
             _write_if_changed(dst, encode_source(src, fixed.sources[src]), like=src)
             result.rewritten.append(dst)
@@ -168,10 +185,45 @@ def build(
     result.found = [d for d in result.found if not (d.code == "TP902" and d.path in unreadable)] + errors
     kept = [d for d in fixed.remaining if not (d.code == "TP902" and d.path in unreadable)]
     result.remaining = [replace(d, path=output_of.get(d.path, d.path)) for d in kept] + errors
+    if compiled:
+        from emit.module import RUNTIME, runtime_files
+
+        for name, data in runtime_files():
+            target = layout.out / RUNTIME / name
+            _write_if_changed(target, data, like=None)
+            written[target.relative_to(layout.out).as_posix()] = _signature(target)
+            result.kernel_files.append(target)
     result.removed = _remove_stale(layout.out, previous, written)
     manifest = {"tool": "transpile", "version": _MANIFEST_VERSION, "files": written}
     write_atomic(layout.out / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
     return result
+
+
+def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[Region], list]]:
+    """For each Python source with regions: its regions and the emitted files (module first)."""
+    import ast
+
+    from emit.module import emit
+    from transpiler.engine import project_facts
+    from transpiler.regions import find_regions
+
+    sources = layout.python_files
+    facts = project_facts(sources, {p: encode_source(p, t) for p, t in fixed.items()})
+    destination = {src: dst for dst, src in layout.files.items()}
+    compiled = {}
+    for src in sources:
+        try:
+            text = fixed[src] if src in fixed else read_source(src)
+            tree = ast.parse(text)
+        except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
+            continue  # reported by the lint, copied as it is
+        regions = find_regions(
+            tree, src.as_posix(), module_name(src), src.name == "__init__.py", text, set(facts.compiled), facts.tensor_params
+        )
+        if regions:
+            depth = len(destination[src].relative_to(layout.out).parts) - 1
+            compiled[src] = (regions, emit(text, regions, src.as_posix(), depth))
+    return compiled
 
 
 def _read_error(src: Path) -> Diagnostic | None:
