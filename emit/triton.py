@@ -37,9 +37,11 @@ def _support_names() -> frozenset[str]:
 
 HELPERS = _support_names()
 # Names a region value must not take inside a kernel: they would shadow what the kernel uses.
-RESERVED = HELPERS | {"tl", "triton", "offsets", "mask", "n_elements", "CONTIGUOUS", "BLOCK_SIZE"} | {
-    f"{prefix}{d}" for prefix in ("size", "index") for d in range(RANK)
-}
+RESERVED = (
+    HELPERS
+    | {"tl", "triton", "offsets", "mask", "n_elements", "CONTIGUOUS", "BLOCK_SIZE"}
+    | {f"{prefix}{d}" for prefix in ("size", "index") for d in range(RANK)}
+)
 _IDENTIFIER = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
 
 
@@ -113,7 +115,10 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
     if tensors:
         lines += _input_offsets([names[i.name] for i in tensors])
         lines.append(f"{INDENT}# Load the inputs (half and bfloat16 widened to float32)")
-        lines += [f"{INDENT}{names[i.name]} = widen(tl.load({names[i.name]}_ptr + {names[i.name]}_offsets, mask=mask))" for i in tensors]
+        lines += [
+            f"{INDENT}{names[i.name]} = widen(tl.load({names[i.name]}_ptr + {names[i.name]}_offsets, mask=mask))"
+            for i in tensors
+        ]
     lines.append(f"{INDENT}# Compute")
     previous_line = None
     for node in region.nodes:
@@ -125,7 +130,9 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
     lines.append(f"{INDENT}# Store the outputs, converted to their dtypes")
     for output in region.outputs:
         pointer = f"{names[output.value]}_out_ptr"
-        lines.append(f"{INDENT}tl.store({pointer} + offsets, {names[output.value]}.to({pointer}.dtype.element_ty), mask=mask)")
+        lines.append(
+            f"{INDENT}tl.store({pointer} + offsets, {names[output.value]}.to({pointer}.dtype.element_ty), mask=mask)"
+        )
     return _black("\n".join(lines) + "\n")
 
 
@@ -149,7 +156,9 @@ def _input_offsets(inputs: list[str]) -> list[str]:
     return lines
 
 
-def render_triton_file(regions: list[Region], source_lines: dict[int, str], runtime_import: str, header: str = "") -> str:
+def render_triton_file(
+    regions: list[Region], source_lines: dict[int, str], runtime_import: str, header: str = ""
+) -> str:
     """A kernel file: `header` (a docstring or comment), imports, then one kernel per region.
 
     `runtime_import` is the module the helpers come from, e.g. `_transpile_runtime.triton_support`.

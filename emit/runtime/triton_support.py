@@ -27,7 +27,17 @@ _FLOAT32_MAX: tl.constexpr = tl.constexpr(torch.finfo(torch.float32).max)
 # Dtypes a kernel loads and stores. float64 is left out: Triton types Python float
 # constants and scalar arguments as float32, so float64 results would not match torch.
 SUPPORTED_DTYPES = frozenset(
-    (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+    (
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.bool,
+    )
 )
 MAX_BLOCK_SIZE = 1024
 
@@ -301,4 +311,6 @@ def _largest_offset(sizes, strides) -> int:
     """The largest element offset a strided kernel computes, to rule out int32 overflow."""
     if not sizes:
         return 0
-    return max((sum((size - 1) * abs(stride) for size, stride in zip(sizes, per_input)) for per_input in strides), default=0)
+    return max(
+        (sum((size - 1) * abs(stride) for size, stride in zip(sizes, per_input)) for per_input in strides), default=0
+    )
