@@ -1,0 +1,226 @@
+// transpile_runtime.h: storage types and scalar helpers for the C++ kernels transpile generates.
+//
+// The op table's `cpp=` templates name these helpers. Each works on one value of the compute
+// type C (float, or double for double tensors) and follows torch's CPU semantics, NaN and
+// infinities included. Kernels are built without -ffast-math, so std:: functions keep IEEE
+// behaviour. No torch headers: a kernel file builds in about a second.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace transpile {
+
+// ---------------------------------------------------------------------------------------------
+// Storage types: half and bfloat16 hold 16 bits in memory; kernels load them into float.
+// ---------------------------------------------------------------------------------------------
+
+inline uint32_t float_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+inline float bits_float(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+// bfloat16 is the upper half of a float32: conversion rounds to nearest even, NaN stays NaN.
+struct bfloat16 {
+  uint16_t bits;
+
+  bfloat16() = default;
+  explicit bfloat16(float value) : bits(round_to_bfloat16(value)) {}
+  operator float() const { return bits_float(uint32_t(bits) << 16); }
+
+  static uint16_t round_to_bfloat16(float value) {
+    if (std::isnan(value)) {
+      return 0x7fc0;  // a quiet NaN; adding the rounding bias could turn a NaN into infinity
+    }
+    const uint32_t bits = float_bits(value);
+    const uint32_t lower_half_bias = 0x7fff + ((bits >> 16) & 1);  // ties go to the even neighbour
+    return uint16_t((bits + lower_half_bias) >> 16);
+  }
+};
+static_assert(sizeof(bfloat16) == 2, "bfloat16 must match torch.bfloat16's layout");
+
+#if defined(__FLT16_MANT_DIG__) && !defined(TRANSPILE_MANUAL_HALF)
+// The compiler's IEEE binary16 type: conversions use F16C instructions where the CPU has them.
+using half = _Float16;
+#else
+// IEEE binary16 by bit manipulation, for compilers without _Float16 (rounds to nearest even).
+struct half {
+  uint16_t bits;
+
+  half() = default;
+  explicit half(float value) : bits(from_float(value)) {}
+  operator float() const { return to_float(bits); }
+
+  static uint16_t from_float(float value) {
+    const uint32_t sign = float_bits(value) & 0x80000000u;
+    uint32_t magnitude = float_bits(value) ^ sign;
+    uint16_t result;
+    if (magnitude >= (127u + 16u) << 23) {  // too large for half: infinity, or NaN stays NaN
+      result = magnitude > 0x7f800000u ? 0x7e00 : 0x7c00;
+    } else if (magnitude < 113u << 23) {  // half subnormal or zero: let the FPU round the mantissa
+      const uint32_t subnormal_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+      result = uint16_t(float_bits(bits_float(magnitude) + bits_float(subnormal_magic)) - subnormal_magic);
+    } else {  // normal: rebias the exponent, round the 13 dropped mantissa bits to nearest even
+      const uint32_t mantissa_odd = (magnitude >> 13) & 1;
+      magnitude += (uint32_t(15 - 127) << 23) + 0xfff + mantissa_odd;
+      result = uint16_t(magnitude >> 13);
+    }
+    return uint16_t(result | (sign >> 16));
+  }
+
+  static float to_float(uint16_t bits) {
+    const uint32_t exponent_mask = 0x7c00u << 13;
+    uint32_t result = uint32_t(bits & 0x7fff) << 13;
+    const uint32_t exponent = result & exponent_mask;
+    result += (127u - 15u) << 23;
+    if (exponent == exponent_mask) {  // infinity or NaN: the exponent saturates
+      result += (128u - 16u) << 23;
+    } else if (exponent == 0) {  // subnormal: renormalise through the FPU
+      result += 1u << 23;
+      result = float_bits(bits_float(result) - bits_float(113u << 23));
+    }
+    return bits_float(result | (uint32_t(bits & 0x8000) << 16));
+  }
+};
+#endif
+static_assert(sizeof(half) == 2, "half must match torch.float16's layout");
+
+// ---------------------------------------------------------------------------------------------
+// Arithmetic with Python's semantics.
+// ---------------------------------------------------------------------------------------------
+
+// a // b: floor of the exact quotient, as torch computes it for floating types (div_floor_floating).
+template <typename C>
+inline C floor_divide(C a, C b) {
+  if (b == C(0)) {
+    return a / b;  // torch gives inf, -inf or NaN where Python would raise
+  }
+  const C mod = std::fmod(a, b);
+  C quotient = (a - mod) / b;
+  if (mod != C(0) && (b < C(0)) != (mod < C(0))) {
+    quotient -= C(1);
+  }
+  if (quotient == C(0)) {
+    return std::copysign(C(0), a / b);
+  }
+  const C floored = std::floor(quotient);
+  return quotient - floored > C(0.5) ? floored + C(1) : floored;
+}
+
+// a % b: the result takes the divisor's sign (torch.remainder, Python's %).
+template <typename C>
+inline C remainder(C a, C b) {
+  const C mod = std::fmod(a, b);
+  return mod != C(0) && (b < C(0)) != (mod < C(0)) ? mod + b : mod;
+}
+
+template <typename C>
+inline C power(C base, C exponent) {
+  return std::pow(base, exponent);
+}
+
+// torch.sign: -1, 0 or 1; NaN gives 0.
+template <typename C>
+inline C sign(C x) {
+  return C(C(0) < x) - C(x < C(0));
+}
+
+// torch.minimum / torch.maximum: a NaN on either side gives NaN (std::min would drop it).
+template <typename C>
+inline C minimum(C a, C b) {
+  return std::isnan(a) || std::isnan(b) ? a + b : (b < a ? b : a);
+}
+
+template <typename C>
+inline C maximum(C a, C b) {
+  return std::isnan(a) || std::isnan(b) ? a + b : (a < b ? b : a);
+}
+
+// torch.clamp: NaN in the value or in a bound propagates; a lower bound above the upper gives upper.
+template <typename C>
+inline C clamp_min(C x, C low) {
+  return maximum(x, low);
+}
+
+template <typename C>
+inline C clamp_max(C x, C high) {
+  return minimum(x, high);
+}
+
+template <typename C>
+inline C clamp(C x, C low, C high) {
+  return minimum(maximum(x, low), high);
+}
+
+// torch.lerp: two formulas, so that weight 0 gives start and weight 1 gives end exactly.
+template <typename C>
+inline C lerp(C start, C end, C weight) {
+  return std::abs(weight) < C(0.5) ? start + weight * (end - start) : end - (end - start) * (C(1) - weight);
+}
+
+template <typename C>
+inline C nan_to_num(C x, C nan, C posinf, C neginf) {
+  if (std::isnan(x)) {
+    return nan;
+  }
+  if (std::isinf(x)) {
+    return x > C(0) ? posinf : neginf;
+  }
+  return x;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activations, with the formulas of torch's CPU kernels.
+// ---------------------------------------------------------------------------------------------
+
+// relu keeps NaN (a comparison with NaN is false, so NaN is returned as is).
+template <typename C>
+inline C relu(C x) {
+  return x < C(0) ? C(0) : x;
+}
+
+template <typename C>
+inline C sigmoid(C x) {
+  return C(1) / (C(1) + std::exp(-x));
+}
+
+// softplus with beta 1 and threshold 20: linear above the threshold, where exp would overflow.
+template <typename C>
+inline C softplus(C x) {
+  return x > C(20) ? x : std::log1p(std::exp(x));
+}
+
+// gelu(approximate='none'): x * Phi(x) with the exact normal CDF.
+template <typename C>
+inline C gelu(C x) {
+  const C one_over_sqrt2 = C(0.70710678118654752440);
+  return C(0.5) * x * (C(1) + std::erf(x * one_over_sqrt2));
+}
+
+// gelu(approximate='tanh'): 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+template <typename C>
+inline C gelu_tanh(C x) {
+  const C sqrt_2_over_pi = C(0.79788456080286535588);
+  const C kappa = C(0.044715);
+  const C inner = sqrt_2_over_pi * (x + kappa * x * x * x);
+  return C(0.5) * x * (C(1) + std::tanh(inner));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel plumbing.
+// ---------------------------------------------------------------------------------------------
+
+// The strides of tensor input k inside the runtime's input-major stride array (NULL on the
+// contiguous path, where kernels never read strides).
+inline const int64_t* strides_of(const int64_t* strides, int k) { return strides ? strides + 4 * k : nullptr; }
+
+}  // namespace transpile
