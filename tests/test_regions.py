@@ -1,0 +1,152 @@
+"""Region extraction: what becomes a region, what bounds one, and the IR it gives."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from transpiler.ir import format_region
+from transpiler.regions import MIN_OPS, find_regions
+
+HEADER = "import math\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n"
+
+
+def regions_of(body: str, init: str = "pass", signature: str = "self, x, y"):
+    """Regions of `forward(signature)` with `body`, in a module whose __init__ runs `init`."""
+    text = (
+        HEADER
+        + "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        + textwrap.indent(textwrap.dedent(init).strip(), " " * 8)
+        + f"\n\n    def forward({signature}):\n"
+        + textwrap.indent(textwrap.dedent(body).strip(), " " * 8)
+        + "\n"
+    )
+    return find_regions(ast.parse(text), "m.py", "m", False, text)
+
+
+def ir(body: str, **kwargs) -> list[str]:
+    return [format_region(r).split("\n", 1)[1] for r in regions_of(body, **kwargs)]
+
+
+def test_a_run_of_statements_is_one_region_with_live_outputs():
+    (region,) = regions_of(
+        """
+        a = x * 2.0 + y
+        b = torch.exp(a) - 1
+        c = a.sigmoid()  # dead: never read
+        return self.proj(b, a)
+        """,
+        init="self.proj = nn.Bilinear(4, 4, 4)",
+    )
+    assert [i.source for i in region.inputs] == ["x", "y"]
+    assert [n.op for n in region.nodes] == ["mul", "add", "exp", "sub", "sigmoid"]
+    assert {(o.target, o.value) for o in region.outputs} == {("a", "a"), ("b", "b")}
+    assert (region.first_line, region.last_line) == (12, 14)
+
+
+def test_constants_are_folded_and_scalars_become_inputs():
+    (text,) = ir("return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))")
+    assert "0.7978845608028654" in text and "math" not in text
+    (text,) = ir("return x * self.scale + y * x.shape[-1]", init="self.scale = 0.5")
+    assert "in  scale: scalar = self.scale" in text
+    assert "in  scalar: scalar = x.shape[-1]" in text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "h = self.linear(x)\nreturn h * 2",  # a submodule call
+        "h = x @ y\nreturn h + 1",  # matmul
+        "h = x.view(-1)\nreturn h",  # a view
+        "return x[0] + y",  # indexing
+        "return torch.exp(x)",  # a single op: not worth a kernel
+        "return x * unknown_thing + 1",  # an unknown name
+    ],
+)
+def test_what_is_not_a_region(body):
+    assert ir(body, init="self.linear = nn.Linear(4, 4)") == []
+
+
+def test_a_single_op_is_not_worth_a_kernel():
+    assert MIN_OPS == 2
+    assert ir("return x + y") == []
+    assert len(ir("return (x + y).relu()")) == 1
+    assert ir("return x.float().to(torch.float16)") == []  # casts compute nothing
+
+
+def test_unknown_statements_split_runs():
+    texts = ir(
+        """
+        a = torch.relu(x) * 2
+        b = self.linear(a)
+        c = torch.sigmoid(b) + y
+        return c
+        """,
+        init="self.linear = nn.Linear(4, 4)",
+    )
+    assert len(texts) == 2
+
+
+def test_module_activations_known_from_init():
+    (text,) = ir(
+        "return self.drop(self.act(x) * y)",
+        init="self.act = nn.GELU(approximate='tanh')\nself.drop = nn.Dropout(0.1)",
+    )
+    assert "gelu_tanh(x)" in text and "identity(" in text
+    assert "when not self.drop.training" in text
+    assert ir("return self.act(x) * y", init="self.act = nn.ReLU(inplace=True)") == []
+
+
+def test_functional_spellings_with_keywords():
+    (text,) = ir("return F.gelu(x, approximate='tanh') + torch.clamp(y, max=1.0)")
+    assert "gelu_tanh(x)" in text and "clamp_max(y, 1.0)" in text
+    assert ir("return torch.add(x, y, alpha=2).relu()") == []  # `alpha` is not in the spelling
+
+
+def test_in_place_ops_only_on_tensors_the_region_made():
+    (text,) = ir("h = x * y\nh += 1\nh.relu_()\nreturn h")
+    assert "relu(" in text
+    # `x` comes from the caller: mutating it in place must stay as it is
+    texts = ir("x += y\nreturn x.exp() * 2")
+    assert all("add(x, y)" not in t for t in texts)
+
+
+def test_casts_and_dtype_names():
+    (text,) = ir("return (x.float() * y).to(torch.bfloat16) + 1")
+    assert "to(x, 'float32')" in text and "'bfloat16'" in text
+
+
+def test_helper_parameters_typed_from_call_sites():
+    text = HEADER + textwrap.dedent(
+        """
+        def act(v):
+            return v * torch.sigmoid(v)
+
+        class M(nn.Module):
+            def forward(self, x):
+                return act(x)
+        """
+    )
+    tree = ast.parse(text)
+    assert find_regions(tree, "m.py", "m", False, text) == []  # `v` could be anything
+    (region,) = find_regions(tree, "m.py", "m", False, text, tensor_params={"m.act": frozenset({"v"})})
+    assert region.function == "m.act"
+
+
+def test_kernel_names_say_what_they_compute_and_are_unique():
+    regions = regions_of(
+        """
+        a = torch.tanh(x) * y
+        b = self.linear(a)
+        c = torch.tanh(b) * y
+        return c
+        """,
+        init="self.linear = nn.Linear(4, 4)",
+    )
+    assert [r.name for r in regions] == ["fused_tanh", "fused_tanh_2"]
+
+
+def test_statements_sharing_a_line_are_left_alone():
+    assert ir("a = x * 2 + 1; b = a.exp()\nreturn b") == []
