@@ -77,7 +77,7 @@ def report_data(
     remaining: dict[Path, list[Diagnostic]] = {}
     for d in result.remaining:
         remaining.setdefault(source_of.get(Path(d.path), Path(d.path)), []).append(d)
-    claimed = set()
+    claimed: set[Path] = set()
     files = []
     for src in sorted(sources | remaining.keys(), key=Path.as_posix):
         kernel_files = _kernel_files(src, outputs.get(src), result.kernel_files)
@@ -257,7 +257,7 @@ def _summary(data: dict) -> str:
         ("Rewrites applied", summary["rewrites"]),
         ("Findings left in the output", summary["remaining"]),
         ("Regions compiled into kernels", summary["regions"]),
-        ("Kernel files written", summary["kernel_files"]),
+        ("Kernel and runtime files written", summary["kernel_files"]),
     ]
     table = "".join(
         f'<tr><th scope="row">{_e(label)}</th><td class="number">{value}</td></tr>' for label, value in rows
@@ -267,7 +267,10 @@ def _summary(data: dict) -> str:
         for index, entry in enumerate(data["files"], 1)
     )
     contents = f"<ul>{links}</ul>" if links else '<p class="none">No file has findings or regions.</p>'
-    return f'<section aria-labelledby="summary">\n<h2 id="summary">Summary</h2>\n<table>{table}</table>\n{contents}\n</section>'
+    return (
+        '<section aria-labelledby="summary">\n<h2 id="summary">Summary</h2>\n'
+        f"<table>{table}</table>\n{contents}\n</section>"
+    )
 
 
 def _counts(entry: dict) -> str:
@@ -276,7 +279,11 @@ def _counts(entry: dict) -> str:
         (len(entry["applied"]), "rewrite"),
         (len(entry["regions"]), "region"),
     ]
-    return ", ".join(f"{n} {word}{'' if n == 1 else 's'}" for n, word in counts)
+    return ", ".join(_plural(n, word) for n, word in counts)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _file_section(entry: dict, index: int, out: str) -> str:
@@ -306,7 +313,7 @@ def _diagnostic_table(diagnostics: list[dict], empty: str) -> str:
     if not diagnostics:
         return f'<p class="none">{_e(empty)}</p>'
     paths = ", ".join(sorted({d["path"] for d in diagnostics}))
-    head = "".join(f'<th scope="col">{name}</th>' for name in ("Line", "Rule", "Message", "Fix"))
+    head = "".join(f'<th scope="col">{name}</th>' for name in ("Line:col", "Rule", "Message", "Fix"))
     rows = "".join(
         "<tr>"
         f'<td><code>{d["line"]}:{d["col"]}</code></td>'
@@ -316,31 +323,36 @@ def _diagnostic_table(diagnostics: list[dict], empty: str) -> str:
         "</tr>"
         for d in diagnostics
     )
-    return f"<table><caption>in <code>{_e(paths)}</code></caption><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    caption = f"<caption>in <code>{_e(paths)}</code></caption>"
+    return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
 def _fix(diagnostic: dict) -> str:
-    if diagnostic["fix"]:
-        return f'{_e(diagnostic["fix"])} ({_e(diagnostic["fix_applicability"] or "")})'
-    return _e(diagnostic["no_fix"] or "none")
+    if not diagnostic["fix"]:
+        return _e(diagnostic["no_fix"] or "none")
+    safety = f' ({_e(diagnostic["fix_applicability"])})' if diagnostic["fix_applicability"] else ""
+    return _e(diagnostic["fix"]) + safety
 
 
 def _region(region: dict, out: str) -> str:
     width = len(str(region["last_line"]))
     source = "\n".join(f"{line['line']:>{width}}  {line['text']}" for line in region["source_lines"])
-    links = "".join(f'<li><a href="{_href(k, out)}"><code>{_e(k)}</code></a></li>' for k in region["kernel_files"])
     return "\n".join(
         [
             '<article class="region">',
             f"<h4>Kernel <code>{_e(region['name'])}</code></h4>",
             f"<p><code>{_e(region['location'])}</code> in <code>{_e(region['function'])}</code>,"
-            f" {len(region['nodes'])} ops</p>",
+            f" {_plural(len(region['nodes']), 'op')}</p>",
             f"<p>{'Line' if region['first_line'] == region['last_line'] else 'Lines'}"
             f" {_span(region['first_line'], region['last_line'])} of the source:</p>",
             f"<pre><code>{_e(source)}</code></pre>" if source else '<p class="none">Source text not available.</p>',
             "<p>Region IR:</p>",
             f"<pre><code>{_e(region['ir'])}</code></pre>",
-            f"<p>Kernel files:</p><ul>{links}</ul>" if links else '<p class="none">No kernel files.</p>',
+            (
+                f"<p>Kernel files:</p>{_file_links(region['kernel_files'], out)}"
+                if region["kernel_files"]
+                else '<p class="none">No kernel files.</p>'
+            ),
             "</article>",
         ]
     )
@@ -349,13 +361,15 @@ def _region(region: dict, out: str) -> str:
 def _runtime_section(data: dict) -> str:
     if not data["runtime_files"]:
         return ""
-    links = "".join(
-        f'<li><a href="{_href(k, data["output"])}"><code>{_e(k)}</code></a></li>' for k in data["runtime_files"]
-    )
     return (
         '<section aria-labelledby="runtime">\n<h2 id="runtime">Runtime support</h2>\n'
-        f"<p>Written once into the output, imported by every kernel file:</p>\n<ul>{links}</ul>\n</section>"
+        "<p>Written once into the output, imported by every kernel file:</p>\n"
+        f"{_file_links(data['runtime_files'], data['output'])}\n</section>"
     )
+
+
+def _file_links(paths: list[str], out: str) -> str:
+    return "<ul>" + "".join(f'<li><a href="{_href(p, out)}"><code>{_e(p)}</code></a></li>' for p in paths) + "</ul>"
 
 
 def _href(path: str, out: str) -> str:

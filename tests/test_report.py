@@ -1,0 +1,288 @@
+"""The build report: its data from a hand-built BuildResult, the escaped HTML, and the page as a real
+headless Chromium renders it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from transpiler.diagnostics import Diagnostic, Fix
+from transpiler.ir import Input, Node, Output, Region, format_region
+from transpiler.report import REPORT_HTML, REPORT_JSON, render_html, report_data, write_report
+from transpiler.transpile import BuildResult
+
+# A source line that would run script if the report pasted it into the page unescaped.
+INJECTION = "<script>document.body.setAttribute('data-pwned', '1')</script>"
+
+ORIGINAL = f"""import torch
+
+
+def scaled(x):
+    print("scaling")
+    y = x * 0.5  # "{INJECTION}"
+    return torch.clamp(y, max=float("inf"))
+"""
+# As the fixes rewrote it: the region moved down two lines, and its line numbers refer to this text.
+REWRITTEN = ORIGINAL.replace(
+    '    print("scaling")\n', '    if not torch.compiler.is_compiling():\n        print("scaling")\n'
+)
+
+SUB_TEXT = """def shift(x, b):
+    z = x + b
+    return z.abs()
+"""
+
+LAYERS = Path("src/pkg/layers.py")
+SUB_LAYERS = Path("src/pkg/sub/layers.py")
+OUT = Path("out")
+DESTINATIONS = {LAYERS: OUT / "layers.py", SUB_LAYERS: OUT / "sub/layers.py"}
+
+
+def _region(
+    path: Path, name: str, function: str, first: int, nodes: tuple[Node, ...], inputs: tuple[Input, ...]
+) -> Region:
+    outputs = (Output(nodes[-1].out, "return"),)
+    return Region(name, path.as_posix(), function, first, nodes[-1].line, inputs, nodes, outputs)
+
+
+SCALED = _region(
+    LAYERS,
+    "fused_clamp",
+    "pkg.layers.scaled.<locals>.<lambda>",  # a name with angle brackets, as nested functions have
+    7,
+    (Node("mul", ("x", 0.5), "y", 7, constants=(1,)), Node("clamp_max", ("y", float("inf")), "t0", 8, constants=(1,))),
+    (Input("x", "x", True),),
+)
+SHIFT = _region(
+    SUB_LAYERS,
+    "fused_abs",
+    "pkg.sub.layers.shift",
+    2,
+    (Node("add", ("x", "b"), "z", 2), Node("abs", ("z",), "t0", 3)),
+    (Input("x", "x", True), Input("b", "b", False)),
+)
+
+PRINT = Diagnostic(
+    LAYERS.as_posix(), 5, 5, 5, 23, "TP101", "print-in-compiled-code", "`print()` <b>breaks</b> the graph & more",
+    "safe", fix=Fix("safe", "guard `print()` with `is_compiling()`", "Call", (5, 4, 5, 22)),
+)  # fmt: skip
+BRANCH = Diagnostic(SUB_LAYERS.as_posix(), 2, 5, 2, 10, "TP201", "data-dependent-if", "`if` on a tensor value")
+LEFT = Diagnostic(
+    (OUT / "sub/layers.py").as_posix(), 2, 5, 2, 10, "TP201", "data-dependent-if", "`if` on a tensor value"
+)
+KERNEL_FILES = [OUT / name for name in ("_layers_kernels.py", "_layers_triton.py", "_layers_kernels.cpp")] + [
+    OUT / "sub" / name for name in ("_layers_kernels.py", "_layers_triton.py", "_layers_kernels.cpp")
+]
+RUNTIME_FILES = [OUT / "_transpile_runtime/__init__.py", OUT / "_transpile_runtime/triton_support.py"]
+
+
+@pytest.fixture
+def result(tmp_path, monkeypatch) -> BuildResult:
+    """A build of `src/pkg` into `out`, in a fresh current directory, with every file on disk."""
+    monkeypatch.chdir(tmp_path)
+    for path, text in (
+        (LAYERS, ORIGINAL),
+        (SUB_LAYERS, SUB_TEXT),
+        (OUT / "layers.py", REWRITTEN),
+        (OUT / "sub/layers.py", SUB_TEXT),
+    ):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for path in [*KERNEL_FILES, *RUNTIME_FILES]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("# generated\n")
+    return BuildResult(
+        OUT,
+        files=3,
+        rewritten=[],
+        found=[BRANCH, PRINT],
+        applied=[PRINT],
+        remaining=[LEFT],
+        regions={SUB_LAYERS: [SHIFT], LAYERS: [SCALED]},
+        kernel_files=[*KERNEL_FILES, *RUNTIME_FILES],
+    )
+
+
+def _data(result: BuildResult, destinations=DESTINATIONS) -> dict:
+    return report_data(result, {LAYERS: REWRITTEN}, destinations)
+
+
+def test_summary_and_files_are_sorted(result):
+    data = _data(result)
+    assert data["version"] == 1
+    assert data["output"] == "out"
+    assert data["summary"] == {
+        "files": 3,
+        "findings": 2,
+        "rewrites": 1,
+        "remaining": 1,
+        "regions": 2,
+        "kernel_files": 8,
+    }
+    assert [f["path"] for f in data["files"]] == ["src/pkg/layers.py", "src/pkg/sub/layers.py"]
+    assert [f["output"] for f in data["files"]] == ["out/layers.py", "out/sub/layers.py"]
+    assert data["runtime_files"] == ["out/_transpile_runtime/__init__.py", "out/_transpile_runtime/triton_support.py"]
+
+
+def test_diagnostics_grouped_by_source_file(result):
+    layers, sub = _data(result)["files"]
+    assert [(d["code"], d["line"], d["fix"]) for d in layers["diagnostics"]] == [
+        ("TP101", 5, "guard `print()` with `is_compiling()`")
+    ]
+    assert [d["code"] for d in layers["applied"]] == ["TP101"] and layers["remaining"] == []
+    assert [d["code"] for d in sub["diagnostics"]] == ["TP201"] and sub["applied"] == []
+    # A finding left names the output file, and is listed under the source it came from.
+    assert [(d["path"], d["code"]) for d in sub["remaining"]] == [("out/sub/layers.py", "TP201")]
+    assert layers["diagnostics"][0]["url"].endswith("#tp101-print-in-compiled-code")
+
+
+@pytest.mark.parametrize("destinations", [DESTINATIONS, None], ids=["plan", "matched-by-directory"])
+def test_kernel_files_of_modules_with_one_stem(result, destinations):
+    layers, sub = _data(result, destinations)["files"]
+    assert layers["kernel_files"] == ["out/_layers_kernels.cpp", "out/_layers_kernels.py", "out/_layers_triton.py"]
+    assert sub["kernel_files"] == [
+        "out/sub/_layers_kernels.cpp",
+        "out/sub/_layers_kernels.py",
+        "out/sub/_layers_triton.py",
+    ]
+    assert sub["output"] == "out/sub/layers.py"
+    assert [d["path"] for d in sub["remaining"]] == ["out/sub/layers.py"]
+
+
+def test_region_record(result):
+    layers, sub = _data(result)["files"]
+    (scaled,) = layers["regions"]
+    assert scaled["name"] == "fused_clamp"
+    assert scaled["location"] == "src/pkg/layers.py:7-8"
+    assert scaled["ir"] == format_region(SCALED)
+    assert scaled["inputs"] == [{"name": "x", "source": "x", "is_tensor": True}]
+    assert scaled["outputs"] == [{"value": "t0", "target": "return"}]
+    # JSON has no infinity: the constant is written as the string float() reads back.
+    assert scaled["nodes"][1] == {"out": "t0", "op": "clamp_max", "operands": ["y", "inf"], "constants": [1], "line": 8}
+    # The covered lines come from the text the region was found in (the rewritten one), not the file on disk.
+    assert scaled["source_lines"] == [
+        {"line": 7, "text": f'    y = x * 0.5  # "{INJECTION}"'},
+        {"line": 8, "text": '    return torch.clamp(y, max=float("inf"))'},
+    ]
+    # Without a text, the source file is read.
+    (shift,) = sub["regions"]
+    assert [line["text"] for line in shift["source_lines"]] == ["    z = x + b", "    return z.abs()"]
+    assert shift["kernel_files"] == sub["kernel_files"]
+    json.dumps(_data(result), allow_nan=False)
+
+
+def test_unreadable_source_has_no_lines(result):
+    SUB_LAYERS.unlink()
+    (shift,) = _data(result)["files"][1]["regions"]
+    assert shift["source_lines"] == []
+    assert "Source text not available." in render_html(_data(result))
+
+
+class _Page(HTMLParser):
+    """What a reader of the page sees: headings, texts, links, tags."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.headings: dict[str, list[str]] = {}
+        self.pre: list[str] = []
+        self.text: list[str] = []
+        self._open: list[str] = []
+        self._heading = ""
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._open.append(tag)
+        if tag in ("h1", "h2", "h3", "h4"):
+            self._heading = ""
+        if tag == "pre":
+            self.pre.append("")
+
+    def handle_endtag(self, tag):
+        self._open.pop()
+        if tag in ("h1", "h2", "h3", "h4"):
+            self.headings.setdefault(tag, []).append(" ".join(self._heading.split()))
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if any(t in ("h1", "h2", "h3", "h4") for t in self._open):
+            self._heading += data
+        if "pre" in self._open:
+            self.pre[-1] += data
+
+
+def _parse(page: str) -> _Page:
+    parser = _Page()
+    parser.feed(page)
+    parser.close()
+    return parser
+
+
+def test_html_escapes_and_structure(result):
+    page = render_html(_data(result))
+    assert "<script" not in page.lower()
+    assert "&lt;script&gt;" in page
+    parsed = _parse(page)
+    assert parsed.headings["h1"] == ["transpile report: out"]
+    assert parsed.headings["h2"] == ["Summary", "src/pkg/layers.py", "src/pkg/sub/layers.py", "Runtime support"]
+    assert parsed.headings["h4"] == ["Kernel fused_clamp", "Kernel fused_abs"]
+    # Escaped text reads back as the original characters.
+    assert any(INJECTION in pre for pre in parsed.pre)
+    assert any(format_region(SCALED) in pre for pre in parsed.pre)
+    assert "`print()` <b>breaks</b> the graph & more" in "".join(parsed.text)
+    assert "pkg.layers.scaled.<locals>.<lambda>" in "".join(parsed.text)
+    assert not {"b", "script", "lambda", "locals"} & {tag for tag, _ in parsed.tags}
+    # Every table has header cells: the summary's 6 row headers, 4 column headers for each of the 4 diagnostics tables.
+    tags = [tag for tag, _ in parsed.tags]
+    assert tags.count("table") == 5 and tags.count("th") == 6 + 4 * 4
+
+
+def test_links_are_relative_and_resolve(result):
+    hrefs = [attrs["href"] for tag, attrs in _parse(render_html(_data(result))).tags if tag == "a"]
+    local = [h for h in hrefs if not h.startswith(("#", "https://"))]
+    assert "sub/_layers_triton.py" in local and "_transpile_runtime/triton_support.py" in local
+    assert all(not h.startswith("/") and (OUT / h).is_file() for h in local)
+    anchors = {attrs["id"] for _, attrs in _parse(render_html(_data(result))).tags if "id" in attrs}
+    assert {h[1:] for h in hrefs if h.startswith("#")} <= anchors
+
+
+def test_write_report_is_atomic_and_stable(result):
+    paths = write_report(result, OUT, {LAYERS: REWRITTEN}, DESTINATIONS)
+    assert paths == [OUT / REPORT_JSON, OUT / REPORT_HTML]
+    first = [p.read_bytes() for p in paths]
+    assert json.loads(first[0]) == _data(result)
+    assert first[1].decode() == render_html(_data(result))
+    assert [p.read_bytes() for p in write_report(result, OUT, {LAYERS: REWRITTEN}, DESTINATIONS)] == first
+    assert sorted(p.name for p in OUT.iterdir() if p.name.startswith(".")) == []  # no temporary file left
+
+
+CHROMIUM = shutil.which("chromium")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_page_in_headless_chromium(result, tmp_path):
+    """The page as a browser builds it: the DOM after parsing (and after any script would have run)."""
+    (path,) = [p for p in write_report(result, OUT, {LAYERS: REWRITTEN}, DESTINATIONS) if p.suffix == ".html"]
+    command = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+        "--dump-dom", path.resolve().as_uri(),
+    ]  # fmt: skip
+    dom = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
+    parsed = _parse(dom)
+    assert parsed.headings["h1"] == ["transpile report: out"]
+    assert parsed.headings["h2"][:3] == ["Summary", "src/pkg/layers.py", "src/pkg/sub/layers.py"]
+    assert parsed.headings["h4"] == ["Kernel fused_clamp", "Kernel fused_abs"]
+    assert any(f'7      y = x * 0.5  # "{INJECTION}"' in pre for pre in parsed.pre)
+    assert any("2      z = x + b\n3      return z.abs()" in pre for pre in parsed.pre)
+    # The source line stayed text: no script element, and the script in it never ran.
+    tags = [tag for tag, _ in parsed.tags]
+    assert "script" not in tags
+    (body,) = [attrs for tag, attrs in parsed.tags if tag == "body"]
+    assert "data-pwned" not in body
+    assert tags.count("th") == 6 + 4 * 4
