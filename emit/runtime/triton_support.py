@@ -54,7 +54,10 @@ def widen(x):
 @triton.jit
 def cast(x, dtype: tl.constexpr):
     """x.to(dtype); a half or bfloat16 result is rounded to that dtype, then computed on in float32."""
-    return widen(x.to(dtype))
+    if dtype.is_fp16() or dtype.is_bf16():
+        # Through float32: the interpreter turns ints into bfloat16 NaNs.
+        return x.to(tl.float32).to(dtype).to(tl.float32)
+    return x.to(dtype)
 
 
 @triton.jit
@@ -98,9 +101,10 @@ def power(base, exponent):
         magnitude = wide.to(base.dtype)
         odd_integer = (tl.floor(exponent) == exponent) & (remainder(exponent, 2.0) == 1.0)
         result = tl.where((base < 0) & odd_integer, -magnitude, magnitude)
-        # A negative base with a non-integer exponent has no real power.
-        result = tl.where((base < 0) & (tl.floor(exponent) != exponent), NAN, result)
-        return tl.where((exponent == 0) | (base == 1.0), 1.0, result)
+        # A finite negative base with a non-integer exponent has no real power.
+        result = tl.where((base < 0) & (base != -INF) & (tl.floor(exponent) != exponent), NAN, result)
+        one = (exponent == 0) | (base == 1.0) | ((base == -1.0) & (tl.abs(exponent) == INF))
+        return tl.where(one, 1.0, result)
     else:
         return libdevice.pow(base, exponent)
 
