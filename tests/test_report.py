@@ -257,7 +257,12 @@ def test_write_report_is_atomic_and_stable(result):
     first = [p.read_bytes() for p in paths]
     assert json.loads(first[0]) == _data(result)
     assert first[1].decode() == render_html(_data(result))
+    times = [p.stat().st_mtime_ns for p in paths]
     assert [p.read_bytes() for p in write_report(result, OUT, {LAYERS: REWRITTEN}, DESTINATIONS)] == first
+    assert [p.stat().st_mtime_ns for p in paths] == times  # unchanged: not written again
+    result.applied.clear()
+    write_report(result, OUT, {LAYERS: REWRITTEN}, DESTINATIONS)
+    assert json.loads(paths[0].read_text())["summary"]["rewrites"] == 0
     assert sorted(p.name for p in OUT.iterdir() if p.name.startswith(".")) == []  # no temporary file left
 
 

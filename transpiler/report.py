@@ -40,7 +40,7 @@ def write_report(
     texts: Mapping[Path, str] | None = None,
     destinations: Mapping[Path, Path] | None = None,
 ) -> list[Path]:
-    """Write the JSON and HTML reports into `out`, each atomically; returns their paths.
+    """Write the JSON and HTML reports into `out`, each atomically and only when changed; returns their paths.
 
     `texts` and `destinations` are passed to `report_data`.
     """
@@ -50,8 +50,11 @@ def write_report(
         (REPORT_JSON, json.dumps(data, indent=1, allow_nan=False) + "\n"),
         (REPORT_HTML, render_html(data)),
     ):
-        write_atomic(out / name, text.encode("utf-8"))
-        written.append(out / name)
+        path, encoded = out / name, text.encode("utf-8")
+        # An unchanged report keeps its modification time: the manifest tells our files by it.
+        if not path.is_file() or path.read_bytes() != encoded:
+            write_atomic(path, encoded)
+        written.append(path)
     return written
 
 
