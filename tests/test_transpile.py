@@ -138,7 +138,8 @@ def test_mirrors_the_package_and_the_output_package_runs(tmp_path):
     result = run_subprocess(str(src), "-o", str(out), cwd=tmp_path, env={"TRANSPILE_CACHE_DIR": str(tmp_path / "c")})
     assert result.code == 0, result.err
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
-    assert files == {"__init__.py", "helpers.py", "model.py", "config.json", "assets/blob.bin", transpile.MANIFEST}
+    reports = {"transpile-report.html", "transpile-report.json"}
+    assert files == {"__init__.py", "helpers.py", "model.py", "config.json", "assets/blob.bin", transpile.MANIFEST, *reports}
     rewritten = (out / "model.py").read_text()
     assert "if not torch.compiler.is_compiling():\n            print(" in rewritten
     assert "# debug output, kept in eager runs" in rewritten  # comments survive the rewrite
@@ -313,7 +314,9 @@ def test_idempotent_transpiling_the_output_changes_nothing(tmp_path, cli):
     assert result.code == 1  # the findings without a fix are still there
     summary = json.loads(result.out)
     assert summary["files"]["rewritten"] == 0 and summary["fixes"] == []
-    strip = lambda snap: {k: v[0] for k, v in snap.items() if k != transpile.MANIFEST}  # noqa: E731
+    # The manifest and the reports describe each run (its own paths); everything else is equal.
+    ours = {transpile.MANIFEST, "transpile-report.html", "transpile-report.json"}
+    strip = lambda snap: {k: v[0] for k, v in snap.items() if k not in ours}  # noqa: E731
     assert strip(snapshot(second)) == strip(snapshot(first))
 
 
@@ -381,7 +384,7 @@ def test_json_summary_has_the_same_content(tmp_path, cli):
     result = cli(src, "-o", tmp_path / "out", "--format", "json")
     assert result.code == 1
     summary = json.loads(result.out)
-    assert summary["files"] == {"total": 5, "rewritten": 1, "copied": 4, "removed": [], "unreadable": []}
+    assert summary["files"] == {"total": 5, "rewritten": 1, "kernels_only": 0, "copied": 4, "removed": [], "unreadable": []}
     rules = {row["code"]: row for row in summary["rules"]}
     assert rules["TP101"] == {"code": "TP101", "name": "print-in-compiled-code", "found": 1, "rewritten": 1, "left": 0}
     assert [d["code"] for d in summary["fixes"]] == ["TP101"]

@@ -74,8 +74,9 @@ def plan(sources: list[Path], out: Path, is_excluded_entry: Callable[[Path], boo
         if _within(src_real, out_real):
             raise LayoutError(f"source {src} is inside the output directory {out}; choose an output outside it")
         if src.is_dir():
-            # The manifest of an earlier output used as input is ours, not the user's.
-            mapped = [(f, out / f.relative_to(src)) for f in tree_files(src, is_excluded_entry) if f != src / MANIFEST]
+            # The manifest and reports of an earlier output used as input are ours, not the user's.
+            ours = {src / MANIFEST, src / "transpile-report.html", src / "transpile-report.json"}
+            mapped = [(f, out / f.relative_to(src)) for f in tree_files(src, is_excluded_entry) if f not in ours]
         else:
             mapped = [(src, out / src.name)]
         for file, dst in mapped:
@@ -155,7 +156,7 @@ def build(
     for dst, src in sorted(layout.files.items()):
         rel = dst.relative_to(layout.out).as_posix()
         if src in compiled:
-            regions, emitted = compiled[src]
+            regions, emitted, _ = compiled[src]
             result.regions[src] = regions
             for file in emitted:
                 target = dst.with_name(file.name)
@@ -164,6 +165,8 @@ def build(
                 if target != dst:
                     result.kernel_files.append(target)
             output_of[str(src)] = str(dst)
+            if src in fixed.sources:
+                result.rewritten.append(dst)
             continue
         if src in fixed.sources:
             _write_if_changed(dst, encode_source(src, fixed.sources[src]), like=src)
@@ -193,17 +196,24 @@ def build(
             _write_if_changed(target, data, like=None)
             written[target.relative_to(layout.out).as_posix()] = _signature(target)
             result.kernel_files.append(target)
+    from transpiler.report import write_report
+
+    texts = {src: text for src, (_, _, text) in compiled.items()}
+    destinations = {src: dst for dst, src in layout.files.items()}
+    for path in write_report(result, layout.out, texts, destinations):
+        written[path.relative_to(layout.out).as_posix()] = _signature(path)
     result.removed = _remove_stale(layout.out, previous, written)
     manifest = {"tool": "transpile", "version": _MANIFEST_VERSION, "files": written}
     write_atomic(layout.out / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
     return result
 
 
-def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[Region], list]]:
-    """For each Python source with regions: its regions and the emitted files (module first)."""
+def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[Region], list, str]]:
+    """For each Python source with regions: its regions, the emitted files (module first) and the
+    text the regions were found in (the rewritten source)."""
     import ast
 
-    from emit.module import emit
+    from emit.module import GENERATED_HEADER, emit
     from transpiler.engine import project_facts
     from transpiler.regions import find_regions
 
@@ -217,12 +227,14 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
             tree = ast.parse(text)
         except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
             continue  # reported by the lint, copied as it is
+        if text.startswith(GENERATED_HEADER):
+            continue  # an earlier output used as input: its kernels are compiled already
         regions = find_regions(
             tree, src.as_posix(), module_name(src), src.name == "__init__.py", text, set(facts.compiled), facts.tensor_params
         )
         if regions:
             depth = len(destination[src].relative_to(layout.out).parts) - 1
-            compiled[src] = (regions, emit(text, regions, src.as_posix(), depth))
+            compiled[src] = (regions, emit(text, regions, src.as_posix(), depth), text)
     return compiled
 
 
@@ -347,6 +359,8 @@ def rule_rows(result: BuildResult) -> list[RuleRow]:
 def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
     """The closing report: `text` (a table, then what was left and why) or `json` (the same data)."""
     rows = rule_rows(result)
+    kernels_only = sum(1 for src in result.regions if str(src) not in {d.path for d in result.applied})
+    copied = result.files - len(result.rewritten) - kernels_only - len(result.unreadable)
     left = sorted(result.remaining, key=lambda d: (d.path, d.line, d.col, d.code))
     if fmt == "json":
         document = {
@@ -354,11 +368,18 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
             "files": {
                 "total": result.files,
                 "rewritten": len(result.rewritten),
-                "copied": result.files - len(result.rewritten) - len(result.unreadable),
+                "kernels_only": kernels_only,
+                "copied": copied,
                 "unreadable": [str(p) for p in result.unreadable],
                 "removed": [str(p) for p in result.removed],
             },
             "rules": [row.__dict__ for row in rows],
+            "regions": [
+                {"path": str(src), "name": r.name, "first_line": r.first_line, "last_line": r.last_line}
+                for src, found in sorted(result.regions.items())
+                for r in found
+            ],
+            "report": str(result.out / "transpile-report.html"),
             "fixes": [
                 # No line: fixes nested in others are planned on partly rewritten text.
                 {"path": d.path, "code": d.code, "title": d.fix.title, "safety": d.fix.safety}
@@ -373,10 +394,17 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
             ],
         }
         return json.dumps(document, indent=2) + "\n"
-    copied = result.files - len(result.rewritten) - len(result.unreadable)
-    counts = f"{len(result.rewritten)} rewritten, {copied} copied unchanged"
+    counts = f"{len(result.rewritten)} rewritten, " + (f"{kernels_only} with kernels only, " if kernels_only else "")
+    counts += f"{copied} copied unchanged"
     counts += f", {len(result.unreadable)} unreadable (not copied)" if result.unreadable else ""
     lines = [f"Transpiled {_plural(result.files, 'file')} into {result.out}: {counts}."]
+    regions = [r for found in result.regions.values() for r in found]
+    if regions:
+        lines.append(
+            f"Compiled {_plural(len(regions), 'region')} of {_plural(len(result.regions), 'file')} into fused kernels"
+            f" (Triton on CUDA, C++ on CPU): {', '.join(r.name for r in regions)}."
+        )
+    lines.append(f"Report: {result.out / 'transpile-report.html'}")
     if result.removed:
         lines.append(f"Removed {_plural(len(result.removed), 'stale file')} an earlier run wrote.")
     if rows:
