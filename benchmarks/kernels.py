@@ -265,7 +265,7 @@ def steady_state(case: Case, n: int, dtype: torch.dtype, args: argparse.Namespac
                 )
         row["variants"][variant] = result
         row.setdefault("bytes", moved_bytes(module, inputs, output))
-        del output, module
+        del output  # one variant's result at a time in memory
     if row["bytes"] not in copies:
         copies[row["bytes"]] = copy_bandwidth(row["bytes"], args.device, args.budget)
     row["copy_bytes_per_s"] = copies[row["bytes"]]
