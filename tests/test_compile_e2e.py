@@ -95,6 +95,7 @@ import torch
 sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
 cases = json.loads(sys.argv[3])
 runtime = importlib.import_module(sys.argv[4] + "._transpile_runtime")
+device = sys.argv[5]
 report = {}
 for case, args in cases.items():
     module, name = case.split(".")
@@ -106,6 +107,7 @@ for case, args in cases.items():
     assert list(a.state_dict()) == list(b.state_dict()), case
     b.load_state_dict(a.state_dict())
     x = torch.randn(2, 5, 16) if name != "TinyTransformer" else torch.randint(0, 64, (2, 8))
+    a, b, x = a.to(device), b.to(device), x.to(device)
     dtypes = (torch.float32, torch.float64, torch.bfloat16) if x.is_floating_point() else (torch.float32,)
     for dtype in dtypes:
         a, b = a.to(dtype), b.to(dtype)
@@ -119,10 +121,10 @@ print(json.dumps({"compared": sorted(report), "counters": runtime.counters()}))
 """
 
 
-def _compare(compiled: Path, env: dict) -> dict:
+def _compare(compiled: Path, env: dict, device: str = "cpu") -> dict:
     cases = {case: list(args) for case, (args, _) in CASES.items()}
     run = subprocess.run(
-        [sys.executable, "-c", COMPARE, str(ROOT), str(compiled.parent), json.dumps(cases), OUT_NAME],
+        [sys.executable, "-c", COMPARE, str(ROOT), str(compiled.parent), json.dumps(cases), OUT_NAME, device],
         cwd=compiled.parent, env={**os.environ, **env}, capture_output=True, text=True, timeout=600,
     )
     assert run.returncode == 0, run.stderr[-4000:]
@@ -160,3 +162,11 @@ def test_fallbacks_autograd_and_torch_compile(compiled, monkeypatch):
     explanation = torch._dynamo.explain(norm)(x)
     assert explanation.graph_break_count == 0
     assert not kernel.counts  # under torch.compile the guard takes the original statements
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_outputs_match_the_originals_with_triton_kernels_on_cuda(compiled):
+    result = _compare(compiled, {"TRITON_INTERPRET": "0"}, device="cuda")
+    assert result["compared"] == sorted(CASES)
+    assert "triton" in _paths(result["counters"]), result["counters"]
