@@ -20,7 +20,9 @@ import black
 from transpiler.ir import Node, Region
 from transpiler.ops import DTYPE_ALIASES
 
-RANK = 4  # the strided path indexes a 4-d iteration space, padded on the left with 1s
+# The strided path indexes a 4-d iteration space, padded on the left with 1s: the
+# runtime's RANK (not imported: the runtime needs torch, rendering does not).
+RANK = 4
 SUPPORT_FILE = Path(__file__).parent / "runtime" / "triton_support.py"
 INDENT = "    "
 # torch dtype names whose Triton spelling differs.

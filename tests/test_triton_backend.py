@@ -34,6 +34,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 import triton.language as tl  # noqa: E402
 
+import emit.runtime  # noqa: E402
+import emit.triton  # noqa: E402
 from emit.runtime import layout, triton_support  # noqa: E402
 from emit.triton import render_constant, render_triton, render_triton_file, triton_helpers_used  # noqa: E402
 from transpiler.ir import Input, Node, Output, Region  # noqa: E402
@@ -289,6 +291,10 @@ def test_kernel_text_is_readable_and_black_formatted() -> None:
         assert phase in source
 
 
+def test_renderer_and_runtime_agree_on_the_rank() -> None:
+    assert emit.triton.RANK == emit.runtime.RANK
+
+
 def test_region_values_never_shadow_kernel_names() -> None:
     source = render_triton(scaled_residual_region(), {})
     assert "mask = offsets < n_elements" in source
@@ -330,8 +336,10 @@ def test_compiled_kernels_match_torch_on_cuda() -> None:
     # A fresh process: Triton must be imported with the interpreter off.
     environment = {**os.environ, "TRITON_INTERPRET": "0"}
     check = "from tests.test_triton_backend import check_on_cuda; check_on_cuda()"
-    result = subprocess.run([sys.executable, "-c", check], env=environment, cwd=Path(__file__).parents[1])
-    assert result.returncode == 0
+    result = subprocess.run(
+        [sys.executable, "-c", check], env=environment, cwd=Path(__file__).parents[1], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
 
 
 def check_on_cuda() -> None:
