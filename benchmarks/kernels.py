@@ -121,6 +121,8 @@ CASES = (
 )
 CASES_BY_NAME = {case.name: case for case in CASES}
 VARIANTS = ("eager", "compile", "transpiled")
+# Where Inductor, Triton and the transpiled C++ kernels keep what they compiled, per user.
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRANSPILE_CACHE_DIR")
 
 
 # -- modules -----------------------------------------------------------------------------
@@ -279,6 +281,7 @@ def child(spec: dict) -> dict:
     """Run in a fresh process: time to the first result, then one more call's peak memory."""
     case, device, dtype = CASES_BY_NAME[spec["case"]], spec["device"], getattr(torch, spec["dtype"])
     compiled = Path(spec["compiled"]) if spec["compiled"] else None
+    cache_files = sum(len(files) for name in CACHE_VARIABLES for _, _, files in os.walk(os.environ[name]))
     with torch.no_grad():
         module = build_module(case, spec["variant"], compiled, dtype, device)
         inputs = make_inputs(case, spec["elements"], dtype, device)
@@ -289,10 +292,14 @@ def child(spec: dict) -> dict:
         first_call = time.perf_counter() - start
         to_first_result = time.time() - float(os.environ["BENCH_PARENT_START"])
         result = {"to_first_result_s": to_first_result, "first_call_s": first_call, "output_bytes": output.nbytes}
+        result["cache_files_at_start"] = cache_files  # 0: a cold start indeed
         del output
         result["peak_extra_bytes"] = peak_extra_bytes(lambda: module(*inputs), device)
         if spec["variant"] == "transpiled":
-            result["paths"] = dict(kernel_paths(runtime(compiled)))
+            rt = runtime(compiled)
+            result["paths"] = dict(kernel_paths(rt))
+            if device == "cpu":  # False: this process compiled the C++ kernels
+                result["cpp_cache_hit"] = all(k.cpp_library.cache_hit for k in rt.KERNELS if k.counts)
     return result
 
 
@@ -327,13 +334,8 @@ def first_calls(case: Case, n: int, dtype: torch.dtype, args: argparse.Namespace
     with tempfile.TemporaryDirectory(prefix="bench-caches-") as caches:
         for variant, cache in runs:
             directory = Path(caches) / variant  # cold: empty; warm: what the cold run left
-            env = {
-                **os.environ,
-                "TORCHINDUCTOR_CACHE_DIR": str(directory / "inductor"),
-                "TRITON_CACHE_DIR": str(directory / "triton"),
-                "TRANSPILE_CACHE_DIR": str(directory / "transpile"),
-                "MALLOC_MMAP_THRESHOLD_": str(128 * 1024),  # freed tensors return to the OS: RSS tracks live ones
-            }
+            env = {**os.environ, **{name: str(directory / name.lower()) for name in CACHE_VARIABLES}}
+            env["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)  # freed tensors return to the OS: RSS tracks live ones
             spec = {
                 "case": case.name,
                 "variant": variant,
@@ -399,6 +401,15 @@ def _size(n: int) -> str:
     return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else str(n)
 
 
+def _caches(run: dict) -> str:
+    if run["cache"] == "none":
+        return "-"
+    found = f"{run['cache']} ({run['cache_files_at_start']} files)"
+    if "cpp_cache_hit" in run:
+        found += ", C++ " + ("cached" if run["cpp_cache_hit"] else "built")
+    return found
+
+
 def markdown(report: dict) -> str:
     lines = [
         "| case | elements | dtype | eager ms | torch.compile ms | transpiled ms | transpiled vs eager | transpiled vs compile "
@@ -440,7 +451,7 @@ def markdown(report: dict) -> str:
             peak = run["peak_extra_bytes"]
             memory = f"{peak / 2**20:.1f} ({peak / run['output_bytes']:.2f})" if peak is not None else "not measured"
             lines.append(
-                f"| {run['case']} | {run['variant']} | {run['cache']} | {run['to_first_result_s']:.2f} | {run['first_call_s']:.3f} | {memory} |"
+                f"| {run['case']} | {run['variant']} | {_caches(run)} | {run['to_first_result_s']:.2f} | {run['first_call_s']:.3f} | {memory} |"
             )
     return "\n".join(lines)
 
@@ -463,7 +474,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--sizes", help="powers of two, comma-separated (default: cpu 20,24; cuda 24,26,28)")
     parser.add_argument("--dtypes", help="comma-separated (default: cpu float32; cuda float32,bfloat16)")
-    parser.add_argument("--cases", default="all", help="comma-separated class names of benchmarks/models, or all")
+    parser.add_argument(
+        "--cases", default="all", help="steady-state cases: class names of benchmarks/models, all or none"
+    )
     parser.add_argument(
         "--first-call", default="all", metavar="CASES", help="cases to measure in fresh processes: names, all or none"
     )
@@ -486,15 +499,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     dtypes = args.dtypes or ("float32" if args.device == "cpu" else "float32,bfloat16")
     args.dtypes = [getattr(torch, d) for d in dtypes.split(",")]
     args.cases = _cases(parser, args.cases)
-    args.first_call = [] if args.first_call == "none" else _cases(parser, args.first_call)
+    args.first_call = _cases(parser, args.first_call)
     args.first_call_size = 2 ** args.first_call_size if args.first_call_size else max(args.sizes)
     args.variants = [v for v in VARIANTS if not (args.no_compile and v == "compile")]
     return args
 
 
 def _cases(parser: argparse.ArgumentParser, names: str) -> list[Case]:
-    if names == "all":
-        return list(CASES)
+    if names in ("all", "none"):
+        return list(CASES) if names == "all" else []
     unknown = [n for n in names.split(",") if n not in CASES_BY_NAME]
     if unknown:
         parser.error(f"unknown case {', '.join(unknown)}; the cases are {', '.join(CASES_BY_NAME)}")
@@ -526,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     transpiled = [row["variants"]["transpiled"] for row in report["steady_state"]]
     kernel_path = all(t["paths"] and not any(p.startswith("fallback") for p in t["paths"]) for t in transpiled)
     correct = all(t["within_tolerance"] for t in transpiled)
-    return 0 if kernel_path and correct else 1
+    children = all("error" not in run for run in report["first_call"])
+    return 0 if kernel_path and correct and children else 1
 
 
 if __name__ == "__main__":
