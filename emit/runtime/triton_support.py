@@ -43,12 +43,15 @@ MAX_BLOCK_SIZE = 1024
 
 
 # -- loads and casts ------------------------------------------------------------------------------
+# Triton visits every statement after an `if` on a compile-time condition (an early
+# return does not end the function), so such an `if` that returns has an `else`.
 @triton.jit
 def widen(x):
     """Half and bfloat16 values are computed in float32 (torch's opmath type)."""
     if x.dtype.is_fp16() or x.dtype.is_bf16():
         return x.to(tl.float32)
-    return x
+    else:
+        return x
 
 
 @triton.jit
@@ -57,7 +60,8 @@ def cast(x, dtype: tl.constexpr):
     if dtype.is_fp16() or dtype.is_bf16():
         # Through float32: the interpreter turns ints into bfloat16 NaNs.
         return x.to(tl.float32).to(dtype).to(tl.float32)
-    return x.to(dtype)
+    else:
+        return x.to(dtype)
 
 
 @triton.jit
@@ -87,8 +91,9 @@ def floor_divide(a, b):
         floored = tl.where(quotient - floored > 0.5, floored + 1.0, floored)
         # b == 0 gives inf or nan, as a / b does.
         return tl.where(b == 0, a / b, floored)
-    quotient = (a - truncated) // b  # exact: a - truncated is a multiple of b
-    return tl.where((truncated != 0) & ((truncated < 0) != (b < 0)), quotient - 1, quotient)
+    else:
+        quotient = (a - truncated) // b  # exact: a - truncated is a multiple of b
+        return tl.where((truncated != 0) & ((truncated < 0) != (b < 0)), quotient - 1, quotient)
 
 
 @triton.jit
@@ -242,21 +247,24 @@ def nan_to_num(x, nan, posinf, neginf):
 def floor(x):
     if x.dtype.is_floating():
         return tl.floor(x)
-    return x
+    else:
+        return x
 
 
 @triton.jit
 def ceil(x):
     if x.dtype.is_floating():
         return tl.ceil(x)
-    return x
+    else:
+        return x
 
 
 @triton.jit
 def trunc(x):
     if x.dtype.is_floating():
         return tl.where(x < 0, tl.ceil(x), tl.floor(x))
-    return x
+    else:
+        return x
 
 
 @triton.jit
@@ -267,7 +275,8 @@ def round_half_even(x):
         fraction = x - below  # exact for every float
         below_is_odd = below - 2.0 * tl.floor(below * 0.5) == 1.0
         return tl.where((fraction > 0.5) | ((fraction == 0.5) & below_is_odd), below + 1.0, below)
-    return x
+    else:
+        return x
 
 
 # -- launching -------------------------------------------------------------------------------
