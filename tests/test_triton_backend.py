@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
+import importlib.util
 import math
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,14 +28,12 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 INTERPRET = os.environ["TRITON_INTERPRET"] == "1"
 if _IMPORTED_BEFORE and INTERPRET:
     pytest.skip("triton was imported before TRITON_INTERPRET=1 was set", allow_module_level=True)
-triton = pytest.importorskip("triton")
+pytest.importorskip("triton")
 
 import black  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-import triton.language as tl  # noqa: E402
 
 import emit.runtime  # noqa: E402
 import emit.triton  # noqa: E402
@@ -62,17 +63,20 @@ FINITE_SPECIALS = tuple(v for v in SPECIALS if math.isfinite(v))
 # torch's CPU erf makes gelu(inf) NaN; the kernel gives the formula's inf, as CUDA does.
 NO_INFINITIES = {"gelu"}
 TOLERANCES = {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2)}
+KERNEL_DIR = Path(tempfile.mkdtemp(prefix="transpile_triton_kernels_"))
 EXAMPLES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @functools.cache
 def compile_region(region: Region):
-    """The region's kernel, from its rendered source, with the helpers it imports."""
-    source = render_triton(region, {})
-    helpers = {name: getattr(triton_support, name) for name in triton_helpers_used(region)}
-    namespace = {"triton": triton, "tl": tl, **helpers}
-    exec(compile(source, f"<{region.name}>", "exec"), namespace)
-    return namespace[f"{region.name}_kernel"]
+    """The region's kernel, imported from a rendered kernel file (Triton reads a kernel's source from its file)."""
+    text = render_triton_file([region], {}, "emit.runtime.triton_support")
+    path = KERNEL_DIR / f"{region.name}_{hashlib.sha1(text.encode()).hexdigest()[:12]}.py"
+    path.write_text(text, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, f"{region.name}_kernel")
 
 
 def run_kernel(region: Region, tensors: list[torch.Tensor], scalars: list, out_dtypes):
