@@ -52,10 +52,9 @@ def render_constant(value: object) -> str:
     if isinstance(value, str):  # a dtype name (casts)
         name = DTYPE_ALIASES.get(value, value)
         return TRITON_DTYPES.get(name, name)
-    if isinstance(value, float) and math.isnan(value):
-        return "NAN"
-    if isinstance(value, float) and math.isinf(value):
-        return "INF" if value > 0 else "(-INF)"
+    if isinstance(value, float) and not math.isfinite(value):
+        # Triton's JIT evaluates float() of a literal; a NaN global would fail its "global changed" check.
+        return f'float("{value}")'
     text = repr(value)
     # Parenthesised so that `x - (-1.0)` and `(-2) ** x` keep their meaning in any template.
     return f"({text})" if text.startswith("-") else text

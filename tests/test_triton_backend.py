@@ -317,8 +317,16 @@ def test_kernel_file_imports_exactly_the_helpers_used() -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(0.5, "0.5"), (-1.5, "(-1.5)"), (3, "3"), (-2, "(-2)"), (True, "True"), (math.inf, "INF"), (-math.inf, "(-INF)")]
-    + [(math.nan, "NAN"), ("bool", "int1"), ("half", "float16"), ("bfloat16", "bfloat16")],
+    [
+        (0.5, "0.5"),
+        (-1.5, "(-1.5)"),
+        (3, "3"),
+        (-2, "(-2)"),
+        (True, "True"),
+        (math.inf, 'float("inf")'),
+        (-math.inf, 'float("-inf")'),
+    ]
+    + [(math.nan, 'float("nan")'), ("bool", "int1"), ("half", "float16"), ("bfloat16", "bfloat16")],
 )
 def test_constants_render_as_triton_literals(value, text) -> None:
     assert render_constant(value) == text

@@ -18,8 +18,6 @@ from triton.language.extra import libdevice
 
 import torch
 
-INF: tl.constexpr = tl.constexpr(float("inf"))
-NAN: tl.constexpr = tl.constexpr(float("nan"))
 # Read once at import: the interpreter decides at `@triton.jit` time too.
 INTERPRETED: tl.constexpr = tl.constexpr(triton.knobs.runtime.interpret)
 _FLOAT32_MAX: tl.constexpr = tl.constexpr(torch.finfo(torch.float32).max)
@@ -107,8 +105,8 @@ def power(base, exponent):
         odd_integer = (tl.floor(exponent) == exponent) & (remainder(exponent, 2.0) == 1.0)
         result = tl.where((base < 0) & odd_integer, -magnitude, magnitude)
         # A finite negative base with a non-integer exponent has no real power.
-        result = tl.where((base < 0) & (base != -INF) & (tl.floor(exponent) != exponent), NAN, result)
-        one = (exponent == 0) | (base == 1.0) | ((base == -1.0) & (tl.abs(exponent) == INF))
+        result = tl.where((base < 0) & (base != float("-inf")) & (tl.floor(exponent) != exponent), float("nan"), result)
+        one = (exponent == 0) | (base == 1.0) | ((base == -1.0) & (tl.abs(exponent) == float("inf")))
         return tl.where(one, 1.0, result)
     else:
         return libdevice.pow(base, exponent)
@@ -152,7 +150,7 @@ def expm1(x):
         u = tl.exp(x)
         kahan = (u - 1.0) * x / tl.log(u)
         result = tl.where((u == 1.0) | (x != x), x, tl.where(u - 1.0 == -1.0, -1.0, kahan))
-        return tl.where(x == INF, INF, result)
+        return tl.where(x == float("inf"), float("inf"), result)
     else:
         return libdevice.expm1(x)
 
@@ -165,7 +163,7 @@ def log1p(x):
         u = 1.0 + x
         kahan = tl.log(u) * x / (u - 1.0)
         result = tl.where((u == 1.0) | (x != x), x, tl.where(u <= 0.0, tl.log(u), kahan))
-        return tl.where(x == INF, INF, result)
+        return tl.where(x == float("inf"), float("inf"), result)
     else:
         return libdevice.log1p(x)
 
@@ -212,7 +210,7 @@ def gelu_tanh(x):
 # -- classification and clamping ------------------------------------------------------------
 @triton.jit
 def is_inf(x):
-    return tl.abs(x) == INF
+    return tl.abs(x) == float("inf")
 
 
 @triton.jit
@@ -239,7 +237,7 @@ def nan_to_num(x, nan, posinf, neginf):
     if neginf is None:
         neginf = -_FLOAT32_MAX
     x = tl.where(x != x, nan, x)
-    return tl.where(x == INF, posinf, tl.where(x == -INF, neginf, x))
+    return tl.where(x == float("inf"), posinf, tl.where(x == float("-inf"), neginf, x))
 
 
 # -- rounding: integers are already integral and keep their dtype -----------------------------
