@@ -28,7 +28,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "transpile_runtime.h"
 # No -ffast-math: kernels must keep NaN, infinities and signed zeros exactly as torch does.
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+# -fno-math-errno changes no value: it lets loops that call libm functions vectorise.
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=c++17")
 NO_COMPILER = "no C++ compiler: using the eager fallback"
 
 # The dtype model of the generated kernels (emit/cpp.py): one floating storage dtype per call, and bools.

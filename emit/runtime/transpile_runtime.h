@@ -11,6 +11,27 @@
 #include <cstring>
 #include <limits>
 
+// Vector math: glibc's libmvec has SIMD versions of these functions (within a few ulp, IEEE
+// special values kept), but <math.h> only declares them under -ffast-math, which kernels must
+// not use. Declaring them here lets `#pragma omp simd` loops call them; -fno-math-errno (a
+// build flag) removes the errno side effect that would otherwise keep the loops scalar.
+#if defined(__x86_64__) && defined(__GLIBC__) && __GLIBC_PREREQ(2, 35) && defined(_OPENMP)
+#define TRANSPILE_VECTOR_MATH(name)                                     \
+  extern "C" __attribute__((__simd__("notinbranch"))) float name##f(float) noexcept; \
+  extern "C" __attribute__((__simd__("notinbranch"))) double name(double) noexcept;
+TRANSPILE_VECTOR_MATH(exp)
+TRANSPILE_VECTOR_MATH(exp2)
+TRANSPILE_VECTOR_MATH(expm1)
+TRANSPILE_VECTOR_MATH(log)
+TRANSPILE_VECTOR_MATH(log1p)
+TRANSPILE_VECTOR_MATH(log2)
+TRANSPILE_VECTOR_MATH(sin)
+TRANSPILE_VECTOR_MATH(cos)
+TRANSPILE_VECTOR_MATH(tanh)
+TRANSPILE_VECTOR_MATH(erf)
+#undef TRANSPILE_VECTOR_MATH
+#endif
+
 namespace transpile {
 
 // ---------------------------------------------------------------------------------------------
@@ -123,8 +144,22 @@ inline C remainder(C a, C b) {
   return mod != C(0) && (b < C(0)) != (mod < C(0)) ? mod + b : mod;
 }
 
+// torch.pow: small constant exponents become multiplications and roots, as torch computes
+// them; after inlining, a constant exponent folds these tests away.
 template <typename C>
 inline C power(C base, C exponent) {
+  if (exponent == C(2)) {
+    return base * base;
+  }
+  if (exponent == C(3)) {
+    return base * base * base;
+  }
+  if (exponent == C(0.5)) {
+    return std::sqrt(base);
+  }
+  if (exponent == C(-1)) {
+    return C(1) / base;
+  }
   return std::pow(base, exponent);
 }
 
