@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 from enum import Enum
 
 from transpiler.ir import Node, Operand, Region
@@ -60,6 +61,13 @@ _GENERATED_NAMES = frozenset(
 )
 
 
+DTYPE_MODEL = """\
+// Dtype model: each kernel is a template over T, the storage type of all its floating tensors
+// (float, double, half or bfloat16), and C, the type it computes in (double for double, else
+// float); boolean values are bool. The extern "C" entry points at the end instantiate it once
+// per dtype of T, and `<kernel>_kinds` says which tensors are T and which are bool."""
+
+
 class Kind(Enum):
     """How a value is stored and computed: in the region's floating type, or as a bool."""
 
@@ -72,6 +80,7 @@ class Names:
     """The C++ identifiers of a region's values, and of the pointers and strides derived from them."""
 
     values: dict[str, str]
+    SUFFIXES: ClassVar[tuple[str, ...]] = ("_ptr", "_out", "_strides", "_offset", "_row")
 
     def value(self, name: str) -> str:
         return self.values[name]
@@ -88,12 +97,16 @@ class Names:
     def offset(self, name: str) -> str:
         return f"{self.values[name]}_offset"
 
+    def row(self, name: str) -> str:
+        return f"{self.values[name]}_row"
+
 
 def render_cpp_file(regions: list[Region], source_lines: dict[int, str], header: str) -> str:
     """One C++ source file with the kernels of all `regions` of a Python file."""
     parts = [
         "\n".join(f"// {line}".rstrip() for line in header.splitlines()),
         '#include "transpile_runtime.h"',
+        DTYPE_MODEL,
         "namespace transpile {\n\n"
         + "\n".join(_render_kernel(r, source_lines) for r in regions)
         + "\n}  // namespace transpile",
@@ -162,7 +175,8 @@ def cpp_names(region: Region) -> Names:
     chosen: dict[str, str] = {}
     for value in values:
         name = re.sub(r"\W", "_", value)
-        while name in _CPP_KEYWORDS or name in _GENERATED_NAMES or name in chosen.values() or _is_derived(name, values):
+        taken = (*chosen.values(), *values)  # renamed values keep their suffixed names clear of the others
+        while name in _CPP_KEYWORDS or name in _GENERATED_NAMES or name in chosen.values() or _is_derived(name, taken):
             name += "_"
         chosen[value] = name
     return Names(chosen)
@@ -170,9 +184,7 @@ def cpp_names(region: Region) -> Names:
 
 def _is_derived(name: str, values: Iterable[str]) -> bool:
     """Whether `name` is the pointer, output, strides, offset or row name of another value."""
-    return any(
-        name == f"{value}{suffix}" for value in values for suffix in ("_ptr", "_out", "_strides", "_offset", "_row")
-    )
+    return any(name == f"{value}{suffix}" for value in values for suffix in Names.SUFFIXES)
 
 
 # -- literals and operands ----------------------------------------------------------------
@@ -184,7 +196,9 @@ def _literal(constant: Operand) -> str:
         return "std::numeric_limits<C>::quiet_NaN()"
     if isinstance(constant, float) and math.isinf(constant):
         return f"{'-' if constant < 0 else ''}std::numeric_limits<C>::infinity()"
-    return repr(float(constant)) if isinstance(constant, float) else str(int(constant))
+    if isinstance(constant, int) and abs(constant) < 2**53:
+        return str(constant)
+    return repr(float(constant))  # beyond 2**53 an int literal may overflow C++'s integers; C rounds it anyway
 
 
 def _render_operand(node: Node, position: int, names: Names, kinds: dict[str, Kind]) -> str:
@@ -192,14 +206,22 @@ def _render_operand(node: Node, position: int, names: Names, kinds: dict[str, Ki
     operand = node.operands[position]
     if node.definition is CAST and position == 1:
         return CAST_TYPES[operand]
+    constant = position in node.constants
+    text = _literal(operand) if constant else names.value(operand)
     have = _operand_kind(node, position, kinds)
-    text = _literal(operand) if position in node.constants else names.value(operand)
+    if _wanted_kind(node, position, kinds) is Kind.BOOL:
+        return text if have is Kind.BOOL else f"({text} != C(0))"  # a number read as a bool, as torch's logical ops
+    if have is Kind.BOOL or constant:
+        return f"C({text})"  # bools read as numbers are 0 and 1, as torch promotes them; literals take type C
+    return text
+
+
+def _wanted_kind(node: Node, position: int, kinds: dict[str, Kind]) -> Kind:
     if position in _bool_positions(node):
-        return text if have is Kind.BOOL else f"({text} != C(0))"
-    preserving = node.op in KIND_PRESERVING and position in KIND_PRESERVING[node.op]
-    if have is Kind.BOOL and not (preserving and _result_kind(node, kinds) is Kind.BOOL):
-        return f"C({text})"  # bools read as numbers are 0 and 1, as torch promotes them
-    return text if position not in node.constants or have is Kind.BOOL else f"C({text})"
+        return Kind.BOOL
+    if position in KIND_PRESERVING.get(node.op, ()):
+        return _result_kind(node, kinds)
+    return Kind.FLOAT
 
 
 def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
@@ -259,7 +281,7 @@ def _ctype(kind: Kind) -> str:
 
 
 def _render_element(region: Region, names: Names, kinds: dict[str, Kind], source_lines: dict[int, str]) -> str:
-    lines = []
+    lines = ["// Load the inputs."] if region.tensor_inputs else []
     for item in region.tensor_inputs:
         load = f"{names.pointer(item.name)}[{names.offset(item.name)}]"
         value = load if kinds[item.name] is Kind.BOOL else f"static_cast<C>({load})"
@@ -271,6 +293,7 @@ def _render_element(region: Region, names: Names, kinds: dict[str, Kind], source
             source = source_lines.get(node.line, "").strip()
             lines.append(f"// line {node.line}: {source}" if source else f"// line {node.line}")
         lines.append(render_node(node, names, kinds))
+    lines.append("// Store the outputs.")
     for output in region.outputs:
         value = names.value(output.value)
         stored = value if kinds[output.value] is Kind.BOOL else f"static_cast<T>({value})"
@@ -282,11 +305,11 @@ def _render_loops(tensors: Iterable, names: Names) -> str:
     tensors = list(tensors)
     same = ", ".join(["i"] * (len(tensors) + 1))
     row_offsets = "".join(
-        f"        const int64_t {names.value(t.name)}_row = "
+        f"        const int64_t {names.row(t.name)} = "
         f"d0 * {names.strides(t.name)}[0] + d1 * {names.strides(t.name)}[1] + d2 * {names.strides(t.name)}[2];\n"
         for t in tensors
     )
-    inner = ", ".join(["row + d3"] + [f"{names.value(t.name)}_row + d3 * {names.strides(t.name)}[3]" for t in tensors])
+    inner = ", ".join(["row + d3"] + [f"{names.row(t.name)} + d3 * {names.strides(t.name)}[3]" for t in tensors])
     return (
         "  if (contiguous) {\n"
         "    // Contiguous path: element i of every tensor is at offset i.\n"
