@@ -264,7 +264,7 @@ def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
     offsets = ", ".join(f"int64_t {names.offset(t.name)}" for t in tensors)
     body = _render_element(region, names, kinds, source_lines)
     return (
-        f"// {region.name}: {region.path}:{region.first_line}-{region.last_line}, in {region.function}\n"
+        f"// {region.name}: {region.path}:{_span(region)}, in {region.function}\n"
         "template <typename T, typename C>\n"
         f"static void {region.name}(\n{signature}\n"
         "  // One element: load the inputs at their offsets, compute, store at the output index.\n"
@@ -274,6 +274,12 @@ def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
         f"{_render_loops(tensors, names)}"
         "}\n"
     )
+
+
+def _span(region: Region) -> str:
+    if region.first_line == region.last_line:
+        return str(region.first_line)
+    return f"{region.first_line}-{region.last_line}"
 
 
 def _ctype(kind: Kind) -> str:
@@ -309,7 +315,10 @@ def _render_loops(tensors: Iterable, names: Names) -> str:
         f"d0 * {names.strides(t.name)}[0] + d1 * {names.strides(t.name)}[1] + d2 * {names.strides(t.name)}[2];\n"
         for t in tensors
     )
-    inner = ", ".join(["row + d3"] + [f"{names.row(t.name)} + d3 * {names.strides(t.name)}[3]" for t in tensors])
+    inner_offsets = ["row + d3"] + [f"{names.row(t.name)} + d3 * {names.strides(t.name)}[3]" for t in tensors]
+    inner = ", ".join(inner_offsets)
+    if len(f"          compute({inner});") > 120:
+        inner = f"\n{_wrap(inner_offsets, ' ' * 14)}"
     return (
         "  if (contiguous) {\n"
         "    // Contiguous path: element i of every tensor is at offset i.\n"
