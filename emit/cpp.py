@@ -261,14 +261,17 @@ def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
     declarations = [f"{d}," for d, _ in parameters[:-1]] + [f"{parameters[-1][0]}) {{"]
     width = max(len(d) for d in declarations)
     signature = "\n".join(f"    {d:<{width}}  // {comment}" for d, (_, comment) in zip(declarations, parameters))
-    offsets = ", ".join(f"int64_t {names.offset(t.name)}" for t in tensors)
+    lambda_parameters = ["int64_t index"] + [f"int64_t {names.offset(t.name)}" for t in tensors]
+    offsets = ", ".join(lambda_parameters)
+    if len(f"  const auto compute = [=]({offsets}) {{") > 120:
+        offsets = f"\n{_wrap(lambda_parameters, ' ' * 6)}"
     body = _render_element(region, names, kinds, source_lines)
     return (
         f"// {region.name}: {region.path}:{_span(region)}, in {region.function}\n"
         "template <typename T, typename C>\n"
         f"static void {region.name}(\n{signature}\n"
         "  // One element: load the inputs at their offsets, compute, store at the output index.\n"
-        f"  const auto compute = [=](int64_t index{', ' if offsets else ''}{offsets}) {{\n"
+        f"  const auto compute = [=]({offsets}) {{\n"
         f"{body}"
         "  };\n"
         f"{_render_loops(tensors, names)}"

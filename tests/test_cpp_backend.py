@@ -167,6 +167,26 @@ def where_of_bools_case() -> Case:
     return Case(region, reference)
 
 
+def awkward_names_case() -> Case:
+    """Values named like C++ keywords and like the kernel's own names; infinite and huge constants."""
+    tensors = tuple(Input(name, name, True) for name in ("n", "int", "x", "x_ptr"))
+    nodes = (
+        Node("add", ("n", "int"), "index", 1),
+        Node("gt", ("x", "x_ptr"), "contiguous", 1),
+        Node("where", ("contiguous", "index", -math.inf), "sizes", 1, (2,)),
+        Node("mul", ("sizes", 2**60), "C", 1, (1,)),
+    )
+    outputs = (Output("sizes", "sizes"), Output("C", "C"), Output("contiguous", "contiguous"))
+    region = Region("awkward_names", "test.py", "f", 1, 1, tensors, nodes, outputs)
+
+    def reference(n, int, x, x_ptr):
+        contiguous = x > x_ptr
+        sizes = torch.where(contiguous, n + int, -math.inf)
+        return sizes, sizes * 2**60, contiguous
+
+    return Case(region, reference)
+
+
 def _cases() -> dict[str, Case]:
     cases = [one_node_case(op) for op in OPS]
     # Operands after the first as Python scalars, for the ops torch accepts them in
@@ -176,7 +196,7 @@ def _cases() -> dict[str, Case]:
     # here float32, and to bool. Casts between dtypes and to integers run inside regions
     # (casts_case); integer outputs are outside the model (test_unsupported_dtypes).
     cases += [one_node_case(CAST, constants={1: dtype}) for dtype in ("float32", "bool")]
-    cases += [fused_gelu_tanh_case(), casts_case(), where_of_bools_case()]
+    cases += [fused_gelu_tanh_case(), casts_case(), where_of_bools_case(), awkward_names_case()]
     return {case.region.name: case for case in cases}
 
 
@@ -295,7 +315,7 @@ def assert_matches(actual: tuple[torch.Tensor, ...], expected: tuple[torch.Tenso
         torch.testing.assert_close(got, want, equal_nan=True, **TOLERANCE[want.dtype])
 
 
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 # -- differential tests -------------------------------------------------------------------
@@ -320,10 +340,10 @@ def test_op_matches_eager(library, name, data):
 
 
 @needs_compiler
-@pytest.mark.parametrize("name", ["round_trips", "bool_flow"])
+@pytest.mark.parametrize("name", ["round_trips", "bool_flow", "awkward_names"])
 @SETTINGS
 @given(data=st.data())
-def test_casts_and_bools_inside_regions(library, name, data):
+def test_multi_node_regions(library, name, data):
     case = CASES[name]
     tensors, scalars = data.draw(arguments(case))
     # int32 casts of NaN, infinities and huge values are implementation-defined in C++ and torch alike.
