@@ -11,16 +11,15 @@ outside the model and take the eager fallback.
 
 from __future__ import annotations
 
-import keyword
 import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar
 from enum import Enum
+from typing import ClassVar
 
 from transpiler.ir import Node, Operand, Region
-from transpiler.ops import CAST, Domain
+from transpiler.ops import BY_NAME, CAST, Domain
 
 # Storage type T and compute type C of each entry point, by torch dtype name.
 ENTRY_TYPES = {
@@ -55,10 +54,12 @@ _CPP_KEYWORDS = frozenset(
     "static_cast struct switch template this thread_local throw true try typedef typeid typename union unsigned using "
     "virtual void volatile wchar_t while xor xor_eq".split()
 )
-# Names the generated code uses itself: a value with one of these names is renamed.
+# Names the generated code uses itself, and the runtime helpers that templates call
+# unqualified (a local variable `gelu` would hide `gelu(...)`): a value with one of these
+# names is renamed.
 _GENERATED_NAMES = frozenset(
     "T C n sizes contiguous compute index i d0 d1 d2 d3 size0 size1 size2 size3 row std transpile half bfloat16".split()
-)
+) | {name for op in BY_NAME.values() for name in re.findall(r"(?<![\w:])([A-Za-z_]\w*)\(", op.cpp)}
 
 
 DTYPE_MODEL = """\

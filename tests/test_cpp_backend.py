@@ -175,14 +175,17 @@ def awkward_names_case() -> Case:
         Node("gt", ("x", "x_ptr"), "contiguous", 1),
         Node("where", ("contiguous", "index", -math.inf), "sizes", 1, (2,)),
         Node("mul", ("sizes", 2**60), "C", 1, (1,)),
+        Node("gelu", ("x",), "gelu", 1),  # a value named like a helper that a later node calls
+        Node("gelu", ("gelu",), "sign", 1),
     )
-    outputs = (Output("sizes", "sizes"), Output("C", "C"), Output("contiguous", "contiguous"))
+    outputs = (Output("sizes", "sizes"), Output("C", "C"), Output("contiguous", "contiguous"), Output("sign", "sign"))
     region = Region("awkward_names", "test.py", "f", 1, 1, tensors, nodes, outputs)
 
     def reference(n, int, x, x_ptr):
         contiguous = x > x_ptr
         sizes = torch.where(contiguous, n + int, -math.inf)
-        return sizes, sizes * 2**60, contiguous
+        gelu = torch.nn.functional.gelu(x)
+        return sizes, sizes * 2**60, contiguous, torch.nn.functional.gelu(gelu)
 
     return Case(region, reference)
 
