@@ -84,8 +84,16 @@ def _fresh(name: str, taken: set[str]) -> str:
     return candidate
 
 
+# `x ** c` for the constant exponents torch's pow kernels special-case, computed as they do
+# (libdevice's general pow is far slower and rounds differently).
+_POWERS = {2: "{0} * {0}", 3: "{0} * {0} * {0}", 0.5: "tl.sqrt_rn({0})", -0.5: "1.0 / tl.sqrt_rn({0})", -1: "1.0 / {0}", -2: "1.0 / ({0} * {0})"}
+
+
 def _expression(node: Node, names: _Names) -> str:
     operands = [render_constant(o) if i in node.constants else names[o] for i, o in enumerate(node.operands)]
+    exponent = node.operands[1] if node.op == "pow" and 1 in node.constants and 0 not in node.constants else None
+    if type(exponent) in (int, float) and exponent in _POWERS:
+        return _POWERS[exponent].format(operands[0])
     return node.definition.triton.format(*operands)
 
 
@@ -108,7 +116,7 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
     lines += [f"{INDENT}{names[o.value]}_out_ptr,  # output {_output_label(o.target, o.value)}" for o in region.outputs]
     lines += [f"{INDENT}n_elements,"] + [f"{INDENT}size{d}," for d in range(RANK)]
     lines += [f"{INDENT}{names[i.name]}_stride{d}," for i in tensors for d in range(RANK)]
-    lines += [f"{INDENT}CONTIGUOUS: tl.constexpr,", f"{INDENT}BLOCK_SIZE: tl.constexpr,", "):"]
+    lines += [f"{INDENT}CONTIGUOUS: tl.constexpr,", f"{INDENT}NDIM: tl.constexpr,", f"{INDENT}BLOCK_SIZE: tl.constexpr,", "):"]
     lines.append(f'{INDENT}"""{region.function} in {region.path}, lines {region.first_line}-{region.last_line}."""')
     lines.append(f"{INDENT}# Each program computes BLOCK_SIZE consecutive elements of the outputs")
     lines.append(f"{INDENT}offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)")
@@ -142,18 +150,24 @@ def _output_label(target: str, value: str) -> str:
 
 
 def _input_offsets(inputs: list[str]) -> list[str]:
-    """Each input's element offsets: the linear index, or its coordinates dotted with the input's strides."""
-    body = 2 * INDENT
+    """Each input's element offsets: the linear index, or its coordinates dotted with the input's strides.
+
+    The strided path peels coordinates off the linear index from the innermost dim out,
+    for the NDIM dims in use only: integer division is what costs here, so a 2-d
+    broadcast pays for one division, not three.
+    """
+    body, inner = 2 * INDENT, 3 * INDENT
     lines = [f"{INDENT}# Locate each input's elements", f"{INDENT}if CONTIGUOUS:"]
     lines += [f"{body}{name}_offsets = offsets" for name in inputs]
-    lines += [f"{INDENT}else:", f"{body}# Coordinates in the 4-d iteration space (the output is contiguous)"]
-    for d in reversed(range(RANK)):
-        inner = " * ".join(f"size{k}" for k in reversed(range(d + 1, RANK)))
-        linear = f"offsets // ({inner})" if " " in inner else f"offsets // {inner}" if inner else "offsets"
-        lines.append(f"{body}index{d} = {linear} % size{d}" if d else f"{body}index0 = {linear}")
-    for name in inputs:
-        dot = " + ".join(f"index{d} * {name}_stride{d}" for d in range(RANK))
-        lines.append(f"{body}{name}_offsets = {dot}")
+    lines += [f"{INDENT}else:", f"{body}# Coordinates in the NDIM innermost of 4 dims (the output is contiguous)"]
+    last = RANK - 1
+    lines.append(f"{body}index{last} = offsets % size{last} if NDIM > 1 else offsets")
+    lines += [f"{body}{name}_offsets = index{last} * {name}_stride{last}" for name in inputs]
+    for d in reversed(range(last)):
+        lines.append(f"{body}if NDIM > {last - d}:")
+        lines.append(f"{inner}rest = {'offsets' if d == last - 1 else 'rest'} // size{d + 1}")
+        lines.append(f"{inner}index{d} = rest % size{d} if NDIM > {last - d + 1} else rest" if d else f"{inner}index0 = rest")
+        lines += [f"{inner}{name}_offsets += index{d} * {name}_stride{d}" for name in inputs]
     return lines
 
 

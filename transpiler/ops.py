@@ -178,7 +178,7 @@ OPS: tuple[Op, ...] = (
 # Casts are ops parameterised by their target dtype: one entry per dtype would repeat
 # the same rendering, so the dtype is the constant operand {1}, a torch dtype name.
 CAST = Op(
-    "to", 2, "{0}.to(torch.{1})", "{0}.to(tl.{1})", "static_cast<{1}>({0})",
+    "to", 2, "{0}.to(torch.{1})", "cast({0}, tl.{1})", "static_cast<{1}>({0})",
     ("Tensor.to(dtype)", "Tensor.type(dtype)", "Tensor.float()", "Tensor.double()", "Tensor.half()",
      "Tensor.bfloat16()", "Tensor.int()", "Tensor.long()", "Tensor.bool()"),
     Domain.ANY, constant_operands=(1,),

@@ -298,6 +298,8 @@ def launch(kernel, tensors, scalars, outputs, n_elements, sizes, strides, contig
         raise ValueError("Triton kernels index with int32: 2**31 elements or more are not supported")
     if contiguous:
         sizes, strides = (1, 1, 1, 1), [(0, 0, 0, 0)] * len(tensors)
+    # Dims in use: the runtime pads sizes with leading 1s; the kernel skips those dims.
+    ndim = len(sizes) - next((d for d, size in enumerate(sizes) if size != 1), len(sizes) - 1)
     # One block of 1024 elements per program keeps an H100's memory system busy with
     # 4 warps (8 elements a thread); smaller tensors get one block rounded up to a
     # power of two (at least 128), so few block sizes are ever compiled.
@@ -313,6 +315,7 @@ def launch(kernel, tensors, scalars, outputs, n_elements, sizes, strides, contig
         *sizes,
         *flat_strides,
         CONTIGUOUS=contiguous,
+        NDIM=ndim,
         BLOCK_SIZE=block_size,
         num_warps=num_warps,
     )
