@@ -293,8 +293,12 @@ def _ctype(kind: Kind) -> str:
 def _render_element(region: Region, names: Names, kinds: dict[str, Kind], source_lines: dict[int, str]) -> str:
     lines = ["// Load the inputs."] if region.tensor_inputs else []
     for item in region.tensor_inputs:
-        load = f"{names.pointer(item.name)}[{names.offset(item.name)}]"
-        value = load if kinds[item.name] is Kind.BOOL else f"static_cast<C>({load})"
+        pointer, offset = names.pointer(item.name), names.offset(item.name)
+        value = (
+            f"load_bool({pointer}, {offset})"
+            if kinds[item.name] is Kind.BOOL
+            else f"static_cast<C>({pointer}[{offset}])"
+        )
         lines.append(f"const {_ctype(kinds[item.name])} {names.value(item.name)} = {value};")
     current_line = None
     for node in region.nodes:
@@ -306,8 +310,10 @@ def _render_element(region: Region, names: Names, kinds: dict[str, Kind], source
     lines.append("// Store the outputs.")
     for output in region.outputs:
         value = names.value(output.value)
-        stored = value if kinds[output.value] is Kind.BOOL else f"static_cast<T>({value})"
-        lines.append(f"{names.output(output.value)}[index] = {stored};")
+        if kinds[output.value] is Kind.BOOL:
+            lines.append(f"{names.output(output.value)}[index] = {value};")
+        else:
+            lines.append(f"store({names.output(output.value)}, index, {value});")
     return "".join(f"    {line}\n" for line in lines)
 
 
@@ -326,7 +332,7 @@ def _render_loops(tensors: Iterable, names: Names) -> str:
     return (
         "  if (contiguous) {\n"
         "    // Contiguous path: element i of every tensor is at offset i.\n"
-        "#pragma omp parallel for simd schedule(static)\n"
+        "#pragma omp parallel for simd schedule(static) if (parallel: n >= parallel_grain)\n"
         "    for (int64_t i = 0; i < n; ++i) {\n"
         f"      compute({same});\n"
         "    }\n"
@@ -334,7 +340,7 @@ def _render_loops(tensors: Iterable, names: Names) -> str:
         "  }\n"
         "  // Strided path: threads share the three outer dimensions, the last one is a vector loop.\n"
         "  const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];\n"
-        "#pragma omp parallel for collapse(3) schedule(static)\n"
+        "#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)\n"
         "  for (int64_t d0 = 0; d0 < size0; ++d0) {\n"
         "    for (int64_t d1 = 0; d1 < size1; ++d1) {\n"
         "      for (int64_t d2 = 0; d2 < size2; ++d2) {\n"

@@ -59,12 +59,12 @@ struct bfloat16 {
   operator float() const { return bits_float(uint32_t(bits) << 16); }
 
   static uint16_t round_to_bfloat16(float value) {
-    if (std::isnan(value)) {
-      return 0x7fc0;  // a quiet NaN; adding the rounding bias could turn a NaN into infinity
-    }
     const uint32_t bits = float_bits(value);
     const uint32_t lower_half_bias = 0x7fff + ((bits >> 16) & 1);  // ties go to the even neighbour
-    return uint16_t((bits + lower_half_bias) >> 16);
+    // A quiet NaN stays NaN (the rounding bias could carry it into infinity); a bit test, not
+    // std::isnan, keeps the conversion a branch-free select.
+    const bool is_nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    return is_nan ? uint16_t(0x7fc0) : uint16_t((bits + lower_half_bias) >> 16);
   }
 };
 static_assert(sizeof(bfloat16) == 2, "bfloat16 must match torch.bfloat16's layout");
@@ -253,6 +253,28 @@ inline C gelu_tanh(C x) {
 // ---------------------------------------------------------------------------------------------
 // Kernel plumbing.
 // ---------------------------------------------------------------------------------------------
+
+// Store a computed value in a tensor's storage type. bfloat16 stores its bits directly: GCC
+// does not vectorise loops that copy a 2-byte struct.
+template <typename T, typename C>
+inline void store(T* data, int64_t index, C value) {
+  data[index] = static_cast<T>(value);
+}
+
+template <typename C>
+inline void store(bfloat16* data, int64_t index, C value) {
+  data[index].bits = bfloat16::round_to_bfloat16(float(value));
+}
+
+// A bool tensor element, read as a byte: GCC vectorises loops over byte loads, not over bool
+// loads (a char type may alias any object, so the cast is well defined).
+inline bool load_bool(const bool* data, int64_t offset) {
+  return reinterpret_cast<const uint8_t*>(data)[offset] != 0;
+}
+
+// Kernels run on one thread below this many elements, where starting the OpenMP team costs
+// more than it saves (torch's own grain size for pointwise ops, at::internal::GRAIN_SIZE).
+constexpr int64_t parallel_grain = 32768;
 
 // The strides of tensor input k inside the runtime's input-major stride array (NULL on the
 // contiguous path, where kernels never read strides).
