@@ -424,25 +424,24 @@ extern "C" void half_to_float(const uint16_t* bits, float* values, int64_t n) {
 
 extern "C" void float_to_half(const float* values, uint16_t* bits, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    const transpile::half value(values[i]);
-    std::memcpy(&bits[i], &value, 2);
+    transpile::store(reinterpret_cast<transpile::half*>(bits), i, values[i]);
   }
 }
 
 extern "C" void float_to_bfloat16(const float* values, uint16_t* bits, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    bits[i] = transpile::bfloat16(values[i]).bits;
+    transpile::store(reinterpret_cast<transpile::bfloat16*>(bits), i, values[i]);
   }
 }
 """
 
 
 @needs_compiler
-@pytest.mark.parametrize("manual_half", [False, True], ids=["_Float16", "manual-half"])
-def test_storage_conversions_match_torch(tmp_path, cache_dir, manual_half):
+@pytest.mark.parametrize("float16_half", [False, True], ids=["bits-half", "_Float16-half"])
+def test_storage_conversions_match_torch(tmp_path, cache_dir, float16_half):
     """Every half bit pattern widens like torch; floats round to half and bfloat16 like torch (nearest even)."""
     source = tmp_path / "conversions.cpp"
-    source.write_text(("#define TRANSPILE_MANUAL_HALF\n" if manual_half else "") + CONVERSIONS)
+    source.write_text(("#define TRANSPILE_FLOAT16_HALF\n" if float16_half else "") + CONVERSIONS)
     library = ctypes.CDLL(str(CppLibrary.load(source).path))
     every_half = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
     widened = torch.empty(every_half.numel(), dtype=torch.float32)

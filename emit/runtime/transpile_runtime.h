@@ -69,11 +69,13 @@ struct bfloat16 {
 };
 static_assert(sizeof(bfloat16) == 2, "bfloat16 must match torch.bfloat16's layout");
 
-#if defined(__FLT16_MANT_DIG__) && !defined(TRANSPILE_MANUAL_HALF)
-// The compiler's IEEE binary16 type: conversions use F16C instructions where the CPU has them.
+#if defined(__AVX512FP16__) || defined(TRANSPILE_FLOAT16_HALF)
+// The compiler's IEEE binary16 type, where the CPU computes with it: GCC vectorises _Float16
+// loops only with AVX512-FP16, so elsewhere the bit manipulation below is faster.
 using half = _Float16;
 #else
-// IEEE binary16 by bit manipulation, for compilers without _Float16 (rounds to nearest even).
+// IEEE binary16 by bit manipulation, rounding to nearest even, written as selects rather than
+// branches so that loops over half tensors vectorise.
 struct half {
   uint16_t bits;
 
@@ -82,20 +84,17 @@ struct half {
   operator float() const { return to_float(bits); }
 
   static uint16_t from_float(float value) {
-    const uint32_t sign = float_bits(value) & 0x80000000u;
-    uint32_t magnitude = float_bits(value) ^ sign;
-    uint16_t result;
-    if (magnitude >= (127u + 16u) << 23) {  // too large for half: infinity, or NaN stays NaN
-      result = magnitude > 0x7f800000u ? 0x7e00 : 0x7c00;
-    } else if (magnitude < 113u << 23) {  // half subnormal or zero: let the FPU round the mantissa
-      const uint32_t subnormal_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
-      result = uint16_t(float_bits(bits_float(magnitude) + bits_float(subnormal_magic)) - subnormal_magic);
-    } else {  // normal: rebias the exponent, round the 13 dropped mantissa bits to nearest even
-      const uint32_t mantissa_odd = (magnitude >> 13) & 1;
-      magnitude += (uint32_t(15 - 127) << 23) + 0xfff + mantissa_odd;
-      result = uint16_t(magnitude >> 13);
-    }
-    return uint16_t(result | (sign >> 16));
+    const uint32_t sign = (float_bits(value) >> 16) & 0x8000u;
+    const uint32_t magnitude = float_bits(value) & 0x7fffffffu;
+    // Normal halves: rebias the exponent, round the 13 dropped mantissa bits to nearest even.
+    const uint32_t normal = (magnitude + (uint32_t(15 - 127) << 23) + 0xfffu + ((magnitude >> 13) & 1u)) >> 13;
+    // Subnormal halves and zero: adding a magic float lets the FPU round the mantissa.
+    const uint32_t subnormal_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+    const uint32_t subnormal = float_bits(bits_float(magnitude) + bits_float(subnormal_magic)) - subnormal_magic;
+    // Too large for half: infinity, and NaN stays a (quiet) NaN.
+    const uint32_t too_large = magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    const uint32_t result = magnitude >= (143u << 23) ? too_large : magnitude < (113u << 23) ? subnormal : normal;
+    return uint16_t(result | sign);
   }
 
   static float to_float(uint16_t bits) {
@@ -254,8 +253,8 @@ inline C gelu_tanh(C x) {
 // Kernel plumbing.
 // ---------------------------------------------------------------------------------------------
 
-// Store a computed value in a tensor's storage type. bfloat16 stores its bits directly: GCC
-// does not vectorise loops that copy a 2-byte struct.
+// Store a computed value in a tensor's storage type. The 16-bit structs store their bits
+// directly: GCC does not vectorise loops that copy a 2-byte struct.
 template <typename T, typename C>
 inline void store(T* data, int64_t index, C value) {
   data[index] = static_cast<T>(value);
@@ -265,6 +264,13 @@ template <typename C>
 inline void store(bfloat16* data, int64_t index, C value) {
   data[index].bits = bfloat16::round_to_bfloat16(float(value));
 }
+
+#if !defined(__AVX512FP16__) && !defined(TRANSPILE_FLOAT16_HALF)
+template <typename C>
+inline void store(half* data, int64_t index, C value) {
+  data[index].bits = half::from_float(float(value));
+}
+#endif
 
 // A bool tensor element, read as a byte: GCC vectorises loops over byte loads, not over bool
 // loads (a char type may alias any object, so the cast is well defined).
