@@ -168,7 +168,17 @@ class CppLibrary:
             self._kinds[entry] = Kinds.parse(ctypes.string_at(ctypes.addressof(exported)).decode())
         return self._kinds[entry]
 
-    def call(self, entry, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> None:
+    def call(
+        self,
+        entry: str,
+        tensors: Sequence[torch.Tensor],
+        scalars: Sequence[float | int | bool],
+        outputs: Sequence[torch.Tensor],
+        n_elements: int,
+        sizes: Sequence[int],
+        strides: Sequence[Sequence[int]],
+        contiguous: bool,
+    ) -> None:
         """Run kernel `entry` (a region name) on tensors that `unsupported` accepted.
 
         `strides` holds 4 element strides per tensor input (ignored when `contiguous`).
@@ -178,11 +188,15 @@ class CppLibrary:
         """
         floating = next((t.dtype for t in (*tensors, *outputs) if t.dtype in ENTRY_DTYPES), torch.float32)
         kinds = self.kinds(entry)
-        inputs = [_conform(t, is_bool, floating) for t, is_bool in zip(tensors, kinds.inputs)]
-        staged = [_conform(o, is_bool, floating) for o, is_bool in zip(outputs, kinds.outputs)]
+        input_dtypes = [torch.bool if is_bool else floating for is_bool in kinds.inputs]
+        output_dtypes = [torch.bool if is_bool else floating for is_bool in kinds.outputs]
+        inputs = [_conform(t, dtype) for t, dtype in zip(tensors, input_dtypes)]
+        # Outputs of another dtype get a staging tensor, copied (and so converted) afterwards.
+        staged = [
+            o if o.dtype == dtype else torch.empty_like(o, dtype=dtype) for o, dtype in zip(outputs, output_dtypes)
+        ]
         flat_strides = [stride for per_tensor in strides for stride in per_tensor]
-        torch_threads = torch.get_num_threads()
-        self._library.omp_set_num_threads(torch_threads)  # a fair comparison with eager: the same threads
+        self._library.omp_set_num_threads(torch.get_num_threads())  # a fair comparison with eager: the same threads
         getattr(self._library, f"{entry}_{str(floating).removeprefix('torch.')}")(
             *(ctypes.c_void_p(t.data_ptr()) for t in inputs),
             *(ctypes.c_double(float(s)) for s in scalars),
@@ -197,9 +211,8 @@ class CppLibrary:
                 output.copy_(result)
 
 
-def _conform(tensor: torch.Tensor, is_bool: bool, floating: torch.dtype) -> torch.Tensor:
-    """`tensor` in the dtype the kernel stores it in, with the same strides; the same tensor when it already is."""
-    wanted = torch.bool if is_bool else floating
+def _conform(tensor: torch.Tensor, wanted: torch.dtype) -> torch.Tensor:
+    """`tensor` in the dtype the kernel reads it in, with the same strides; the same tensor when it already is."""
     if tensor.dtype == wanted:
         return tensor
     # Convert all the memory the tensor spans, so that the strides the runtime computed
