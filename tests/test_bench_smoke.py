@@ -24,7 +24,18 @@ def test_harness_times_the_kernel_path(kernels, tmp_path, capsys):
     report = tmp_path / "report.json"
     arguments = ["--compiled", str(compiled), "--device", "cpu", "--sizes", "17", "--cases", "ResidualScale"]
     status = kernels.main(
-        [*arguments, "--no-compile", "--first-call", "none", "--budget", "0.01", "--json", str(report)]
+        [
+            *arguments,
+            "--no-compile",
+            "--first-call",
+            "none",
+            "--budget",
+            "0.01",
+            "--attempts",
+            "1",
+            "--json",
+            str(report),
+        ]
     )
 
     assert status == 0  # every timed call took the C++ kernel and matched the float64 module
