@@ -169,9 +169,19 @@ def _kernels_text(regions: list[Region], source_path: str, stem: str, depth: int
         parts.append(_reference(region, source_path))
         parts.append(
             f'{region.name} = Kernel("{region.name}", {region.name}_reference, tensor_inputs={len(region.tensor_inputs)}, '
+            f"depends={_depends(region)!r}, "
             f'source="{source_path}:{_span(region)}", triton=(_TRITON_FILE, "{region.name}_kernel"), cpp=_CPP_FILE)\n\n'
         )
     return "".join(parts)
+
+
+def _depends(region: Region) -> tuple[tuple[int, ...], ...]:
+    """Per output, the positions of the tensor inputs it is computed from (its shape broadcasts theirs)."""
+    position = {i.name: n for n, i in enumerate(region.tensor_inputs)}
+    reads: dict[str, set[int]] = {name: {n} for name, n in position.items()}
+    for node in region.nodes:
+        reads[node.out] = set().union(*(reads.get(v, set()) for v in node.values()))
+    return tuple(tuple(sorted(reads[o.value])) for o in region.outputs)
 
 
 def _reference(region: Region, source_path: str) -> str:

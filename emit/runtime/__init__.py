@@ -7,8 +7,8 @@ output runs without transpile installed.
 Each call of a `Kernel` checks its preconditions (no autograd, plain tensors on one
 device, dtypes the backend handles, every output as large as the iteration space)
 and returns the outputs, or None: the caller then runs the original statements.
-Result shapes and dtypes come from torch itself, by running the region's eager
-reference on meta tensors once per input signature.
+Result dtypes come from torch itself, by running the region's eager reference on
+one-element tensors once per input signature.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class Kernel:
         name: str,
         reference,
         tensor_inputs: int,
+        depends: tuple[tuple[int, ...], ...],
         source: str,
         triton: tuple[Path, str] | None = None,
         cpp: Path | None = None,
@@ -51,6 +52,7 @@ class Kernel:
         self.name = name
         self.reference = reference  # the region in eager PyTorch: (tensors..., scalars...) -> tuple
         self.tensor_inputs = tensor_inputs  # the first arguments are tensors, the rest Python scalars
+        self.depends = depends  # per output, the tensor inputs it is computed from
         self.source = source  # `path:first-last` of the statements it replaces
         self._triton_file = triton
         self._cpp_file = cpp
@@ -108,13 +110,20 @@ class Kernel:
         return outputs, backend.name
 
     def _signature_plan(self, signature: tuple, scalars: tuple) -> tuple[torch.Size | None, tuple[torch.dtype, ...]]:
-        """Output shape and dtypes for one input signature, as torch computes them."""
-        metas = [torch.empty(shape, dtype=dtype, device="meta") for shape, dtype in signature[: self.tensor_inputs]]
-        results = self.reference(*metas, *scalars)
-        shape = torch.broadcast_shapes(*(m.shape for m in metas))
-        if any(r.shape != shape for r in results):
+        """Output shape and dtypes for one input signature, as torch computes them.
+
+        Shapes: every op is pointwise, so an output's shape broadcasts the inputs it is
+        computed from. Dtypes: the eager reference run on one-element CPU tensors of the
+        input dtypes (0-dim where an input is 0-dim, since that changes promotion). Meta
+        tensors would do the same, but their first use imports torch's Python meta
+        kernels, seconds of start-up that a first call must not pay.
+        """
+        shapes = [shape for shape, _ in signature[: self.tensor_inputs]]
+        shape = torch.broadcast_shapes(*shapes)
+        if any(torch.broadcast_shapes(*(shapes[i] for i in inputs)) != shape for inputs in self.depends):
             return None, ()
-        return shape, tuple(r.dtype for r in results)
+        samples = [torch.ones((1,) * len(s), dtype=dtype) for s, dtype in signature[: self.tensor_inputs]]
+        return shape, tuple(r.dtype for r in self.reference(*samples, *scalars))
 
     # -- kernels, loaded on first use ---------------------------------------------------
     @functools.cached_property

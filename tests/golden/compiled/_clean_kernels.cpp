@@ -2,9 +2,14 @@
 
 #include "transpile_runtime.h"
 
+// Dtype model: each kernel is a template over T, the storage type of all its floating tensors
+// (float, double, half or bfloat16), and C, the type it computes in (double for double, else
+// float); boolean values are bool. The extern "C" entry points at the end instantiate it once
+// per dtype of T, and `<kernel>_kinds` says which tensors are T and which are bool.
+
 namespace transpile {
 
-// fused_silu: fixtures/models/clean.py:43-43, in fixtures.models.clean.GatedMLP.forward
+// fused_silu: fixtures/models/clean.py:43, in fixtures.models.clean.GatedMLP.forward
 template <typename T, typename C>
 static void fused_silu(
     const T* gate_ptr,            // input gate
@@ -17,16 +22,18 @@ static void fused_silu(
     bool contiguous) {            // every input is contiguous with the output's shape
   // One element: load the inputs at their offsets, compute, store at the output index.
   const auto compute = [=](int64_t index, int64_t gate_offset, int64_t up_offset) {
+    // Load the inputs.
     const C gate = static_cast<C>(gate_ptr[gate_offset]);
     const C up = static_cast<C>(up_ptr[up_offset]);
     // line 43: h = F.silu(gate) * up
     const C t0 = gate * sigmoid(gate);
     const C h = t0 * up;
-    h_out[index] = static_cast<T>(h);
+    // Store the outputs.
+    store(h_out, index, h);
   };
   if (contiguous) {
     // Contiguous path: element i of every tensor is at offset i.
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= parallel_grain)
     for (int64_t i = 0; i < n; ++i) {
       compute(i, i, i);
     }
@@ -34,7 +41,7 @@ static void fused_silu(
   }
   // Strided path: threads share the three outer dimensions, the last one is a vector loop.
   const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)
   for (int64_t d0 = 0; d0 < size0; ++d0) {
     for (int64_t d1 = 0; d1 < size1; ++d1) {
       for (int64_t d2 = 0; d2 < size2; ++d2) {

@@ -30,6 +30,7 @@ fused_silu = Kernel(
     "fused_silu",
     fused_silu_reference,
     tensor_inputs=2,
+    depends=((0, 1),),
     source="fixtures/models/clean.py:43",
     triton=(_TRITON_FILE, "fused_silu_kernel"),
     cpp=_CPP_FILE,

@@ -24,6 +24,7 @@ def fused_silu_kernel(
     up_stride2,
     up_stride3,
     CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
     """fixtures.models.clean.GatedMLP.forward in fixtures/models/clean.py, lines 43-43."""
@@ -35,13 +36,25 @@ def fused_silu_kernel(
         gate_offsets = offsets
         up_offsets = offsets
     else:
-        # Coordinates in the 4-d iteration space (the output is contiguous)
-        index3 = offsets % size3
-        index2 = offsets // size3 % size2
-        index1 = offsets // (size3 * size2) % size1
-        index0 = offsets // (size3 * size2 * size1)
-        gate_offsets = index0 * gate_stride0 + index1 * gate_stride1 + index2 * gate_stride2 + index3 * gate_stride3
-        up_offsets = index0 * up_stride0 + index1 * up_stride1 + index2 * up_stride2 + index3 * up_stride3
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        gate_offsets = index3 * gate_stride3
+        up_offsets = index3 * up_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            gate_offsets += index2 * gate_stride2
+            up_offsets += index2 * up_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            gate_offsets += index1 * gate_stride1
+            up_offsets += index1 * up_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            gate_offsets += index0 * gate_stride0
+            up_offsets += index0 * up_stride0
     # Load the inputs (half and bfloat16 widened to float32)
     gate = widen(tl.load(gate_ptr + gate_offsets, mask=mask))
     up = widen(tl.load(up_ptr + up_offsets, mask=mask))

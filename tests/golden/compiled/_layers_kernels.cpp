@@ -2,9 +2,14 @@
 
 #include "transpile_runtime.h"
 
+// Dtype model: each kernel is a template over T, the storage type of all its floating tensors
+// (float, double, half or bfloat16), and C, the type it computes in (double for double, else
+// float); boolean values are bool. The extern "C" entry points at the end instantiate it once
+// per dtype of T, and `<kernel>_kinds` says which tensors are T and which are bool.
+
 namespace transpile {
 
-// fused_tanh: fixtures/models/layers.py:26-26, in fixtures.models.layers.tanh_gelu
+// fused_tanh: fixtures/models/layers.py:26, in fixtures.models.layers.tanh_gelu
 template <typename T, typename C>
 static void fused_tanh(
     const T* x_ptr,            // input x
@@ -15,6 +20,7 @@ static void fused_tanh(
     bool contiguous) {         // every input is contiguous with the output's shape
   // One element: load the inputs at their offsets, compute, store at the output index.
   const auto compute = [=](int64_t index, int64_t x_offset) {
+    // Load the inputs.
     const C x = static_cast<C>(x_ptr[x_offset]);
     // line 26: return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
     const C t0 = C(0.5) * x;
@@ -25,11 +31,12 @@ static void fused_tanh(
     const C t5 = std::tanh(t4);
     const C t6 = C(1.0) + t5;
     const C t7 = t0 * t6;
-    t7_out[index] = static_cast<T>(t7);
+    // Store the outputs.
+    store(t7_out, index, t7);
   };
   if (contiguous) {
     // Contiguous path: element i of every tensor is at offset i.
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= parallel_grain)
     for (int64_t i = 0; i < n; ++i) {
       compute(i, i);
     }
@@ -37,7 +44,7 @@ static void fused_tanh(
   }
   // Strided path: threads share the three outer dimensions, the last one is a vector loop.
   const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)
   for (int64_t d0 = 0; d0 < size0; ++d0) {
     for (int64_t d1 = 0; d1 < size1; ++d1) {
       for (int64_t d2 = 0; d2 < size2; ++d2) {
@@ -52,7 +59,7 @@ static void fused_tanh(
   }
 }
 
-// fused_rsqrt: fixtures/models/layers.py:37-37, in fixtures.models.layers.RMSNorm.forward
+// fused_rsqrt: fixtures/models/layers.py:37, in fixtures.models.layers.RMSNorm.forward
 template <typename T, typename C>
 static void fused_rsqrt(
     const T* variance_ptr,            // input variance
@@ -68,6 +75,7 @@ static void fused_rsqrt(
     bool contiguous) {                // every input is contiguous with the output's shape
   // One element: load the inputs at their offsets, compute, store at the output index.
   const auto compute = [=](int64_t index, int64_t variance_offset, int64_t x_offset, int64_t weight_offset) {
+    // Load the inputs.
     const C variance = static_cast<C>(variance_ptr[variance_offset]);
     const C x = static_cast<C>(x_ptr[x_offset]);
     const C weight = static_cast<C>(weight_ptr[weight_offset]);
@@ -76,11 +84,12 @@ static void fused_rsqrt(
     const C t1 = C(1) / std::sqrt(t0);
     const C t2 = x * t1;
     const C t3 = t2 * weight;
-    t3_out[index] = static_cast<T>(t3);
+    // Store the outputs.
+    store(t3_out, index, t3);
   };
   if (contiguous) {
     // Contiguous path: element i of every tensor is at offset i.
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= parallel_grain)
     for (int64_t i = 0; i < n; ++i) {
       compute(i, i, i, i);
     }
@@ -88,7 +97,7 @@ static void fused_rsqrt(
   }
   // Strided path: threads share the three outer dimensions, the last one is a vector loop.
   const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)
   for (int64_t d0 = 0; d0 < size0; ++d0) {
     for (int64_t d1 = 0; d1 < size1; ++d1) {
       for (int64_t d2 = 0; d2 < size2; ++d2) {
@@ -98,7 +107,9 @@ static void fused_rsqrt(
         const int64_t weight_row = d0 * weight_strides[0] + d1 * weight_strides[1] + d2 * weight_strides[2];
 #pragma omp simd
         for (int64_t d3 = 0; d3 < size3; ++d3) {
-          compute(row + d3, variance_row + d3 * variance_strides[3], x_row + d3 * x_strides[3], weight_row + d3 * weight_strides[3]);
+          compute(
+              row + d3, variance_row + d3 * variance_strides[3], x_row + d3 * x_strides[3],
+              weight_row + d3 * weight_strides[3]);
         }
       }
     }

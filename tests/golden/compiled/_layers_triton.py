@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import power, tanh, widen
+from _transpile_runtime.triton_support import tanh, widen
 
 
 @triton.jit
@@ -19,6 +19,7 @@ def fused_tanh_kernel(
     x_stride2,
     x_stride3,
     CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
     """fixtures.models.layers.tanh_gelu in fixtures/models/layers.py, lines 26-26."""
@@ -29,18 +30,27 @@ def fused_tanh_kernel(
     if CONTIGUOUS:
         x_offsets = offsets
     else:
-        # Coordinates in the 4-d iteration space (the output is contiguous)
-        index3 = offsets % size3
-        index2 = offsets // size3 % size2
-        index1 = offsets // (size3 * size2) % size1
-        index0 = offsets // (size3 * size2 * size1)
-        x_offsets = index0 * x_stride0 + index1 * x_stride1 + index2 * x_stride2 + index3 * x_stride3
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        x_offsets = index3 * x_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            x_offsets += index2 * x_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            x_offsets += index1 * x_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            x_offsets += index0 * x_stride0
     # Load the inputs (half and bfloat16 widened to float32)
     x = widen(tl.load(x_ptr + x_offsets, mask=mask))
     # Compute
     # fixtures/models/layers.py:26  return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
     t0 = 0.5 * x
-    t1 = power(x, 3)
+    t1 = x * x * x
     t2 = 0.044715 * t1
     t3 = x + t2
     t4 = 0.7978845608028654 * t3
@@ -76,6 +86,7 @@ def fused_rsqrt_kernel(
     weight_stride2,
     weight_stride3,
     CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
     """fixtures.models.layers.RMSNorm.forward in fixtures/models/layers.py, lines 37-37."""
@@ -88,21 +99,29 @@ def fused_rsqrt_kernel(
         x_offsets = offsets
         weight_offsets = offsets
     else:
-        # Coordinates in the 4-d iteration space (the output is contiguous)
-        index3 = offsets % size3
-        index2 = offsets // size3 % size2
-        index1 = offsets // (size3 * size2) % size1
-        index0 = offsets // (size3 * size2 * size1)
-        variance_offsets = (
-            index0 * variance_stride0
-            + index1 * variance_stride1
-            + index2 * variance_stride2
-            + index3 * variance_stride3
-        )
-        x_offsets = index0 * x_stride0 + index1 * x_stride1 + index2 * x_stride2 + index3 * x_stride3
-        weight_offsets = (
-            index0 * weight_stride0 + index1 * weight_stride1 + index2 * weight_stride2 + index3 * weight_stride3
-        )
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        variance_offsets = index3 * variance_stride3
+        x_offsets = index3 * x_stride3
+        weight_offsets = index3 * weight_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            variance_offsets += index2 * variance_stride2
+            x_offsets += index2 * x_stride2
+            weight_offsets += index2 * weight_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            variance_offsets += index1 * variance_stride1
+            x_offsets += index1 * x_stride1
+            weight_offsets += index1 * weight_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            variance_offsets += index0 * variance_stride0
+            x_offsets += index0 * x_stride0
+            weight_offsets += index0 * weight_stride0
     # Load the inputs (half and bfloat16 widened to float32)
     variance = widen(tl.load(variance_ptr + variance_offsets, mask=mask))
     x = widen(tl.load(x_ptr + x_offsets, mask=mask))
