@@ -116,11 +116,12 @@ class Kernel:
         computed from. Dtypes: the eager reference run on one-element CPU tensors of the
         input dtypes (0-dim where an input is 0-dim, since that changes promotion). Meta
         tensors would do the same, but their first use imports torch's Python meta
-        kernels, seconds of start-up that a first call must not pay.
+        kernels (and `torch.broadcast_shapes` imports sympy): seconds that a first call
+        must not pay.
         """
         shapes = [shape for shape, _ in signature[: self.tensor_inputs]]
-        shape = torch.broadcast_shapes(*shapes)
-        if any(torch.broadcast_shapes(*(shapes[i] for i in inputs)) != shape for inputs in self.depends):
+        shape = broadcast(shapes)
+        if any(broadcast([shapes[i] for i in inputs]) != shape for inputs in self.depends):
             return None, ()
         samples = [torch.ones((1,) * len(s), dtype=dtype) for s, dtype in signature[: self.tensor_inputs]]
         return shape, tuple(r.dtype for r in self.reference(*samples, *scalars))
@@ -136,6 +137,19 @@ class Kernel:
         from _transpile_runtime.cpp_support import CppLibrary
 
         return CppLibrary.for_file(self._cpp_file)
+
+
+def broadcast(shapes) -> torch.Size:
+    """The broadcast of `shapes` (torch's rules); ValueError when they do not broadcast."""
+    ndim = max((len(s) for s in shapes), default=0)
+    result = [1] * ndim
+    for shape in shapes:
+        for d, size in enumerate(shape, ndim - len(shape)):
+            if size != result[d]:
+                if result[d] != 1 and size != 1:
+                    raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+                result[d] = size if result[d] == 1 else result[d]
+    return torch.Size(result)
 
 
 def layout(tensors, shape) -> tuple[bool, tuple[int, ...] | None, list[tuple[int, ...]]]:
