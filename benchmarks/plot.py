@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from matplotlib import pyplot
 
     reports = [json.loads(path.read_text()) for path in args.reports]
-    width = max(6.0, 1.1 * max(len(r["steady_state"]) for r in reports))
+    width = max(6.0, 1.4 * max(len(r["steady_state"]) for r in reports))
     figure, axes = pyplot.subplots(len(reports), 1, figsize=(width, 4.5 * len(reports)), squeeze=False)
     for axis, report in zip(axes[:, 0], reports):
         panel(axis, report)
