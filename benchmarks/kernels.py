@@ -451,6 +451,12 @@ def _caches(run: dict) -> str:
 
 
 def markdown(report: dict) -> str:
+    return "\n\n".join(table for table in (_steady_table(report), _first_call_table(report)) if table)
+
+
+def _steady_table(report: dict) -> str:
+    if not report["steady_state"]:
+        return ""
     lines = [
         "| case | elements | dtype | eager ms | torch.compile ms | transpiled ms | transpiled vs eager | transpiled vs compile "
         "| transpiled GB/s (% of copy) | compile GB/s (% of copy) | copy GB/s | transpiled path, error | cores busy elsewhere |",
@@ -478,23 +484,27 @@ def markdown(report: dict) -> str:
         busy = [r["other_processes_cores"] for r in v.values() if r["other_processes_cores"] is not None]
         cells.append(f"{max(busy):.2f}" if busy else "-")
         lines.append("| " + " | ".join(cells) + " |")
-    if report["first_call"]:
-        lines += [
-            "",
-            "| case | variant | caches | process start to first result s | first call alone s | peak extra memory MiB (x output) |",
-            "|---|---|---|---|---|---|",
-        ]
-        for run in report["first_call"]:
-            if "error" in run:
-                lines.append(
-                    f"| {run['case']} | {run['variant']} | {run['cache']} | failed: {' '.join(run['error'])} | | |"
-                )
-                continue
-            peak = run["peak_extra_bytes"]
-            memory = f"{peak / 2**20:.1f} ({peak / run['output_bytes']:.2f})" if peak is not None else "not measured"
+    return "\n".join(lines)
+
+
+def _first_call_table(report: dict) -> str:
+    if not report["first_call"]:
+        return ""
+    lines = [
+        "| case | variant | caches | process start to first result s | first call alone s | peak extra memory MiB (x output) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in report["first_call"]:
+        if "error" in run:
             lines.append(
-                f"| {run['case']} | {run['variant']} | {_caches(run)} | {run['to_first_result_s']:.2f} | {run['first_call_s']:.3f} | {memory} |"
+                f"| {run['case']} | {run['variant']} | {run['cache']} | failed: {' '.join(run['error'])} | | |"
             )
+            continue
+        peak = run["peak_extra_bytes"]
+        memory = f"{peak / 2**20:.1f} ({peak / run['output_bytes']:.2f})" if peak is not None else "not measured"
+        lines.append(
+            f"| {run['case']} | {run['variant']} | {_caches(run)} | {run['to_first_result_s']:.2f} | {run['first_call_s']:.3f} | {memory} |"
+        )
     return "\n".join(lines)
 
 
