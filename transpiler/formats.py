@@ -117,26 +117,27 @@ def _render_statistics(diagnostics: list[Diagnostic], marked: set[int], color: b
     return "\n".join(lines) + "\n\n" if lines else ""
 
 
+def diagnostic_record(d: Diagnostic) -> dict:
+    """A diagnostic as JSON data (the `--format json` record, also used by the build report)."""
+    return {
+        "path": d.path,
+        "line": d.line,
+        "col": d.col,
+        "end_line": d.end_line,
+        "end_col": d.end_col,
+        "code": d.code,
+        "name": d.name,
+        "message": d.message,
+        "fix_applicability": d.fix_applicability,
+        "fix": d.fix.title if d.fix else None,
+        "no_fix": d.no_fix,
+        "url": d.url,
+        "dynamo_codes": list(d.dynamo_codes),
+    }
+
+
 def _render_json(diagnostics: list[Diagnostic]) -> str:
-    records = [
-        {
-            "path": d.path,
-            "line": d.line,
-            "col": d.col,
-            "end_line": d.end_line,
-            "end_col": d.end_col,
-            "code": d.code,
-            "name": d.name,
-            "message": d.message,
-            "fix_applicability": d.fix_applicability,
-            "fix": d.fix.title if d.fix else None,
-            "no_fix": d.no_fix,
-            "url": d.url,
-            "dynamo_codes": list(d.dynamo_codes),
-        }
-        for d in diagnostics
-    ]
-    return json.dumps(records, indent=2) + "\n"
+    return json.dumps([diagnostic_record(d) for d in diagnostics], indent=2) + "\n"
 
 
 def _github_data(text: str) -> str:

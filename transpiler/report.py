@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from transpiler.diagnostics import Diagnostic
 from transpiler.fixer import read_source
+from transpiler.formats import diagnostic_record
 from transpiler.ir import Constant, Node, Region, format_region
 from transpiler.writing import write_atomic
 
@@ -148,23 +149,7 @@ def _kernel_files(src: Path, output: Path | None, kernel_files: list[Path]) -> l
 
 def _diagnostics(diagnostics: Iterable[Diagnostic]) -> list[dict]:
     ordered = sorted(diagnostics, key=lambda d: (d.path, d.line, d.col, d.code, d.end_line, d.end_col, d.message))
-    return [
-        {
-            "path": d.path,
-            "line": d.line,
-            "col": d.col,
-            "end_line": d.end_line,
-            "end_col": d.end_col,
-            "code": d.code,
-            "name": d.name,
-            "message": d.message,
-            "fix_applicability": d.fix_applicability,
-            "fix": d.fix.title if d.fix else None,
-            "no_fix": d.no_fix,
-            "url": d.url,
-        }
-        for d in ordered
-    ]
+    return [diagnostic_record(d) for d in ordered]
 
 
 def _regions(regions: list[Region], src: Path, texts: Mapping[Path, str], kernel_files: list[Path]) -> list[dict]:
