@@ -150,3 +150,18 @@ def test_kernel_names_say_what_they_compute_and_are_unique():
 
 def test_statements_sharing_a_line_are_left_alone():
     assert ir("a = x * 2 + 1; b = a.exp()\nreturn b") == []
+
+
+def test_transpile_explain_prints_the_regions_of_a_file(monkeypatch):
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from transpiler.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    result = CliRunner().invoke(main, ["explain", "fixtures/models/layers.py", "fixtures/models/moe.py"])
+    assert result.exit_code == 0, result.output
+    assert "region fused_rsqrt (fixtures/models/layers.py:37, in fixtures.models.layers.RMSNorm.forward)" in result.output
+    assert "  in  eps: scalar = self.eps\n" in result.output and "  out return = t3\n" in result.output
+    assert "fixtures/models/moe.py: no region" in result.output
