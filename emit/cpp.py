@@ -268,7 +268,7 @@ def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
         offsets = f"\n{_wrap(lambda_parameters, ' ' * 6)}"
     body = _render_element(region, names, kinds, source_lines)
     return (
-        f"// {region.name}: {region.path}:{_span(region)}, in {region.function}\n"
+        f"// {region.name}: {region.path}:{region.lines}, in {region.function}\n"
         "template <typename T, typename C>\n"
         f"static void {region.name}(\n{signature}\n"
         "  // One element: load the inputs at their offsets, compute, store at the output index.\n"
@@ -278,12 +278,6 @@ def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
         f"{_render_loops(tensors, names)}"
         "}\n"
     )
-
-
-def _span(region: Region) -> str:
-    if region.first_line == region.last_line:
-        return str(region.first_line)
-    return f"{region.first_line}-{region.last_line}"
 
 
 def _ctype(kind: Kind) -> str:

@@ -102,7 +102,7 @@ def _module_text(text: str, regions: list[Region], source_path: str, kernels_mod
 
 def _guarded(region: Region, original: list[str], source_path: str, result: str) -> list[str]:
     indent = re.match(r"[ \t]*", original[0]).group()
-    lines = [f"{indent}# {source_path}:{_span(region)}\n"]
+    lines = [f"{indent}# {source_path}:{region.lines}\n"]
     lines += [f"{indent}#     {line.rstrip()[len(indent):] if line.startswith(indent) else line.strip()}\n" for line in original]
     args = ", ".join(i.source for i in (*region.tensor_inputs, *region.scalar_inputs))
     conditions = " and ".join(["not torch.compiler.is_compiling()", *region.conditions, f"({result} := {region.name}({args})) is not None"])
@@ -125,10 +125,6 @@ def _select(region: Region, assigned) -> str:
         return ""
     positions = [region.outputs.index(o) for o in assigned]
     return f"[{positions[0]}:{positions[-1] + 1}]"
-
-
-def _span(region: Region) -> str:
-    return str(region.first_line) if region.first_line == region.last_line else f"{region.first_line}-{region.last_line}"
 
 
 def _after_imports(tree: ast.Module) -> int:
@@ -170,7 +166,7 @@ def _kernels_text(regions: list[Region], source_path: str, stem: str, depth: int
         parts.append(
             f'{region.name} = Kernel("{region.name}", {region.name}_reference, tensor_inputs={len(region.tensor_inputs)}, '
             f"depends={_depends(region)!r}, "
-            f'source="{source_path}:{_span(region)}", triton=(_TRITON_FILE, "{region.name}_kernel"), cpp=_CPP_FILE)\n\n'
+            f'source="{source_path}:{region.lines}", triton=(_TRITON_FILE, "{region.name}_kernel"), cpp=_CPP_FILE)\n\n'
         )
     return "".join(parts)
 
@@ -196,7 +192,7 @@ def _reference(region: Region, source_path: str) -> str:
     outputs = "".join(f"{o.value}, " for o in region.outputs)
     return (
         f"def {region.name}_reference({params}):\n"
-        f'    """{source_path}:{_span(region)} in eager PyTorch."""\n'
+        f'    """{source_path}:{region.lines} in eager PyTorch."""\n'
         + "".join(body)
         + f"    return ({outputs.rstrip()})\n\n"
     )

@@ -117,7 +117,7 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
     lines += [f"{INDENT}n_elements,"] + [f"{INDENT}size{d}," for d in range(RANK)]
     lines += [f"{INDENT}{names[i.name]}_stride{d}," for i in tensors for d in range(RANK)]
     lines += [f"{INDENT}CONTIGUOUS: tl.constexpr,", f"{INDENT}NDIM: tl.constexpr,", f"{INDENT}BLOCK_SIZE: tl.constexpr,", "):"]
-    lines.append(f'{INDENT}"""{region.function} in {region.path}, lines {region.first_line}-{region.last_line}."""')
+    lines.append(f'{INDENT}"""{region.function} in {region.path}:{region.lines}."""')
     lines.append(f"{INDENT}# Each program computes BLOCK_SIZE consecutive elements of the outputs")
     lines.append(f"{INDENT}offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)")
     lines.append(f"{INDENT}mask = offsets < n_elements")

@@ -7,9 +7,7 @@ review the diff), and a second run writes byte-identical output.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import io
 import json
 import os
 import subprocess
@@ -158,6 +156,7 @@ def test_fallbacks_autograd_and_torch_compile(compiled, monkeypatch):
     kernel.counts.clear()
     norm(x)  # parameters need gradients: the original code runs
     assert kernel.counts == {"fallback: autograd needs the original code": 1}
+    assert runtime.counters()["fused_rsqrt (fixtures/models/layers.py:37)"] == dict(kernel.counts)
     kernel.counts.clear()
     explanation = torch._dynamo.explain(norm)(x)
     assert explanation.graph_break_count == 0

@@ -61,6 +61,11 @@ class Region:
     conditions: tuple[str, ...] = ()
 
     @property
+    def lines(self) -> str:
+        """`26` or `26-28`: the source lines the region replaces."""
+        return str(self.first_line) if self.first_line == self.last_line else f"{self.first_line}-{self.last_line}"
+
+    @property
     def tensor_inputs(self) -> tuple[Input, ...]:
         return tuple(i for i in self.inputs if i.is_tensor)
 
@@ -68,17 +73,10 @@ class Region:
     def scalar_inputs(self) -> tuple[Input, ...]:
         return tuple(i for i in self.inputs if not i.is_tensor)
 
-    def producer(self, value: str) -> Node | None:
-        for node in self.nodes:
-            if node.out == value:
-                return node
-        return None
-
 
 def format_region(region: Region) -> str:
     """Readable IR, as `transpile explain` prints it."""
-    span = f"{region.first_line}" if region.first_line == region.last_line else f"{region.first_line}-{region.last_line}"
-    lines = [f"region {region.name} ({region.path}:{span}, in {region.function})"]
+    lines = [f"region {region.name} ({region.path}:{region.lines}, in {region.function})"]
     for item in region.inputs:
         kind = "tensor" if item.is_tensor else "scalar"
         lines.append(f"  in  {item.name}: {kind} = {item.source}")

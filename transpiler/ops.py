@@ -26,7 +26,7 @@ module built with those arguments in `__init__` and called on the operands, and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -57,7 +57,6 @@ class Op:
     constant_operands: tuple[int, ...] = ()
     # Result is bool regardless of inputs (comparisons, isnan).
     returns_bool: bool = False
-    inplace: tuple[str, ...] = field(default=(), repr=False)
 
 
 def _unary(name: str, torch_fn: str, triton: str, cpp: str, *extra: str, domain: Domain = Domain.FLOAT, method: bool = True) -> Op:

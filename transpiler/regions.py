@@ -200,11 +200,8 @@ def _bind_constants(spelling: Spelling, args: tuple, kwargs: dict[str, object]) 
     if len(args) > len(spelling.params) or set(kwargs) - set(spelling.params):
         return False
     given = {**dict(zip(spelling.params, args)), **kwargs}
-    return all(
-        param not in given or (given[param] is not NON_LITERAL and (wanted is Ellipsis or given[param] == wanted))
-        or (wanted is Ellipsis)
-        for param, wanted in spelling.pinned
-    )
+    # `...` accepts any argument here, expressions too (`nn.Dropout(config.p)`): the value is unused.
+    return all(wanted is Ellipsis or given.get(param, wanted) == wanted for param, wanted in spelling.pinned)
 
 
 def _constant(node: ast.expr) -> object:

@@ -163,7 +163,8 @@ def _regions(regions: list[Region], src: Path, texts: Mapping[Path, str], kernel
             "path": r.path,
             "first_line": r.first_line,
             "last_line": r.last_line,
-            "location": f"{r.path}:{_span(r.first_line, r.last_line)}",
+            "location": f"{r.path}:{r.lines}",
+            "lines": r.lines,
             "inputs": [asdict(i) for i in r.inputs],
             "nodes": [_node(n) for n in r.nodes],
             "outputs": [asdict(o) for o in r.outputs],
@@ -190,10 +191,6 @@ def _source_lines(src: Path, texts: Mapping[Path, str]) -> list[str]:
 def _node(node: Node) -> dict:
     operands = [_json_constant(o) if i in node.constants else o for i, o in enumerate(node.operands)]
     return {"out": node.out, "op": node.op, "operands": operands, "constants": list(node.constants), "line": node.line}
-
-
-def _span(first: int, last: int) -> str:
-    return str(first) if first == last else f"{first}-{last}"
 
 
 def _json_constant(value: Constant | str) -> Constant | str:
@@ -332,7 +329,7 @@ def _region(region: dict, out: str) -> str:
             f"<p><code>{_e(region['location'])}</code> in <code>{_e(region['function'])}</code>,"
             f" {_plural(len(region['nodes']), 'op')}</p>",
             f"<p>{'Line' if region['first_line'] == region['last_line'] else 'Lines'}"
-            f" {_span(region['first_line'], region['last_line'])} of the source:</p>",
+            f" {region['lines']} of the source:</p>",
             f"<pre><code>{_e(source)}</code></pre>" if source else '<p class="none">Source text not available.</p>',
             "<p>Region IR:</p>",
             f"<pre><code>{_e(region['ir'])}</code></pre>",

@@ -195,32 +195,39 @@ def _load_file(path: Path):
     return sys.modules[name]
 
 
-class _Triton:
+class _Backend:
+    """One kernel backend: its support module's dtype check (cached: it runs on every call) and launch."""
+
+    name: str
+
+    def __init__(self, support) -> None:
+        self.support = support
+        self._unsupported = functools.lru_cache(maxsize=256)(support.unsupported)
+
+    def unsupported(self, tensor_dtypes, output_dtypes) -> str | None:
+        return self._unsupported(tuple(tensor_dtypes), tuple(output_dtypes))
+
+
+class _Triton(_Backend):
     name = "triton"
 
     def __init__(self) -> None:
         from _transpile_runtime import triton_support
 
-        self.support = triton_support
-
-    def unsupported(self, tensor_dtypes, output_dtypes) -> str | None:
-        return self.support.unsupported(tensor_dtypes, output_dtypes)
+        super().__init__(triton_support)
 
     def launch(self, kernel: Kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> str | None:
         self.support.launch(kernel.triton_kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous)
         return None
 
 
-class _Cpp:
+class _Cpp(_Backend):
     name = "cpp"
 
     def __init__(self) -> None:
         from _transpile_runtime import cpp_support
 
-        self.support = cpp_support
-
-    def unsupported(self, tensor_dtypes, output_dtypes) -> str | None:
-        return self.support.unsupported(tensor_dtypes, output_dtypes)
+        super().__init__(cpp_support)
 
     def launch(self, kernel: Kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> str | None:
         library = kernel.cpp_library

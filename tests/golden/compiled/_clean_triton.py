@@ -27,7 +27,7 @@ def fused_silu_kernel(
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
-    """fixtures.models.clean.GatedMLP.forward in fixtures/models/clean.py, lines 43-43."""
+    """fixtures.models.clean.GatedMLP.forward in fixtures/models/clean.py:43."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
     offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements

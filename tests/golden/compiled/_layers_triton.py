@@ -22,7 +22,7 @@ def fused_tanh_kernel(
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
-    """fixtures.models.layers.tanh_gelu in fixtures/models/layers.py, lines 26-26."""
+    """fixtures.models.layers.tanh_gelu in fixtures/models/layers.py:26."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
     offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
@@ -89,7 +89,7 @@ def fused_rsqrt_kernel(
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
 ):
-    """fixtures.models.layers.RMSNorm.forward in fixtures/models/layers.py, lines 37-37."""
+    """fixtures.models.layers.RMSNorm.forward in fixtures/models/layers.py:37."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
     offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
