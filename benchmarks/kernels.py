@@ -35,14 +35,10 @@ pinned so that freed tensors leave the resident set (tracemalloc does not see to
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import importlib.util
 import json
 import os
-import platform
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,6 +52,19 @@ from types import ModuleType
 import torch
 from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib, also when this file is loaded by path
+from benchlib import (  # noqa: E402
+    add_timing_arguments,
+    cache_files,
+    environment,
+    fresh_process,
+    ms,
+    peak_extra_bytes,
+    quietest_timing,
+    since_parent_start,
+    synchronize,
+)
+
 HERE = Path(__file__).resolve().parent
 SOURCE_MODELS = HERE / "models"
 SOURCE_PACKAGE = "bench_models"  # benchmarks/models, imported under this name
@@ -65,9 +74,6 @@ COMPILED_PACKAGE = "transpiled_models"  # the --compiled directory, imported und
 HIDDEN = 4096
 HEADS, SEQ = 8, 128
 GRAIN = HEADS * SEQ * SEQ  # sizes must be multiples of this (2**17), so every case can be built
-MIN_ITERATIONS = 10
-RETRY_PAUSE_S = 3.0
-L2_FLUSH_BYTES = 256 * 2**20
 # Elementwise tolerance against the float64 module: rounding of the storage dtype, and eager's
 # own rounding of every intermediate in low precision.
 TOLERANCES = {
@@ -123,8 +129,6 @@ CASES = (
 )
 CASES_BY_NAME = {case.name: case for case in CASES}
 VARIANTS = ("eager", "compile", "transpiled")
-# Where Inductor, Triton and the transpiled C++ kernels keep what they compiled, per user.
-CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRANSPILE_CACHE_DIR")
 
 
 # -- modules -----------------------------------------------------------------------------
@@ -170,83 +174,6 @@ def make_inputs(case: Case, n: int, dtype: torch.dtype, device: str) -> tuple[to
 
 
 # -- measuring ---------------------------------------------------------------------------
-def synchronize(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def median_seconds(call: Callable[[], object], device: str, budget: float) -> tuple[float, int]:
-    """Steady-state median time of `call` and the number of timed iterations."""
-    for _ in range(3):  # warm-up: compilation, kernel loading, allocator pools
-        call()
-    synchronize(device)
-    start = time.perf_counter()
-    for _ in range(3):
-        call()
-    synchronize(device)
-    estimate = (time.perf_counter() - start) / 3
-    iterations = max(MIN_ITERATIONS, min(1000, int(budget / max(estimate, 1e-6))))
-    if device == "cuda":
-        flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device)
-        events = [
-            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iterations)
-        ]
-        for begin, end in events:
-            flush.zero_()
-            begin.record()
-            call()
-            end.record()
-        torch.cuda.synchronize()
-        times = [begin.elapsed_time(end) / 1e3 for begin, end in events]
-    else:
-        times = []
-        for _ in range(iterations):
-            start = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - start)
-    return statistics.median(times), iterations
-
-
-def machine_seconds() -> float | None:
-    """CPU seconds all processes (and the hypervisor, as steal) have used since boot; None off Linux."""
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    except OSError:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def own_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def timed_with_contention(call: Callable[[], object], device: str, budget: float) -> dict:
-    """`median_seconds`, and how many cores other processes kept busy meanwhile: on 2 shared cores,
-    any of them stalls the OpenMP barriers of every variant and the numbers mean little."""
-    start, machine, own = time.perf_counter(), machine_seconds(), own_seconds()
-    seconds, iterations = median_seconds(call, device, budget)
-    result = {"seconds": seconds, "iterations": iterations, "other_processes_cores": None}
-    if machine is not None:
-        others = machine_seconds() - machine - (own_seconds() - own)
-        result["other_processes_cores"] = max(0.0, others) / (time.perf_counter() - start)
-    return result
-
-
-def quietest_timing(call: Callable[[], object], args: argparse.Namespace) -> dict:
-    """The timing least disturbed by other processes, trying again (after a pause) while they are busy."""
-    attempts = []
-    for _ in range(args.attempts):
-        attempts.append(timed_with_contention(call, args.device, args.budget))
-        busy = attempts[-1]["other_processes_cores"]
-        if busy is None or busy <= args.max_busy:
-            break
-        time.sleep(RETRY_PAUSE_S)
-    best = min(attempts, key=lambda a: a["other_processes_cores"] or 0.0)
-    return {**best, "attempts": len(attempts)}
-
-
 def copy_bandwidth(total_bytes: int, args: argparse.Namespace) -> float:
     """Bytes per second of `dst.copy_(src)` that reads and writes `total_bytes` in all."""
     source = torch.randint(0, 255, (total_bytes // 2,), dtype=torch.uint8, device=args.device)
@@ -321,7 +248,7 @@ def child(spec: dict) -> dict:
     """Run in a fresh process: time to the first result, then one more call's peak memory."""
     case, device, dtype = CASES_BY_NAME[spec["case"]], spec["device"], getattr(torch, spec["dtype"])
     compiled = Path(spec["compiled"]) if spec["compiled"] else None
-    cache_files = sum(len(files) for name in CACHE_VARIABLES for _, _, files in os.walk(os.environ[name]))
+    files_at_start = cache_files()
     with torch.no_grad():
         module = build_module(case, spec["variant"], compiled, dtype, device)
         inputs = make_inputs(case, spec["elements"], dtype, device)
@@ -330,9 +257,9 @@ def child(spec: dict) -> dict:
         output = module(*inputs)
         synchronize(device)
         first_call = time.perf_counter() - start
-        to_first_result = time.time() - float(os.environ["BENCH_PARENT_START"])
+        to_first_result = since_parent_start()
         result = {"to_first_result_s": to_first_result, "first_call_s": first_call, "output_bytes": output.nbytes}
-        result["cache_files_at_start"] = cache_files  # 0: a cold start indeed
+        result["cache_files_at_start"] = files_at_start  # 0: a cold start indeed
         del output
         result["peak_extra_bytes"] = peak_extra_bytes(lambda: module(*inputs), device)
         if spec["variant"] == "transpiled":
@@ -343,39 +270,12 @@ def child(spec: dict) -> dict:
     return result
 
 
-def peak_extra_bytes(call: Callable[[], object], device: str) -> int | None:
-    """Memory one call needs above what is live before it (its output included); None where unmeasurable."""
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        call()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base
-    try:
-        base = _status_kib("VmRSS")
-        Path("/proc/self/clear_refs").write_text("5")  # the high water mark restarts from the current RSS
-        call()
-        return (_status_kib("VmHWM") - base) * 1024
-    except OSError:
-        return None
-
-
-def _status_kib(field_name: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field_name}:"):
-            return int(line.split()[1])
-    raise OSError(f"no {field_name} in /proc/self/status")
-
-
 def first_calls(case: Case, n: int, dtype: torch.dtype, args: argparse.Namespace) -> list[dict]:
     """Fresh processes for eager, and for torch.compile and transpiled with cold then warm caches."""
     runs = [("eager", "none")] + [(v, cache) for v in args.variants if v != "eager" for cache in ("cold", "warm")]
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-caches-") as caches:
         for variant, cache in runs:
-            directory = Path(caches) / variant  # cold: empty; warm: what the cold run left
-            env = {**os.environ, **{name: str(directory / name.lower()) for name in CACHE_VARIABLES}}
-            env["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)  # freed tensors return to the OS: RSS tracks live ones
             spec = {
                 "case": case.name,
                 "variant": variant,
@@ -384,59 +284,15 @@ def first_calls(case: Case, n: int, dtype: torch.dtype, args: argparse.Namespace
                 "device": args.device,
             }
             spec["compiled"] = str(args.compiled) if args.compiled else None
-            env["BENCH_PARENT_START"] = repr(time.time())
-            done = subprocess.run(
-                [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
-                env=env,
-                capture_output=True,
-                text=True,
+            # cold: an empty directory; warm: what the cold run left
+            found = fresh_process(
+                Path(__file__).resolve(), spec, Path(caches) / variant, f"{case.name} ({variant}, {cache} cache)"
             )
-            if done.returncode != 0:
-                print(f"first call of {case.name} ({variant}, {cache} cache) failed:\n{done.stderr}", file=sys.stderr)
-                results.append({**spec, "cache": cache, "error": done.stderr.strip().splitlines()[-1:]})
-                continue
-            results.append({**spec, "cache": cache, **json.loads(done.stdout.strip().splitlines()[-1])})
+            results.append({**spec, "cache": cache, **found})
     return results
 
 
 # -- report --------------------------------------------------------------------------------
-def environment(device: str) -> dict:
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
-    cpu = platform.processor()
-    try:
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python", *sys.argv]),
-        "machine": {
-            "cpu": cpu,
-            "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
-            "platform": platform.platform(),
-            "load_average_at_start": os.getloadavg(),  # other processes on the machine skew CPU timings
-        },
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "triton": triton_version},
-        "device": device,
-    }
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3f}"
-
-
 def _size(n: int) -> str:
     return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else str(n)
 
@@ -465,7 +321,7 @@ def _steady_table(report: dict) -> str:
     for row in report["steady_state"]:
         v = row["variants"]
         cells = [row["case"], _size(row["elements"]), row["dtype"]]
-        cells += [_ms(v[name]["seconds"]) if name in v else "-" for name in VARIANTS]
+        cells += [ms(v[name]["seconds"]) if name in v else "-" for name in VARIANTS]
         transpiled = v.get("transpiled")
         cells.append(f"{v['eager']['seconds'] / transpiled['seconds']:.2f}x" if transpiled and "eager" in v else "-")
         cells.append(
@@ -536,17 +392,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--first-call-size", type=int, metavar="LOG2", help="elements (power of two) there; default the largest size"
     )
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
-    parser.add_argument(
-        "--budget", type=float, default=1.0, help="seconds of timed iterations per measurement (default 1)"
-    )
-    parser.add_argument(
-        "--max-busy",
-        type=float,
-        default=0.25,
-        metavar="CORES",
-        help="time again when other processes kept more cores than this busy meanwhile (default 0.25)",
-    )
-    parser.add_argument("--attempts", type=int, default=4, help="timings per measurement at most (default 4)")
+    add_timing_arguments(parser, budget=1.0)
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every raw number here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

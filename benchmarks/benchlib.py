@@ -1,0 +1,223 @@
+"""Measuring helpers shared by the benchmark harnesses: steady-state timing, peak memory, fresh processes, environment.
+
+Steady state: warm-up, then enough iterations to fill a budget of seconds (at least 10),
+median. CPU times with `time.perf_counter`; CUDA with events around each call, after
+overwriting a 256 MiB buffer so that no input is still in L2. On a shared CPU, each
+timing also records how many cores other processes kept busy meanwhile, and is taken
+again (up to `--attempts` times) while they are busier than `--max-busy`.
+
+Fresh processes: the harness runs itself again with `--child SPEC`; the child reports
+one JSON line. Inductor, Triton and the transpiled C++ kernels keep their caches in
+per-variant directories, so a first run is cold and the next one warm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+MIN_ITERATIONS = 10
+RETRY_PAUSE_S = 3.0
+L2_FLUSH_BYTES = 256 * 2**20
+# Where Inductor, Triton and the transpiled C++ kernels keep what they compiled, per user.
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRANSPILE_CACHE_DIR")
+PARENT_START = "BENCH_PARENT_START"  # the parent's clock when it started the child
+
+
+# -- steady state ------------------------------------------------------------------------
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_seconds(call: Callable[[], object], device: str, budget: float) -> tuple[float, int]:
+    """Steady-state median time of `call` and the number of timed iterations."""
+    for _ in range(3):  # warm-up: compilation, kernel loading, allocator pools
+        call()
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(3):
+        call()
+    synchronize(device)
+    estimate = (time.perf_counter() - start) / 3
+    iterations = max(MIN_ITERATIONS, min(1000, int(budget / max(estimate, 1e-6))))
+    if device == "cuda":
+        flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device)
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iterations)
+        ]
+        for begin, end in events:
+            flush.zero_()
+            begin.record()
+            call()
+            end.record()
+        torch.cuda.synchronize()
+        times = [begin.elapsed_time(end) / 1e3 for begin, end in events]
+    else:
+        times = []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+    return statistics.median(times), iterations
+
+
+def machine_seconds() -> float | None:
+    """CPU seconds all processes (and the hypervisor, as steal) have used since boot; None off Linux."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_with_contention(call: Callable[[], object], device: str, budget: float) -> dict:
+    """`median_seconds`, and how many cores other processes kept busy meanwhile: on 2 shared cores,
+    any of them stalls the OpenMP barriers of every variant and the numbers mean little."""
+    start, machine, own = time.perf_counter(), machine_seconds(), own_seconds()
+    seconds, iterations = median_seconds(call, device, budget)
+    result = {"seconds": seconds, "iterations": iterations, "other_processes_cores": None}
+    if machine is not None:
+        others = machine_seconds() - machine - (own_seconds() - own)
+        result["other_processes_cores"] = max(0.0, others) / (time.perf_counter() - start)
+    return result
+
+
+def quietest_timing(call: Callable[[], object], args: argparse.Namespace) -> dict:
+    """The timing least disturbed by other processes, trying again (after a pause) while they are busy."""
+    attempts = []
+    for _ in range(args.attempts):
+        attempts.append(timed_with_contention(call, args.device, args.budget))
+        busy = attempts[-1]["other_processes_cores"]
+        if busy is None or busy <= args.max_busy:
+            break
+        time.sleep(RETRY_PAUSE_S)
+    best = min(attempts, key=lambda a: a["other_processes_cores"] or 0.0)
+    return {**best, "attempts": len(attempts)}
+
+
+def add_timing_arguments(parser: argparse.ArgumentParser, budget: float) -> None:
+    """--budget, --max-busy and --attempts, which `quietest_timing` reads."""
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=budget,
+        help=f"seconds of timed iterations per measurement (default {budget:g})",
+    )
+    parser.add_argument(
+        "--max-busy",
+        type=float,
+        default=0.25,
+        metavar="CORES",
+        help="time again when other processes kept more cores than this busy meanwhile (default 0.25)",
+    )
+    parser.add_argument("--attempts", type=int, default=4, help="timings per measurement at most (default 4)")
+
+
+# -- peak memory -------------------------------------------------------------------------
+def peak_extra_bytes(call: Callable[[], object], device: str) -> int | None:
+    """Memory one call needs above what is live before it (its output included); None where unmeasurable."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        call()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    try:
+        base = _status_kib("VmRSS")
+        Path("/proc/self/clear_refs").write_text("5")  # the high water mark restarts from the current RSS
+        call()
+        return (_status_kib("VmHWM") - base) * 1024
+    except OSError:
+        return None
+
+
+def _status_kib(field_name: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field_name}:"):
+            return int(line.split()[1])
+    raise OSError(f"no {field_name} in /proc/self/status")
+
+
+# -- fresh processes ----------------------------------------------------------------------
+def fresh_process(script: Path, spec: dict, caches: Path, label: str) -> dict:
+    """Run `script --child SPEC` in a new interpreter whose compile caches live under `caches`
+    (empty: cold; left by an earlier run: warm); its last stdout line, as JSON, or {"error": ...}."""
+    env = {**os.environ, **{name: str(caches / name.lower()) for name in CACHE_VARIABLES}}
+    env["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)  # freed tensors return to the OS: RSS tracks live ones
+    env[PARENT_START] = repr(time.time())
+    done = subprocess.run(
+        [sys.executable, str(script), "--child", json.dumps(spec)], env=env, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        print(f"first call of {label} failed:\n{done.stderr}", file=sys.stderr)
+        return {"error": done.stderr.strip().splitlines()[-1:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def since_parent_start() -> float:
+    """In a child: seconds since the parent started it (interpreter start and imports included)."""
+    return time.time() - float(os.environ[PARENT_START])
+
+
+def cache_files() -> int:
+    """In a child: files in its compile caches (0: a cold start indeed)."""
+    return sum(len(files) for name in CACHE_VARIABLES for _, _, files in os.walk(os.environ[name]))
+
+
+# -- report --------------------------------------------------------------------------------
+def environment(device: str) -> dict:
+    """Date, command, machine and versions, for the JSON report."""
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    cpu = platform.processor()
+    try:
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        pass
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["python", *sys.argv]),
+        "machine": {
+            "cpu": cpu,
+            "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+            "platform": platform.platform(),
+            "load_average_at_start": os.getloadavg(),  # other processes on the machine skew CPU timings
+        },
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "triton": triton_version},
+        "device": device,
+    }
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
