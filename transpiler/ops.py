@@ -32,6 +32,12 @@ from enum import Enum
 
 class OpKind(Enum):
     POINTWISE = "pointwise"
+    # Reduces along one dim (`dim` operand) or normalises along it (softmax, layer_norm):
+    # recognised in source, then lowered (transpiler/lowering.py) to ROW ops and pointwise ops.
+    REDUCTION = "reduction"
+    # The primitives reductions lower to: a sum, max or min over each row of the
+    # iteration space, and the row's length. Backends render them structurally.
+    ROW = "row"
 
 
 class Domain(Enum):
@@ -174,6 +180,51 @@ OPS: tuple[Op, ...] = (
     _unary("trunc", "trunc", "trunc({0})", "std::trunc({0})", domain=Domain.NUMERIC),
 )
 
+def _reduction(name: str, torch_fn: str, *extra: str, correction: bool = False) -> Op:
+    """`torch.fn(input, dim, keepdim=False)` and `x.fn(dim, keepdim=False)`; var and std take a correction."""
+    params = "dim, correction:=1, keepdim:=False" if correction else "dim, keepdim:=False"
+    eager = "torch.{fn}({{0}}, dim={{1}}, correction={{2}}, keepdim={{3}})" if correction else "torch.{fn}({{0}}, dim={{1}}, keepdim={{2}})"
+    spellings = (f"torch.{torch_fn}(input, {params})", f"Tensor.{torch_fn}({params})", *extra)
+    constants = (1, 2, 3) if correction else (1, 2)
+    return Op(name, len(constants) + 1, eager.format(fn=torch_fn), "", "", spellings, kind=OpKind.REDUCTION, constant_operands=constants)
+
+
+def _normalisation(name: str, torch_fn: str, module: str) -> Op:
+    """softmax and log_softmax: `F.fn(input, dim)`, `torch.fn(input, dim)`, `x.fn(dim)`, `nn.Module(dim)`."""
+    spellings = (
+        f"{F}.{torch_fn}(input, dim, _stacklevel=..., dtype=None)", f"torch.{torch_fn}(input, dim, dtype=None)",
+        f"Tensor.{torch_fn}(dim, dtype=None)", f"torch.special.{torch_fn}(input, dim, dtype=None)",
+        f"module:torch.nn.{module}(dim) -> input, dim",
+    )
+    return Op(name, 2, f"torch.{torch_fn}({{0}}, dim={{1}})", "", "", spellings, kind=OpKind.REDUCTION, constant_operands=(1,))
+
+
+REDUCTIONS: tuple[Op, ...] = (
+    _reduction("sum", "sum"),
+    _reduction("mean", "mean"),
+    _reduction("amax", "amax"),
+    _reduction("amin", "amin"),
+    _reduction("var", "var", correction=True),
+    _reduction("std", "std", correction=True),
+    _reduction("logsumexp", "logsumexp", "torch.special.logsumexp(input, dim, keepdim:=False)"),
+    _normalisation("softmax", "softmax", "Softmax"),
+    _normalisation("log_softmax", "log_softmax", "LogSoftmax"),
+    # Over the last dim only: a one-dim `normalized_shape` (the runtime checks the weight covers it).
+    Op("layer_norm", 4, f"{F}.layer_norm({{0}}, {{1}}.shape, {{1}}, {{2}}, {{3}})", "", "",
+       (f"{F}.layer_norm(input, normalized_shape=..., weight, bias, eps:=1e-05)",
+        "module:torch.nn.LayerNorm(normalized_shape=..., eps=..., elementwise_affine=True, bias=True) -> input, .weight, .bias, .eps"),
+       kind=OpKind.REDUCTION, constant_operands=(3,)),
+)
+# The dim every reduction above reduces along: operand 1, except layer_norm's last dim.
+LAST_DIM_OPS = frozenset({"layer_norm"})
+
+ROW_OPS: tuple[Op, ...] = (
+    Op("row_sum", 1, "", "", "", kind=OpKind.ROW),
+    Op("row_max", 1, "", "", "", kind=OpKind.ROW),
+    Op("row_min", 1, "", "", "", kind=OpKind.ROW),
+    Op("row_size", 0, "", "", "", kind=OpKind.ROW),
+)
+
 # Casts are ops parameterised by their target dtype: one entry per dtype would repeat
 # the same rendering, so the dtype is the constant operand {1}, a torch dtype name.
 CAST = Op(
@@ -188,7 +239,7 @@ CAST_METHODS = {"float": "float32", "double": "float64", "half": "float16", "bfl
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
 DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32", "long": "int64", "short": "int16"}
 
-BY_NAME: dict[str, Op] = {op.name: op for op in (*OPS, CAST)}
+BY_NAME: dict[str, Op] = {op.name: op for op in (*OPS, CAST, *REDUCTIONS, *ROW_OPS)}
 
 
 @dataclass(frozen=True)
@@ -201,11 +252,15 @@ class Spelling:
     pinned: tuple[tuple[str, object], ...]  # parameter -> required value
     operands: tuple[str, ...]  # parameters that become the op's operands, in operand order
     defaults: tuple[tuple[str, object], ...] = ()  # operand -> value when omitted
+    # Modules only: the op's operands after `->`: `input` (the call's argument), a constructor
+    # parameter (its constant), or `.attr` (the module's attribute). Empty: the call's arguments.
+    module_operands: tuple[str, ...] = ()
 
 
 def _parse(op: Op, text: str) -> Spelling:
     if " " in text.split("(")[0] or text[0] in "-+~":  # operators: "a + b", "-a"
         return Spelling(op, text.replace(" ", ""), (), (), ())  # keys like "a+b", "-a"
+    text, _, module_operands = text.partition(" -> ")
     callee, _, rest = text.partition("(")
     params, pinned, operands, defaults = [], [], [], []
     for part in filter(None, (p.strip() for p in rest.rstrip(")").split(","))):
@@ -221,7 +276,8 @@ def _parse(op: Op, text: str) -> Spelling:
     if callee.startswith("Tensor."):
         operands.insert(0, "self")
         params.insert(0, "self")
-    return Spelling(op, callee, tuple(params), tuple(pinned), tuple(operands), tuple(defaults))
+    arrow = tuple(o.strip() for o in module_operands.split(",")) if module_operands else ()
+    return Spelling(op, callee, tuple(params), tuple(pinned), tuple(operands), tuple(defaults), arrow)
 
 
 SPELLINGS: tuple[Spelling, ...] = tuple(_parse(op, s) for op in BY_NAME.values() for s in op.spellings)
