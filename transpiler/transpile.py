@@ -26,6 +26,7 @@ from pathlib import Path
 from transpiler.diagnostics import Diagnostic
 from transpiler.discovery import DiscoveryError, module_name, tree_files
 from transpiler.fixer import SideEffects, encode_source, fix_project, read_source
+from transpiler.imports import ImportRewrite, absolute_sources, plan_imports
 from transpiler.ir import Region
 from transpiler.rule import REGISTRY
 from transpiler.writing import write_atomic
@@ -52,6 +53,11 @@ class Plan:
     @property
     def python_files(self) -> list[Path]:
         return sorted(src for src in self.files.values() if src.suffix == ".py")
+
+    @property
+    def depths(self) -> dict[Path, int]:
+        """Per Python source: the number of directories between `out` and its output."""
+        return {src: len(dst.relative_to(self.out).parts) - 1 for dst, src in self.files.items() if src.suffix == ".py"}
 
 
 def plan(sources: list[Path], out: Path, is_excluded_entry: Callable[[Path], bool]) -> Plan:
@@ -126,6 +132,7 @@ class BuildResult:
     remaining: list[Diagnostic] = field(default_factory=list)
     regions: dict[Path, list[Region]] = field(default_factory=dict)  # by source file, those compiled
     kernel_files: list[Path] = field(default_factory=list)  # generated beside the modules, and the runtime
+    imports: list[ImportRewrite] = field(default_factory=list)  # relative imports leaving `out`, made absolute
 
 
 def build(
@@ -146,13 +153,15 @@ def build(
         rounds.append(diagnostics)
         return diagnostics
 
+    imports = plan_imports(layout.depths)  # before any work: raises for an import with nowhere to go
     fixed = fix_project(layout.python_files, lint_round, unsafe, side_effects)
-    result = BuildResult(layout.out, len(layout.files), found=list(rounds[0]), applied=fixed.applied)
+    sources = {**fixed.sources, **absolute_sources(imports, fixed.sources)}
+    result = BuildResult(layout.out, len(layout.files), found=list(rounds[0]), applied=fixed.applied, imports=imports)
     previous = _read_manifest(layout.out)
     written: dict[str, tuple[int, int]] = {}
     output_of: dict[str, str] = {}
     errors: list[Diagnostic] = []
-    compiled = _compile(layout, fixed.sources) if kernels else {}
+    compiled = _compile(layout, sources) if kernels else {}
     for dst, src in sorted(layout.files.items()):
         rel = dst.relative_to(layout.out).as_posix()
         if src in compiled:
@@ -165,11 +174,11 @@ def build(
                 if target != dst:
                     result.kernel_files.append(target)
             output_of[str(src)] = str(dst)
-            if src in fixed.sources:
+            if src in sources:
                 result.rewritten.append(dst)
             continue
-        if src in fixed.sources:
-            _write_if_changed(dst, encode_source(src, fixed.sources[src]), like=src)
+        if src in sources:
+            _write_if_changed(dst, encode_source(src, sources[src]), like=src)
             result.rewritten.append(dst)
         else:
             error = _read_error(src)
@@ -217,9 +226,8 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
     from transpiler.engine import project_facts
     from transpiler.regions import find_regions
 
-    sources = layout.python_files
+    sources, depths = layout.python_files, layout.depths
     facts = project_facts(sources, {p: encode_source(p, t) for p, t in fixed.items()})
-    destination = {src: dst for dst, src in layout.files.items()}
     compiled = {}
     for src in sources:
         try:
@@ -233,8 +241,7 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
             tree, src.as_posix(), module_name(src), src.name == "__init__.py", text, set(facts.compiled), facts.tensor_params
         )
         if regions:
-            depth = len(destination[src].relative_to(layout.out).parts) - 1
-            compiled[src] = (regions, emit(text, regions, src.as_posix(), depth), text)
+            compiled[src] = (regions, emit(text, regions, src.as_posix(), depths[src]), text)
     return compiled
 
 
@@ -359,7 +366,8 @@ def rule_rows(result: BuildResult) -> list[RuleRow]:
 def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
     """The closing report: `text` (a table, then what was left and why) or `json` (the same data)."""
     rows = rule_rows(result)
-    kernels_only = sum(1 for src in result.regions if str(src) not in {d.path for d in result.applied})
+    changed = {d.path for d in result.applied} | {r.path for r in result.imports}
+    kernels_only = sum(1 for src in result.regions if str(src) not in changed)
     copied = result.files - len(result.rewritten) - kernels_only - len(result.unreadable)
     left = sorted(result.remaining, key=lambda d: (d.path, d.line, d.col, d.code))
     if fmt == "json":
@@ -380,6 +388,7 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
                 for r in found
             ],
             "report": str(result.out / "transpile-report.html"),
+            "imports": [r.__dict__ for r in result.imports],
             "fixes": [
                 # No line: fixes nested in others are planned on partly rewritten text.
                 {"path": d.path, "code": d.code, "title": d.fix.title, "safety": d.fix.safety}
@@ -403,6 +412,12 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
         lines.append(
             f"Compiled {_plural(len(regions), 'region')} of {_plural(len(result.regions), 'file')} into fused kernels"
             f" (Triton on CUDA, C++ on CPU): {', '.join(r.name for r in regions)}."
+        )
+    if result.imports:
+        first, files = result.imports[0], len({r.path for r in result.imports})
+        lines.append(
+            f"Made {_plural(len(result.imports), 'relative import')} of {_plural(files, 'file')} that leave the output"
+            f" tree absolute (`{first.relative}` -> `{first.absolute}`, ...)."
         )
     lines.append(f"Report: {result.out / 'transpile-report.html'}")
     if result.removed:

@@ -1,0 +1,155 @@
+"""Relative imports that leave the output tree become absolute imports of the original package
+(transpiler/imports.py): the rewritten text, that the output imports the originals through them,
+and the error when the source is not inside a package."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from transpiler.cli import main
+
+# `top` is a package; only `top/sub` is transpiled, so `..` and above leave the tree.
+TOP = {
+    "top/__init__.py": "LEVEL = 'top'\n",
+    "top/util.py": "def helper():\n    return 'original util'\n",
+    "top/sub/__init__.py": "from .. import util  # the parent package\n",
+    "top/sub/sibling.py": "VALUE = 'sibling'\n",
+    "top/sub/mod.py": """\
+from __future__ import annotations
+
+from ..util import helper  # outside: made absolute
+from . import sibling
+from .sibling import VALUE
+from .. import LEVEL
+from ..import util as spaceless
+
+
+def inner():
+    from ..util import (  # a comment the rewrite keeps
+        helper as again,
+    )
+
+    return again
+""",
+    "top/sub/deep/__init__.py": "",
+    "top/sub/deep/leaf.py": "from ..sibling import VALUE\nfrom ...util import helper\n",
+}
+MOD_OUT = """\
+from __future__ import annotations
+
+from top.util import helper  # outside: made absolute
+from . import sibling
+from .sibling import VALUE
+from top import LEVEL
+from top import util as spaceless
+
+
+def inner():
+    from top.util import (  # a comment the rewrite keeps
+        helper as again,
+    )
+
+    return again
+"""
+
+
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    for relative, content in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(content, encoding="utf-8")
+
+
+@pytest.fixture
+def transpile(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRANSPILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRANSPILE_TRACEBACK", raising=False)
+
+    def invoke(*args: object):
+        return CliRunner().invoke(main, ["build", "--no-cache", *map(str, args)], prog_name="transpile")
+
+    return invoke
+
+
+@pytest.fixture
+def importable(tmp_path):
+    """`tmp_path/src` and `tmp_path/build` on sys.path, and every module imported from them forgotten after."""
+    sys.path[:0] = [str(tmp_path / "src"), str(tmp_path / "build")]
+    yield
+    sys.path.remove(str(tmp_path / "src"))
+    sys.path.remove(str(tmp_path / "build"))
+    for name in [n for n in sys.modules if n.split(".")[0] in ("top", "outpkg")]:
+        del sys.modules[name]
+
+
+def test_imports_leaving_the_tree_become_absolute_and_the_rest_stay(tmp_path, transpile, importable):
+    write_tree(tmp_path / "src", TOP)
+    out = tmp_path / "build" / "outpkg"
+    run = transpile(tmp_path / "src" / "top" / "sub", "-o", out, "--format", "json")
+    assert run.exit_code == 0, run.output
+    assert (out / "mod.py").read_text() == MOD_OUT
+    assert (out / "__init__.py").read_text() == "from top import util  # the parent package\n"
+    assert (out / "deep" / "leaf.py").read_text() == "from ..sibling import VALUE\nfrom top.util import helper\n"
+    assert (out / "sibling.py").read_bytes() == (tmp_path / "src/top/sub/sibling.py").read_bytes()
+    summary = json.loads(run.stdout)
+    assert summary["files"]["rewritten"] == 3 and summary["files"]["copied"] == 2
+    listed = {
+        (Path(r["path"]).relative_to(tmp_path / "src").as_posix(), r["line"], r["relative"], r["absolute"])
+        for r in summary["imports"]
+    }
+    assert listed == {
+        ("top/sub/__init__.py", 1, "..", "top"),
+        ("top/sub/mod.py", 3, "..util", "top.util"),
+        ("top/sub/mod.py", 6, "..", "top"),
+        ("top/sub/mod.py", 7, "..", "top"),
+        ("top/sub/mod.py", 11, "..util", "top.util"),
+        ("top/sub/deep/leaf.py", 2, "...util", "top.util"),
+    }
+
+    # Imported as a package, the output reaches its own modules and the original package's.
+    importlib.invalidate_caches()  # `build` did not exist when it joined sys.path
+    mod = importlib.import_module("outpkg.mod")
+    assert mod.sibling.__name__ == "outpkg.sibling" and mod.VALUE == "sibling"
+    assert mod.helper() == "original util" and mod.helper.__module__ == "top.util"
+    assert mod.inner() is mod.helper and mod.LEVEL == "top" and mod.spaceless is sys.modules["top.util"]
+    assert importlib.import_module("outpkg.deep.leaf").helper is mod.helper
+
+
+def test_the_text_summary_counts_the_imports(tmp_path, transpile):
+    write_tree(tmp_path / "src", TOP)
+    run = transpile(tmp_path / "src" / "top" / "sub", "-o", tmp_path / "out")
+    assert run.exit_code == 0, run.output
+    assert "3 rewritten, 2 copied unchanged" in run.stdout
+    assert "Made 6 relative imports of 3 files that leave the output tree absolute (`..` -> `top`, ...)." in run.stdout
+
+
+def test_a_package_transpiled_whole_keeps_its_relative_imports(tmp_path, transpile):
+    write_tree(tmp_path / "src", TOP)
+    out = tmp_path / "out"
+    assert transpile(tmp_path / "src" / "top", "-o", out).exit_code == 0
+    for path in (tmp_path / "src" / "top").rglob("*.py"):
+        assert (out / path.relative_to(tmp_path / "src" / "top")).read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "package, why",
+    [
+        ("loose", "and {src} is not a package (no __init__.py)"),
+        ("top/sub", "and climbs above the top-level package `top`"),
+    ],
+)
+def test_an_import_with_no_absolute_name_is_an_error(tmp_path, transpile, package, why):
+    files = {"top/__init__.py": "", "top/sub/__init__.py": "", f"{package}/fine.py": "X = 1\n"}
+    write_tree(tmp_path / "src", {**files, f"{package}/m.py": "import os\n\nfrom ...elsewhere import thing\n"})
+    src, out = tmp_path / "src" / package, tmp_path / "out"
+    run = transpile(src, "-o", out)
+    assert run.exit_code == 2
+    assert (
+        f"{src / 'm.py'}:3: `from ...elsewhere import ...` leaves the output tree {why.format(src=src)}" in run.stderr
+    )
+    assert not out.exists()  # nothing written half-way
