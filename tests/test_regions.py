@@ -162,6 +162,58 @@ def test_transpile_explain_prints_the_regions_of_a_file(monkeypatch):
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
     result = CliRunner().invoke(main, ["explain", "fixtures/models/layers.py", "fixtures/models/moe.py"])
     assert result.exit_code == 0, result.output
-    assert "region fused_rsqrt (fixtures/models/layers.py:37, in fixtures.models.layers.RMSNorm.forward)" in result.output
-    assert "  in  eps: scalar = self.eps\n" in result.output and "  out return = t3\n" in result.output
+    assert "region fused_rms_norm (fixtures/models/layers.py:36-37, in fixtures.models.layers.RMSNorm.forward)" in result.output
+    assert "  in  eps: scalar = self.eps\n" in result.output and "  variance = mean(t0, -1, True)  # line 36\n" in result.output
     assert "fixtures/models/moe.py: no region" in result.output
+
+
+def test_reductions_and_normalisations_join_the_pointwise_code_around_them():
+    (text,) = ir(
+        """
+        h = self.drop(x) + y
+        out = self.ln(h)
+        p = self.softmax(out * 0.125 + y)
+        v = x.var(-1, unbiased=False, keepdim=True)
+        z = (x - x.mean(dim=-1, keepdim=True)) / torch.sqrt(v + 1e-5)
+        return h, p, z
+        """,
+        init="self.drop = nn.Dropout(0.1)\nself.ln = nn.LayerNorm(64, eps=1e-6)\nself.softmax = nn.Softmax(dim=-1)",
+    )
+    assert "in  ln_weight: tensor = self.ln.weight" in text and "in  ln_eps: scalar = self.ln.eps" in text
+    assert "out = layer_norm(h, ln_weight, ln_bias, ln_eps)" in text
+    assert "softmax(t2, -1)" in text and "var(x, -1, 0, True)" in text and "mean(x, -1, True)" in text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return (x * 2).sum(dim=(0, 1)) + 1",  # several dims
+        "return (x * 2).sum(dim=self.dim) + 1",  # a dim the transpiler cannot read
+        "return (x * 2).sum() + 1",  # all dims
+        "return (x * 2).softmax(-1, dtype=torch.float32) + 1",  # an argument the spelling does not know
+    ],
+)
+def test_reductions_kernels_cannot_shape_are_left_alone(body):
+    assert ir(body) == []
+
+
+def test_one_kernel_reduces_along_one_dim():
+    regions = regions_of("a = (x * 2).softmax(-1)\nb = (y + 1).sum(0, keepdim=True)\nreturn a, b")
+    assert [r.last_line - r.first_line for r in regions] == [0, 0]  # split: one region per dim
+    # A keepdim=False result broadcast against the elements (shapes differ): the run splits there.
+    reduced, pointwise = regions_of("s = (x * 2).sum(-1)\nreturn (x - s).exp()")
+    assert [n.op for n in reduced.nodes] == ["mul", "sum"] and [n.op for n in pointwise.nodes] == ["sub", "exp"]
+
+
+def test_casts_back_to_an_input_dtype_held_in_a_variable():
+    body = """
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.w * h.to(dtype)
+        """
+    (region,) = regions_of(body, init="self.w = nn.Parameter(torch.ones(8))")
+    assert region.name == "fused_rms_norm"
+    assert region.nodes[-2].op == "to_like" and region.nodes[-2].operands[1] == "x"
+    rebound = "dtype = x.dtype\nx = x + 1\n" + "\n".join(body.strip().splitlines()[1:])
+    assert all(n.op != "to_like" for r in regions_of(rebound, init="self.w = nn.Parameter(torch.ones(8))") for n in r.nodes)

@@ -26,6 +26,10 @@ from transpiler.ir import Node, Operand, Region
 from transpiler.ops import LAST_DIM_OPS, OpKind
 
 
+# The ROW ops that reduce a value (row_size only measures the row).
+ROW_REDUCTIONS = frozenset({"row_sum", "row_max", "row_min"})
+
+
 class Level(Enum):
     ELEMENT = "element"  # one value per element of the iteration space
     ROW = "row"  # one value per row: the result of a reduction, broadcast along the row
@@ -91,7 +95,7 @@ def lower(region: Region) -> RowRegion:
     if row_results and _mixes_dropped_dim(lowered, levels, row_results):
         raise NotLowerable("a keepdim=False result is broadcast against the elements")
     for node in lowered.nodes:
-        if node.definition.kind is OpKind.ROW and node.op != "row_size" and levels[node.values()[0]] is not Level.ELEMENT:
+        if node.op in ROW_REDUCTIONS and levels[node.values()[0]] is not Level.ELEMENT:
             raise NotLowerable("a reduction of a value that is constant along the row")
     return RowRegion(lowered, dims.pop(), keepdims.pop() if keepdims else True, levels)
 
@@ -238,8 +242,7 @@ def passes(lowered: RowRegion) -> tuple[tuple[Node, ...], list[Pass]]:
     ready: dict[str, int] = {i.name: 0 for i in lowered.region.inputs}  # pass after which a value exists
     for node in nodes:
         deps = max((ready[v] for v in node.values()), default=0)
-        is_reduction = node.definition.kind is OpKind.ROW and node.op != "row_size"
-        ready[node.out] = deps + 1 if is_reduction else deps
+        ready[node.out] = deps + 1 if node.op in ROW_REDUCTIONS else deps
     count = max((ready[n.out] for n in nodes), default=0)
     element_outputs = [o.value for o in lowered.element_outputs]
 
@@ -259,7 +262,7 @@ def passes(lowered: RowRegion) -> tuple[tuple[Node, ...], list[Pass]]:
     before = tuple(n for n in nodes if levels[n.out] is Level.ROW and ready[n.out] == 0)
     schedule = []
     for k in range(count):
-        reductions = tuple(n for n in nodes if n.definition.kind is OpKind.ROW and n.op != "row_size" and ready[n.out] == k + 1)
+        reductions = tuple(n for n in nodes if n.op in ROW_REDUCTIONS and ready[n.out] == k + 1)
         then = tuple(
             n for n in nodes if levels[n.out] is Level.ROW and ready[n.out] == k + 1 and n not in reductions
         )

@@ -234,12 +234,18 @@ CAST = Op(
     Domain.ANY, constant_operands=(1,),
 )
 
+# `x.to(other.dtype)`, also through a variable (`dtype = x.dtype` ... `y.to(dtype)`): a cast to
+# the storage dtype of tensor input {1}, which the kernels know from its pointer (Triton) or T (C++).
+CAST_LIKE = Op(
+    "to_like", 2, "{0}.to({1}.dtype)", "cast({0}, {1}_ptr.dtype.element_ty)", "C(T({0}))", (), Domain.FLOAT,
+)
+
 # The cast methods and the dtype each one names.
 CAST_METHODS = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "int": "int32", "long": "int64", "bool": "bool"}
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
 DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32", "long": "int64", "short": "int16"}
 
-BY_NAME: dict[str, Op] = {op.name: op for op in (*OPS, CAST, *REDUCTIONS, *ROW_OPS)}
+BY_NAME: dict[str, Op] = {op.name: op for op in (*OPS, CAST, CAST_LIKE, *REDUCTIONS, *ROW_OPS)}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ already one eager kernel, so a fused kernel would only add launch overhead.
 from __future__ import annotations
 
 import ast
+import copy
 import math
 import re
 from collections.abc import Iterable
@@ -23,13 +24,14 @@ from dataclasses import dataclass, replace
 from transpiler.checker import Checker, Context
 from transpiler.ir import Input, Node, Output, Region
 from transpiler.kinds import Kind
-from transpiler.ops import CAST, CAST_METHODS, DTYPE_ALIASES, DTYPES, Spelling, spellings_of
+from transpiler.lowering import NotLowerable, has_reductions, lower
+from transpiler.ops import BY_NAME, CAST, CAST_LIKE, CAST_METHODS, DTYPE_ALIASES, DTYPES, OpKind, Spelling, spellings_of
 from transpiler.symbols import NON_LITERAL
 
 MIN_OPS = 2
 RETURN = "return"  # the target of a fusible `return expr`: the region's last statement
 # Ops that compute nothing: they do not count towards MIN_OPS.
-TRIVIAL = frozenset({"identity", "pos", "to"})
+TRIVIAL = frozenset({"identity", "pos", "to", "to_like"})
 # Module classes that are the identity only in eval mode: the kernel also needs `not m.training`.
 EVAL_ONLY_MODULES = frozenset({"torch.nn.Dropout"})
 
@@ -55,6 +57,11 @@ class Leaf:
     source: str
     is_tensor: bool
     names: frozenset[str]  # local names the expression reads
+    # A tensor read only for its dtype through a variable (`dtype = x.dtype` on line
+    # `dtype_line`): it is the region's input `x`, valid if `x` is not rebound on `rebound` lines
+    # between that line and the region.
+    dtype_line: int = 0
+    rebound: tuple[int, ...] = ()
 
 
 # An operand inside a fragment: ("tmp", index), ("leaf", Leaf) or ("const", value).
@@ -141,25 +148,90 @@ class _Translator:
                 raise _NotFusible
             dtype = _dtype(self.ctx.qualname(arg))
             if dtype is None:
-                raise _NotFusible  # `.to(device)`, `.to(other)`, a dtype held in a variable
+                like = self.dtype_of(arg)
+                if like is None:
+                    raise _NotFusible  # `.to(device)`, `.to(other)`, a dtype of unknown origin
+                return self.node(CAST_LIKE.name, [self.expr(func.value), like])
         else:
             return None
         return self.node(CAST.name, [self.expr(func.value), ("const", dtype)])
+
+    def dtype_of(self, arg: ast.expr) -> Ref | None:
+        """The tensor whose dtype `arg` is: `t.dtype`, or a variable bound once to `t.dtype`."""
+        if isinstance(arg, ast.Attribute) and arg.attr == "dtype" and self.ctx.kind(arg.value).is_tensor:
+            if isinstance(arg.value, ast.Name) or self.ctx.self_attr(arg.value) is not None:
+                return ("leaf", Leaf(ast.unparse(arg.value), True, _names(arg.value)))
+            return None
+        if not isinstance(arg, ast.Name):
+            return None
+        bindings = [
+            n for n in ast.walk(self.ctx.node)
+            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr))
+            and arg.id in _names_bound(n)
+        ]
+        if len(bindings) != 1 or not isinstance(bindings[0], ast.Assign) or bindings[0].lineno >= self.line:
+            return None
+        value = bindings[0].value
+        if not (isinstance(value, ast.Attribute) and value.attr == "dtype" and isinstance(value.value, ast.Name)):
+            return None
+        tensor = value.value.id
+        if not self.ctx.kind(value.value).is_tensor:
+            return None
+        rebound = tuple(
+            n.lineno for n in ast.walk(self.ctx.node)
+            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr))
+            and tensor in _names_bound(n)
+        )
+        return ("leaf", Leaf(tensor, True, frozenset({tensor}), bindings[0].lineno, rebound))
 
     def module_call(self, attr: str, node: ast.Call) -> Ref:
         ctor = self.ctx.cls.attr_ctors[attr]
         args, kwargs = self.ctx.cls.attr_ctor_args.get(attr, ((NON_LITERAL,), ()))
         for spelling in spellings_of(f"module:{ctor}"):
-            bound = _bind_constants(spelling, args, dict(kwargs))
-            if bound and len(node.args) == spelling.op.arity and not node.keywords:
-                if ctor in EVAL_ONLY_MODULES:
-                    self.conditions.append(f"not self.{attr}.training")
-                return self.node(spelling.op.name, [self.expr(a) for a in node.args])
+            if node.keywords or not _bind_constants(spelling, args, dict(kwargs)):
+                continue
+            if not spelling.module_operands:
+                if len(node.args) != spelling.op.arity:
+                    continue
+                refs = [self.expr(a) for a in node.args]
+            else:
+                refs = self.module_operands(spelling, attr, node.args, args, dict(kwargs))
+                if refs is None:
+                    continue
+            if ctor in EVAL_ONLY_MODULES:
+                self.conditions.append(f"not self.{attr}.training")
+            return self.node(spelling.op.name, refs)
         raise _NotFusible
 
+    def module_operands(self, spelling: Spelling, attr: str, call_args: list[ast.expr], args: tuple, kwargs: dict) -> list[Ref] | None:
+        """The operands a `->` module spelling names: the call's argument, constructor constants, module attributes."""
+        if len(call_args) != spelling.module_operands.count("input"):
+            return None
+        given = {**dict(zip(spelling.params, args)), **kwargs}
+        inputs = iter(call_args)
+        refs: list[Ref] = []
+        for position, name in enumerate(spelling.module_operands):
+            if name == "input":
+                refs.append(self.expr(next(inputs)))
+            elif name.startswith("."):
+                source = f"self.{attr}{name}"
+                is_tensor = position not in spelling.op.constant_operands
+                refs.append(("leaf", Leaf(source, is_tensor, frozenset({"self"}))))
+            elif name in given and given[name] is not NON_LITERAL:
+                refs.append(("const", given[name]))
+            else:
+                return None
+        return refs
+
     def bind(self, spellings: list[Spelling], args: list[ast.expr], keywords: list[ast.keyword]) -> Ref:
+        given = {k.arg: k.value for k in keywords}
+        if "unbiased" in given and "correction" not in given:  # var/std's older spelling
+            unbiased = _constant(given.pop("unbiased"))
+            if type(unbiased) is not bool:
+                raise _NotFusible
+            given["correction"] = ast.Constant(int(unbiased))
         for spelling in spellings:
-            bound = _bind(spelling, args, {k.arg: k.value for k in keywords})
+            bound = _bind(spelling, args, given)
             if bound is None:
                 continue
             refs = []
@@ -172,8 +244,21 @@ class _Translator:
             for index in spelling.op.constant_operands:
                 if refs[index][0] == "tmp" or (refs[index][0] == "leaf" and refs[index][1].is_tensor):
                     raise _NotFusible  # the backends take these operands as scalars
+            if spelling.op.kind is OpKind.REDUCTION:
+                _check_reduction_constants(spelling, refs)
             return self.node(spelling.op.name, refs)
         raise _NotFusible
+
+
+# A reduction's dim, keepdim and correction shape the kernel: they must be literals of these types.
+_REDUCTION_CONSTANTS = {"dim": int, "keepdim": bool, "correction": int}
+
+
+def _check_reduction_constants(spelling: Spelling, refs: list[Ref]) -> None:
+    for param, ref in zip(spelling.operands, refs):
+        wanted = _REDUCTION_CONSTANTS.get(param)
+        if wanted is not None and (ref[0] != "const" or type(ref[1]) is not wanted):
+            raise _NotFusible
 
 
 def _bind(spelling: Spelling, args: list[ast.expr], keywords: dict[str, ast.expr]) -> dict[str, ast.expr] | None:
@@ -266,6 +351,16 @@ def _is_pure_scalar(node: ast.expr, ctx: Context) -> bool:
     return True
 
 
+def _names_bound(node: ast.AST) -> set[str]:
+    """Names a binding statement assigns."""
+    targets = {
+        ast.Assign: lambda n: n.targets, ast.AugAssign: lambda n: [n.target], ast.AnnAssign: lambda n: [n.target],
+        ast.For: lambda n: [n.target], ast.NamedExpr: lambda n: [n.target],
+        ast.With: lambda n: [i.optional_vars for i in n.items if i.optional_vars is not None],
+    }[type(node)](node)
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
 def _names(node: ast.expr) -> frozenset[str]:
     return frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
 
@@ -324,7 +419,31 @@ class _Builder:
             return False  # a scalar expression reading a name the region rebinds
         if fragment.inplace and self.env.get(fragment.target) not in self.fresh:
             return False  # mutates a tensor made outside the region: others may alias it
+        first = (self.fragments[0] if self.fragments else fragment).statement.lineno
+        for leaf in leaves:
+            if leaf.dtype_line and any(leaf.dtype_line < line < first for line in leaf.rebound):
+                return False  # the dtype's tensor was rebound before the region: not the region's input
+        for op, operands, _ in fragment.nodes:
+            like = operands[1] if op == CAST_LIKE.name else None
+            if like is not None and (like[0] != "leaf" or (not like[1].dtype_line and like[1].source in self.env)):
+                return False  # the dtype of a value the region computes: kernels know only their inputs' dtypes
+        return self.lowerable_with(fragment)
+
+    def lowerable_with(self, fragment: Fragment) -> bool:
+        """Whether one kernel can still compute the region with `fragment` added (see `lowering.lower`)."""
+        if not any(BY_NAME[op].kind is OpKind.REDUCTION for op, _, _ in fragment.nodes) and not has_reductions(self.region()):
+            return True
+        trial = copy.deepcopy(self)
+        trial.add(fragment)
+        try:
+            lower(trial.region())
+        except NotLowerable:
+            return False
         return True
+
+    def region(self) -> Region:
+        """The nodes so far as a region (name, place and outputs are the caller's)."""
+        return Region("", "", "", 0, 0, tuple(self.inputs.values()), tuple(self.nodes), ())
 
     def add(self, fragment: Fragment) -> None:
         self.fragments.append(fragment)
@@ -348,10 +467,11 @@ class _Builder:
         self.conditions += [c for c in fragment.conditions if c not in self.conditions]
 
     def leaf(self, leaf: Leaf) -> str:
-        if leaf.source in self.env:
+        if leaf.source in self.env and not leaf.dtype_line:
             return self.env[leaf.source]
         if leaf.source not in self.inputs:
-            base = leaf.source.removeprefix("self.") if re.fullmatch(r"(self\.)?\w+", leaf.source) else "scalar"
+            dotted = re.fullmatch(r"(self\.)?\w+(\.\w+)*", leaf.source)
+            base = leaf.source.removeprefix("self.").replace(".", "_") if dotted else "scalar"
             self.inputs[leaf.source] = Input(self.name(base, exact=True), leaf.source, leaf.is_tensor)
         return self.inputs[leaf.source].name
 
@@ -368,20 +488,35 @@ class _Builder:
 
 
 def _live_after(function: ast.AST, first: int, last: int) -> set[str]:
-    """Names the function reads outside lines first..last (conservative across loops)."""
+    """Names the function reads after lines first..last, or anywhere outside them when a loop
+    encloses the region (a read before it may run after it)."""
+    in_loop = any(
+        isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.lineno < first and node.end_lineno >= last
+        for node in ast.walk(function)
+    )
     live = set()
     for node in ast.walk(function):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and not first <= node.lineno <= last:
+        lineno = getattr(node, "lineno", 0)
+        if first <= lineno <= last or (lineno < first and not in_loop):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             live.add(node.id)
-        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and not first <= node.lineno <= last:
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             live.add(node.target.id)
     return live
+
+
+# Names of well-known computations, for kernel names: the ops that identify each.
+_PATTERNS = {"rms_norm": {"mean", "rsqrt"}}
 
 
 def _kernel_name(nodes: list[Node]) -> str:
     """`fused_` and what the region computes: its non-arithmetic ops, else its arithmetic."""
     arithmetic = {"add", "sub", "mul", "div", "neg", "pow", "floordiv", "remainder"}
     ops = [n.op for n in nodes if n.op not in TRIVIAL]
+    for pattern, required in _PATTERNS.items():
+        if required <= set(ops):
+            ops = [pattern] + [o for o in ops if o not in required]
     named = list(dict.fromkeys(o for o in ops if o not in arithmetic)) or list(dict.fromkeys(ops))
     return "fused_" + "_".join(named[:3])
 
@@ -435,12 +570,16 @@ class RegionFinder:
         outputs = tuple(Output(value, name) for name, value in builder.env.items() if name in live or name == RETURN)
         if not outputs:
             return
-        self.regions.append(
-            Region(
-                _kernel_name(builder.nodes), self.path, ctx.function.qualname, first, last, tuple(builder.inputs.values()),
-                tuple(builder.nodes), outputs, tuple(builder.conditions),
-            )
+        region = Region(
+            _kernel_name(builder.nodes), self.path, ctx.function.qualname, first, last, tuple(builder.inputs.values()),
+            tuple(builder.nodes), outputs, tuple(builder.conditions),
         )
+        if has_reductions(region):
+            try:
+                lower(region)
+            except NotLowerable:
+                return
+        self.regions.append(region)
 
 
 def _bodies(function: ast.AST) -> Iterable[list[ast.stmt]]:

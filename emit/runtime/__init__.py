@@ -16,9 +16,11 @@ from __future__ import annotations
 import collections
 import functools
 import importlib.util
+import math
 import os
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -48,6 +50,7 @@ class Kernel:
         source: str,
         triton: tuple[Path, str] | None = None,
         cpp: Path | None = None,
+        rows: Rows | None = None,
     ) -> None:
         self.name = name
         self.reference = reference  # the region in eager PyTorch: (tensors..., scalars...) -> tuple
@@ -56,6 +59,7 @@ class Kernel:
         self.source = source  # `path:first-last` of the statements it replaces
         self._triton_file = triton
         self._cpp_file = cpp
+        self.rows = rows  # None: a pointwise kernel
         self.counts: collections.Counter[str] = collections.Counter()
         self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
         KERNELS.append(self)
@@ -96,6 +100,8 @@ class Kernel:
         reason = backend.unsupported([t.dtype for t in tensors], dtypes)
         if reason is not None:
             return None, f"fallback: {reason}"
+        if self.rows is not None:
+            return self._run_rows(backend, tensors, scalars, shape, dtypes)
         contiguous, sizes, strides = layout(tensors, shape)
         if sizes is None:
             return None, f"fallback: more than {RANK} dimensions after merging"
@@ -105,6 +111,46 @@ class Kernel:
             return None, "fallback: 2**31 elements or more"
         if n_elements:
             problem = backend.launch(self, tensors, scalars, outputs, n_elements, sizes, strides, contiguous)
+            if problem is not None:
+                return None, f"fallback: {problem}"
+        return outputs, backend.name
+
+    def _run_rows(self, backend, tensors, scalars, shape, dtypes) -> tuple[tuple | None, str]:
+        """A kernel with reductions: the rows of the iteration space `shape` along `rows.dim`."""
+        rows = self.rows
+        dim = rows.dim + len(shape) if rows.dim < 0 else rows.dim
+        if not 0 <= dim < len(shape):
+            return None, "fallback: the reduced dim is out of range"
+        if any(not (t.is_floating_point() or t.dtype == torch.bool) for t in tensors):
+            return None, "fallback: reductions of integer tensors"
+        row_size = shape[dim]
+        if row_size == 0:
+            return None, "fallback: reduction over an empty dim"
+        for inputs in rows.reduced:  # a reduced value broadcast along the dim would be counted R times
+            operand = broadcast([tensors[i].shape for i in inputs])
+            if _size_at(operand, dim, len(shape)) != row_size:
+                return None, "fallback: a reduced value is broadcast along the reduced dim"
+        plan = row_layout(tensors, shape, dim)
+        if plan is None:
+            return None, f"fallback: more than {RANK - 1} row dims after merging"
+        outer_sizes, strides, contiguous = plan
+        reduced = list(shape)
+        if rows.keepdim:
+            reduced[dim] = 1
+        else:
+            del reduced[dim]
+        device = tensors[0].device
+        outputs = tuple(
+            torch.empty(reduced if n in rows.row_outputs else shape, dtype=dtype, device=device)
+            for n, dtype in enumerate(dtypes)
+        )
+        if outputs and max(o.numel() for o in outputs) >= 2**31:
+            return None, "fallback: 2**31 elements or more"
+        n_rows = math.prod(outer_sizes)
+        if n_rows:
+            # Every element output is a contiguous tensor of `shape`: one layout serves them all.
+            strides = strides[:-1] + strides[-1:] * (len(outputs) - len(rows.row_outputs))
+            problem = backend.launch_rows(self, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous)
             if problem is not None:
                 return None, f"fallback: {problem}"
         return outputs, backend.name
@@ -184,6 +230,64 @@ def layout(tensors, shape) -> tuple[bool, tuple[int, ...] | None, list[tuple[int
     return False, (1,) * pad + tuple(merged_sizes), [(0,) * pad + tuple(m) for m in merged]
 
 
+class Rows(NamedTuple):
+    """What a kernel with reductions needs besides a pointwise kernel's facts."""
+
+    dim: int  # the reduced dim, as written (negative: from the end)
+    keepdim: bool  # row outputs keep the reduced dim (size 1) or drop it
+    row_outputs: tuple[int, ...]  # positions of the outputs with one value per row
+    reduced: tuple[tuple[int, ...], ...]  # per reduction, the tensor inputs its operand is computed from
+
+
+def _size_at(shape, dim: int, ndim: int) -> int:
+    """Size of `shape` (right-aligned in `ndim` dims) at `dim`; 1 where it has no such dim."""
+    d = dim - (ndim - len(shape))
+    return shape[d] if d >= 0 else 1
+
+
+def row_layout(tensors, shape, dim: int) -> tuple[tuple[int, int, int], list[tuple[int, ...]], bool] | None:
+    """How row kernels index: (outer sizes, strides, contiguous), or None past RANK - 1 row dims.
+
+    Rows are the dims of `shape` other than `dim`, in order, merged where every tensor
+    (the inputs, then a contiguous output of `shape`) continues the previous dim, and
+    padded on the left to 3. Strides: per input, then one for the outputs:
+    (3 row-dim strides, the stride along `dim`), 0 where a tensor broadcasts.
+    Contiguous: the reduced dim is the last and every input is a contiguous tensor of
+    `shape`, so element (row, col) is at `row * shape[dim] + col` in every tensor.
+    """
+    ndim = len(shape)
+    output = _contiguous_strides(shape)
+    full = [[0] * (ndim - t.dim()) + [0 if size == 1 else stride for size, stride in zip(t.shape, t.stride())] for t in tensors]
+    full.append(output)
+    merged_sizes: list[int] = []
+    merged: list[list[int]] = [[] for _ in full]
+    for d in range(ndim):
+        if d == dim or shape[d] == 1:
+            continue
+        if merged_sizes and all(m[-1] == s[d] * shape[d] for m, s in zip(merged, full)):
+            merged_sizes[-1] *= shape[d]
+            for m, s in zip(merged, full):
+                m[-1] = s[d]
+        else:
+            merged_sizes.append(shape[d])
+            for m, s in zip(merged, full):
+                m.append(s[d])
+    if len(merged_sizes) > RANK - 1:
+        return None
+    pad = RANK - 1 - len(merged_sizes)
+    strides = [tuple([0] * pad + m + [s[dim]]) for m, s in zip(merged, full)]
+    contiguous = dim == ndim - 1 and all(t.shape == shape and t.is_contiguous() for t in tensors)
+    return (1,) * pad + tuple(merged_sizes), strides, contiguous
+
+
+def _contiguous_strides(shape) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return strides[::-1]
+
+
 def _load_file(path: Path):
     """Import a generated kernel file by path (it need not be on sys.path or in a package)."""
     name = f"_transpile_kernels_{abs(hash(str(path))):x}"
@@ -221,6 +325,11 @@ class _Triton(_Backend):
         return None
 
 
+    def launch_rows(self, kernel: Kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous) -> str | None:
+        self.support.launch_rows(kernel.triton_kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous)
+        return None
+
+
 class _Cpp(_Backend):
     name = "cpp"
 
@@ -234,6 +343,13 @@ class _Cpp(_Backend):
         if library is None:
             return "no C++ compiler"
         library.call(kernel.name, tensors, scalars, outputs, n_elements, sizes, strides, contiguous)
+        return None
+
+    def launch_rows(self, kernel: Kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous) -> str | None:
+        library = kernel.cpp_library
+        if library is None:
+            return "no C++ compiler"
+        library.call_rows(kernel.name, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous)
         return None
 
 
