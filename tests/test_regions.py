@@ -215,5 +215,6 @@ def test_casts_back_to_an_input_dtype_held_in_a_variable():
     (region,) = regions_of(body, init="self.w = nn.Parameter(torch.ones(8))")
     assert region.name == "fused_rms_norm"
     assert region.nodes[-2].op == "to_like" and region.nodes[-2].operands[1] == "x"
-    rebound = "dtype = x.dtype\nx = x + 1\n" + "\n".join(body.strip().splitlines()[1:])
+    # `x` rebound between the dtype's line and the region: the region's `x` is not the dtype's tensor.
+    rebound = "dtype = x.dtype\nx = x.view(x.shape)\n" + "\n".join(line.strip() for line in body.strip().splitlines()[1:])
     assert all(n.op != "to_like" for r in regions_of(rebound, init="self.w = nn.Parameter(torch.ones(8))") for n in r.nodes)
