@@ -218,3 +218,11 @@ def test_casts_back_to_an_input_dtype_held_in_a_variable():
     # `x` rebound between the dtype's line and the region: the region's `x` is not the dtype's tensor.
     rebound = "dtype = x.dtype\nx = x.view(x.shape)\n" + "\n".join(line.strip() for line in body.strip().splitlines()[1:])
     assert all(n.op != "to_like" for r in regions_of(rebound, init="self.w = nn.Parameter(torch.ones(8))") for n in r.nodes)
+
+
+def test_aliases_of_values_the_region_computed_carry_them_out():
+    (region,) = regions_of("h = x + y\nresidual = h\nh = self.ln(h)\nreturn h * 2, residual", init="self.ln = nn.LayerNorm(8)")
+    assert [n.op for n in region.nodes] == ["add", "layer_norm"]
+    assert {(o.target, o.value) for o in region.outputs} == {("h", "h_1"), ("residual", "h")}
+    (region,) = regions_of("residual = x\nh = self.ln(x) * 2\nreturn h + residual", init="self.ln = nn.LayerNorm(8)")
+    assert region.first_line == 13  # an alias of an input stays before the region

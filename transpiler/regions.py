@@ -75,7 +75,7 @@ class Fragment:
     statement: ast.stmt
     target: str
     nodes: tuple[tuple[str, tuple[Ref, ...], int], ...]  # (op, operands, line)
-    result: Ref
+    result: Ref  # a node, or for `residual = h` (an alias, no nodes) the tensor it names
     inplace: bool  # mutates `target`'s tensor: only fusible when the region made that tensor
     conditions: tuple[str, ...]
 
@@ -395,8 +395,9 @@ def translate(statement: ast.stmt, ctx: Context) -> Fragment | None:
             return None
     except _NotFusible:
         return None
-    if result[0] != "tmp":
-        return None  # `y = x` or `y = 2.0`: nothing to compute
+    is_alias = result[0] == "leaf" and result[1].is_tensor and isinstance(statement, ast.Assign) and not translator.nodes
+    if result[0] != "tmp" and not is_alias:
+        return None  # `y = 2.0`, `return x`: nothing to compute
     return Fragment(statement, target, tuple(translator.nodes), result, inplace, tuple(translator.conditions))
 
 
@@ -419,6 +420,8 @@ class _Builder:
             return False  # a scalar expression reading a name the region rebinds
         if fragment.inplace and self.env.get(fragment.target) not in self.fresh:
             return False  # mutates a tensor made outside the region: others may alias it
+        if fragment.result[0] == "leaf" and fragment.result[1].source not in self.env:
+            return False  # `residual = x` of an input: only names of values the region computes are carried along
         first = (self.fragments[0] if self.fragments else fragment).statement.lineno
         for leaf in leaves:
             if leaf.dtype_line and any(leaf.dtype_line < line < first for line in leaf.rebound):
@@ -463,7 +466,7 @@ class _Builder:
             values.append(out)
             self.nodes.append(Node(op, tuple(resolved), out, line, tuple(constants)))
             self.fresh.add(out)
-        self.env[fragment.target] = values[fragment.result[1]]
+        self.env[fragment.target] = self.env[fragment.result[1].source] if fragment.result[0] == "leaf" else values[fragment.result[1]]
         self.conditions += [c for c in fragment.conditions if c not in self.conditions]
 
     def leaf(self, leaf: Leaf) -> str:
