@@ -150,13 +150,13 @@ def test_fallbacks_autograd_and_torch_compile(compiled, monkeypatch):
     monkeypatch.syspath_prepend(str(compiled.parent))
     layers = importlib.import_module(f"{OUT_NAME}.layers")
     runtime = importlib.import_module(f"{OUT_NAME}._transpile_runtime")
-    kernel = layers.fused_rsqrt
+    kernel = layers.fused_rms_norm
     norm = layers.RMSNorm(16)
     x = torch.randn(3, 16)
     kernel.counts.clear()
     norm(x)  # parameters need gradients: the original code runs
     assert kernel.counts == {"fallback: autograd needs the original code": 1}
-    assert runtime.counters()["fused_rsqrt (fixtures/models/layers.py:37)"] == dict(kernel.counts)
+    assert runtime.counters()["fused_rms_norm (fixtures/models/layers.py:36-37)"] == dict(kernel.counts)
     kernel.counts.clear()
     explanation = torch._dynamo.explain(norm)(x)
     assert explanation.graph_break_count == 0
