@@ -8,6 +8,7 @@ The code table, families by hundreds:
     TP4xx  dynamic_shapes    operators with data-dependent output shapes
     TP5xx  unsupported       untraceable Python/autograd; breaks that skip whole frames
     TP6xx  recompilation     code that recompiles the graph on later calls
+    TP7xx  performance       code with a faster torch equivalent (no graph break)
     TP9xx  meta              the lint run itself
 
 Importing this package registers every rule in `transpiler.rule.REGISTRY`.
@@ -18,6 +19,7 @@ from rewrites import (  # noqa: F401
     conversions,
     dynamic_shapes,
     meta,
+    performance,
     recompilation,
     side_effects,
     unsupported,
@@ -30,5 +32,6 @@ FAMILIES = {
     "TP4": dynamic_shapes,
     "TP5": unsupported,
     "TP6": recompilation,
+    "TP7": performance,
     "TP9": meta,
 }

@@ -120,7 +120,7 @@ class HandWrittenAttention(Rule):
                 return weights @ v
 
         def make_inputs(call):
-            return torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
+            return tuple(torch.randn(2, 3, n, d, dtype=torch.float64) for n, d in ((5, 8), (7, 8), (7, 4)))
         """,
         """
         import torch
@@ -143,7 +143,7 @@ class HandWrittenAttention(Rule):
                 return att @ v
 
         def make_inputs(call):
-            return torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
+            return tuple(torch.randn(2, 3, 6, 8, dtype=torch.float64) for _ in range(3))
         """,
     ]
     VALID = [
@@ -160,7 +160,7 @@ class HandWrittenAttention(Rule):
                 return F.scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(q.size(-1)))
 
         def make_inputs(call):
-            return torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
+            return tuple(torch.randn(2, 3, n, d, dtype=torch.float64) for n, d in ((5, 8), (7, 8), (7, 4)))
         """,
         """
         import torch

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from transpiler.checker import Context
     from transpiler.fixer import Edit
 
-Family = Literal["break", "recompile", "meta"]
+Family = Literal["break", "recompile", "perf", "meta"]
 
 REGISTRY: dict[str, type["Rule"]] = {}
 

@@ -18,6 +18,7 @@ _FAMILIES = {
     "TP4": "Data-dependent output shapes",
     "TP5": "Unsupported Python and unresumable breaks",
     "TP6": "Recompilation hazards",
+    "TP7": "Faster equivalents",
     "TP9": "The lint run itself",
 }
 _SITE = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{}.html"
@@ -55,7 +56,9 @@ def render() -> str:
         "",
         "Every `break` rule's `Example` makes TorchDynamo (torch 2.13) break the graph at the",
         "reported line and its `Use instead` compiles as one graph; `recompile` rules' examples",
-        "recompile on later calls. The test suite checks both against `torch._dynamo.explain`.",
+        "recompile on later calls; `perf` rules' examples compile as one graph before and after",
+        "(the finding is a slower spelling, not a break). The test suite checks all three against",
+        "`torch._dynamo.explain`.",
         "",
         "Automatic fixes and their safety levels are explained in [fixes.md](fixes.md).",
         "",
