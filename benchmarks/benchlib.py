@@ -14,6 +14,7 @@ per-variant directories, so a first run is cold and the next one warm.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime
 import json
 import os
@@ -34,6 +35,8 @@ L2_FLUSH_BYTES = 256 * 2**20
 # Where Inductor, Triton and the transpiled C++ kernels keep what they compiled, per user.
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRANSPILE_CACHE_DIR")
 PARENT_START = "BENCH_PARENT_START"  # the parent's clock when it started the child
+MMAP_THRESHOLD = 128 * 1024  # glibc serves blocks this large by mmap: freed, they leave the resident set
+M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
 
 # -- steady state ------------------------------------------------------------------------
@@ -151,6 +154,16 @@ def peak_extra_bytes(call: Callable[[], object], device: str) -> int | None:
         return None
 
 
+def pin_mmap_threshold() -> None:
+    """In this process, as `MALLOC_MMAP_THRESHOLD_` does for a child: freed tensors return to the OS, so the
+    resident set that `peak_extra_bytes` reads on CPU tracks live ones (glibc otherwise raises the threshold
+    as blocks are freed, and keeps them). A no-op off glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError):
+        pass
+
+
 def _status_kib(field_name: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(f"{field_name}:"):
@@ -163,7 +176,7 @@ def fresh_process(script: Path, spec: dict, caches: Path, label: str) -> dict:
     """Run `script --child SPEC` in a new interpreter whose compile caches live under `caches`
     (empty: cold; left by an earlier run: warm); its last stdout line, as JSON, or {"error": ...}."""
     env = {**os.environ, **{name: str(caches / name.lower()) for name in CACHE_VARIABLES}}
-    env["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)  # freed tensors return to the OS: RSS tracks live ones
+    env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)  # freed tensors return to the OS: RSS tracks live ones
     env[PARENT_START] = repr(time.time())
     done = subprocess.run(
         [sys.executable, str(script), "--child", json.dumps(spec)], env=env, capture_output=True, text=True

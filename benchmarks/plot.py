@@ -1,9 +1,10 @@
-"""Plot the speed-ups of benchmarks/kernels.py results: transpiled and torch.compile over eager, per case.
+"""Plot the speed-ups of benchmarks/kernels.py and models_bench.py results: transpiled and torch.compile over eager.
 
     python benchmarks/plot.py cpu.json [gpu.json ...] -o benchmarks/kernels_cpu.png
 
 One panel per JSON file (its device and machine in the title), one group of bars per
-case, size and dtype: eager time / variant time, so 1 is eager and higher is faster.
+kernel case, size and dtype, or per model and dtype: eager time / variant time, so 1 is
+eager and higher is faster; a variant that failed or was not run has no bar.
 The y axis turns logarithmic when the speed-ups span more than a factor of ten.
 Needs matplotlib (plotting runs on the development machine, not the GPU machine).
 """
@@ -22,13 +23,19 @@ def speedups(report: dict) -> tuple[list[str], dict[str, list[float]]]:
     labels = []
     values: dict[str, list[float]] = {name: [] for name, _, _ in VARIANTS}
     for row in report["steady_state"]:
-        size = row["elements"].bit_length() - 1
-        labels.append(f"{row['case']}\n2^{size} {row['dtype']}")
-        eager = row["variants"]["eager"]["seconds"]
+        labels.append(label(row))
+        eager = row["variants"]["eager"].get("seconds", float("nan"))
         for name, _, _ in VARIANTS:
-            result = row["variants"].get(name)
-            values[name].append(eager / result["seconds"] if result else float("nan"))
+            seconds = row["variants"].get(name, {}).get("seconds")
+            values[name].append(eager / seconds if seconds else float("nan"))
     return labels, values
+
+
+def label(row: dict) -> str:
+    """A group of bars: a kernel case at its size, or a model (benchmarks/models_bench.py) at its input shape."""
+    if "model" in row:
+        return f"{row['model']}\n{row['shape']} {row['dtype']}"
+    return f"{row['case']}\n2^{row['elements'].bit_length() - 1} {row['dtype']}"
 
 
 def panel(axis, report: dict) -> None:
@@ -55,7 +62,9 @@ def panel(axis, report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("reports", nargs="+", type=Path, help="JSON files written by benchmarks/kernels.py --json")
+    parser.add_argument(
+        "reports", nargs="+", type=Path, help="JSON files written by benchmarks/kernels.py or models_bench.py --json"
+    )
     parser.add_argument("-o", "--output", type=Path, required=True, help="the PNG to write")
     args = parser.parse_args(argv)
 

@@ -1,0 +1,631 @@
+"""Real transformers models against eager PyTorch and torch.compile: steady state, first call, memory, kernels.
+
+    python benchmarks/models_bench.py --prepare compiled/hf      # transpile transformers' model packages into it
+    python benchmarks/models_bench.py --compiled compiled/hf [--device cpu|cuda] [--models gpt2,llama,...]
+        [--dtypes bfloat16,float32] [--variants eager,compile,transpiled] [--first-call MODELS|all|none]
+        [--attention sdpa|eager] [--json FILE]
+    python benchmarks/models_bench.py --tables run1.json run2.json          # one set of tables from several runs
+
+The models are those of table `MODELS`, built from transformers configs with random
+weights (nothing downloads), in eval mode under `torch.no_grad()`. On CUDA they have
+the issue's sizes (GPT-2 12 layers at 8x512, BERT-base at 16x256, an 8-layer LLaMA of
+hidden 1024 with 16 heads and intermediate 2816 at 4x1024, ResNet-50 and ViT-B/16 at
+32x3x224x224); on CPU small configs of the same architectures (2 layers or blocks per
+stage, hidden 128, short sequences), so that a whole run with torch.compile fits in
+minutes on two cores.
+
+`--prepare DIR` runs `transpile build <transformers>/models/<name> -o DIR/<name>` for
+each model, in a subprocess (the repository's `python -m transpiler.cli`, else
+`transpile` on PATH), writes DIR/__init__.py and records the transformers version in
+DIR/prepared.json: the transpiled tree imports the installed transformers, so prepare
+where you run. A run imports `<DIR name>.<name>.modeling_<name>` with DIR's parent on
+sys.path.
+
+Steady state, per model and dtype, in this one process, on the same inputs: eager, then
+`torch.compile(eager model)` (default mode), then the transpiled class built from the
+same config with the eager model's state_dict. Each variant: one checking call (its
+primary output, `logits` or `last_hidden_state`, against eager's: max abs difference and
+relative L2), the transpiled kernels' counters over that call (`_transpile_runtime.counters()`:
+calls per kernel and path), a timing (benchlib: warm-up, then a budget of iterations,
+median; CUDA events), the peak memory one forward needs above what is live before it
+(CUDA `max_memory_allocated` after a reset; CPU the resident set's high water mark), and
+one forward under torch.profiler: on CUDA the device kernels it launched (Memcpy/Memset
+counted apart); on CPU the aten ops called from Python (views included) plus the
+transpiled C++ kernel calls, and n/a for torch.compile, whose C++ kernels the profiler
+does not see.
+
+First call, per model (first dtype) and variant, in a fresh process: the time from the
+parent starting the child to the first result, with model construction (random
+initialisation on the device, the cast) timed apart and subtracted, and the first forward
+alone. torch.compile and transpiled run twice, each with its own cache directories
+(Inductor, Triton, the transpiled C++ kernels): cold (empty), then warm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+import transformers
+from torch import nn
+from torch.autograd import DeviceType
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib, also when this file is loaded by path
+from benchlib import (  # noqa: E402
+    add_timing_arguments,
+    cache_files,
+    environment,
+    fresh_process,
+    ms,
+    peak_extra_bytes,
+    pin_mmap_threshold,
+    quietest_timing,
+    since_parent_start,
+    synchronize,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+VARIANTS = ("eager", "compile", "transpiled")
+# Sanity bound on the relative L2 difference from eager's output: reduction order (fp32),
+# and rounding of every intermediate through many layers (bf16).
+SANITY_REL_L2 = {torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 5e-2}
+
+
+# -- the models ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Shape:
+    """A config (overrides of the config class's defaults) and the inputs' shape, for one device."""
+
+    config: dict
+    batch: int
+    tokens: int = 0  # sequence length; 0 for image models
+    image: int = 0  # height and width of the pixel values; 0 for text models
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str  # the directory under transformers/models
+    config: str  # the config class in transformers
+    cls: str  # the model class, in modeling_<name>
+    output: str  # the output field compared with eager's
+    cuda: Shape
+    cpu: Shape
+    attention: bool = True  # takes `attn_implementation`
+
+    def shape(self, device: str) -> Shape:
+        return self.cuda if device == "cuda" else self.cpu
+
+
+_SMALL_TEXT = {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 4, "vocab_size": 1024}
+MODELS = (
+    Model(
+        "gpt2",
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        "logits",
+        cuda=Shape({}, batch=8, tokens=512),  # the defaults: 12 layers, 768 wide, 12 heads, vocabulary 50257
+        cpu=Shape({"n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 1024}, batch=4, tokens=128),
+    ),
+    Model(
+        "bert",
+        "BertConfig",
+        "BertModel",
+        "last_hidden_state",
+        cuda=Shape({}, batch=16, tokens=256),  # BERT-base
+        cpu=Shape({**_SMALL_TEXT, "intermediate_size": 512}, batch=8, tokens=64),
+    ),
+    Model(
+        "llama",
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        "logits",
+        # A small LLaMA: 64-wide heads, SwiGLU intermediate 8/3 of hidden rounded up to a multiple of 256.
+        cuda=Shape(
+            {
+                "num_hidden_layers": 8,
+                "hidden_size": 1024,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 16,
+                "intermediate_size": 2816,
+                "vocab_size": 32000,
+            },
+            batch=4,
+            tokens=1024,
+        ),
+        cpu=Shape({**_SMALL_TEXT, "num_key_value_heads": 4, "intermediate_size": 352}, batch=4, tokens=128),
+    ),
+    Model(
+        "resnet",
+        "ResNetConfig",
+        "ResNetForImageClassification",
+        "logits",
+        cuda=Shape({"num_labels": 1000}, batch=32, image=224),  # the defaults are ResNet-50
+        cpu=Shape(
+            {"num_labels": 1000, "depths": [1, 1, 1, 1], "hidden_sizes": [64, 128, 256, 512], "embedding_size": 32},
+            batch=4,
+            image=64,
+        ),
+        attention=False,
+    ),
+    Model(
+        "vit",
+        "ViTConfig",
+        "ViTModel",
+        "last_hidden_state",
+        cuda=Shape({}, batch=32, image=224),  # ViT-B/16
+        cpu=Shape({**_SMALL_TEXT, "intermediate_size": 512, "image_size": 64}, batch=8, image=64),
+    ),
+)
+MODELS_BY_NAME = {model.name: model for model in MODELS}
+
+
+def config(model: Model, device: str, attention: str) -> transformers.PretrainedConfig:
+    overrides = dict(model.shape(device).config)
+    if model.attention:
+        overrides["attn_implementation"] = attention
+    return getattr(transformers, model.config)(**overrides)
+
+
+def transpiled_module(model: Model, compiled: Path) -> ModuleType:
+    """The transpiled `modeling_<name>`, imported as `<DIR name>.<name>.modeling_<name>`."""
+    if str(compiled.parent) not in sys.path:
+        sys.path.insert(0, str(compiled.parent))
+    return importlib.import_module(f"{compiled.name}.{model.name}.modeling_{model.name}")
+
+
+def transpiled_runtime(model: Model, compiled: Path) -> ModuleType:
+    """The transpiled tree's `_transpile_runtime` (its kernels' counters)."""
+    return importlib.import_module(f"{compiled.name}.{model.name}._transpile_runtime")
+
+
+def build(model: Model, variant: str, args: argparse.Namespace) -> nn.Module:
+    """A variant's model from random weights (seeded), in eval mode, on the device, in the dtype."""
+    if variant == "transpiled":
+        cls = getattr(transpiled_module(model, args.compiled), model.cls)
+    else:
+        cls = getattr(transformers, model.cls)
+    torch.manual_seed(0)
+    with torch.device(args.device):  # initialised where it runs: no host-side init, no copy
+        module = cls(config(model, args.device, args.attention)).to(dtype=args.dtype).eval()
+    return torch.compile(module) if variant == "compile" else module
+
+
+def make_inputs(model: Model, args: argparse.Namespace) -> dict[str, torch.Tensor]:
+    shape = model.shape(args.device)
+    generator = torch.Generator(args.device).manual_seed(1)
+    if shape.image:
+        size = (shape.batch, 3, shape.image, shape.image)
+        return {"pixel_values": torch.randn(size, generator=generator, device=args.device, dtype=args.dtype)}
+    vocab = config(model, args.device, args.attention).vocab_size
+    ids = torch.randint(0, vocab, (shape.batch, shape.tokens), generator=generator, device=args.device)
+    # use_cache=False: one forward over the whole sequence, no KV cache to build (inference, not generation)
+    return {"input_ids": ids} if model.name == "bert" else {"input_ids": ids, "use_cache": False}
+
+
+def shape_label(model: Model, device: str) -> str:
+    shape = model.shape(device)
+    return f"{shape.batch}x3x{shape.image}x{shape.image}" if shape.image else f"{shape.batch}x{shape.tokens}"
+
+
+# -- measuring -----------------------------------------------------------------------------
+def counters_delta(before: dict, after: dict) -> dict[str, dict[str, int]]:
+    """Calls per kernel and path between two `_transpile_runtime.counters()` snapshots."""
+    delta = {}
+    for kernel, paths in after.items():
+        ran = {path: n - before.get(kernel, {}).get(path, 0) for path, n in paths.items()}
+        ran = {path: n for path, n in ran.items() if n}
+        if ran:
+            delta[kernel] = ran
+    return delta
+
+
+def kernel_calls(delta: dict[str, dict[str, int]]) -> int:
+    return sum(n for paths in delta.values() for path, n in paths.items() if not path.startswith("fallback"))
+
+
+def profiled_counts(call: Callable[[], object], device: str) -> dict:
+    """What one forward launches: CUDA kernels (and copies/sets apart), or on CPU the aten ops called from Python."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profile:
+        call()
+        synchronize(device)
+    events = profile.events()
+    if device == "cuda":
+        on_device = [e for e in events if e.device_type == DeviceType.CUDA]
+        kernels = sum(1 for e in on_device if e.activity_type == "kernel")
+        return {"device_kernels": kernels, "device_copies_and_sets": len(on_device) - kernels}
+    return {"aten_ops": sum(1 for e in events if e.name.startswith("aten::") and not _under_aten_op(e))}
+
+
+def _under_aten_op(event) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def ops_per_forward(variant: str, counts: dict, delta: dict, device: str) -> int | None:
+    """The table's launches per forward: device kernels on CUDA; on CPU aten ops plus transpiled kernel calls."""
+    if device == "cuda":
+        return counts["device_kernels"]
+    if variant == "compile":
+        return None  # Inductor's C++ kernels are invisible to the profiler
+    return counts["aten_ops"] + kernel_calls(delta)
+
+
+def primary_output(output: object, model: Model) -> torch.Tensor:
+    return getattr(output, model.output)
+
+
+def difference(output: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> dict:
+    wide, wide_reference = output.float(), reference.float()
+    rel_l2 = float(torch.linalg.vector_norm(wide - wide_reference) / torch.linalg.vector_norm(wide_reference))
+    return {
+        "max_abs_diff": float((wide - wide_reference).abs().max()),
+        "rel_l2_diff": rel_l2,
+        "sane": rel_l2 <= SANITY_REL_L2[dtype],  # NaN compares False
+    }
+
+
+# -- steady state --------------------------------------------------------------------------
+def steady_state(model: Model, args: argparse.Namespace) -> dict:
+    """One row: every variant checked against eager, counted, timed and profiled on the same inputs."""
+    torch._dynamo.reset()  # each row compiles its own graphs: no recompile limit, no stale guards
+    row = {
+        "model": model.name,
+        "dtype": str(args.dtype).removeprefix("torch."),
+        "shape": shape_label(model, args.device),
+        "config": model.shape(args.device).config,
+        "variants": {},
+    }
+    eager = build(model, "eager", args)
+    inputs = make_inputs(model, args)
+    reference = None
+    for variant in args.variants:
+        try:
+            result, output = measure_variant(model, variant, eager, inputs, args)
+        except Exception as error:  # one broken variant (e.g. a transpiled tree that does not import) is a cell
+            traceback.print_exc()
+            row["variants"][variant] = {"error": f"{type(error).__name__}: {error}".splitlines()[0]}
+            continue
+        if variant == "eager":
+            reference = output
+        elif reference is not None:
+            result.update(difference(output, reference, args.dtype))
+        row["variants"][variant] = result
+        del output  # logits can be gigabytes
+    return row
+
+
+def measure_variant(
+    model: Model, variant: str, eager: nn.Module, inputs: dict, args: argparse.Namespace
+) -> tuple[dict, torch.Tensor]:
+    """A variant's numbers and its first output."""
+    if variant == "eager":
+        module = eager
+    elif variant == "compile":
+        module = torch.compile(eager)
+    else:
+        module = build(model, "transpiled", args)
+        module.load_state_dict(eager.state_dict())  # the same weights as eager
+    rt = transpiled_runtime(model, args.compiled) if variant == "transpiled" else None
+    call = lambda: module(**inputs)  # noqa: E731
+    before = rt.counters() if rt else {}
+    start = time.perf_counter()
+    output = primary_output(call(), model)
+    synchronize(args.device)
+    result: dict = {"first_call_in_process_s": time.perf_counter() - start}  # torch.compile compiles here
+    delta = counters_delta(before, rt.counters()) if rt else {}
+    if rt:
+        result["kernels"] = delta
+        if not delta or any(path.startswith("fallback") for paths in delta.values() for path in paths):
+            print(f"{model.name} {args.dtype}: transpiled kernels off their fast path:\n{rt.report()}", file=sys.stderr)
+    result.update(quietest_timing(call, args))
+    result["peak_extra_bytes"] = peak_extra_bytes(call, args.device)
+    counts = profiled_counts(call, args.device)
+    result["profile"] = counts
+    result["ops_per_forward"] = ops_per_forward(variant, counts, delta, args.device)
+    return result, output
+
+
+# -- first call, in fresh processes --------------------------------------------------------
+def child(spec: dict) -> dict:
+    """Run in a fresh process: construction, then the first forward, timed from the process's start."""
+    model = MODELS_BY_NAME[spec["model"]]
+    args = argparse.Namespace(
+        device=spec["device"],
+        dtype=getattr(torch, spec["dtype"]),
+        attention=spec["attention"],
+        compiled=Path(spec["compiled"]) if spec["compiled"] else None,
+    )
+    files_at_start = cache_files()
+    with torch.no_grad():
+        start = time.perf_counter()
+        module = build(model, spec["variant"], args)
+        synchronize(args.device)
+        construction = time.perf_counter() - start
+        inputs = make_inputs(model, args)
+        synchronize(args.device)
+        start = time.perf_counter()
+        primary_output(module(**inputs), model)
+        synchronize(args.device)
+        first_call = time.perf_counter() - start
+        to_first_result = since_parent_start()
+    result = {
+        "to_first_result_s": to_first_result,
+        "construction_s": construction,
+        "to_first_result_without_construction_s": to_first_result - construction,
+        "first_call_s": first_call,
+        "cache_files_at_start": files_at_start,  # 0: a cold start indeed
+    }
+    if spec["variant"] == "transpiled":
+        result["kernels"] = transpiled_runtime(model, args.compiled).counters()
+    return result
+
+
+def first_calls(model: Model, args: argparse.Namespace) -> list[dict]:
+    """Fresh processes for eager, and for torch.compile and transpiled with cold then warm caches."""
+    runs = [("eager", "none")] + [(v, cache) for v in args.variants if v != "eager" for cache in ("cold", "warm")]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-caches-") as caches:
+        for variant, cache in runs:
+            spec = {
+                "model": model.name,
+                "variant": variant,
+                "dtype": str(args.dtypes[0]).removeprefix("torch."),
+                "device": args.device,
+                "attention": args.attention,
+                "compiled": str(args.compiled) if args.compiled else None,
+            }
+            label = f"{model.name} ({variant}, {cache} cache)"
+            found = fresh_process(Path(__file__).resolve(), spec, Path(caches) / variant, label)
+            results.append({**spec, "cache": cache, **found})
+            print(f"done first call {label}", file=sys.stderr)
+    return results
+
+
+# -- report --------------------------------------------------------------------------------
+def markdown(report: dict) -> str:
+    return "\n\n".join(table for table in (_steady_table(report), _first_call_table(report)) if table)
+
+
+def _ratio(slow: dict | None, fast: dict | None) -> str:
+    """Throughput of `fast` over `slow` (the same batch): slow time / fast time."""
+    if not slow or not fast or "seconds" not in slow or "seconds" not in fast:
+        return "-"
+    return f"{slow['seconds'] / fast['seconds']:.2f}x"
+
+
+def _cell(result: dict | None, show: Callable[[dict], str]) -> str:
+    if result is None:
+        return "-"
+    return f"failed: {result['error']}" if "error" in result else show(result)
+
+
+def _kernels(result: dict) -> str:
+    paths: dict[str, int] = {}
+    for kernel_paths in result.get("kernels", {}).values():
+        for path, n in kernel_paths.items():
+            paths[path] = paths.get(path, 0) + n
+    summary = ", ".join(f"{path} x{n}" for path, n in sorted(paths.items())) or "none ran"
+    kernels = len(result.get("kernels", {}))
+    return f"{kernels} kernel{'' if kernels == 1 else 's'}: {summary}"
+
+
+def _steady_table(report: dict) -> str:
+    if not report["steady_state"]:
+        return ""
+    unit = "device kernels" if report["device"] == "cuda" else "aten ops + transpiled kernels"
+    lines = [
+        "| model | dtype | input | eager ms | torch.compile ms | transpiled ms | transpiled vs eager "
+        "| transpiled vs compile | compile vs eager | peak extra MiB (eager / compile / transpiled) "
+        f"| {unit} per forward (eager / compile / transpiled) | rel L2 diff vs eager (compile / transpiled) "
+        "| transpiled kernels, calls per forward by path | cores busy elsewhere |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in report["steady_state"]:
+        v = row["variants"]
+        cells = [row["model"], row["dtype"], row["shape"]]
+        cells += [_cell(v.get(name), lambda r: ms(r["seconds"])) for name in VARIANTS]
+        transpiled, compiled, eager = v.get("transpiled"), v.get("compile"), v.get("eager")
+        cells += [_ratio(eager, transpiled), _ratio(compiled, transpiled), _ratio(eager, compiled)]
+        cells.append(" / ".join(_cell(v.get(name), _mib) for name in VARIANTS))
+        cells.append(" / ".join(_cell(v.get(name), _ops) for name in VARIANTS))
+        cells.append(" / ".join(_cell(v.get(name), _diff) for name in VARIANTS[1:]))
+        cells.append(_cell(transpiled, _kernels))
+        busy = [r["other_processes_cores"] for r in v.values() if r.get("other_processes_cores") is not None]
+        cells.append(f"{max(busy):.2f}" if busy else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _mib(result: dict) -> str:
+    peak = result["peak_extra_bytes"]
+    return "n/a" if peak is None else f"{peak / 2**20:.1f}"
+
+
+def _ops(result: dict) -> str:
+    return "n/a" if result["ops_per_forward"] is None else str(result["ops_per_forward"])
+
+
+def _diff(result: dict) -> str:
+    if "rel_l2_diff" not in result:
+        return "-"
+    verdict = "" if result["sane"] else " CHECK"
+    return f"{result['rel_l2_diff']:.1e}{verdict}"
+
+
+def _first_call_table(report: dict) -> str:
+    if not report["first_call"]:
+        return ""
+    lines = [
+        "| model | dtype | variant | caches | process start to first result s (construction excluded) "
+        "| model construction s | first call alone s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in report["first_call"]:
+        start = f"| {run['model']} | {run['dtype']} | {run['variant']} | {run['cache']} "
+        if "error" in run:
+            lines.append(start + f"| failed: {' '.join(run['error'])} | | |")
+            continue
+        caches = run["cache"] if run["cache"] == "none" else f"{run['cache']} ({run['cache_files_at_start']} files)"
+        lines.append(
+            f"| {run['model']} | {run['dtype']} | {run['variant']} | {caches} "
+            f"| {run['to_first_result_without_construction_s']:.2f} | {run['construction_s']:.2f} "
+            f"| {run['first_call_s']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def merged(paths: list[Path]) -> dict:
+    """Several runs' reports as one (the first run's environment): a GPU run is split to fit a time limit."""
+    reports = [json.loads(path.read_text()) for path in paths]
+    return {
+        **reports[0],
+        "steady_state": [row for r in reports for row in r["steady_state"]],
+        "first_call": [run for r in reports for run in r["first_call"]],
+    }
+
+
+# -- command line --------------------------------------------------------------------------
+def transpile_command() -> list[str]:
+    """This repository's transpiler (what the benchmark measures), else `transpile` on PATH."""
+    if importlib.util.find_spec("transpiler") is not None or (REPO / "transpiler" / "cli.py").is_file():
+        return [sys.executable, "-m", "transpiler.cli", "build"]
+    found = shutil.which("transpile")
+    if found is None:
+        raise SystemExit("neither this repository's transpiler nor `transpile` on PATH")
+    return [found, "build"]
+
+
+def prepare(directory: Path, models: list[Model]) -> int:
+    """Transpile each model's package of the installed transformers into DIR/<name>; 1 if any failed."""
+    source = Path(transformers.__file__).resolve().parent / "models"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "__init__.py").write_text(
+        '"""Transpiled transformers model packages (benchmarks/models_bench.py)."""\n'
+    )
+    status = {}
+    for model in models:
+        command = [*transpile_command(), str(source / model.name), "-o", str(directory / model.name)]
+        print(" ".join(command), file=sys.stderr)
+        status[model.name] = subprocess.run(command, cwd=REPO).returncode
+    record = {"transformers": transformers.__version__, "torch": torch.__version__, "exit_codes": status}
+    (directory / "prepared.json").write_text(json.dumps(record, indent=1) + "\n")
+    failed = [name for name, code in status.items() if code != 0]
+    if failed:
+        print(f"transpile failed for {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def check_prepared(compiled: Path) -> dict:
+    """prepared.json, warning when the tree was transpiled from another transformers than the one installed."""
+    record = json.loads((compiled / "prepared.json").read_text())
+    if record["transformers"] != transformers.__version__:
+        print(
+            f"warning: {compiled} was transpiled from transformers {record['transformers']}, "
+            f"{transformers.__version__} is installed: prepare again here",
+            file=sys.stderr,
+        )
+    return record
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prepare", type=Path, metavar="DIR", help="transpile the models' packages into DIR and exit")
+    parser.add_argument("--compiled", type=Path, metavar="DIR", help="the transpiled packages (from --prepare)")
+    parser.add_argument(
+        "--tables", type=Path, nargs="+", metavar="JSON", help="print the tables of these runs and exit"
+    )
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--models", default="all", help="steady-state models: names, all or none")
+    parser.add_argument("--first-call", default="all", metavar="MODELS", help="models timed in fresh processes")
+    parser.add_argument("--dtypes", default="bfloat16,float32", help="comma-separated (first call: the first)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument(
+        "--attention", default="sdpa", help="transformers' attn_implementation (default sdpa, its own default)"
+    )
+    add_timing_arguments(parser, budget=2.0)
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write every raw number here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.models = _models(parser, args.models)
+    args.first_call = _models(parser, args.first_call)
+    args.dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    args.variants = [v for v in VARIANTS if v in args.variants.split(",")]
+    if "eager" not in args.variants:
+        parser.error("--variants needs eager: it is the reference and the baseline")
+    if "transpiled" in args.variants and not (args.prepare or args.tables or args.child):
+        if args.compiled is None:
+            parser.error("the transpiled variant needs --compiled DIR (from --prepare DIR)")
+        if not args.compiled.name.isidentifier():
+            parser.error(f"--compiled {args.compiled}: its name must be a Python identifier (it is imported)")
+        args.compiled = args.compiled.resolve()
+    return args
+
+
+def _models(parser: argparse.ArgumentParser, names: str) -> list[Model]:
+    if names in ("all", "none"):
+        return list(MODELS) if names == "all" else []
+    unknown = [n for n in names.split(",") if n not in MODELS_BY_NAME]
+    if unknown:
+        parser.error(f"unknown model {', '.join(unknown)}; the models are {', '.join(MODELS_BY_NAME)}")
+    return [MODELS_BY_NAME[n] for n in names.split(",")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return 0
+    if args.tables:
+        print(markdown(merged(args.tables)))
+        return 0
+    if args.prepare:
+        return prepare(args.prepare, args.models)
+    if args.device == "cpu":
+        pin_mmap_threshold()
+    report = {**environment(args.device), "benchmark": "models", "attention": args.attention}
+    report["versions"]["transformers"] = transformers.__version__
+    report["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+    if "transpiled" in args.variants:
+        report["prepared"] = check_prepared(args.compiled)
+    report["steady_state"], report["first_call"] = [], []
+    with torch.no_grad():  # inference: the transpiled kernels need no autograd (and would fall back for it)
+        for model in args.models:
+            for dtype in args.dtypes:
+                args.dtype = dtype
+                report["steady_state"].append(steady_state(model, args))
+                print(f"done {model.name} {args.dtype}", file=sys.stderr)
+    for model in args.first_call:
+        report["first_call"] += first_calls(model, args)
+    report["machine"]["load_average_at_end"] = os.getloadavg()
+    print(markdown(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    results = [result for row in report["steady_state"] for result in row["variants"].values()]
+    failed = any("error" in r for r in results) or any("error" in run for run in report["first_call"])
+    insane = any(not r.get("sane", True) for r in results)
+    return 1 if failed or insane else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
