@@ -1,9 +1,11 @@
-"""The Triton backend: one `@triton.jit` pointwise kernel per region, as readable source text.
+"""The Triton backend: one `@triton.jit` kernel per region, as readable source text.
 
 Kernels are shape- and dtype-generic: the launcher (`triton_support.launch`) passes the
 broadcast sizes and each input's strides, and `CONTIGUOUS` selects the fast path where
 every input is laid out like the output. Each IR node becomes one line from its op's
 `triton` template; helper names in templates come from the runtime's `triton_support`.
+A region with reductions becomes a row kernel instead (`_RowKernel`, launched by
+`triton_support.launch_rows`): tiles of rows by columns, reduced along the columns.
 Rendering needs no triton installed.
 """
 
@@ -18,7 +20,8 @@ from pathlib import Path
 import black
 
 from transpiler.ir import Node, Region
-from transpiler.ops import DTYPE_ALIASES
+from transpiler.lowering import Pass, has_reductions, lower, passes
+from transpiler.ops import DTYPE_ALIASES, OpKind
 
 # The strided path indexes a 4-d iteration space, padded on the left with 1s: the
 # runtime's RANK (not imported: the runtime needs torch, rendering does not).
@@ -63,12 +66,12 @@ def render_constant(value: object) -> str:
 class _Names:
     """Kernel identifiers of region values: the user's names, unless they would shadow the kernel's own."""
 
-    def __init__(self, region: Region) -> None:
+    def __init__(self, region: Region, reserved: frozenset[str] = RESERVED) -> None:
         values = [i.name for i in region.inputs] + [n.out for n in region.nodes]
-        taken = set(values) | RESERVED
+        taken = set(values) | reserved
         self._names: dict[str, str] = {}
         for value in values:
-            clash = value in RESERVED or keyword.iskeyword(value)
+            clash = value in reserved or keyword.iskeyword(value)
             self._names[value] = _fresh(f"{value}_value", taken) if clash else value
 
     def __getitem__(self, value: str) -> str:
@@ -99,6 +102,8 @@ def _expression(node: Node, names: _Names) -> str:
 
 def triton_helpers_used(region: Region) -> list[str]:
     """The triton_support names the region's kernel uses (for the kernel file's import)."""
+    if has_reductions(region):
+        return sorted(_RowKernel(region, {}).helpers)
     names = _Names(region)
     used = {"widen"} if region.tensor_inputs else set()
     for node in region.nodes:
@@ -108,6 +113,8 @@ def triton_helpers_used(region: Region) -> list[str]:
 
 def render_triton(region: Region, source_lines: dict[int, str]) -> str:
     """The source of the region's `@triton.jit` kernel, named `<region.name>_kernel`, black-formatted."""
+    if has_reductions(region):
+        return _black(_RowKernel(region, source_lines).text)
     names = _Names(region)
     tensors = region.tensor_inputs
     lines = ["@triton.jit", f"def {region.name}_kernel("]
@@ -132,8 +139,7 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
     previous_line = None
     for node in region.nodes:
         if node.line != previous_line:
-            source = source_lines.get(node.line, "").strip()
-            lines.append(f"{INDENT}# {region.path}:{node.line}  {source}".rstrip())
+            lines.append(INDENT + _source_comment(region, node.line, source_lines))
             previous_line = node.line
         lines.append(f"{INDENT}{names[node.out]} = {_expression(node, names)}")
     lines.append(f"{INDENT}# Store the outputs, converted to their dtypes")
@@ -143,6 +149,10 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
             f"{INDENT}tl.store({pointer} + offsets, {names[output.value]}.to({pointer}.dtype.element_ty), mask=mask)"
         )
     return _black("\n".join(lines) + "\n")
+
+
+def _source_comment(region: Region, line: int, source_lines: dict[int, str]) -> str:
+    return f"# {region.path}:{line}  {source_lines.get(line, '').strip()}".rstrip()
 
 
 def _output_label(target: str, value: str) -> str:
@@ -169,6 +179,226 @@ def _input_offsets(inputs: list[str]) -> list[str]:
         lines.append(f"{inner}index{d} = rest % size{d} if NDIM > {last - d + 1} else rest" if d else f"{inner}index0 = rest")
         lines += [f"{inner}{name}_offsets += index{d} * {name}_stride{d}" for name in inputs]
     return lines
+
+
+# -- row kernels: regions with reductions -------------------------------------------------------
+# Names a row kernel uses besides region values, and the suffixes it derives per tensor
+# (a value named like another's derived name is renamed).
+_ROW_LOCALS = "tl triton row row_mask cols col mask start rest n_rows R outer_size1 outer_size2"
+ROW_KERNEL_NAMES = HELPERS | set(_ROW_LOCALS.split()) | {"CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK", "index0", "index1", "index2"}
+_DERIVED = ("_ptr", "_row", "_stride", "_stride_r", "_partial") + tuple(f"_stride{d}" for d in range(RANK - 1))
+# What a ROW op accumulates: the comment's word, the partials' identity, the helper that accumulates.
+_REDUCTIONS = {
+    "row_sum": ("sum", "0.0", "accumulate_sum"),
+    "row_max": ("maximum", 'float("-inf")', "accumulate_max"),
+    "row_min": ("minimum", 'float("inf")', "accumulate_min"),
+}
+
+
+class _RowKernel:
+    """A region with reductions as a row kernel: tiles of ROWS rows by RBLOCK columns.
+
+    Rows up to RBLOCK long take one pass with the row in registers (each input read
+    once); longer rows (LOOPED) follow `lowering.passes`: a loop over the row per pass,
+    accumulating per-lane float32 partials that are reduced once after the loop.
+    Renders on construction: `text` is the kernel, `helpers` the support names it uses.
+    """
+
+    def __init__(self, region: Region, source_lines: dict[int, str]) -> None:
+        self.source = region
+        self.rows = lower(region)
+        lowered = self.rows.region
+        values = [i.name for i in lowered.inputs] + [n.out for n in lowered.nodes]
+        derived = {f"{v}{out}{suffix}" for v in values for out in ("", "_out") for suffix in _DERIVED}
+        self.names = _Names(lowered, frozenset(ROW_KERNEL_NAMES | derived))
+        self.source_lines = source_lines
+        self.helpers: set[str] = {"widen"} | {_REDUCTIONS[n.op][2] for n in lowered.nodes if n.op in _REDUCTIONS}
+        self.lines: list[str] = []
+        self._kernel()
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+    # -- pieces ------------------------------------------------------------------------
+    def emit(self, depth: int, *lines: str) -> None:
+        self.lines += [INDENT * depth + line for line in lines]
+
+    def tensors(self) -> list[tuple[str, str]]:
+        """(kernel prefix, label) of every tensor indexed per element: inputs, then element outputs."""
+        region = self.rows.region
+        inputs = [(self.names[i.name], f"input {i.source}") for i in region.tensor_inputs]
+        outputs = [
+            (f"{self.names[o.value]}_out", f"output {_output_label(o.target, o.value)}")
+            for o in self.rows.element_outputs
+        ]
+        return inputs + outputs
+
+    def expression(self, node: Node, one_pass: bool) -> str:
+        if node.op == "row_size":
+            return "tl.cast(R, tl.float32)"
+        if node.op in _REDUCTIONS:
+            # One pass reduces the block itself; a loop reduces its partials once it is done.
+            reduced = self.names[node.values()[0]] if one_pass else f"{self.names[node.out]}_partial"
+            mask = "mask" if one_pass else "row_mask"
+            self.helpers.add(node.op)
+            return f"{node.op}({reduced}, {mask})"
+        text = _expression(node, self.names)
+        self.helpers |= HELPERS.intersection(_IDENTIFIER.findall(text))
+        return text
+
+    def compute(self, depth: int, nodes, one_pass: bool) -> None:
+        """The nodes as statements, each line of source they come from as a comment above its first."""
+        previous_line = None
+        for node in nodes:
+            if node.line != previous_line:
+                self.emit(depth, _source_comment(self.source, node.line, self.source_lines))
+                previous_line = node.line
+            self.emit(depth, f"{self.names[node.out]} = {self.expression(node, one_pass)}")
+
+    def load(self, depth: int, values) -> None:
+        """Load the tensor inputs among `values` (in input order) at columns `col`, widened."""
+        wanted = set(values)
+        for item in self.rows.region.tensor_inputs:
+            if item.name in wanted:
+                name = self.names[item.name]
+                self.emit(depth, f"{name} = widen(tl.load({name}_ptr + {name}_row + col * {name}_stride, mask=mask))")
+
+    def store_elements(self, depth: int) -> None:
+        self.emit(depth, "# Store the element outputs, converted to their dtypes")
+        for output in self.rows.element_outputs:
+            name = self.names[output.value]
+            pointer = f"{name}_out_ptr + {name}_out_row + col * {name}_out_stride"
+            self.emit(depth, f"tl.store({pointer}, {name}.to({name}_out_ptr.dtype.element_ty), mask=mask)")
+
+    def store_rows(self, depth: int) -> None:
+        if not self.rows.row_outputs:
+            return
+        self.emit(depth, "# Store the row outputs (one value a row), converted to their dtypes")
+        for output in self.rows.row_outputs:
+            name = self.names[output.value]
+            self.emit(
+                depth, f"tl.store({name}_out_ptr + row, {name}.to({name}_out_ptr.dtype.element_ty), mask=row_mask)"
+            )
+
+    # -- the kernel ----------------------------------------------------------------------
+    def _kernel(self) -> None:
+        region, names = self.rows.region, self.names
+        self.emit(0, "@triton.jit", f"def {region.name}_kernel(")
+        self.emit(1, *(f"{names[i.name]}_ptr,  # input {i.source}" for i in region.tensor_inputs))
+        self.emit(1, *(f"{names[i.name]},  # scalar input {i.source}" for i in region.scalar_inputs))
+        row_values = {o.value for o in self.rows.row_outputs}
+        for output in region.outputs:
+            per = "one value a row" if output.value in row_values else "one value an element"
+            self.emit(
+                1, f"{names[output.value]}_out_ptr,  # output {_output_label(output.target, output.value)}: {per}"
+            )
+        self.emit(
+            1,
+            "n_rows,  # rows: every dim but the reduced one",
+            "R,  # the row length: the reduced dim's size",
+            "outer_size1,  # row = (index0 * outer_size1 + index1) * outer_size2 + index2 (strided path)",
+            "outer_size2,",
+        )
+        for prefix, label in self.tensors():
+            strides = [f"{prefix}_stride{d}" for d in range(RANK - 1)] + [f"{prefix}_stride_r"]
+            self.emit(
+                1,
+                f"{strides[0]},  # {label}: strides along the 3 row dims, then along the row",
+                *(f"{s}," for s in strides[1:]),
+            )
+        self.emit(
+            1,
+            "CONTIGUOUS: tl.constexpr,  # every tensor above holds element (row, col) at row * R + col",
+            "LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass",
+            "ROWS: tl.constexpr,  # rows a program computes",
+            "RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED",
+        )
+        self.emit(0, "):")
+        self.emit(1, f'"""{self.source.function} in {self.source.path}:{self.source.lines}."""')
+        self.emit(
+            1,
+            "# Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns",
+            "row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]",
+            "row_mask = row < n_rows",
+            "cols = tl.arange(0, RBLOCK)[None, :]",
+        )
+        self._locate_rows()
+        self.emit(1, "if not LOOPED:")
+        self._one_pass()
+        self.emit(1, "else:")
+        self._looped()
+
+    def _locate_rows(self) -> None:
+        """Each tensor's row start and column stride: a division per row (not per element) when strided."""
+        tensors = [prefix for prefix, _ in self.tensors()]
+        self.emit(1, "# Where each tensor's rows start, and its stride along them", "if CONTIGUOUS:")
+        for prefix in tensors:
+            self.emit(2, f"{prefix}_row = row * R", f"{prefix}_stride = 1")
+        self.emit(1, "else:", "    # The row's coordinates in the 3 row dims")
+        self.emit(
+            2,
+            "index2 = row % outer_size2",
+            "rest = row // outer_size2",
+            "index1 = rest % outer_size1",
+            "index0 = rest // outer_size1",
+        )
+        for prefix in tensors:
+            offset = " + ".join(f"index{d} * {prefix}_stride{d}" for d in range(RANK - 1))
+            self.emit(2, f"{prefix}_row = {offset}", f"{prefix}_stride = {prefix}_stride_r")
+
+    def _one_pass(self) -> None:
+        region = self.rows.region
+        self.emit(
+            2,
+            "# One pass: the whole row in registers; each input is read once",
+            "col = cols",
+            "mask = row_mask & (col < R)",
+        )
+        self.load(2, [i.name for i in region.tensor_inputs])
+        self.emit(2, "# Compute (reductions over the lanes in `mask`)")
+        self.compute(2, region.nodes, one_pass=True)
+        self.store_elements(2)
+        self.store_rows(2)
+
+    def _looped(self) -> None:
+        before, schedule = passes(self.rows)
+        self.emit(2, "# Rows longer than a block: one loop over the row per pass")
+        self.compute(2, before, one_pass=False)
+        for number, step in enumerate(schedule, 1):
+            if step.reductions:
+                self._pass(number, step)
+            elif self.rows.element_outputs:
+                self._store_pass(number, step)
+        self.store_rows(2)
+
+    def _block(self, step: Pass, results: list[str]) -> None:
+        """The start of a loop over the row's blocks: its columns, the inputs it reads, the pass's elements."""
+        # A while loop: Triton's interpreter cannot take a tensor (R) as a range bound under numpy 2.
+        self.emit(2, "start = 0", "while start < R:")
+        self.emit(3, "col = start + cols", "mask = row_mask & (col < R)")
+        self.load(3, [v for node in step.elements for v in node.values()] + results)
+        self.compute(3, step.elements, one_pass=False)
+
+    def _pass(self, number: int, step: Pass) -> None:
+        names = self.names
+        what = ", ".join(f"the row {_REDUCTIONS[r.op][0]} of {names[r.values()[0]]}" for r in step.reductions)
+        self.emit(2, f"# Pass {number}: {what}")
+        for reduction in step.reductions:
+            identity = _REDUCTIONS[reduction.op][1]
+            self.emit(2, f"{names[reduction.out]}_partial = tl.full([ROWS, RBLOCK], {identity}, tl.float32)")
+        self._block(step, [r.values()[0] for r in step.reductions])
+        for reduction in step.reductions:
+            partial, accumulate = f"{names[reduction.out]}_partial", _REDUCTIONS[reduction.op][2]
+            self.emit(3, f"{partial} = {accumulate}({partial}, {names[reduction.values()[0]]}, mask)")
+        self.emit(3, "start += RBLOCK")
+        self.compute(2, [*step.reductions, *step.then], one_pass=False)
+
+    def _store_pass(self, number: int, step: Pass) -> None:
+        self.emit(2, f"# Pass {number}: the element outputs")
+        self._block(step, [o.value for o in self.rows.element_outputs])
+        self.store_elements(3)
+        self.emit(3, "start += RBLOCK")
 
 
 def render_triton_file(

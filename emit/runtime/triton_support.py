@@ -1,4 +1,4 @@
-"""Triton helpers for generated pointwise kernels, and their launcher.
+"""Triton helpers for generated kernels (pointwise and row reductions), and their launchers.
 
 The op table's `triton` templates name these functions; generated kernel files import
 them. Every helper works on the GPU and under `TRITON_INTERPRET=1`, which has no
@@ -277,6 +277,111 @@ def round_half_even(x):
         return x
 
 
+# -- row reductions: a [ROWS, RBLOCK] tile reduced along its columns to [ROWS, 1] ----------
+# Lanes outside `mask` hold garbage (masked loads, and values computed from them):
+# they contribute the reduction's identity. Floats are summed in float32 (loads are
+# already widened); integers and bools in int64, as torch sums them.
+@triton.jit
+def _accumulated(x):
+    if x.dtype.is_floating():
+        return x
+    else:
+        return x.to(tl.int64)
+
+
+@triton.jit
+def _max_nan(a, b):
+    """max(a, b), NaN if either is NaN (torch.amax propagates NaN; tl.max does not)."""
+    if a.dtype.is_floating():
+        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        return tl.maximum(a, b)
+
+
+@triton.jit
+def _min_nan(a, b):
+    """min(a, b), NaN if either is NaN."""
+    if a.dtype.is_floating():
+        return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        return tl.minimum(a, b)
+
+
+@triton.jit
+def _lowest(x):
+    """The identity of a maximum over x's dtype."""
+    if x.dtype.is_floating():
+        return float("-inf")
+    else:
+        return -9223372036854775807 - 1  # int64's lowest: integers are compared in int64
+
+
+@triton.jit
+def _highest(x):
+    """The identity of a minimum over x's dtype."""
+    if x.dtype.is_floating():
+        return float("inf")
+    else:
+        return 9223372036854775807
+
+
+@triton.jit
+def row_sum(x, mask):
+    """Each row's sum over the lanes in `mask`, as a [ROWS, 1] column."""
+    x = _accumulated(x)
+    return tl.sum(tl.where(mask, x, 0), axis=1, keep_dims=True)
+
+
+@triton.jit
+def _with_nan(x, result):
+    """`result` (a reduction of x along its rows), NaN where x's row holds a NaN."""
+    if x.dtype.is_floating():
+        return tl.where(tl.sum((x != x).to(tl.int32), axis=1, keep_dims=True) > 0, float("nan"), result)
+    else:
+        return result
+
+
+@triton.jit
+def row_max(x, mask):
+    """Each row's maximum over the lanes in `mask` (NaN if any is NaN), as a [ROWS, 1] column."""
+    x = _accumulated(x)
+    x = tl.where(mask, x, _lowest(x))
+    if INTERPRETED:
+        # The interpreter calls a tl.reduce combine function once per element: far too slow.
+        return _with_nan(x, tl.max(x, axis=1, keep_dims=True))
+    else:
+        return tl.reduce(x, 1, _max_nan, keep_dims=True)
+
+
+@triton.jit
+def row_min(x, mask):
+    """Each row's minimum over the lanes in `mask` (NaN if any is NaN), as a [ROWS, 1] column."""
+    x = _accumulated(x)
+    x = tl.where(mask, x, _highest(x))
+    if INTERPRETED:
+        return _with_nan(x, tl.min(x, axis=1, keep_dims=True))
+    else:
+        return tl.reduce(x, 1, _min_nan, keep_dims=True)
+
+
+# Rows longer than one block: a float32 accumulator per lane ([ROWS, RBLOCK]) takes one
+# block after another; `row_sum` & co. reduce it once after the loop. Integer values are
+# accumulated in float32 on this path (exact up to 2**24).
+@triton.jit
+def accumulate_sum(partial, x, mask):
+    return partial + tl.where(mask, x, 0.0)
+
+
+@triton.jit
+def accumulate_max(partial, x, mask):
+    return _max_nan(partial, tl.where(mask, x, float("-inf")))
+
+
+@triton.jit
+def accumulate_min(partial, x, mask):
+    return _min_nan(partial, tl.where(mask, x, float("inf")))
+
+
 # -- launching -------------------------------------------------------------------------------
 def unsupported(tensor_dtypes, output_dtypes) -> str | None:
     """Why Triton kernels cannot run with these dtypes, or None when they can."""
@@ -327,4 +432,46 @@ def _largest_offset(sizes, strides) -> int:
         return 0
     return max(
         (sum((size - 1) * abs(stride) for size, stride in zip(sizes, per_input)) for per_input in strides), default=0
+    )
+
+
+# Rows up to this long are reduced in one pass, held in registers: each input is read
+# once. Longer rows loop over blocks of LOOP_BLOCK columns, one loop per pass.
+MAX_ONE_PASS = 8192
+LOOP_BLOCK = 2048
+# Short rows are packed ROWS to a program so that each handles about this many elements.
+ELEMENTS_PER_PROGRAM = 4096
+
+
+def launch_rows(kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous) -> None:
+    """Run a generated row-reduction kernel over `n_rows` rows of `row_size` columns.
+
+    `strides` holds a (outer0, outer1, outer2, reduced) tuple per element tensor: the
+    tensor inputs, then the element outputs. Row outputs are contiguous, one value a row.
+    """
+    if n_rows == 0:
+        return
+    if n_rows * row_size >= 2**31 or _largest_offset((*outer_sizes, row_size), strides) >= 2**31:
+        raise ValueError("Triton kernels index with int32: 2**31 elements or more are not supported")
+    looped = row_size > MAX_ONE_PASS
+    rblock = LOOP_BLOCK if looped else triton.next_power_of_2(row_size)
+    # Never more rows per program than there are rows: few tile shapes get compiled.
+    rows = min(max(1, ELEMENTS_PER_PROGRAM // rblock), triton.next_power_of_2(n_rows))
+    # One warp per 256 elements of the tile (8 a thread), at most 16.
+    num_warps = min(16, max(1, rows * rblock // 256))
+    flat_strides = [stride for per_tensor in strides for stride in per_tensor]
+    kernel[(triton.cdiv(n_rows, rows),)](
+        *tensors,
+        *scalars,
+        *outputs,
+        n_rows,
+        row_size,
+        outer_sizes[1],
+        outer_sizes[2],
+        *flat_strides,
+        CONTIGUOUS=contiguous,
+        LOOPED=looped,
+        ROWS=rows,
+        RBLOCK=rblock,
+        num_warps=num_warps,
     )

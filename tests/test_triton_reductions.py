@@ -1,0 +1,422 @@
+"""Differential tests of the Triton row kernels (regions with reductions) against eager PyTorch in float64.
+
+Kernels run under Triton's interpreter (`TRITON_INTERPRET=1`) on CPU tensors, launched
+the way the runtime launches them: rows along the reduced dim of the broadcast shape,
+per-tensor strides (0 where an input broadcasts), contiguous or not. The one-pass path
+is tested at its real block sizes; the looped path (rows longer than a block) at small
+block sizes (the same kernel code, cheaper to interpret) and once at 70000 columns.
+The `gpu` test compiles the same kernels for a CUDA device.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# First: it turns Triton's interpreter on before triton is imported (or skips, as this module must).
+from tests.test_triton_backend import INTERPRET, compile_region  # isort: skip
+
+import black  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from emit.runtime import triton_support  # noqa: E402
+from emit.triton import HELPERS, render_triton, render_triton_file, triton_helpers_used  # noqa: E402
+from transpiler.ir import Input, Node, Output, Region  # noqa: E402
+from transpiler.lowering import Level, lower  # noqa: E402
+
+# The interpreter computes with numpy, which warns on log(0) and the like; torch warns on var of one element.
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"), pytest.mark.filterwarnings("ignore:var\\(\\)")]
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+# Against a float64 reference: float32 sums of long rows round a little more than one op.
+TOLERANCES = {torch.float32: (2e-5, 1e-5), torch.float16: (2e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2)}
+
+
+# -- launching as the runtime does ----------------------------------------------------------------
+def run_rows(region: Region, tensors: list[torch.Tensor], scalars: list, out_dtypes, dim: int = -1):
+    """The region's outputs from its row kernel, rows along `dim` of the inputs' broadcast shape."""
+    rows = lower(region)
+    shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+    dim %= len(shape)
+    reduced = [*shape[:dim], *([1] if rows.keepdim else []), *shape[dim + 1 :]]
+    device = tensors[0].device
+    outputs = [
+        torch.empty(reduced if rows.levels[o.value] is Level.ROW else shape, dtype=dtype, device=device)
+        for o, dtype in zip(region.outputs, out_dtypes)
+    ]
+    element_outputs = [t for o, t in zip(region.outputs, outputs) if rows.levels[o.value] is Level.ELEMENT]
+    # Each element tensor seen as [*row dims, R]: broadcast dims get stride 0 from expand.
+    views = [t.expand(shape).movedim(dim, -1) for t in [*tensors, *element_outputs]]
+    outer = tuple(shape[:dim]) + tuple(shape[dim + 1 :])
+    assert len(outer) <= 3
+    pad = (0,) * (3 - len(outer))
+    strides = [pad + view.stride() for view in views]
+    contiguous = dim == len(shape) - 1 and all(t.shape == shape and t.is_contiguous() for t in tensors)
+    kernel = compile_region(region)
+    n_rows = math.prod(outer)
+    triton_support.launch_rows(
+        kernel, tensors, scalars, outputs, n_rows, shape[dim], (1,) * len(pad) + outer, strides, contiguous
+    )
+    return outputs
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Rows longer than 16 columns take the looped path, in blocks of 16."""
+    monkeypatch.setattr(triton_support, "MAX_ONE_PASS", 16)
+    monkeypatch.setattr(triton_support, "LOOP_BLOCK", 16)
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """`actual` against a float64 reference rounded to actual's dtype, NaN where it has NaN."""
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    expected = expected.to(actual.dtype)
+    rtol, atol = TOLERANCES[actual.dtype]
+    torch.testing.assert_close(actual.cpu(), expected.cpu(), rtol=rtol, atol=atol, equal_nan=True)
+
+
+# -- one reduction per region -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Case:
+    """One reduction op: its node (reducing `x`, with `w`, `b` for layer_norm) and torch's result."""
+
+    node: Node
+    reference: Callable[..., torch.Tensor]  # on float64 tensors: (x) or (x, w, b)
+
+    @property
+    def region(self) -> Region:
+        names = ("x", "w", "b") if self.node.op == "layer_norm" else ("x",)
+        inputs = tuple(Input(n, n, True) for n in names)
+        name = f"{self.node.op}_region"
+        return Region(name, "models/norm.py", "Norm.forward", 7, 7, inputs, (self.node,), (Output("y", "y"),))
+
+    def run(self, x: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+        """(kernel result, float64 reference) on x; layer_norm also gets a weight and bias."""
+        extra = []
+        if self.node.op == "layer_norm":
+            generator = torch.Generator().manual_seed(1)
+            extra = [(torch.randn(x.shape[-1], generator=generator) * s).to(x.dtype).to(x.device) for s in (1.0, 0.1)]
+        (actual,) = run_rows(self.region, [x, *extra], [], [x.dtype], dim)
+        return actual, self.reference(*(t.double() for t in (x, *extra)))
+
+
+def reduction(op: str, *args, keepdim: bool = True) -> Case:
+    """sum, mean, ... along -1 (var and std take their correction as `args`)."""
+    operands = ("x", -1, *args, keepdim)
+    node = Node(op, operands, "y", 7, tuple(range(1, len(operands))))
+    return Case(node, lambda x: getattr(torch, op)(x, -1, *args, keepdim=keepdim))
+
+
+CASES = {
+    "sum": reduction("sum"),
+    "mean": reduction("mean"),
+    "amax": reduction("amax"),
+    "amin": reduction("amin"),
+    "var": Case(Node("var", ("x", -1, 1, True), "y", 7, (1, 2, 3)), lambda x: x.var(-1, correction=1, keepdim=True)),
+    "std": Case(Node("std", ("x", -1, 0, True), "y", 7, (1, 2, 3)), lambda x: x.std(-1, correction=0, keepdim=True)),
+    "logsumexp": reduction("logsumexp"),
+    "softmax": Case(Node("softmax", ("x", -1), "y", 7, (1,)), lambda x: torch.softmax(x, -1)),
+    "log_softmax": Case(Node("log_softmax", ("x", -1), "y", 7, (1,)), lambda x: torch.log_softmax(x, -1)),
+    "layer_norm": Case(
+        Node("layer_norm", ("x", "w", "b", 1e-5), "y", 7, (3,)), lambda x, w, b: F.layer_norm(x, w.shape, w, b, 1e-5)
+    ),
+}
+
+
+def random_rows(n_rows: int, row_size: int, dtype: torch.dtype, device: str = "cpu", seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(n_rows, row_size, generator=generator) * 3 + 1).to(dtype).to(device)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("row_size", [1, 3, 17, 64, 1000])
+@pytest.mark.parametrize("op", CASES)
+def test_one_pass_matches_torch(op: str, row_size: int, dtype: torch.dtype) -> None:
+    # 5 rows: the program's last rows are masked off.
+    assert_close(*CASES[op].run(random_rows(5, row_size, dtype)))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("row_size", [17, 100])
+@pytest.mark.parametrize("op", CASES)
+def test_looped_matches_torch(op: str, row_size: int, dtype: torch.dtype, small_blocks) -> None:
+    assert_close(*CASES[op].run(random_rows(3, row_size, dtype)))
+
+
+@pytest.mark.parametrize("op", ["softmax", "layer_norm", "var", "amax"])
+def test_rows_of_70000_columns(op: str) -> None:
+    """The looped path at its real block size, over a row one block cannot hold."""
+    assert_close(*CASES[op].run(random_rows(2, 70000, torch.float32)))
+
+
+def test_a_row_of_5000_columns_in_one_pass() -> None:
+    assert 5000 <= triton_support.MAX_ONE_PASS
+    assert_close(*CASES["softmax"].run(random_rows(3, 5000, torch.bfloat16)))
+
+
+def special_rows(row_size: int) -> torch.Tensor:
+    """Rows with NaN (first, middle, last), +-inf, and all -inf: what masking and NaN propagation must get right."""
+    x = random_rows(7, row_size, torch.float32)
+    x[0, 0] = math.nan
+    x[1, row_size // 2] = math.nan
+    x[2, -1] = math.nan
+    x[3, ::3] = -math.inf  # a masked attention row
+    x[4, :] = -math.inf
+    x[5, 1] = math.inf
+    x[6, -1] = -math.inf
+    return x
+
+
+@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("op", ["amax", "amin", "sum", "logsumexp", "softmax", "log_softmax"])
+def test_nan_and_infinities_propagate_like_torch(op: str, looped: bool, monkeypatch) -> None:
+    if looped:
+        monkeypatch.setattr(triton_support, "MAX_ONE_PASS", 16)
+        monkeypatch.setattr(triton_support, "LOOP_BLOCK", 16)
+    actual, expected = CASES[op].run(special_rows(37))
+    assert_close(actual, expected)
+    if op in ("amax", "amin"):
+        assert actual[:3].isnan().all() and not actual[3:].isnan().any()
+
+
+@pytest.mark.parametrize("keepdim", [True, False])
+@pytest.mark.parametrize("op", ["sum", "amax", "mean"])
+def test_row_outputs_keep_or_drop_the_dim(op: str, keepdim: bool) -> None:
+    case = reduction(op, keepdim=keepdim)
+    x = torch.randn(2, 3, 40)
+    actual, expected = case.run(x)
+    assert actual.shape == ((2, 3, 1) if keepdim else (2, 3))
+    assert_close(actual, expected)
+
+
+# -- layouts: any reduced dim, strided and broadcast inputs ------------------------------------------
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("op", ["sum", "softmax", "amax"])
+def test_a_reduced_dim_that_is_not_last(op: str, dim: int) -> None:
+    node = Node(op, ("x", dim, True) if op != "softmax" else ("x", dim), "y", 7, (1, 2) if op != "softmax" else (1,))
+    region = Region(f"{op}_dim{dim}", "m.py", "f", 7, 7, (Input("x", "x", True),), (node,), (Output("y", "y"),))
+    x = torch.randn(6, 37, 5)
+    (actual,) = run_rows(region, [x], [], [torch.float32], dim)
+    expected = torch.softmax(x.double(), dim) if op == "softmax" else getattr(torch, op)(x.double(), dim, keepdim=True)
+    assert_close(actual, expected)
+
+
+def test_a_transposed_input_reduced_along_its_last_dim() -> None:
+    x = torch.randn(33, 20).t()  # stride along the row: 20
+    actual, expected = CASES["layer_norm"].run(x)
+    assert_close(actual, expected)
+
+
+def attention_region() -> Region:
+    """scores * scale + mask, then softmax: a [B, 1, 1, S] mask against [B, H, S, S] scores."""
+    nodes = (
+        Node("mul", ("scores", "scale"), "scaled", 20),
+        Node("add", ("scaled", "mask"), "masked", 20),
+        Node("softmax", ("masked", -1), "probs", 21, (1,)),
+    )
+    inputs = (
+        Input("scores", "scores", True),
+        Input("mask", "attention_mask", True),
+        Input("scale", "self.scale", False),
+    )
+    return Region(
+        "attention_probs",
+        "models/attention.py",
+        "Attention.forward",
+        20,
+        21,
+        inputs,
+        nodes,
+        (Output("probs", "probs"),),
+    )
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_scale_mask_softmax_with_a_broadcast_mask(dtype: torch.dtype) -> None:
+    scores = torch.randn(2, 3, 9, 9).to(dtype)
+    mask = torch.zeros(2, 1, 1, 9)
+    mask[0, ..., 6:] = -math.inf  # padding
+    mask[1, ..., 4:] = torch.finfo(torch.float32).min  # HF's additive mask
+    (probs,) = run_rows(attention_region(), [scores, mask], [0.125], [dtype])
+    assert_close(probs, torch.softmax(scores.double() * 0.125 + mask.double(), -1))
+
+
+def residual_layer_norm_region() -> Region:
+    """h = x + residual; y = layer_norm(h): both outputs, the norm's weight and bias broadcast along the rows."""
+    nodes = (
+        Node("add", ("x", "residual"), "h", 30),
+        Node("layer_norm", ("h", "weight", "bias", 1e-6), "y", 31, (3,)),
+    )
+    inputs = tuple(
+        Input(n, n if n in ("x", "residual") else f"self.norm.{n}", True) for n in ("x", "residual", "weight", "bias")
+    )
+    return Region(
+        "add_layer_norm",
+        "models/block.py",
+        "Block.forward",
+        30,
+        31,
+        inputs,
+        nodes,
+        (Output("h", "h"), Output("y", "y")),
+    )
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_residual_add_and_layer_norm_give_both_outputs(dtype: torch.dtype) -> None:
+    x, residual = (torch.randn(4, 7, 96).to(dtype) for _ in range(2))
+    weight, bias = torch.randn(96).to(dtype), torch.randn(96).to(dtype)
+    h, y = run_rows(residual_layer_norm_region(), [x, residual, weight, bias], [], [dtype, dtype])
+    expected_h = x.double() + residual.double()
+    assert_close(h, expected_h)
+    assert_close(y, F.layer_norm(expected_h, (96,), weight.double(), bias.double(), 1e-6))
+
+
+def rms_norm_region(dtype: str) -> Region:
+    """LLaMA's RMSNorm: in float32, back to the input dtype, times the weight."""
+    nodes = (
+        Node("to", ("x", "float32"), "h", 40, (1,)),
+        Node("pow", ("h", 2), "squares", 41, (1,)),
+        Node("mean", ("squares", -1, True), "variance", 41, (1, 2)),
+        Node("add", ("variance", "eps"), "shifted", 42),
+        Node("rsqrt", ("shifted",), "scale", 42),
+        Node("mul", ("h", "scale"), "normed", 42),
+        Node("to", ("normed", dtype), "narrowed", 43, (1,)),
+        Node("mul", ("weight", "narrowed"), "y", 43),
+    )
+    inputs = (
+        Input("x", "hidden_states", True),
+        Input("weight", "self.weight", True),
+        Input("eps", "self.variance_epsilon", False),
+    )
+    return Region("rms_norm", "models/llama.py", "RMSNorm.forward", 40, 43, inputs, nodes, (Output("y", "y"),))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_rms_norm_with_casts(dtype: torch.dtype) -> None:
+    x = torch.randn(6, 128).to(dtype)
+    weight = (torch.rand(128) + 0.5).to(dtype)
+    (y,) = run_rows(rms_norm_region(str(dtype).removeprefix("torch.")), [x, weight], [1e-6], [dtype])
+    h = x.double()
+    expected = weight.double() * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype).double()
+    assert_close(y, expected)
+
+
+def test_a_row_output_and_an_element_output(small_blocks) -> None:
+    """mean (keepdim, one value a row) and x - mean (one value an element), looped."""
+    nodes = (Node("mean", ("x", -1, True), "m", 50, (1, 2)), Node("sub", ("x", "m"), "centered", 51))
+    region = Region(
+        "centered", "m.py", "f", 50, 51, (Input("x", "x", True),), nodes, (Output("m", "m"), Output("centered", "c"))
+    )
+    x = torch.randn(3, 4, 50)
+    m, centered = run_rows(region, [x], [], [torch.float32, torch.float32])
+    assert_close(m, x.double().mean(-1, keepdim=True))
+    assert_close(centered, x.double() - x.double().mean(-1, keepdim=True))
+
+
+# -- the kernel text ----------------------------------------------------------------------------------------
+def test_kernel_text_is_readable_and_black_formatted() -> None:
+    source = render_triton(
+        attention_region(),
+        {20: "        x = scores * self.scale + attention_mask", 21: "        probs = x.softmax(-1)"},
+    )
+    assert source == black.format_str(source, mode=black.Mode(line_length=120))
+    function = ast.parse(source).body[0]
+    assert function.name == "attention_probs_kernel"
+    arguments = [a.arg for a in function.args.args]
+    assert arguments[:4] == ["scores_ptr", "mask_value_ptr", "scale", "probs_out_ptr"]
+    assert arguments[-4:] == ["CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK"]
+    assert "    mask_value_ptr,  # input attention_mask\n" in source
+    assert "# models/attention.py:21  probs = x.softmax(-1)" in source
+    for phase in (
+        "# One pass",
+        "# Pass 1: the row maximum of masked",
+        "# Pass 2: the row sum of exp0",
+        "# Pass 3: the element outputs",
+    ):
+        assert phase in source
+    # The strided path divides per row ([ROWS, 1]), never per element.
+    assert "index2 = row % outer_size2" in source and "col //" not in source and "col %" not in source
+
+
+def test_region_values_never_shadow_kernel_names() -> None:
+    """Values named like the kernel's locals (`row`, `mask`, `R`, `x_row`) are renamed; the kernel still computes."""
+    nodes = (
+        Node("mul", ("x", 2.0), "row", 60, (1,)),
+        Node("add", ("row", "x"), "x_row", 60),
+        Node("softmax", ("x_row", -1), "R", 61, (1,)),
+    )
+    region = Region(
+        "clash", "m.py", "f", 60, 61, (Input("mask", "mask", True), Input("x", "x", True)), nodes, (Output("R", "R"),)
+    )
+    source = render_triton(region, {})
+    assert "row_value = x * 2.0" in source and "R_value = " in source and "x_row_value = row_value + x" in source
+    mask, x = torch.randn(3, 10), torch.randn(3, 10)
+    (actual,) = run_rows(region, [mask, x], [], [torch.float32])
+    assert_close(actual, torch.softmax(3 * x.double(), -1))
+
+
+def test_kernel_file_imports_exactly_the_helpers_used() -> None:
+    regions = [attention_region(), CASES["amin"].region]
+    text = render_triton_file(regions, {}, "_transpile_runtime.triton_support")
+    tree = ast.parse(text)
+    (imported,) = [node for node in tree.body if isinstance(node, ast.ImportFrom)]
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} & HELPERS
+    assert imported.module == "_transpile_runtime.triton_support"
+    assert [alias.name for alias in imported.names] == sorted(used)
+    assert triton_helpers_used(CASES["amin"].region) == ["accumulate_min", "row_min", "widen"]
+
+
+def test_launch_refuses_int32_overflow_and_skips_empty_work() -> None:
+    with pytest.raises(ValueError, match="2\\*\\*31"):
+        triton_support.launch_rows(None, [], [], [], 2**20, 2**11, (1, 1, 2**20), [(0, 0, 2**11, 1)], True)
+    with pytest.raises(ValueError, match="2\\*\\*31"):  # a large stride, few elements
+        triton_support.launch_rows(None, [], [], [], 2, 2, (1, 1, 2), [(0, 0, 2**31, 1)], False)
+    triton_support.launch_rows(None, [], [], [], 0, 5, (1, 1, 0), [(0, 0, 5, 1)], True)  # no rows: no launch
+
+
+# -- on a GPU: the same kernels compiled, with their real block sizes ------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_compiled_row_kernels_match_torch_on_cuda() -> None:
+    # A fresh process: Triton must be imported with the interpreter off.
+    environment = {**os.environ, "TRITON_INTERPRET": "0"}
+    check = "from tests.test_triton_reductions import check_on_cuda; check_on_cuda()"
+    result = subprocess.run(
+        [sys.executable, "-c", check], env=environment, cwd=Path(__file__).parents[1], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def check_on_cuda() -> None:
+    """Every op at one-pass and looped row sizes, special values, layouts and fused regions, on the GPU."""
+    assert not INTERPRET
+    for op, case in CASES.items():
+        for dtype in FLOATS:
+            for row_size in (1, 17, 512, 4096, 8192, 70000):
+                assert_close(*case.run(random_rows(300 if row_size < 70000 else 3, row_size, dtype, "cuda")))
+        if op != "layer_norm" and op not in ("mean", "var", "std"):
+            assert_close(*case.run(special_rows(37).cuda()))
+            assert_close(*case.run(special_rows(20000).cuda()))
+    scores = torch.randn(4, 12, 256, 256, device="cuda", dtype=torch.bfloat16)
+    mask = torch.zeros(4, 1, 1, 256, device="cuda")
+    mask[:, ..., 200:] = -math.inf
+    (probs,) = run_rows(attention_region(), [scores, mask], [0.125], [torch.bfloat16])
+    assert_close(probs, torch.softmax(scores.double() * 0.125 + mask.double(), -1))
+    x = torch.randn(64, 700, 5, device="cuda")
+    actual, expected = CASES["softmax"].run(x.transpose(1, 2))
+    assert_close(actual, expected)
+    hidden, weight = x.reshape(-1, 1000).bfloat16(), torch.rand(1000, device="cuda").bfloat16()
+    (y,) = run_rows(rms_norm_region("bfloat16"), [hidden, weight], [1e-6], [torch.bfloat16])
+    h = hidden.double()
+    expected = weight.double() * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).bfloat16().double()
+    assert_close(y, expected)
