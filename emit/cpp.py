@@ -7,6 +7,10 @@ ops, `to(bool)`, masks of `where`/`masked_fill`) are stored as `bool`. The kinds
 exported beside each kernel (`{name}_kinds`), so the runtime (`cpp_support.py`) can
 convert a tensor whose dtype disagrees with them at the boundary; integer tensors are
 outside the model and take the eager fallback.
+
+Regions with reductions get a row kernel instead (`_render_row_kernel`): threads share the
+rows, and each row runs the passes of `transpiler.lowering.passes` as vectorised loops over
+its columns.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import ClassVar
 
-from transpiler.ir import Node, Operand, Region
+from transpiler import lowering
+from transpiler.ir import Input, Node, Operand, Output, Region
+from transpiler.lowering import Level, RowRegion
 from transpiler.ops import BY_NAME, CAST, Domain
 
 # Storage type T and compute type C of each entry point, by torch dtype name.
@@ -60,6 +66,10 @@ _CPP_KEYWORDS = frozenset(
 _GENERATED_NAMES = frozenset(
     "T C n sizes contiguous compute index i d0 d1 d2 d3 size0 size1 size2 size3 row std transpile half bfloat16".split()
 ) | {name for op in BY_NAME.values() for name in re.findall(r"(?<![\w:])([A-Za-z_]\w*)\(", op.cpp)}
+# What row kernels and their entry points name besides (only their values are renamed for these).
+_ROW_KERNEL_NAMES = frozenset(
+    "R n_rows row_size outer_sizes strides compute_row unit col start block block_end sum_block o0 o1 o2".split()
+)
 
 
 DTYPE_MODEL = """\
@@ -81,7 +91,7 @@ class Names:
     """The C++ identifiers of a region's values, and of the pointers and strides derived from them."""
 
     values: dict[str, str]
-    SUFFIXES: ClassVar[tuple[str, ...]] = ("_ptr", "_out", "_strides", "_offset", "_row")
+    SUFFIXES: ClassVar[tuple[str, ...]] = ("_ptr", "_out", "_strides", "_offset", "_row", "_step", "_nan", "_block", "_total")
 
     def value(self, name: str) -> str:
         return self.values[name]
@@ -101,17 +111,33 @@ class Names:
     def row(self, name: str) -> str:
         return f"{self.values[name]}_row"
 
+    def step(self, name: str) -> str:
+        return f"{self.values[name]}_step"
+
+    def nan(self, name: str) -> str:
+        return f"{self.values[name]}_nan"
+
+    def block(self, name: str) -> str:
+        return f"{self.values[name]}_block"
+
+    def total(self, name: str) -> str:
+        return f"{self.values[name]}_total"
+
 
 def render_cpp_file(regions: list[Region], source_lines: dict[int, str], header: str) -> str:
     """One C++ source file with the kernels of all `regions` of a Python file."""
+    lowered = {r.name: lowering.lower(r) for r in regions if lowering.has_reductions(r)}
+    kernels = [
+        _render_row_kernel(lowered[r.name], source_lines) if r.name in lowered else _render_kernel(r, source_lines)
+        for r in regions
+    ]
+    entry_points = [_render_row_entry_points(lowered[r.name]) if r.name in lowered else _render_entry_points(r) for r in regions]
     parts = [
         "\n".join(f"// {line}".rstrip() for line in header.splitlines()),
         '#include "transpile_runtime.h"',
         DTYPE_MODEL,
-        "namespace transpile {\n\n"
-        + "\n".join(_render_kernel(r, source_lines) for r in regions)
-        + "\n}  // namespace transpile",
-        'extern "C" {\n\n' + "\n".join(_render_entry_points(r) for r in regions) + '\n}  // extern "C"',
+        "namespace transpile {\n\n" + "\n".join(kernels) + "\n}  // namespace transpile",
+        'extern "C" {\n\n' + "\n".join(entry_points) + '\n}  // extern "C"',
     ]
     return "\n\n".join(parts) + "\n"
 
@@ -170,14 +196,18 @@ def kinds_signature(region: Region) -> str:
 
 
 # -- names ------------------------------------------------------------------------------
-def cpp_names(region: Region) -> Names:
-    """C++ identifiers for the region's values: the Python names, renamed where C++ or the kernel claims them."""
+def cpp_names(region: Region, reserved: frozenset[str] = frozenset()) -> Names:
+    """C++ identifiers for the region's values: the Python names, renamed where C++ or the kernel claims them.
+
+    `reserved`: names the kernel uses beyond those every kernel uses.
+    """
     values = [item.name for item in region.inputs] + [node.out for node in region.nodes]
+    claimed = _CPP_KEYWORDS | _GENERATED_NAMES | reserved
     chosen: dict[str, str] = {}
     for value in values:
         name = re.sub(r"\W", "_", value)
         taken = (*chosen.values(), *values)  # renamed values keep their suffixed names clear of the others
-        while name in _CPP_KEYWORDS or name in _GENERATED_NAMES or name in chosen.values() or _is_derived(name, taken):
+        while name in claimed or name in chosen.values() or _is_derived(name, taken):
             name += "_"
         chosen[value] = name
     return Names(chosen)
@@ -236,21 +266,42 @@ def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
 
 
 # -- the kernel ---------------------------------------------------------------------------
-def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
-    names, kinds = cpp_names(region), value_kinds(region)
-    tensors, outputs = region.tensor_inputs, region.outputs
-    storage = {Kind.FLOAT: "T", Kind.BOOL: "bool"}
-    parameters = [(f"const {storage[kinds[t.name]]}* {names.pointer(t.name)}", f"input {t.source}") for t in tensors]
+_STORAGE = {Kind.FLOAT: "T", Kind.BOOL: "bool"}
+
+
+def _data_parameters(region: Region, names: Names, kinds: dict[str, Kind], per_row: Iterable[str] = ()) -> list:
+    """(declaration, comment) of the kernel's pointers and scalars; `per_row`: outputs with one value per row."""
+    per_row = set(per_row)
+    parameters = [
+        (f"const {_STORAGE[kinds[t.name]]}* {names.pointer(t.name)}", f"input {t.source}") for t in region.tensor_inputs
+    ]
     parameters += [
         (f"{_ctype(kinds[s.name])} {names.value(s.name)}", f"scalar {s.source}") for s in region.scalar_inputs
     ]
     parameters += [
         (
-            f"{storage[kinds[o.value]]}* {names.output(o.value)}",
-            f"output {o.target}" + ("" if o.target == o.value else f" ({o.value})"),
+            f"{_STORAGE[kinds[o.value]]}* {names.output(o.value)}",
+            f"output {o.target}"
+            + ("" if o.target == o.value else f" ({o.value})")
+            + (": one value per row" if o.value in per_row else ""),
         )
-        for o in outputs
+        for o in region.outputs
     ]
+    return parameters
+
+
+def _signature(name: str, parameters: list[tuple[str, str]]) -> str:
+    """`static void name(` and the parameters, one a line, each with its comment."""
+    declarations = [f"{d}," for d, _ in parameters[:-1]] + [f"{parameters[-1][0]}) {{"]
+    width = max(len(d) for d in declarations)
+    lines = "\n".join(f"    {d:<{width}}  // {comment}" for d, (_, comment) in zip(declarations, parameters))
+    return f"template <typename T, typename C>\nstatic void {name}(\n{lines}\n"
+
+
+def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
+    names, kinds = cpp_names(region), value_kinds(region)
+    tensors = region.tensor_inputs
+    parameters = _data_parameters(region, names, kinds)
     parameters += [
         ("int64_t n", "number of output elements"),
         ("const int64_t* sizes", "strided path: 4 sizes, padded on the left with 1s"),
@@ -259,9 +310,6 @@ def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
         (f"const int64_t* {names.strides(t.name)}", f"strided path: 4 element strides of {t.source}") for t in tensors
     ]
     parameters.append(("bool contiguous", "every input is contiguous with the output's shape"))
-    declarations = [f"{d}," for d, _ in parameters[:-1]] + [f"{parameters[-1][0]}) {{"]
-    width = max(len(d) for d in declarations)
-    signature = "\n".join(f"    {d:<{width}}  // {comment}" for d, (_, comment) in zip(declarations, parameters))
     lambda_parameters = ["int64_t index"] + [f"int64_t {names.offset(t.name)}" for t in tensors]
     offsets = ", ".join(lambda_parameters)
     if len(f"  const auto compute = [=]({offsets}) {{") > 120:
@@ -269,8 +317,7 @@ def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
     body = _render_element(region, names, kinds, source_lines)
     return (
         f"// {region.name}: {region.path}:{region.lines}, in {region.function}\n"
-        "template <typename T, typename C>\n"
-        f"static void {region.name}(\n{signature}\n"
+        f"{_signature(region.name, parameters)}"
         "  // One element: load the inputs at their offsets, compute, store at the output index.\n"
         f"  const auto compute = [=]({offsets}) {{\n"
         f"{body}"
@@ -287,28 +334,37 @@ def _ctype(kind: Kind) -> str:
 def _render_element(region: Region, names: Names, kinds: dict[str, Kind], source_lines: dict[int, str]) -> str:
     lines = ["// Load the inputs."] if region.tensor_inputs else []
     for item in region.tensor_inputs:
-        pointer, offset = names.pointer(item.name), names.offset(item.name)
-        value = (
-            f"load_bool({pointer}, {offset})"
-            if kinds[item.name] is Kind.BOOL
-            else f"static_cast<C>({pointer}[{offset}])"
-        )
-        lines.append(f"const {_ctype(kinds[item.name])} {names.value(item.name)} = {value};")
-    current_line = None
-    for node in region.nodes:
+        lines.append(_load(item.name, names, kinds, names.pointer(item.name), names.offset(item.name)))
+    lines += _render_nodes(region.nodes, names, kinds, source_lines, render_node)
+    lines.append("// Store the outputs.")
+    for output in region.outputs:
+        lines.append(_store(output.value, names, kinds, names.output(output.value), "index"))
+    return "".join(f"    {line}\n" for line in lines)
+
+
+def _load(name: str, names: Names, kinds: dict[str, Kind], pointer: str, offset: str) -> str:
+    """`const C x = ...;`: a tensor element, widened to C (or read as a bool)."""
+    if kinds[name] is Kind.BOOL:
+        return f"const bool {names.value(name)} = load_bool({pointer}, {offset});"
+    return f"const C {names.value(name)} = static_cast<C>({pointer}[{offset}]);"
+
+
+def _store(name: str, names: Names, kinds: dict[str, Kind], pointer: str, index: str) -> str:
+    if kinds[name] is Kind.BOOL:
+        return f"{pointer}[{index}] = {names.value(name)};"
+    return f"store({pointer}, {index}, {names.value(name)});"
+
+
+def _render_nodes(nodes: Iterable[Node], names: Names, kinds: dict[str, Kind], source_lines: dict[int, str], render) -> list[str]:
+    """The statements of `nodes` (`render(node, names, kinds)` each), with a comment per source line."""
+    lines, current_line = [], None
+    for node in nodes:
         if node.line != current_line:
             current_line = node.line
             source = source_lines.get(node.line, "").strip()
             lines.append(f"// line {node.line}: {source}" if source else f"// line {node.line}")
-        lines.append(render_node(node, names, kinds))
-    lines.append("// Store the outputs.")
-    for output in region.outputs:
-        value = names.value(output.value)
-        if kinds[output.value] is Kind.BOOL:
-            lines.append(f"{names.output(output.value)}[index] = {value};")
-        else:
-            lines.append(f"store({names.output(output.value)}, index, {value});")
-    return "".join(f"    {line}\n" for line in lines)
+        lines.append(render(node, names, kinds))
+    return lines
 
 
 def _render_loops(tensors: Iterable, names: Names) -> str:
@@ -350,24 +406,272 @@ def _render_loops(tensors: Iterable, names: Names) -> str:
     )
 
 
+# -- row kernels: regions with reductions --------------------------------------------------
+@dataclass(frozen=True)
+class RowReduction:
+    """How a column loop accumulates a ROW op, as an OpenMP reduction (so that the loop still vectorises)."""
+
+    identity: str  # the accumulator's start: what no column contributes
+    clause: str  # the OpenMP reduction operator
+    update: str  # the accumulation, over the accumulator `{0}` and the element value `{1}`
+    what: str  # for the pass comments: "the row sum of x"
+    # max and min: a NaN anywhere in the row gives NaN, as torch.amax does; OpenMP's max may
+    # drop it, so a flag records it beside the accumulator.
+    propagates_nan: bool = False
+
+
+ROW_REDUCTIONS = {
+    "row_sum": RowReduction("C(0)", "+", "{0} += {1};", "sum"),
+    "row_max": RowReduction("-std::numeric_limits<C>::infinity()", "max", "{0} = std::max({0}, {1});", "maximum", True),
+    "row_min": RowReduction("std::numeric_limits<C>::infinity()", "min", "{0} = std::min({0}, {1});", "minimum", True),
+}
+
+
+def _render_row_kernel(lowered: RowRegion, source_lines: dict[int, str]) -> str:
+    """The kernel of a region with reductions: threads share the rows; each row runs the passes over its columns."""
+    return _RowKernel(lowered, source_lines).render()
+
+
+@dataclass(frozen=True)
+class _Strided:
+    """An ELEMENT tensor of a row kernel: a tensor input or an element output."""
+
+    value: str  # the region value
+    label: str  # for comments: the input's source or the output's target
+    pointer_type: str  # `const T*`, `bool*`, ...
+    base: str  # the kernel's parameter pointing at element 0
+
+
+def _strided_tensors(lowered: RowRegion, names: Names, kinds: dict[str, Kind]) -> list[_Strided]:
+    """The ELEMENT tensors in the runtime's stride order: the tensor inputs, then the element outputs."""
+    tensors = [
+        _Strided(t.name, t.source, f"const {_STORAGE[kinds[t.name]]}*", names.pointer(t.name))
+        for t in lowered.region.tensor_inputs
+    ]
+    return tensors + [
+        _Strided(o.value, o.target, f"{_STORAGE[kinds[o.value]]}*", names.output(o.value))
+        for o in lowered.element_outputs
+    ]
+
+
+class _RowKernel:
+    """Writes one row kernel: the signature, the per-row passes in a lambda, and the loops over rows."""
+
+    def __init__(self, lowered: RowRegion, source_lines: dict[int, str]) -> None:
+        self.lowered = lowered
+        self.region = lowered.region
+        self.names = cpp_names(self.region, _ROW_KERNEL_NAMES)
+        self.kinds = value_kinds(self.region)
+        self.source_lines = source_lines
+        self.strided = _strided_tensors(lowered, self.names, self.kinds)
+
+    def render(self) -> str:
+        region, names = self.region, self.names
+        parameters = _data_parameters(region, names, self.kinds, [o.value for o in self.lowered.row_outputs])
+        parameters += [
+            ("int64_t n_rows", "number of rows"),
+            ("int64_t R", "row length: the size of the reduced dim, at least 1"),
+            ("const int64_t* outer_sizes", "strided path: the 3 row dims, padded on the left with 1s"),
+        ]
+        parameters += [
+            (f"const int64_t* {names.strides(t.value)}", f"strided path: element strides of {t.label} (row dims, reduced dim)")
+            for t in self.strided
+        ]
+        parameters.append(("bool contiguous", "element (row, col) of every tensor is at row * R + col"))
+        before, schedule = lowering.passes(self.lowered)
+        row_parameters = ["int64_t row"]
+        for t in self.strided:
+            row_parameters += [f"{t.pointer_type} {names.row(t.value)}", f"auto {names.step(t.value)}"]
+        opening = f"  const auto compute_row = [=]({', '.join(row_parameters)}) {{"
+        if len(opening) > 120:
+            opening = f"  const auto compute_row = [=](\n{_wrap(row_parameters, ' ' * 6)}) {{"
+        shared = self.nodes(before)
+        return (
+            f"// {region.name}: {region.path}:{region.lines}, in {region.function}\n"
+            f"{_signature(region.name, parameters)}"
+            f"{_indent(['// Values shared by every row.', *shared] if shared else [], 2)}"
+            "  // One row: `*_row` points at its first element in each tensor and `*_step` is the tensor's column\n"
+            "  // stride (a compile-time 1 on the contiguous path, so that the column loops are unit-stride).\n"
+            f"{opening}\n"
+            f"{_indent(self.row_body(schedule), 4)}"
+            "  };\n"
+            f"{self.row_loops()}"
+            "}\n"
+        )
+
+    def nodes(self, nodes: Iterable[Node]) -> list[str]:
+        return _render_nodes(nodes, self.names, self.kinds, self.source_lines, _render_row_node)
+
+    def row_body(self, schedule: list[lowering.Pass]) -> list[str]:
+        """The passes over one row's columns, the row values computed after each, and the row outputs."""
+        lines: list[str] = []
+        element_outputs = self.lowered.element_outputs
+        for number, step in enumerate(schedule, 1):
+            if step.reductions:
+                what = [f"the row {ROW_REDUCTIONS[r.op].what} of {self.names.value(r.values()[0])}" for r in step.reductions]
+                lines.append(f"// Pass {number}: {_enumeration(what)}.")
+                lines += self.reduction_pass(step)
+                lines += self.nodes(step.then)
+            elif element_outputs:
+                lines.append(f"// Pass {number}: compute and store the element outputs.")
+                stores = [
+                    _store(o.value, self.names, self.kinds, self.names.row(o.value), f"col * {self.names.step(o.value)}")
+                    for o in element_outputs
+                ]
+                lines += self.column_loop(step.elements, [o.value for o in element_outputs], stores, [], "0", "R")
+        if self.lowered.row_outputs:
+            lines.append("// The row outputs: one value per row.")
+            lines += [_store(o.value, self.names, self.kinds, self.names.output(o.value), "row") for o in self.lowered.row_outputs]
+        return lines
+
+    def reduction_pass(self, step: lowering.Pass) -> list[str]:
+        """Accumulators, the column loop that accumulates them, and NaN restored where max and min propagate it.
+
+        Sums add each block of `sum_block` columns in C, then the blocks' sums in double: a
+        lane of one long loop would add R / 16 terms in sequence, and its rounding error grows
+        with that count (torch's cascade sum keeps it small as well).
+        """
+        lines, clauses, updates, restores = [], [], [], []
+        partials, totals, results = [], [], []
+        for node in step.reductions:
+            reduction = ROW_REDUCTIONS[node.op]
+            accumulator, operand = self.names.value(node.out), node.values()[0]
+            value = self.names.value(operand)
+            value = value if self.kinds[operand] is Kind.FLOAT else f"C({value})"
+            if node.op == "row_sum":
+                partial, total = self.names.block(node.out), self.names.total(node.out)
+                lines.append(f"double {total} = 0;")
+                partials.append(f"C {partial} = {reduction.identity};")
+                totals.append(f"{total} += {partial};")
+                results.append(f"const C {accumulator} = C({total});")
+                accumulator = partial
+            else:
+                lines.append(f"C {accumulator} = {reduction.identity};")
+            clauses.append(f"reduction({reduction.clause}: {accumulator})")
+            updates.append(reduction.update.format(accumulator, value))
+            if reduction.propagates_nan:
+                flag = self.names.nan(node.out)
+                lines.append(f"bool {flag} = false;  // a NaN in the row makes the {reduction.what} NaN, as in torch")
+                clauses.append(f"reduction(||: {flag})")
+                updates.append(f"{flag} = {flag} || std::isnan({value});")
+                restores += [f"if ({flag}) {{", f"  {accumulator} = std::numeric_limits<C>::quiet_NaN();", "}"]
+        reads = [node.values()[0] for node in step.reductions]
+        if not partials:
+            return lines + self.column_loop(step.elements, reads, updates, clauses, "0", "R") + restores
+        loop = self.column_loop(step.elements, reads, updates, clauses, "block", "block_end")
+        return [
+            *lines,
+            "for (int64_t block = 0; block < R; block += sum_block) {",
+            "  const int64_t block_end = std::min(R, block + sum_block);",
+            *(f"  {line}" for line in [*partials, *loop, *totals]),
+            "}",
+            *restores,
+            *results,
+        ]
+
+    def column_loop(
+        self, nodes: Iterable[Node], reads: list[str], tail: list[str], clauses: list[str], start: str, end: str
+    ) -> list[str]:
+        """An `omp simd` loop over columns `start` to `end`: load the inputs that `nodes` and `tail` (reading
+        `reads`) need, compute `nodes`, then run the `tail` statements."""
+        nodes = list(nodes)
+        needed = {v for node in nodes for v in node.values()} | set(reads)
+        loads = [
+            _load(t.name, self.names, self.kinds, self.names.row(t.name), f"col * {self.names.step(t.name)}")
+            for t in self.region.tensor_inputs
+            if t.name in needed
+        ]
+        pragma = " ".join(["#pragma omp simd", *clauses])
+        body = [*loads, *self.nodes(nodes), *tail]
+        return [pragma, f"for (int64_t col = {start}; col < {end}; ++col) {{", *(f"  {line}" for line in body), "}"]
+
+    def row_loops(self) -> str:
+        """The contiguous path (one loop over the rows) and the strided path (three loops over the row dims)."""
+        names = self.names
+        contiguous = ["row"] + [a for t in self.strided for a in (f"{t.base} + start", "unit")]
+        strided = ["row"]
+        for t in self.strided:
+            steps = names.strides(t.value)
+            strided += [f"{t.base} + o0 * {steps}[0] + o1 * {steps}[1] + o2 * {steps}[2]", f"{steps}[3]"]
+        return (
+            "  if (contiguous) {\n"
+            "    // Contiguous path: element (row, col) of every tensor is at row * R + col.\n"
+            "    const std::integral_constant<int64_t, 1> unit;\n"
+            f"#pragma omp parallel for schedule(static) if ({_ENOUGH_ROWS})\n"
+            "    for (int64_t row = 0; row < n_rows; ++row) {\n"
+            "      const int64_t start = row * R;\n"
+            f"{_call('compute_row', contiguous, 6)}"
+            "    }\n"
+            "    return;\n"
+            "  }\n"
+            "  // Strided path: threads share the rows, each tensor steps by its own strides.\n"
+            "  const int64_t size0 = outer_sizes[0], size1 = outer_sizes[1], size2 = outer_sizes[2];\n"
+            f"#pragma omp parallel for collapse(3) schedule(static) if ({_ENOUGH_ROWS})\n"
+            "  for (int64_t o0 = 0; o0 < size0; ++o0) {\n"
+            "    for (int64_t o1 = 0; o1 < size1; ++o1) {\n"
+            "      for (int64_t o2 = 0; o2 < size2; ++o2) {\n"
+            "        const int64_t row = (o0 * size1 + o1) * size2 + o2;\n"
+            f"{_call('compute_row', strided, 8)}"
+            "      }\n"
+            "    }\n"
+            "  }\n"
+        )
+
+
+# Rows are shared by threads when there are several and enough elements to pay for starting them.
+_ENOUGH_ROWS = "n_rows > 1 && n_rows * R >= parallel_grain"
+
+
+def _enumeration(items: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _call(function: str, arguments: list[str], indent: int) -> str:
+    """`function(arguments);` on one line, or with the arguments wrapped below it."""
+    line = f"{' ' * indent}{function}({', '.join(arguments)});"
+    if len(line) > 120:
+        line = f"{' ' * indent}{function}(\n{_wrap(arguments, ' ' * (indent + 4))});"
+    return line + "\n"
+
+
+def _indent(lines: list[str], width: int) -> str:
+    """`lines` indented by `width` spaces, one a line; preprocessor lines stay in column 0."""
+    return "".join(f"{line}\n" if line.startswith("#") else f"{' ' * width}{line}\n" for line in lines)
+
+
+def _render_row_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
+    if node.op == "row_size":
+        return f"const C {names.value(node.out)} = C(R);"
+    return render_node(node, names, kinds)
+
 # -- entry points -------------------------------------------------------------------------
 def _render_entry_points(region: Region) -> str:
     """The kinds string, then one `extern "C"` function per storage dtype, arguments in the runtime's order."""
-    names, kinds = cpp_names(region), value_kinds(region)
+    strides = [f"transpile::strides_of(strides, {k})" for k in range(len(region.tensor_inputs))]
+    return _entry_points(
+        region,
+        cpp_names(region),
+        ["int64_t n_elements", "const int64_t* sizes", "const int64_t* strides", "int contiguous"],
+        ["n_elements", "sizes", *strides, "contiguous != 0"],
+    )
+
+
+def _entry_points(region: Region, names: Names, layout: list[str], layout_arguments: list[str]) -> str:
+    """The entry points of a kernel: its data pointers and scalars, then the `layout` parameters it passes on."""
+    kinds = value_kinds(region)
     tensors = region.tensor_inputs
     parameters = [f"const void* {names.value(t.name)}" for t in tensors]
     parameters += [f"double {names.value(s.name)}" for s in region.scalar_inputs]
     parameters += [f"void* {names.value(o.value)}" for o in region.outputs]
-    parameters += ["int64_t n_elements", "const int64_t* sizes", "const int64_t* strides", "int contiguous"]
+    parameters += layout
     functions = []
     for dtype, (storage, compute) in ENTRY_TYPES.items():
         cast = {Kind.FLOAT: storage, Kind.BOOL: "bool"}
         arguments = [f"static_cast<const {cast[kinds[t.name]]}*>({names.value(t.name)})" for t in tensors]
         arguments += [names.value(s.name) for s in region.scalar_inputs]
         arguments += [f"static_cast<{cast[kinds[o.value]]}*>({names.value(o.value)})" for o in region.outputs]
-        arguments += ["n_elements", "sizes"]
-        arguments += [f"transpile::strides_of(strides, {k})" for k in range(len(tensors))]
-        arguments.append("contiguous != 0")
+        arguments += layout_arguments
         functions.append(
             f"void {region.name}_{dtype}(\n{_wrap(parameters, '    ')}) {{\n"
             f"  transpile::{region.name}<{storage}, {compute}>(\n{_wrap(arguments, '      ')});\n"
@@ -376,6 +680,19 @@ def _render_entry_points(region: Region) -> str:
     return (
         f"// {region.name}: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).\n"
         f'extern const char {region.name}_kinds[] = "{kinds_signature(region)}";\n\n' + "\n".join(functions)
+    )
+
+
+def _render_row_entry_points(lowered: RowRegion) -> str:
+    """The entry points of a row kernel: `launch_rows`' layout after the data, strides per ELEMENT tensor."""
+    region = lowered.region
+    names = cpp_names(region, _ROW_KERNEL_NAMES)
+    strides = [f"transpile::strides_of(strides, {k})" for k in range(len(region.tensor_inputs) + len(lowered.element_outputs))]
+    return _entry_points(
+        region,
+        names,
+        ["int64_t n_rows", "int64_t row_size", "const int64_t* outer_sizes", "const int64_t* strides", "int contiguous"],
+        ["n_rows", "row_size", "outer_sizes", *strides, "contiguous != 0"],
     )
 
 

@@ -186,6 +186,50 @@ class CppLibrary:
         reads as a number, a number it reads as a bool, a bool result of numbers) is
         converted at the boundary, as torch would promote it.
         """
+        self._launch(
+            entry,
+            tensors,
+            scalars,
+            outputs,
+            ctypes.c_int64(n_elements),
+            (ctypes.c_int64 * 4)(*sizes) if sizes else None,
+            _stride_array(strides, contiguous),
+            ctypes.c_int(bool(contiguous)),
+        )
+
+    def call_rows(
+        self,
+        entry: str,
+        tensors: Sequence[torch.Tensor],
+        scalars: Sequence[float | int | bool],
+        outputs: Sequence[torch.Tensor],
+        n_rows: int,
+        row_size: int,
+        outer_sizes: Sequence[int],
+        strides: Sequence[Sequence[int]],
+        contiguous: bool,
+    ) -> None:
+        """Run the row kernel `entry` (a region with reductions) over `n_rows` rows of `row_size` columns.
+
+        `outer_sizes` holds the 3 row dims; `strides` 4 element strides (3 row dims, then the
+        reduced dim) per ELEMENT tensor: the tensor inputs, then the element outputs (ignored
+        when `contiguous`). Outputs with one value per row are contiguous. Dtypes are
+        conformed as in `call`.
+        """
+        self._launch(
+            entry,
+            tensors,
+            scalars,
+            outputs,
+            ctypes.c_int64(n_rows),
+            ctypes.c_int64(row_size),
+            (ctypes.c_int64 * 3)(*outer_sizes),
+            _stride_array(strides, contiguous),
+            ctypes.c_int(bool(contiguous)),
+        )
+
+    def _launch(self, entry: str, tensors, scalars, outputs, *layout) -> None:
+        """Call the entry point of the call's floating dtype: data pointers and scalars, then `layout` as given."""
         floating = next((t.dtype for t in (*tensors, *outputs) if t.dtype in ENTRY_DTYPES), torch.float32)
         kinds = self.kinds(entry)
         input_dtypes = [torch.bool if is_bool else floating for is_bool in kinds.inputs]
@@ -195,20 +239,22 @@ class CppLibrary:
         staged = [
             o if o.dtype == dtype else torch.empty_like(o, dtype=dtype) for o, dtype in zip(outputs, output_dtypes)
         ]
-        flat_strides = [stride for per_tensor in strides for stride in per_tensor]
         self._library.omp_set_num_threads(torch.get_num_threads())  # a fair comparison with eager: the same threads
         getattr(self._library, f"{entry}_{str(floating).removeprefix('torch.')}")(
             *(ctypes.c_void_p(t.data_ptr()) for t in inputs),
             *(ctypes.c_double(float(s)) for s in scalars),
             *(ctypes.c_void_p(o.data_ptr()) for o in staged),
-            ctypes.c_int64(n_elements),
-            (ctypes.c_int64 * 4)(*sizes) if sizes else None,
-            (ctypes.c_int64 * len(flat_strides))(*flat_strides) if flat_strides and not contiguous else None,
-            ctypes.c_int(bool(contiguous)),
+            *layout,
         )
         for output, result in zip(outputs, staged):
             if result is not output:
                 output.copy_(result)
+
+
+def _stride_array(strides: Sequence[Sequence[int]], contiguous: bool):
+    """The strides, tensor after tensor, as a C array; NULL on the contiguous path, where kernels never read them."""
+    flat = [stride for per_tensor in strides for stride in per_tensor]
+    return (ctypes.c_int64 * len(flat))(*flat) if flat and not contiguous else None
 
 
 def _conform(tensor: torch.Tensor, wanted: torch.dtype) -> torch.Tensor:

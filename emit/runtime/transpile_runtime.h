@@ -6,10 +6,12 @@
 // behaviour. No torch headers: a kernel file builds in seconds, not minutes.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 // Vector math: glibc's libmvec has SIMD versions of these functions (within a few ulp, IEEE
 // special values kept), but <math.h> only declares them under -ffast-math, which kernels must
@@ -282,6 +284,11 @@ inline bool load_bool(const bool* data, int64_t offset) {
 // Kernels run on one thread below this many elements, where starting the OpenMP team costs
 // more than it saves (torch's own grain size for pointwise ops, at::internal::GRAIN_SIZE).
 constexpr int64_t parallel_grain = 32768;
+
+// Row kernels sum a row in blocks of this many columns, then add the blocks' sums: a lane adds at
+// most sum_block / vector width terms in sequence, so float32 sums of long rows stay as accurate
+// as torch's cascade sums.
+constexpr int64_t sum_block = 1024;
 
 // The strides of tensor input k inside the runtime's input-major stride array (NULL on the
 // contiguous path, where kernels never read strides).

@@ -1,0 +1,368 @@
+"""The C++ row kernels (regions with reductions) against eager PyTorch, computed in float64.
+
+Regions are built by hand, rendered into one kernel file (two, built on both cores), and
+called through `CppLibrary.call_rows` with the runtime's own `row_layout`: contiguous rows,
+rows along a dim that is not the last, transposed inputs (a large column stride),
+broadcast inputs (stride 0), rows of 1, small, power-of-two and long lengths, the four
+floating dtypes, NaN and infinities, keepdim both ways, and pointwise code fused before
+and after the reductions.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from emit.cpp import render_cpp_file
+from emit.runtime import Kernel, Rows, broadcast, row_layout
+from emit.runtime.cpp_support import CppLibrary, find_compiler
+from transpiler.ir import Input, Node, Output, Region
+from transpiler.lowering import Level, lower
+
+pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C++ compiler")
+
+FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+# Against a float64 reference: one rounding of the result for half and bfloat16 (the kernel
+# computes in float32), float32's accumulated rounding for float32, a few ulp for float64.
+TOLERANCE = {
+    torch.float64: {"rtol": 1e-12, "atol": 1e-12},
+    torch.float32: {"rtol": 1e-5, "atol": 1e-6},
+    torch.float16: {"rtol": 1e-3, "atol": 1e-6},
+    torch.bfloat16: {"rtol": 8e-3, "atol": 1e-6},
+}
+BUILD_JOBS = 2
+
+
+@dataclass(frozen=True)
+class Case:
+    """A region with reductions, its eager reference and how to draw its inputs."""
+
+    region: Region
+    reference: Callable[..., tuple[torch.Tensor, ...]]  # (tensors..., scalars...) -> outputs, in region order
+    # (R, dtype, transposed, generator) -> (tensors, scalars): R is the length of the reduced dim.
+    inputs: Callable[..., tuple[list[torch.Tensor], list[float]]]
+    # A cast to float32 inside the region: float64 calls are only as precise as float32.
+    rounds_to_float32: bool = False
+
+
+def region(name: str, inputs: str, scalars: str, nodes: tuple[Node, ...], outputs: str) -> Region:
+    tensor_inputs = tuple(Input(n, n, True) for n in inputs.split())
+    scalar_inputs = tuple(Input(n, f"self.{n}", False) for n in scalars.split())
+    last = max(node.line for node in nodes)
+    return Region(name, "model.py", "Block.forward", 1, last, tensor_inputs + scalar_inputs, nodes, tuple(Output(o, o) for o in outputs.split()))
+
+
+def randn(shape, dtype, transposed, generator, scale=1.0) -> torch.Tensor:
+    """Values of `shape` in `dtype`; transposed: stored with the last two dims swapped (a column stride > 1)."""
+    if transposed and len(shape) >= 2:
+        stored = torch.randn((*shape[:-2], shape[-1], shape[-2]), generator=generator, dtype=torch.float64)
+        return (stored * scale).to(dtype).transpose(-1, -2)
+    return (torch.randn(shape, generator=generator, dtype=torch.float64) * scale).to(dtype)
+
+
+def rows_of(shape: tuple[int, ...]) -> Callable:
+    """Inputs for a one-tensor region: x of `shape`, its last dim R."""
+    return lambda R, dtype, transposed, g: ([randn((*shape, R), dtype, transposed, g, scale=3.0)], [])
+
+
+# -- every reduction, alone ------------------------------------------------------------------
+def reduction_case(op: str, eager: Callable, dim: int, *constants, keepdim: bool | None = None) -> Case:
+    """`y = op(x, dim, *constants, keepdim)` on x of shape (2, 3, R) (dim -1) or (2, R, 5) (dim 1)."""
+    operands = ("x", dim, *constants) + (() if keepdim is None else (keepdim,))
+    node = Node(op, operands, "y", 1, tuple(range(1, len(operands))))
+    name = f"{op}_dim{dim % 3}" + ("" if keepdim is None else f"_keep{int(keepdim)}")
+    if dim == -1:
+        inputs = rows_of((2, 3))
+    else:
+        inputs = lambda R, dtype, transposed, g: ([randn((2, R, 5), dtype, transposed, g, scale=3.0)], [])  # noqa: E731
+    return Case(region(name, "x", "", (node,), "y"), lambda x: (eager(x),), inputs)
+
+
+REDUCTION_CASES = [
+    reduction_case("sum", lambda x: x.sum(-1, keepdim=True), -1, keepdim=True),
+    reduction_case("sum", lambda x: x.sum(1), 1, keepdim=False),
+    reduction_case("mean", lambda x: x.mean(-1), -1, keepdim=False),
+    reduction_case("mean", lambda x: x.mean(1, keepdim=True), 1, keepdim=True),
+    reduction_case("amax", lambda x: x.amax(-1, keepdim=True), -1, keepdim=True),
+    reduction_case("amin", lambda x: x.amin(1), 1, keepdim=False),
+    reduction_case("var", lambda x: x.var(-1, keepdim=True), -1, 1, keepdim=True),
+    reduction_case("std", lambda x: x.std(1, correction=0), 1, 0, keepdim=False),
+    reduction_case("logsumexp", lambda x: x.logsumexp(-1), -1, keepdim=False),
+    reduction_case("softmax", lambda x: x.softmax(-1), -1),
+    reduction_case("softmax", lambda x: x.softmax(1), 1),
+    reduction_case("log_softmax", lambda x: x.log_softmax(-1), -1),
+]
+
+
+# -- reductions fused with pointwise code ------------------------------------------------------
+def attention_case() -> Case:
+    """Scale, additive mask [B, 1, 1, S] against scores [B, H, S, S], softmax."""
+    nodes = (
+        Node("mul", ("scores", "scale"), "scaled", 1),
+        Node("add", ("scaled", "mask"), "masked", 1),
+        Node("softmax", ("masked", -1), "probs", 2, (1,)),
+    )
+
+    def inputs(R, dtype, transposed, g):
+        scores = randn((2, 3, 5, R), dtype, transposed, g, scale=4.0)
+        mask = torch.zeros(2, 1, 1, R, dtype=dtype)
+        mask[0, ..., R // 2 :] = -math.inf  # padding: masked columns get probability 0
+        mask[1, ..., 1::3] = torch.finfo(dtype).min
+        return [scores, mask], [0.125]
+
+    return Case(region("scaled_masked_softmax", "scores mask", "scale", nodes, "probs"),
+                lambda scores, mask, scale: (torch.softmax(scores * scale + mask, -1),), inputs)
+
+
+def masked_fill_case() -> Case:
+    """masked_fill with a bool mask [B, 1, 1, S] (a byte load, broadcast), then softmax."""
+    nodes = (
+        Node("masked_fill", ("scores", "padding", -math.inf), "filled", 1, (2,)),
+        Node("softmax", ("filled", -1), "probs", 1, (1,)),
+    )
+
+    def inputs(R, dtype, transposed, g):
+        padding = torch.zeros(2, 1, 1, R, dtype=torch.bool)
+        padding[1, ..., (R + 1) // 2 :] = True
+        return [randn((2, 3, 4, R), dtype, transposed, g), padding], []
+
+    return Case(region("masked_fill_softmax", "scores padding", "", nodes, "probs"),
+                lambda scores, padding: (scores.masked_fill(padding, -math.inf).softmax(-1),), inputs)
+
+
+def residual_layer_norm_case() -> Case:
+    """Residual add then layer norm, producing both the sum and the normalised output; weight [R] (stride 0 rows)."""
+    nodes = (
+        Node("add", ("x", "residual"), "h", 1),
+        Node("layer_norm", ("h", "weight", "bias", 1e-5), "y", 2, (3,)),
+    )
+
+    def inputs(R, dtype, transposed, g):
+        x, residual = randn((4, 3, R), dtype, transposed, g), randn((4, 3, R), dtype, False, g)
+        return [x, residual, randn((R,), dtype, False, g), randn((R,), dtype, False, g)], []
+
+    def reference(x, residual, weight, bias):
+        h = x + residual
+        return h, F.layer_norm(h, (h.shape[-1],), weight, bias, 1e-5)
+
+    return Case(region("add_layer_norm", "x residual weight bias", "", nodes, "h y"), reference, inputs)
+
+
+def rms_norm_case() -> Case:
+    """LLaMA's RMSNorm: to fp32, x * rsqrt(mean(x**2) + eps), back to the input's dtype, times the weight."""
+    nodes = (
+        Node("to", ("x", "float32"), "hidden", 1, (1,)),
+        Node("pow", ("hidden", 2), "squares", 2, (1,)),
+        Node("mean", ("squares", -1, True), "variance", 2, (1, 2)),
+        Node("add", ("variance", "eps"), "shifted", 3),
+        Node("rsqrt", ("shifted",), "scale", 3),
+        Node("mul", ("hidden", "scale"), "normed", 3),
+        Node("to_like", ("normed", "x"), "cast", 4),
+        Node("mul", ("weight", "cast"), "out", 4),
+    )
+
+    def inputs(R, dtype, transposed, g):
+        return [randn((3, 5, R), dtype, transposed, g), randn((R,), dtype, False, g)], [1e-6]
+
+    def reference(x, weight, eps):
+        hidden = x.to(torch.float32)
+        variance = hidden.pow(2).mean(-1, keepdim=True)
+        return (weight * (hidden * torch.rsqrt(variance + eps)).to(x.dtype),)
+
+    return Case(region("rms_norm", "x weight", "eps", nodes, "out"), reference, inputs, rounds_to_float32=True)
+
+
+def statistics_case() -> Case:
+    """Several row outputs with keepdim=False, one pass computing a sum and a maximum together."""
+    nodes = (
+        Node("mul", ("x", "x"), "squares", 1),
+        Node("sum", ("squares", -1, False), "total", 1, (1, 2)),
+        Node("amax", ("x", -1, False), "largest", 2, (1, 2)),
+        Node("amin", ("x", -1, False), "smallest", 2, (1, 2)),
+        Node("sub", ("largest", "smallest"), "spread", 3),
+    )
+    return Case(region("row_statistics", "x", "", nodes, "total largest spread"),
+                lambda x: ((x * x).sum(-1), x.amax(-1), x.amax(-1) - x.amin(-1)), rows_of((7,)))
+
+
+def normalise_case() -> Case:
+    """Pointwise code after the reductions: (x - mean) / (std + eps) * gain, with a scalar gain."""
+    nodes = (
+        Node("mean", ("x", -1, True), "mu", 1, (1, 2)),
+        Node("std", ("x", -1, 1, True), "sigma", 1, (1, 2, 3)),
+        Node("sub", ("x", "mu"), "centered", 2),
+        Node("add", ("sigma", 1e-3), "guarded", 2, (1,)),
+        Node("div", ("centered", "guarded"), "z", 2),
+        Node("mul", ("z", "gain"), "out", 2),
+    )
+    return Case(region("standardise", "x", "gain", nodes, "out"),
+                lambda x, gain: ((x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-3) * gain,),
+                lambda R, dtype, transposed, g: ([randn((4, 2, R), dtype, transposed, g)], [1.5]))
+
+
+CASES = {c.region.name: c for c in [*REDUCTION_CASES, attention_case(), masked_fill_case(), residual_layer_norm_case(),
+                                     rms_norm_case(), statistics_case(), normalise_case()]}
+
+
+# -- building and calling -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def kernel_files(tmp_path_factory) -> list[Path]:
+    """The cases' kernels in two files, so that both cores build at once."""
+    directory = tmp_path_factory.mktemp("row-kernels")
+    regions = [case.region for case in CASES.values()]
+    paths = []
+    for part in range(BUILD_JOBS):
+        path = directory / f"_row_kernels_{part}.cpp"
+        path.write_text(render_cpp_file(regions[part::BUILD_JOBS], {1: "y = op(x)"}, "Row kernels under test."))
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def libraries(kernel_files, tmp_path_factory) -> dict[str, CppLibrary]:
+    """Every case's library by region name, built into a private cache (kept for the runtime's own loads)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRANSPILE_CACHE_DIR", str(tmp_path_factory.mktemp("cpp-cache")))
+        with concurrent.futures.ThreadPoolExecutor(BUILD_JOBS) as pool:
+            built = list(pool.map(CppLibrary.load, kernel_files))
+        yield {name: built[n % BUILD_JOBS] for n, name in enumerate(CASES)}
+
+
+def run(libraries, case: Case, tensors: list[torch.Tensor], scalars: list) -> tuple[torch.Tensor, ...]:
+    """Call the kernel as the runtime does: its row layout, outputs of torch's result shapes and dtypes."""
+    lowered = lower(case.region)
+    shape = broadcast([t.shape for t in tensors])
+    dim = lowered.dim % len(shape)
+    expected = case.reference(*(t.to("meta") for t in tensors), *scalars)
+    outputs = tuple(torch.empty(e.shape, dtype=e.dtype) for e in expected)
+    outer_sizes, strides, contiguous = row_layout(tensors, shape, dim)
+    element_outputs = len(lowered.element_outputs)
+    strides = strides[:-1] + strides[-1:] * element_outputs
+    libraries[case.region.name].call_rows(
+        case.region.name, tensors, scalars, outputs, math.prod(outer_sizes), shape[dim], outer_sizes, strides, contiguous
+    )
+    return outputs
+
+
+def check(libraries, case: Case, tensors, scalars, tolerance=None) -> tuple[torch.Tensor, ...]:
+    """The kernel's outputs equal the float64 reference within the dtype's tolerance (shapes and dtypes exactly)."""
+    actual = run(libraries, case, tensors, scalars)
+    eager = case.reference(*tensors, *scalars)
+    wide = case.reference(*(t.double() if t.is_floating_point() else t for t in tensors), *scalars)
+    for got, want, exact in zip(actual, wide, eager, strict=True):
+        assert got.dtype == exact.dtype and got.shape == exact.shape
+        precise = torch.float32 if case.rounds_to_float32 and got.dtype == torch.float64 else got.dtype
+        limits = tolerance or TOLERANCE[precise]
+        torch.testing.assert_close(got.double(), want.double(), equal_nan=True, **limits)
+    return actual
+
+
+def generator(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# -- tests --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_eager(libraries, name, dtype):
+    """Every case, every dtype: row lengths 1, 3, 17, 64 and 300; contiguous and transposed inputs."""
+    case = CASES[name]
+    for R in (1, 3, 17, 64, 300):
+        for transposed in (False, True):
+            tensors, scalars = case.inputs(R, dtype, transposed, generator(R))
+            check(libraries, case, tensors, scalars)
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+def test_long_rows(libraries, dtype):
+    """70000 columns: float32 sums stay within 1e-5 of float64 (lane-wise partial sums), softmax and norms too."""
+    R = 70000
+    for name in ("sum_dim2_keep1", "softmax_dim2", "add_layer_norm", "rms_norm", "var_dim2_keep1"):
+        case = CASES[name]
+        tensors, scalars = case.inputs(R, dtype, False, generator(1))
+        tensors = [t[:1] if t.dim() > 1 else t for t in tensors]  # one batch: 3 to 5 rows of 70000
+        check(libraries, case, tensors, scalars)
+
+
+def test_long_sum_precision(libraries):
+    """A float32 sum of 70000 positive values: within 2 ulp-ish of the float64 sum, like torch's cascade sum."""
+    case = CASES["sum_dim2_keep1"]
+    x = torch.rand(1, 4, 70000, generator=generator(2))
+    (got,) = run(libraries, case, [x], [])
+    exact = x.double().sum(-1, keepdim=True)
+    assert ((got.double() - exact).abs() / exact).max() < 1e-6
+    assert ((x.sum(-1, keepdim=True).double() - exact).abs() / exact).max() < 1e-6  # torch does as well
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+def test_nan_and_infinities(libraries, dtype):
+    """amax/amin propagate NaN; softmax of -inf entries, of an all -inf row (NaN, like torch); logsumexp of +-inf."""
+    x = torch.randn(2, 3, 16, generator=generator(3), dtype=torch.float64).to(dtype)
+    x[0, 0, 5] = math.nan
+    x[0, 1, :4] = -math.inf
+    x[0, 2, :] = -math.inf
+    x[1, 0, 7] = math.inf
+    x[1, 1, 15] = math.nan
+    x[1, 2, 0] = -math.inf
+    for name in ("amax_dim2_keep1", "amin_dim1_keep0", "softmax_dim2", "log_softmax_dim2", "logsumexp_dim2_keep0",
+                 "sum_dim2_keep1", "row_statistics"):
+        check(libraries, CASES[name], [x], [])
+    (largest,) = run(libraries, CASES["amax_dim2_keep1"], [x], [])
+    assert torch.isnan(largest[0, 0]).all() and torch.isnan(largest[1, 1]).all() and largest[1, 0] == math.inf
+
+
+def test_broadcast_along_rows(libraries):
+    """An input broadcast over the row dims (stride 0 between rows) and one with a zero column stride elsewhere."""
+    case = CASES["add_layer_norm"]
+    g = generator(4)
+    x = torch.randn(6, 1, 40, generator=g).expand(6, 5, 40)  # rows repeat: outer stride 0
+    residual, weight, bias = torch.randn(6, 5, 40, generator=g), torch.randn(40, generator=g), torch.randn(40, generator=g)
+    check(libraries, case, [x, residual, weight, bias], [])
+    sliced = torch.randn(6, 5, 80, generator=g)[..., ::2]  # column stride 2
+    check(libraries, case, [sliced, residual, weight, bias], [])
+
+
+def test_several_row_dims_and_empty(libraries):
+    """Rows over three outer dims (4-d input, reduced dim 1 of a permuted view), and zero rows."""
+    case = CASES["softmax_dim1"]
+    x = torch.randn(3, 7, 5, generator=generator(5)).permute(2, 1, 0)  # (5, 7, 3), reduced dim 1 strided
+    check(libraries, case, [x], [])
+    empty = torch.empty(0, 9, 5)
+    (out,) = run(libraries, case, [empty], [])
+    assert out.shape == (0, 9, 5)
+
+
+@pytest.mark.parametrize("keepdim", [True, False])
+def test_through_the_runtime(libraries, kernel_files, keepdim):
+    """The runtime's Kernel picks the row kernel, lays the rows out (a strided input) and counts a C++ run."""
+    case = CASES["add_layer_norm"] if keepdim else CASES["row_statistics"]
+    part = list(CASES).index(case.region.name) % BUILD_JOBS
+    lowered = lower(case.region)
+    row_outputs = tuple(n for n, o in enumerate(case.region.outputs) if lowered.levels[o.value] is Level.ROW)
+    rows = Rows(dim=-1, keepdim=keepdim, row_outputs=row_outputs, reduced=((0, 1),) if keepdim else ((0,),))
+    tensors, _ = case.inputs(96, torch.float32, True, generator(7))
+    depends = tuple(tuple(range(len(tensors))) for _ in case.region.outputs)
+    kernel = Kernel(case.region.name, case.reference, len(tensors), depends, "model.py:1-3", cpp=kernel_files[part], rows=rows)
+    outputs = kernel(*tensors)
+    assert dict(kernel.counts) == {"cpp": 1}
+    for got, want in zip(outputs, case.reference(*tensors), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_rendered_kernel_reads_like_the_source(kernel_files):
+    """A pass per reduction with its comment, the NaN flag beside the maximum, source lines as comments."""
+    text = kernel_files[list(CASES).index("scaled_masked_softmax") % BUILD_JOBS].read_text()
+    kernel = text[text.index("// scaled_masked_softmax:") :]
+    kernel = kernel[: kernel.index("\n}\n")]
+    assert "// Pass 1: the row maximum of masked." in kernel
+    assert "// Pass 2: the row sum of exp0." in kernel
+    assert "// Pass 3: compute and store the element outputs." in kernel
+    assert "#pragma omp simd reduction(max: row_max0) reduction(||: row_max0_nan)" in kernel
+    assert "// line 1: y = op(x)" in kernel
