@@ -303,9 +303,11 @@ class _Matcher:
         self.bound.add(name)
 
     def _is_number(self, node: ast.expr) -> bool:
-        return self.ctx.kind(node) is Kind.SCALAR and not isinstance(node, ast.Constant) or (
-            isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
-        )
+        """A scale SDPA takes: a number, or a value of unknown type (`self.scale` computed from
+        other attributes); SDPA raises for a tensor of more than one element there."""
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+        return self.ctx.kind(node) in (Kind.SCALAR, Kind.DATA_SCALAR, Kind.UNKNOWN)
 
     def _operand(self, node: ast.expr, tensor: bool = False) -> ast.expr:
         if tensor and not self.ctx.kind(node).may_be_tensor:

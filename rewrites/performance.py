@@ -99,7 +99,9 @@ class HandWrittenAttention(Rule):
 
         def collapse(statements: list) -> list:
             last = statements[final].visit(_Replace(matmul, call))
-            kept = [line for statement in statements[first : final + 1] for line in statement.leading_lines]
+            # Blank lines above the first removed statement stay; comments above any of them too.
+            removed = statements[first + 1 : final + 1]
+            kept = [*statements[first].leading_lines, *(line for s in removed for line in s.leading_lines if line.comment)]
             return [*statements[:first], last.with_changes(leading_lines=kept), *statements[final + 1 :]]
 
         return _edit_block(node, path, collapse)
