@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from transpiler.cli import main
+from transpiler.imports import absolute_imports
 
 # `top` is a package; only `top/sub` is transpiled, so `..` and above leave the tree.
 TOP = {
@@ -57,6 +58,30 @@ def inner():
 
     return again
 """
+
+
+# Spellings the tokenizer must get right (in `top/sub/m.py`, `top/sub` transpiled): before ->
+# after, and the line of the import.
+SPELLINGS = [
+    ("from ..util import helper\n", "from top.util import helper\n", 1),
+    ("from . . util import helper  # spaced dots\n", "from top.util import helper  # spaced dots\n", 1),
+    ("from .. \\\n    util import helper\n", "from top.util import helper\n", 1),
+    ("from ..import util\n", "from top import util\n", 1),
+    ("from ..util import (\n    helper,  # kept\n)\n", "from top.util import (\n    helper,  # kept\n)\n", 1),
+    ("s = 'é'; from ..util import helper as h\n", "s = 'é'; from top.util import helper as h\n", 1),
+    ("if True:\n    from .. util import helper\n", "if True:\n    from top.util import helper\n", 2),
+    ('"""\nfrom ..util import helper\n"""\n', '"""\nfrom ..util import helper\n"""\n', None),  # a string
+    ("from .sibling import x\n", "from .sibling import x\n", None),  # inside the tree
+]
+
+
+@pytest.mark.parametrize("before, after, line", SPELLINGS)
+def test_each_spelling_is_rewritten_in_place(tmp_path, before, after, line):
+    write_tree(tmp_path, {"top/__init__.py": "", "top/sub/__init__.py": "", "top/sub/m.py": before})
+    text, rewrites = absolute_imports(before, tmp_path / "top/sub/m.py", 0)
+    assert text == after
+    assert [r.line for r in rewrites] == ([line] if line else [])
+    compile(text, "m.py", "exec")
 
 
 def write_tree(root: Path, files: dict[str, str]) -> None:
@@ -126,6 +151,20 @@ def test_the_text_summary_counts_the_imports(tmp_path, transpile):
     assert run.exit_code == 0, run.output
     assert "3 rewritten, 2 copied unchanged" in run.stdout
     assert "Made 6 relative imports of 3 files that leave the output tree absolute (`..` -> `top`, ...)." in run.stdout
+
+
+def test_a_file_with_fixes_gets_both(tmp_path, transpile):
+    """The imports of a fixed file are made absolute in the fixed text (here with a line added above)."""
+    net = "from torch import nn\n\nfrom ..util import helper\n\n\nclass Net(nn.Module):\n    def forward(self, x):\n        print(x)\n        return x\n"
+    write_tree(
+        tmp_path / "src", {"top/__init__.py": "", "top/util.py": "", "top/sub/__init__.py": "", "top/sub/net.py": net}
+    )
+    run = transpile(tmp_path / "src" / "top" / "sub", "-o", tmp_path / "out", "--format", "json")
+    assert run.exit_code == 0, run.output
+    text = (tmp_path / "out" / "net.py").read_text()
+    assert text.startswith("import torch\nfrom torch import nn\n\nfrom top.util import helper\n")
+    assert "if not torch.compiler.is_compiling():\n            print(x)\n" in text
+    assert [(r["line"], r["absolute"]) for r in json.loads(run.stdout)["imports"]] == [(3, "top.util")]
 
 
 def test_a_package_transpiled_whole_keeps_its_relative_imports(tmp_path, transpile):

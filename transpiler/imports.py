@@ -5,23 +5,24 @@ larger one: `from ...activations import ACT2FN` in `modeling_gpt2.py` would look
 `compiled.activations`, which does not exist, so it becomes `from transformers.activations import
 ACT2FN`. Imports that stay inside the tree (`from .configuration_gpt2 import GPT2Config`) stay
 relative: they must reach the transpiled modules, not the originals.
+
+Only the module part of each statement is replaced, found with the tokenizer: the rest of the
+text, formatting and comments included, stays byte for byte. (libcst would keep them too, but
+parses 100 times slower, and a whole library has every file to rewrite.)
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import libcst as cst
-
 from transpiler.discovery import DiscoveryError, module_name
 from transpiler.fixer import read_source
-
-# Any relative import: the cheap test that lets most files skip parsing.
-_RELATIVE = re.compile(r"\bfrom[ \t\\\n]*\.")
 
 
 class RelativeImportError(DiscoveryError):
@@ -38,72 +39,91 @@ class ImportRewrite:
     absolute: str  # "transformers.activations"
 
 
-def plan_imports(depths: Mapping[Path, int]) -> list[ImportRewrite]:
+@dataclass(frozen=True)
+class ImportPlan:
+    """The imports to make absolute in a build's sources, and the sources' texts with them made so."""
+
+    rewrites: list[ImportRewrite]
+    texts: dict[Path, str]  # the files on disk with rewrites, rewritten
+    depths: Mapping[Path, int]
+
+    def apply(self, fixed: Mapping[Path, str]) -> dict[Path, str]:
+        """The build's new texts: `fixed` (the fixed sources) and the files with imports to rewrite;
+        in a fixed file they are rewritten again in the fixed text, whose lines may have moved."""
+        again = {
+            src: absolute_imports(text, src, self.depths[src])[0] for src, text in fixed.items() if src in self.texts
+        }
+        return {**fixed, **self.texts, **again}
+
+
+def plan_imports(depths: Mapping[Path, int]) -> ImportPlan:
     """The relative imports to make absolute in the source files of `depths` (source -> number of
     directories between the output root and the file's output), in path and line order.
 
-    A relative import leaves the tree when it climbs above the output root: more than `depth + 1`
-    dots. Raises RelativeImportError, naming the file and line, when such an import has no
-    absolute name (the file is not inside a package, or it climbs above the top-level package).
+    Raises RelativeImportError, naming the file and line, when such an import has no absolute
+    name (the file is not inside a package, or the import climbs above the top-level package).
     """
-    rewrites = []
+    rewrites, texts = [], {}
     for src, depth in sorted(depths.items()):
         try:
             text = read_source(src)
-            if not _RELATIVE.search(text):
-                continue
-            tree = ast.parse(text)
         except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
             continue  # reported by the lint and copied as it is
-        package = _package_of(src)
-        for node in sorted(_imports_from(tree), key=lambda n: (n.lineno, n.col_offset)):
-            if node.level <= depth + 1:
-                continue
-            relative = "." * node.level + (node.module or "")
-            base = package[: len(package) - (node.level - 1)] if node.level - 1 < len(package) else []
-            if not base:
-                raise RelativeImportError(_why_not(src, node.lineno, relative, package))
-            absolute = ".".join(base + ([node.module] if node.module else []))
-            rewrites.append(ImportRewrite(str(src), node.lineno, relative, absolute))
-    return rewrites
+        new_text, found = absolute_imports(text, src, depth)
+        if found:
+            rewrites += found
+            texts[src] = new_text
+    return ImportPlan(rewrites, texts, depths)
 
 
-def absolute_sources(rewrites: list[ImportRewrite], texts: Mapping[Path, str]) -> dict[Path, str]:
-    """The new text of each file `rewrites` name: its text in `texts` (the fixed sources) or on disk,
-    with those imports made absolute, formatting and comments kept.
-
-    The same spelling resolves to the same module everywhere in one file, so the imports are
-    matched by spelling, not by line: fixes may have moved the lines.
-    """
-    by_path: dict[Path, dict[str, str]] = {}
-    for r in rewrites:
-        by_path.setdefault(Path(r.path), {})[r.relative] = r.absolute
-    return {
-        src: cst.parse_module(texts[src] if src in texts else read_source(src)).visit(_Absolute(absolute)).code
-        for src, absolute in by_path.items()
-    }
-
-
-class _Absolute(cst.CSTTransformer):
-    def __init__(self, absolute: Mapping[str, str]) -> None:
-        super().__init__()
-        self.absolute = absolute
-
-    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:
-        name = "." * len(updated.relative) + (cst.Module([]).code_for_node(updated.module) if updated.module else "")
-        if not updated.relative or name not in self.absolute:
-            return updated
-        # `from ...import x` is valid Python; an absolute module needs the space before `import`.
-        space = updated.whitespace_before_import
-        return updated.with_changes(
-            relative=(),
-            module=cst.parse_expression(self.absolute[name]),
-            whitespace_before_import=space if space.value else cst.SimpleWhitespace(" "),
-        )
+def absolute_imports(text: str, src: Path, depth: int) -> tuple[str, list[ImportRewrite]]:
+    """`text` (of `src`, `depth` directories below the output root) with its relative imports that
+    leave the tree made absolute, and what was rewritten. An import leaves the tree when it climbs
+    above the output root: more than `depth + 1` dots."""
+    # Cheap test first: most files have no import with that many dots.
+    if not re.search(rf"\bfrom[ \t\\\n]*(\.[ \t\\\n]*){{{depth + 2}}}", text):
+        return text, []
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return text, []  # reported by the lint and copied as it is
+    package = _package_of(src)
+    lines = text.splitlines(keepends=True)
+    rewrites = []
+    leaving = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > depth + 1]
+    # Bottom up, so that earlier statements keep their positions.
+    for node in sorted(leaving, key=lambda n: (n.lineno, n.col_offset), reverse=True):
+        relative = "." * node.level + (node.module or "")
+        base = package[: len(package) - (node.level - 1)] if node.level - 1 < len(package) else []
+        if not base:
+            raise RelativeImportError(_why_not(src, node.lineno, relative, package))
+        absolute = ".".join(base + ([node.module] if node.module else []))
+        _replace_module(lines, node, absolute)
+        rewrites.append(ImportRewrite(str(src), node.lineno, relative, absolute))
+    return "".join(lines), rewrites[::-1]
 
 
-def _imports_from(tree: ast.Module) -> list[ast.ImportFrom]:
-    return [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level]
+def _replace_module(lines: list[str], node: ast.ImportFrom, absolute: str) -> None:
+    """Replace the dots and module name of the statement `node` in `lines` with `absolute`."""
+    first = lines[node.lineno - 1]
+    col = len(first.encode("utf-8")[: node.col_offset].decode("utf-8"))  # ast's offsets are UTF-8 bytes
+    statement = first[col:] + "".join(lines[node.lineno : node.end_lineno])
+    tokens = tokenize.generate_tokens(io.StringIO(statement).readline)
+    next(tokens)  # `from`
+    start = end = None
+    for token in tokens:
+        if token.type in (tokenize.NL, tokenize.COMMENT):
+            continue
+        if token.type == tokenize.NAME and token.string == "import":
+            break
+        start, end = start or token.start, token.end
+    # Positions in `statement`: row 1 starts at `col` of the statement's first line.
+    (row, start_col), (end_row, end_col) = start, end
+    start_col += col if row == 1 else 0
+    end_col += col if end_row == 1 else 0
+    head, tail = lines[node.lineno + row - 2][:start_col], lines[node.lineno + end_row - 2][end_col:]
+    space = "" if tail[:1].isspace() or tail.startswith("\\") else " "  # `from ...import x` has none
+    lines[node.lineno + row - 2 : node.lineno + end_row - 1] = [head + absolute + space + tail]
 
 
 def _package_of(src: Path) -> list[str]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from transpiler.diagnostics import Diagnostic
 from transpiler.discovery import DiscoveryError, module_name, tree_files
 from transpiler.fixer import SideEffects, encode_source, fix_project, read_source
-from transpiler.imports import ImportRewrite, absolute_sources, plan_imports
+from transpiler.imports import ImportRewrite, plan_imports
 from transpiler.ir import Region
 from transpiler.rule import REGISTRY
 from transpiler.writing import write_atomic
@@ -155,8 +155,10 @@ def build(
 
     imports = plan_imports(layout.depths)  # before any work: raises for an import with nowhere to go
     fixed = fix_project(layout.python_files, lint_round, unsafe, side_effects)
-    sources = {**fixed.sources, **absolute_sources(imports, fixed.sources)}
-    result = BuildResult(layout.out, len(layout.files), found=list(rounds[0]), applied=fixed.applied, imports=imports)
+    sources = imports.apply(fixed.sources)
+    result = BuildResult(
+        layout.out, len(layout.files), found=list(rounds[0]), applied=fixed.applied, imports=imports.rewrites
+    )
     previous = _read_manifest(layout.out)
     written: dict[str, tuple[int, int]] = {}
     output_of: dict[str, str] = {}
