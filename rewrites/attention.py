@@ -200,11 +200,12 @@ class _Matcher:
         """(scores, attn_mask) of `scores + mask` or `scores.masked_fill(cond, -inf)`, else None."""
         ctx = self.ctx
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            scores, mask = (node.right, node.left) if self._is_scores(node.right) else (node.left, node.right)
+            swapped = not self._is_scores(node.left) and self._is_scores(node.right)
+            scores, mask = (node.right, node.left) if swapped else (node.left, node.right)
             kind = ctx.kind(mask)
             if not kind.may_be_tensor or kind is Kind.BOOL_TENSOR:
                 # SDPA reads a boolean attn_mask as "may attend", `+` adds it as 0/1.
-                raise _Refused("an additive mask that is not known to be a floating tensor")
+                raise _Refused("an additive mask that is boolean or not a tensor")
             return scores, _Mask(ast.unparse(mask), (mask,))
         if not isinstance(node, ast.Call):
             return None
@@ -272,6 +273,8 @@ class _Matcher:
         return self._product(node, scale)
 
     def _product(self, node: ast.expr, scale: ast.expr | None) -> tuple[ast.expr, ast.expr, str]:
+        if isinstance(node, ast.Name):
+            raise _Refused(f"`{node.id}` is not bound by the statement right before the attention steps")
         query, keys = _matmul_operands(node, self.ctx)
         if (
             scale is None

@@ -4,6 +4,7 @@ left alone wherever the meaning would change."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
 import pytest
@@ -11,7 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.dynamo_harness import example_inputs, load_example, run_example  # noqa: E402
+from rewrites.attention import refusal  # noqa: E402
+from rewrites.performance import HandWrittenAttention  # noqa: E402
 from tests.rule_examples import fix_snippet, lint_snippet  # noqa: E402
+from transpiler.checker import Checker  # noqa: E402
 
 HEADER = """\
 import math
@@ -179,15 +183,20 @@ SUPPORTED = {
     ),
 }
 
-# Each refused case: the module (the fixer must leave it as it is).
+# Each refused case: why (the matcher's reason), and the module, which the fixer must leave as it is.
 REFUSED = {
-    "weights-returned": """
+    "weights-returned": (
+        "`weights` (an attention step) is used elsewhere",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 weights = F.softmax(q @ k.transpose(-2, -1) * 0.5, dim=-1)
                 return weights @ v, weights
         """,
-    "weights-used-later": """
+    ),
+    "weights-used-later": (
+        "`weights` (an attention step) is used elsewhere",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 scores = q @ k.transpose(-2, -1) * 0.5
@@ -195,41 +204,62 @@ REFUSED = {
                 out = weights @ v
                 return out + weights.mean()
         """,
-    "scores-used-later": """
+    ),
+    "scores-used-later": (
+        "`scores` (an attention step) is used elsewhere",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 scores = q @ k.transpose(-2, -1) * 0.5
                 out = scores.softmax(-1) @ v
                 return out, scores.amax(-1)
         """,
-    "softmax-over-another-dim": """
+    ),
+    "softmax-over-another-dim": (
+        "not over the last dimension",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 return F.softmax(q @ k.transpose(-2, -1), dim=-2) @ v
         """,
-    "softmax-without-dim": """
+    ),
+    "softmax-without-dim": (
+        "not over the last dimension",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 return F.softmax(q @ k.transpose(-2, -1)) @ v
         """,
-    "scale-after-mask": """
+    ),
+    "scale-after-mask": (
+        "not a matrix product",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v, mask):
                 return F.softmax((q @ k.transpose(-2, -1) + mask) * 0.5, dim=-1) @ v
         """,
-    "boolean-mask-added": """
+    ),
+    "boolean-mask-added": (
+        "an additive mask that is boolean",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v, x):
                 mask = x > 0
                 return F.softmax(q @ k.transpose(-2, -1) + mask, dim=-1) @ v
         """,
-    "finite-fill-value": """
+    ),
+    "finite-fill-value": (
+        "masked_fill with a finite value",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v, keep):
                 scores = (q @ k.transpose(-2, -1)).masked_fill(~keep, -1e9)
                 return scores.softmax(-1) @ v
         """,
-    "tensor-scale": """
+    ),
+    "tensor-scale": (
+        "scaled by a tensor",
+        """
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -238,28 +268,43 @@ REFUSED = {
             def forward(self, q, k, v):
                 return F.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1) @ v
         """,
-    "keys-transposed-by-position": """
+    ),
+    "keys-transposed-by-position": (
+        "keys are not transposed over their last two dimensions",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 return F.softmax(q @ k.transpose(2, 3), dim=-1) @ v
         """,
-    "keys-not-transposed": """
+    ),
+    "keys-not-transposed": (
+        "keys are not transposed over their last two dimensions",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 return F.softmax(q @ k, dim=-1) @ v
         """,
-    "float32-softmax-not-cast-back": """
+    ),
+    "float32-softmax-not-cast-back": (
+        "not cast back",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 return F.softmax(q @ k.transpose(-2, -1), dim=-1, dtype=torch.float32) @ v
         """,
-    "cast-to-another-tensor-dtype": """
+    ),
+    "cast-to-another-tensor-dtype": (
+        "cast to the dtype of a tensor other than q, k and v",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v, x):
                 w = F.softmax(q @ k.transpose(-2, -1), dim=-1).to(x.dtype)
                 return w @ v
         """,
-    "operand-with-side-effects": """
+    ),
+    "operand-with-side-effects": (
+        "`self.q_proj(x)` may have side effects",
+        """
         class Model(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -269,34 +314,49 @@ REFUSED = {
                 scores = self.q_proj(x) @ k.transpose(-2, -1)
                 return scores.softmax(-1) @ v
         """,
-    "statement-in-between": """
+    ),
+    "statement-in-between": (
+        "`scores` is not bound by the statement right before",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 scores = q @ k.transpose(-2, -1)
                 v = v * 2
                 return scores.softmax(-1) @ v
         """,
-    "mask-rebound-by-the-chain": """
+    ),
+    "mask-rebound-by-the-chain": (
+        "`mask` reads `mask`, which the attention steps rebind",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 mask = q @ k.transpose(-2, -1)
                 mask = mask + mask
                 return mask.softmax(-1) @ v
         """,
-    "two-statements-on-one-line": """
+    ),
+    "two-statements-on-one-line": (
+        "shares its line",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 s = q @ k.transpose(-2, -1); w = s.softmax(-1)
                 return w @ v
         """,
-    "weights-read-by-a-closure": """
+    ),
+    "weights-read-by-a-closure": (
+        "`w` (an attention step) is used elsewhere",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 report = lambda: w.sum()
                 w = (q @ k.transpose(-2, -1)).softmax(-1)
                 return w @ v, report()
         """,
-    "in-a-loop-read-before": """
+    ),
+    "in-a-loop-read-before": (
+        "`w` (an attention step) is used elsewhere",
+        """
         class Model(nn.Module):
             def forward(self, q, k, v):
                 out = v
@@ -307,6 +367,7 @@ REFUSED = {
                     out = w @ v
                 return out
         """,
+    ),
 }
 
 
@@ -348,12 +409,27 @@ def test_rewritten_code_compiles_as_one_graph(name):
     assert report.clean() and report.fullgraph_error is None, report.summary()
 
 
+class _Reasons(HandWrittenAttention):
+    """TP701's matcher on every matrix product, collecting why each one is not rewritten
+    (no `code` of its own, so it joins no registry)."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str | None] = []
+
+    def _check(self, node, ctx) -> None:
+        self.reasons.append(refusal(node, ctx))
+
+
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_refused_case_is_left_alone(name):
-    source = _source(REFUSED[name])
+    reason, body = REFUSED[name]
+    source = _source(body)
     assert "TP701" not in {d.code for d in lint_snippet(source)}
     result, text = fix_snippet(source)
     assert text == source and not [d for d in result.applied if d.code == "TP701"]
+    rule = _Reasons()
+    Checker([rule]).check(ast.parse(source), "example", False, source)
+    assert None not in rule.reasons and any(reason in r for r in rule.reasons), rule.reasons
 
 
 def test_exact_rewrite_of_the_transformers_spelling():
