@@ -106,13 +106,10 @@ def timed_with_contention(call: Callable[[], object], device: str, budget: float
 
 def quietest_timing(call: Callable[[], object], args: argparse.Namespace) -> dict:
     """The timing least disturbed by other processes, trying again (after a pause) while they are busy."""
-    attempts = []
-    for _ in range(args.attempts):
-        attempts.append(timed_with_contention(call, args.device, args.budget))
-        busy = attempts[-1]["other_processes_cores"]
-        if busy is None or busy <= args.max_busy:
-            break
+    attempts = [timed_with_contention(call, args.device, args.budget)]
+    while len(attempts) < args.attempts and (attempts[-1]["other_processes_cores"] or 0.0) > args.max_busy:
         time.sleep(RETRY_PAUSE_S)
+        attempts.append(timed_with_contention(call, args.device, args.budget))
     best = min(attempts, key=lambda a: a["other_processes_cores"] or 0.0)
     return {**best, "attempts": len(attempts)}
 

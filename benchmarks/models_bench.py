@@ -35,7 +35,8 @@ transpiled C++ kernel calls, and n/a for torch.compile, whose C++ kernels the pr
 does not see.
 
 First call, per model (first dtype) and variant, in a fresh process: the time from the
-parent starting the child to the first result, with model construction (random
+parent starting the child to the first result (interpreter start, imports of torch,
+transformers and the modeling module included), with model construction (random
 initialisation on the device, the cast) timed apart and subtracted, and the first forward
 alone. torch.compile and transpiled run twice, each with its own cache directories
 (Inductor, Triton, the transpiled C++ kernels): cold (empty), then warm.
@@ -192,12 +193,15 @@ def transpiled_runtime(model: Model, compiled: Path) -> ModuleType:
     return importlib.import_module(f"{compiled.name}.{model.name}._transpile_runtime")
 
 
-def build(model: Model, variant: str, args: argparse.Namespace) -> nn.Module:
-    """A variant's model from random weights (seeded), in eval mode, on the device, in the dtype."""
+def model_class(model: Model, variant: str, compiled: Path | None) -> type[nn.Module]:
+    """The variant's class, its modeling module imported (transformers imports its own lazily, on this access)."""
     if variant == "transpiled":
-        cls = getattr(transpiled_module(model, args.compiled), model.cls)
-    else:
-        cls = getattr(transformers, model.cls)
+        return getattr(transpiled_module(model, compiled), model.cls)
+    return getattr(transformers, model.cls)
+
+
+def build(cls: type[nn.Module], model: Model, variant: str, args: argparse.Namespace) -> nn.Module:
+    """A variant's model from random weights (seeded), in eval mode, on the device, in the dtype."""
     torch.manual_seed(0)
     with torch.device(args.device):  # initialised where it runs: no host-side init, no copy
         module = cls(config(model, args.device, args.attention)).to(dtype=args.dtype).eval()
@@ -296,7 +300,7 @@ def steady_state(model: Model, args: argparse.Namespace) -> dict:
         "config": model.shape(args.device).config,
         "variants": {},
     }
-    eager = build(model, "eager", args)
+    eager = build(model_class(model, "eager", None), model, "eager", args)
     inputs = make_inputs(model, args)
     reference = None
     for variant in args.variants:
@@ -324,7 +328,7 @@ def measure_variant(
     elif variant == "compile":
         module = torch.compile(eager)
     else:
-        module = build(model, "transpiled", args)
+        module = build(model_class(model, "transpiled", args.compiled), model, "transpiled", args)
         module.load_state_dict(eager.state_dict())  # the same weights as eager
     rt = transpiled_runtime(model, args.compiled) if variant == "transpiled" else None
     call = lambda: module(**inputs)  # noqa: E731
@@ -358,8 +362,9 @@ def child(spec: dict) -> dict:
     )
     files_at_start = cache_files()
     with torch.no_grad():
+        cls = model_class(model, spec["variant"], args.compiled)  # imports count, construction does not
         start = time.perf_counter()
-        module = build(model, spec["variant"], args)
+        module = build(cls, model, spec["variant"], args)
         synchronize(args.device)
         construction = time.perf_counter() - start
         inputs = make_inputs(model, args)
