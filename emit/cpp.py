@@ -68,7 +68,7 @@ _GENERATED_NAMES = frozenset(
 ) | {name for op in BY_NAME.values() for name in re.findall(r"(?<![\w:])([A-Za-z_]\w*)\(", op.cpp)}
 # What row kernels and their entry points name besides (only their values are renamed for these).
 _ROW_KERNEL_NAMES = frozenset(
-    "R n_rows row_size outer_sizes strides compute_row unit col start block block_end sum_block o0 o1 o2".split()
+    "R n_rows row_size outer_sizes strides compute_row unit unit_columns col start block block_end sum_block o0 o1 o2".split()
 )
 
 
@@ -551,9 +551,10 @@ class _RowKernel:
             updates.append(reduction.update.format(accumulator, value))
             if reduction.propagates_nan:
                 flag = self.names.nan(node.out)
-                lines.append(f"bool {flag} = false;  // a NaN in the row makes the {reduction.what} NaN, as in torch")
-                clauses.append(f"reduction(||: {flag})")
-                updates.append(f"{flag} = {flag} || std::isnan({value});")
+                # An int, not a bool: GCC vectorises `|` reductions of ints only.
+                lines.append(f"int {flag} = 0;  // a NaN in the row makes the {reduction.what} NaN, as in torch")
+                clauses.append(f"reduction(|: {flag})")
+                updates.append(f"{flag} |= std::isnan({value});")
                 restores += [f"if ({flag}) {{", f"  {accumulator} = std::numeric_limits<C>::quiet_NaN();", "}"]
         reads = [node.values()[0] for node in step.reductions]
         if not partials:
@@ -563,7 +564,7 @@ class _RowKernel:
             *lines,
             "for (int64_t block = 0; block < R; block += sum_block) {",
             "  const int64_t block_end = std::min(R, block + sum_block);",
-            *(f"  {line}" for line in [*partials, *loop, *totals]),
+            *(line if line.startswith("#") else f"  {line}" for line in [*partials, *loop, *totals]),
             "}",
             *restores,
             *results,
@@ -589,14 +590,22 @@ class _RowKernel:
         """The contiguous path (one loop over the rows) and the strided path (three loops over the row dims)."""
         names = self.names
         contiguous = ["row"] + [a for t in self.strided for a in (f"{t.base} + start", "unit")]
-        strided = ["row"]
-        for t in self.strided:
-            steps = names.strides(t.value)
-            strided += [f"{t.base} + o0 * {steps}[0] + o1 * {steps}[1] + o2 * {steps}[2]", f"{steps}[3]"]
+        pointers = "".join(
+            _assignment(
+                f"{t.pointer_type} {names.row(t.value)}",
+                f"{t.base} + o0 * {names.strides(t.value)}[0] + o1 * {names.strides(t.value)}[1] + "
+                f"o2 * {names.strides(t.value)}[2]",
+                8,
+            )
+            for t in self.strided
+        )
+        unit_rows = ["row"] + [a for t in self.strided for a in (names.row(t.value), "unit")]
+        strided_rows = ["row"] + [a for t in self.strided for a in (names.row(t.value), f"{names.strides(t.value)}[3]")]
+        unit_columns = " && ".join(f"{names.strides(t.value)}[3] == 1" for t in self.strided)
         return (
+            "  const std::integral_constant<int64_t, 1> unit;\n"
             "  if (contiguous) {\n"
             "    // Contiguous path: element (row, col) of every tensor is at row * R + col.\n"
-            "    const std::integral_constant<int64_t, 1> unit;\n"
             f"#pragma omp parallel for schedule(static) if ({_ENOUGH_ROWS})\n"
             "    for (int64_t row = 0; row < n_rows; ++row) {\n"
             "      const int64_t start = row * R;\n"
@@ -604,14 +613,22 @@ class _RowKernel:
             "    }\n"
             "    return;\n"
             "  }\n"
-            "  // Strided path: threads share the rows, each tensor steps by its own strides.\n"
+            "  // Strided path: threads share the rows, each tensor steps by its own strides. Where every column\n"
+            "  // stride is 1 (rows that are not contiguous with each other, a layer norm weight broadcast over\n"
+            "  // the rows), the rows take the unit-stride code.\n"
+            f"{_assignment('const bool unit_columns', unit_columns, 2)}"
             "  const int64_t size0 = outer_sizes[0], size1 = outer_sizes[1], size2 = outer_sizes[2];\n"
             f"#pragma omp parallel for collapse(3) schedule(static) if ({_ENOUGH_ROWS})\n"
             "  for (int64_t o0 = 0; o0 < size0; ++o0) {\n"
             "    for (int64_t o1 = 0; o1 < size1; ++o1) {\n"
             "      for (int64_t o2 = 0; o2 < size2; ++o2) {\n"
             "        const int64_t row = (o0 * size1 + o1) * size2 + o2;\n"
-            f"{_call('compute_row', strided, 8)}"
+            f"{pointers}"
+            "        if (unit_columns) {\n"
+            f"{_call('compute_row', unit_rows, 10)}"
+            "        } else {\n"
+            f"{_call('compute_row', strided_rows, 10)}"
+            "        }\n"
             "      }\n"
             "    }\n"
             "  }\n"
@@ -625,6 +642,21 @@ _ENOUGH_ROWS = "n_rows > 1 && n_rows * R >= parallel_grain"
 def _enumeration(items: list[str]) -> str:
     """`a`, `a and b`, `a, b and c`."""
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _assignment(declaration: str, expression: str, indent: int) -> str:
+    """`declaration = expression;`, continued on the next lines where it would pass 120 characters."""
+    line = f"{' ' * indent}{declaration} = {expression};"
+    if len(line) > 120:
+        terms = re.split(r" (?=[+&]{1,2} )", expression)  # break before each `+` or `&&`
+        lines = [f"{' ' * indent}{declaration} ="]
+        for term in terms:
+            if len(lines) > 1 and len(lines[-1]) + 1 + len(term) <= 120:
+                lines[-1] += f" {term}"
+            else:
+                lines.append(f"{' ' * (indent + 4)}{term}")
+        line = "\n".join(lines) + ";"
+    return line + "\n"
 
 
 def _call(function: str, arguments: list[str], indent: int) -> str:

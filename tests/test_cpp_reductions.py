@@ -364,5 +364,6 @@ def test_rendered_kernel_reads_like_the_source(kernel_files):
     assert "// Pass 1: the row maximum of masked." in kernel
     assert "// Pass 2: the row sum of exp0." in kernel
     assert "// Pass 3: compute and store the element outputs." in kernel
-    assert "#pragma omp simd reduction(max: row_max0) reduction(||: row_max0_nan)" in kernel
+    assert "#pragma omp simd reduction(max: row_max0) reduction(|: row_max0_nan)" in kernel
     assert "// line 1: y = op(x)" in kernel
+
