@@ -184,8 +184,8 @@ def _input_offsets(inputs: list[str]) -> list[str]:
 # -- row kernels: regions with reductions -------------------------------------------------------
 # Names a row kernel uses besides region values, and the suffixes it derives per tensor
 # (a value named like another's derived name is renamed).
-_ROW_LOCALS = "tl triton row row_mask cols col mask start rest n_rows R outer_size1 outer_size2"
-ROW_KERNEL_NAMES = HELPERS | set(_ROW_LOCALS.split()) | {"CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK", "index0", "index1", "index2"}
+_ROW_LOCALS = "tl triton row row_mask cols col mask start rest n_rows R outer_size1 outer_size2 index0 index1 index2"
+ROW_KERNEL_NAMES = HELPERS | set(_ROW_LOCALS.split()) | {"CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK"}
 _DERIVED = ("_ptr", "_row", "_stride", "_stride_r", "_partial") + tuple(f"_stride{d}" for d in range(RANK - 1))
 # What a ROW op accumulates: the comment's word, the partials' identity, the helper that accumulates.
 _REDUCTIONS = {

@@ -437,10 +437,15 @@ def _largest_offset(sizes, strides) -> int:
 
 # Rows up to this long are reduced in one pass, held in registers: each input is read
 # once. Longer rows loop over blocks of LOOP_BLOCK columns, one loop per pass.
-MAX_ONE_PASS = 8192
+# Short rows are packed ROWS to a program so that each handles about ELEMENTS_PER_PROGRAM
+# elements, with a warp per ELEMENTS_PER_WARP of them (16 a thread), at most MAX_WARPS.
+# Measured on an H100 (softmax, layer norm and RMSNorm, bfloat16 and float32, 2**26
+# elements): 88-100% of copy bandwidth for rows of 512 to 8192, 75-99% at 16384.
+MAX_ONE_PASS = 16384
 LOOP_BLOCK = 2048
-# Short rows are packed ROWS to a program so that each handles about this many elements.
-ELEMENTS_PER_PROGRAM = 4096
+ELEMENTS_PER_PROGRAM = 1024
+ELEMENTS_PER_WARP = 512
+MAX_WARPS = 8
 
 
 def launch_rows(kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous) -> None:
@@ -457,8 +462,7 @@ def launch_rows(kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes
     rblock = LOOP_BLOCK if looped else triton.next_power_of_2(row_size)
     # Never more rows per program than there are rows: few tile shapes get compiled.
     rows = min(max(1, ELEMENTS_PER_PROGRAM // rblock), triton.next_power_of_2(n_rows))
-    # One warp per 256 elements of the tile (8 a thread), at most 16.
-    num_warps = min(16, max(1, rows * rblock // 256))
+    num_warps = min(MAX_WARPS, max(1, rows * rblock // ELEMENTS_PER_WARP))
     flat_strides = [stride for per_tensor in strides for stride in per_tensor]
     kernel[(triton.cdiv(n_rows, rows),)](
         *tensors,
