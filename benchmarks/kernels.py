@@ -126,6 +126,10 @@ CASES = (
     Case("RMSNormEpilogue", "rmsnorm_epilogue", _rmsnorm_inputs, {"hidden": HIDDEN}),
     Case("ResidualScale", "residual_scale", _two_row_inputs),
     Case("BroadcastMask", "broadcast_mask", _mask_inputs),
+    # Rows of HIDDEN columns reduced along the last dim (one pass in registers on the GPU).
+    Case("RowSoftmax", "row_softmax", _one_row_input),
+    Case("ResidualLayerNorm", "residual_layer_norm", _two_row_inputs, {"hidden": HIDDEN}),
+    Case("RMSNorm", "rms_norm", _one_row_input, {"hidden": HIDDEN}),
 )
 CASES_BY_NAME = {case.name: case for case in CASES}
 VARIANTS = ("eager", "compile", "transpiled")

@@ -1,4 +1,4 @@
-"""A transformer block's residual add and the layer norm after it: both results are used."""
+"""A transformer block's residual add and the layer norm after it (BERT's `LayerNorm(h + input)`)."""
 
 from torch import nn
 
@@ -9,6 +9,4 @@ class ResidualLayerNorm(nn.Module):
         self.norm = nn.LayerNorm(hidden)
 
     def forward(self, x, y):
-        residual = x + y
-        normed = self.norm(residual)
-        return residual, normed
+        return self.norm(x + y)
