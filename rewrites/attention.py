@@ -20,6 +20,7 @@ _DROPOUT = frozenset({"torch.nn.functional.dropout", "torch.dropout"})
 _DROPOUT_MODULES = frozenset({"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"})
 _MATMUL = frozenset({"torch.matmul"})
 _FLOAT32 = frozenset({"torch.float32", "torch.float"})
+_INF = float("inf")
 # Expressions the call may evaluate at a later point than the original did: reads only.
 _PURE_NODES = (
     ast.Name, ast.Attribute, ast.Subscript, ast.Slice, ast.Constant, ast.Tuple, ast.UnaryOp, ast.BinOp,
@@ -30,7 +31,9 @@ _PURE_METHODS = frozenset(
      "contiguous", "logical_not", "eq", "ne"}
 )  # fmt: skip
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-_PURE_FUNCTIONS = frozenset({"math.sqrt", "builtins.float", "builtins.int", "builtins.len", "builtins.max", "builtins.min"})
+_PURE_FUNCTIONS = frozenset(
+    {"math.sqrt", "builtins.float", "builtins.int", "builtins.len", "builtins.max", "builtins.min"}
+)
 
 
 @dataclass(frozen=True)
@@ -333,7 +336,12 @@ class _Matcher:
         inside = {id(n) for s in chain for n in ast.walk(s)}
         inside |= {id(n) for n in ast.walk(node)}
         # A nested function or lambda reads a name when it runs, not where it is written.
-        deferred = {id(n) for f in ast.walk(self.ctx.node) if f is not self.ctx.node and isinstance(f, _SCOPES) for n in ast.walk(f)}
+        deferred = {
+            id(n)
+            for f in ast.walk(self.ctx.node)
+            if f is not self.ctx.node and isinstance(f, _SCOPES)
+            for n in ast.walk(f)
+        }
         in_loop = any(kind == "loop" for kind, _ in self.ctx.blocks)
         start = chain[0].lineno if chain else final.lineno
         for sub in ast.walk(self.ctx.node):
@@ -357,7 +365,12 @@ def _keep_mask(condition: ast.expr, ctx: Context) -> tuple[str, tuple[ast.expr, 
         func = condition.func
         if ctx.qualname(func) == "torch.logical_not" and len(condition.args) == 1:
             return ast.unparse(condition.args[0]), (condition.args[0],)
-        if isinstance(func, ast.Attribute) and func.attr == "logical_not" and not condition.args and ctx.qualname(func) is None:
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "logical_not"
+            and not condition.args
+            and ctx.qualname(func) is None
+        ):
             return ast.unparse(func.value), (func.value,)
     if isinstance(condition, ast.Compare) and len(condition.ops) == 1:
         negated = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}.get(type(condition.ops[0]))
@@ -369,17 +382,24 @@ def _keep_mask(condition: ast.expr, ctx: Context) -> tuple[str, tuple[ast.expr, 
 
 def _is_minus_infinity(node: ast.expr, ctx: Context) -> bool:
     """`float("-inf")`, `-float("inf")`, `-math.inf`, `-torch.inf`."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return (
+            ctx.qualname(node.operand) in ("math.inf", "torch.inf", "numpy.inf")
+            or _float_literal(node.operand, ctx) == _INF
+        )
+    return _float_literal(node, ctx) == -_INF
+
+
+def _float_literal(node: ast.expr, ctx: Context) -> float | None:
+    """The value of `float("<literal>")`."""
     if isinstance(node, ast.Call) and ctx.qualname(node.func) == "builtins.float" and len(node.args) == 1:
         arg = node.args[0]
-        return isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.strip().lower() in ("-inf", "-infinity")
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = node.operand
-        if ctx.qualname(inner) in ("math.inf", "torch.inf", "numpy.inf"):
-            return True
-        if isinstance(inner, ast.Call) and ctx.qualname(inner.func) == "builtins.float" and len(inner.args) == 1:
-            arg = inner.args[0]
-            return isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.strip().lower() in ("inf", "infinity")
-    return False
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            try:
+                return float(arg.value)
+            except ValueError:
+                return None
+    return None
 
 
 def _matmul_operands(node: ast.expr, ctx: Context) -> tuple[ast.expr, ast.expr]:

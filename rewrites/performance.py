@@ -98,10 +98,13 @@ class HandWrittenAttention(Rule):
         call = cst.parse_expression(f"{function}({arguments})")
 
         def collapse(statements: list) -> list:
-            last = statements[final].visit(_Replace(matmul, call))
+            last = _replace(statements[final], matmul, call)
             # Blank lines above the first removed statement stay; comments above any of them too.
             removed = statements[first + 1 : final + 1]
-            kept = [*statements[first].leading_lines, *(line for s in removed for line in s.leading_lines if line.comment)]
+            kept = [
+                *statements[first].leading_lines,
+                *(line for s in removed for line in s.leading_lines if line.comment),
+            ]
             return [*statements[:first], last.with_changes(leading_lines=kept), *statements[final + 1 :]]
 
         return _edit_block(node, path, collapse)
@@ -208,19 +211,17 @@ def _edit_block(node: "cst.CSTNode", path: tuple[int, ...], edit) -> "cst.CSTNod
     return node.with_changes(body=block.with_changes(body=statements))
 
 
-class _Replace:
-    """Put `call` in place of every expression whose `ast.dump` is `matmul`."""
+def _replace(statement: "cst.CSTNode", matmul: str, call: "cst.BaseExpression") -> "cst.CSTNode":
+    """`statement` with `call` in place of every product whose `ast.dump` is `matmul`."""
+    import libcst as cst
 
-    def __new__(cls, matmul: str, call: "cst.BaseExpression"):
-        import libcst as cst
+    class Replace(cst.CSTTransformer):
+        def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+            if isinstance(original, (cst.BinaryOperation, cst.Call)) and _dump(original) == matmul:
+                return call
+            return updated
 
-        class Replace(cst.CSTTransformer):
-            def on_leave(self, original, updated):
-                if isinstance(original, (cst.BinaryOperation, cst.Call)) and _dump(original) == matmul:
-                    return call
-                return updated
-
-        return Replace()
+    return statement.visit(Replace())
 
 
 def _dump(node: "cst.CSTNode") -> str | None:

@@ -5,6 +5,7 @@ left alone wherever the meaning would change."""
 from __future__ import annotations
 
 import ast
+import sys
 import textwrap
 
 import pytest
@@ -515,3 +516,47 @@ def test_training_mode_keeps_dropout_on():
     assert drawn.std() > 0.1
     assert abs(drawn.mean().item() - 1.0) < 0.1
     torch.testing.assert_close(model.eval()(q, q, ones), torch.ones(1, 8, 8))
+
+
+def test_transpile_writes_the_rewrite_with_unsafe_fixes(tmp_path):
+    from click.testing import CliRunner
+
+    from transpiler.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(_source(*SUPPORTED["projections-and-reshapes-around-it"]), encoding="utf-8")
+    for flag, rewritten in (("--no-unsafe-fixes", False), ("--unsafe-fixes", True)):
+        out = tmp_path / flag
+        CliRunner().invoke(main, [str(src), "-o", str(out), flag], catch_exceptions=False)
+        text = (out / "model.py").read_text(encoding="utf-8")
+        assert ("F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)" in text) is rewritten
+        assert ("probs = scores.softmax(dim=-1)" in text) is not rewritten
+
+
+def test_real_transformers_attention_is_rewritten_and_equal(tmp_path, monkeypatch):
+    """MobileViT's self-attention (transformers' own source) before and after the fix."""
+    import importlib.util
+
+    pytest.importorskip("transformers")
+    from transformers.models.mobilevit import configuration_mobilevit, modeling_mobilevit
+
+    spec = importlib.util.find_spec(modeling_mobilevit.__name__)
+    result, text = fix_snippet(spec.loader.get_source(spec.name), module="modeling_mobilevit")
+    assert [d.code for d in result.applied] == ["TP701"]
+    assert "context_layer = nn.functional.scaled_dot_product_attention(query_layer, key_layer, value_layer" in text
+    # Loaded inside the transformers package, so that its relative imports and annotations resolve.
+    path = tmp_path / "modeling_mobilevit_sdpa.py"
+    path.write_text(text, encoding="utf-8")
+    name = f"{spec.name}_sdpa"
+    rewritten = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path))
+    monkeypatch.setitem(sys.modules, name, rewritten)
+    rewritten.__spec__.loader.exec_module(rewritten)
+    config = configuration_mobilevit.MobileViTConfig(attention_probs_dropout_prob=0.1)
+    torch.manual_seed(0)
+    original = modeling_mobilevit.MobileViTSelfAttention(config, hidden_size=32).eval()
+    model = rewritten.MobileViTSelfAttention(config, hidden_size=32).eval()
+    model.load_state_dict(original.state_dict())
+    hidden = torch.randn(3, 10, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(hidden), original(hidden), rtol=1e-5, atol=1e-5)
