@@ -23,8 +23,8 @@ from enum import Enum
 from typing import ClassVar
 
 from transpiler import lowering
-from transpiler.ir import Input, Node, Operand, Output, Region
-from transpiler.lowering import Level, RowRegion
+from transpiler.ir import Node, Operand, Region
+from transpiler.lowering import RowRegion
 from transpiler.ops import BY_NAME, CAST, Domain
 
 # Storage type T and compute type C of each entry point, by torch dtype name.
@@ -64,11 +64,12 @@ _CPP_KEYWORDS = frozenset(
 # unqualified (a local variable `gelu` would hide `gelu(...)`): a value with one of these
 # names is renamed.
 _GENERATED_NAMES = frozenset(
-    "T C n sizes contiguous compute index i d0 d1 d2 d3 size0 size1 size2 size3 row std transpile half bfloat16".split()
+    "T C n sizes contiguous compute index i d0 d1 d2 d3 size0 size1 size2 size3 row std transpile half bfloat16 "
+    "n_elements strides parallel_grain store load_bool".split()
 ) | {name for op in BY_NAME.values() for name in re.findall(r"(?<![\w:])([A-Za-z_]\w*)\(", op.cpp)}
 # What row kernels and their entry points name besides (only their values are renamed for these).
 _ROW_KERNEL_NAMES = frozenset(
-    "R n_rows row_size outer_sizes strides compute_row unit unit_columns col start block block_end sum_block o0 o1 o2".split()
+    "R n_rows row_size outer_sizes compute_row unit unit_columns col start o0 o1 o2 block block_end sum_block".split()
 )
 
 
@@ -91,7 +92,7 @@ class Names:
     """The C++ identifiers of a region's values, and of the pointers and strides derived from them."""
 
     values: dict[str, str]
-    SUFFIXES: ClassVar[tuple[str, ...]] = ("_ptr", "_out", "_strides", "_offset", "_row", "_step", "_nan", "_block", "_total")
+    SUFFIXES: ClassVar[tuple[str, ...]] = tuple("_ptr _out _strides _offset _row _step _nan _block _total".split())
 
     def value(self, name: str) -> str:
         return self.values[name]
@@ -131,7 +132,9 @@ def render_cpp_file(regions: list[Region], source_lines: dict[int, str], header:
         _render_row_kernel(lowered[r.name], source_lines) if r.name in lowered else _render_kernel(r, source_lines)
         for r in regions
     ]
-    entry_points = [_render_row_entry_points(lowered[r.name]) if r.name in lowered else _render_entry_points(r) for r in regions]
+    entry_points = [
+        _render_row_entry_points(lowered[r.name]) if r.name in lowered else _render_entry_points(r) for r in regions
+    ]
     parts = [
         "\n".join(f"// {line}".rstrip() for line in header.splitlines()),
         '#include "transpile_runtime.h"',
@@ -355,7 +358,9 @@ def _store(name: str, names: Names, kinds: dict[str, Kind], pointer: str, index:
     return f"store({pointer}, {index}, {names.value(name)});"
 
 
-def _render_nodes(nodes: Iterable[Node], names: Names, kinds: dict[str, Kind], source_lines: dict[int, str], render) -> list[str]:
+def _render_nodes(
+    nodes: Iterable[Node], names: Names, kinds: dict[str, Kind], source_lines: dict[int, str], render
+) -> list[str]:
     """The statements of `nodes` (`render(node, names, kinds)` each), with a comment per source line."""
     lines, current_line = [], None
     for node in nodes:
@@ -474,7 +479,10 @@ class _RowKernel:
             ("const int64_t* outer_sizes", "strided path: the 3 row dims, padded on the left with 1s"),
         ]
         parameters += [
-            (f"const int64_t* {names.strides(t.value)}", f"strided path: element strides of {t.label} (row dims, reduced dim)")
+            (
+                f"const int64_t* {names.strides(t.value)}",
+                f"strided path: element strides of {t.label} (row dims, reduced dim)",
+            )
             for t in self.strided
         ]
         parameters.append(("bool contiguous", "element (row, col) of every tensor is at row * R + col"))
@@ -508,20 +516,27 @@ class _RowKernel:
         element_outputs = self.lowered.element_outputs
         for number, step in enumerate(schedule, 1):
             if step.reductions:
-                what = [f"the row {ROW_REDUCTIONS[r.op].what} of {self.names.value(r.values()[0])}" for r in step.reductions]
+                what = [
+                    f"the row {ROW_REDUCTIONS[r.op].what} of {self.names.value(r.values()[0])}" for r in step.reductions
+                ]
                 lines.append(f"// Pass {number}: {_enumeration(what)}.")
                 lines += self.reduction_pass(step)
                 lines += self.nodes(step.then)
             elif element_outputs:
                 lines.append(f"// Pass {number}: compute and store the element outputs.")
                 stores = [
-                    _store(o.value, self.names, self.kinds, self.names.row(o.value), f"col * {self.names.step(o.value)}")
+                    _store(
+                        o.value, self.names, self.kinds, self.names.row(o.value), f"col * {self.names.step(o.value)}"
+                    )
                     for o in element_outputs
                 ]
                 lines += self.column_loop(step.elements, [o.value for o in element_outputs], stores, [], "0", "R")
         if self.lowered.row_outputs:
             lines.append("// The row outputs: one value per row.")
-            lines += [_store(o.value, self.names, self.kinds, self.names.output(o.value), "row") for o in self.lowered.row_outputs]
+            lines += [
+                _store(o.value, self.names, self.kinds, self.names.output(o.value), "row")
+                for o in self.lowered.row_outputs
+            ]
         return lines
 
     def reduction_pass(self, step: lowering.Pass) -> list[str]:
@@ -677,6 +692,7 @@ def _render_row_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
         return f"const C {names.value(node.out)} = C(R);"
     return render_node(node, names, kinds)
 
+
 # -- entry points -------------------------------------------------------------------------
 def _render_entry_points(region: Region) -> str:
     """The kinds string, then one `extern "C"` function per storage dtype, arguments in the runtime's order."""
@@ -719,11 +735,19 @@ def _render_row_entry_points(lowered: RowRegion) -> str:
     """The entry points of a row kernel: `launch_rows`' layout after the data, strides per ELEMENT tensor."""
     region = lowered.region
     names = cpp_names(region, _ROW_KERNEL_NAMES)
-    strides = [f"transpile::strides_of(strides, {k})" for k in range(len(region.tensor_inputs) + len(lowered.element_outputs))]
+    strides = [
+        f"transpile::strides_of(strides, {k})" for k in range(len(region.tensor_inputs) + len(lowered.element_outputs))
+    ]
     return _entry_points(
         region,
         names,
-        ["int64_t n_rows", "int64_t row_size", "const int64_t* outer_sizes", "const int64_t* strides", "int contiguous"],
+        [
+            "int64_t n_rows",
+            "int64_t row_size",
+            "const int64_t* outer_sizes",
+            "const int64_t* strides",
+            "int contiguous",
+        ],
         ["n_rows", "row_size", "outer_sizes", *strides, "contiguous != 0"],
     )
 

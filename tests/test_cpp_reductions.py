@@ -20,10 +20,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from emit.cpp import render_cpp_file
+from emit.cpp import ROW_REDUCTIONS, render_cpp_file
 from emit.runtime import Kernel, Rows, broadcast, row_layout
 from emit.runtime.cpp_support import CppLibrary, find_compiler
 from transpiler.ir import Input, Node, Output, Region
+from transpiler import lowering
 from transpiler.lowering import Level, lower
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C++ compiler")
@@ -56,7 +57,16 @@ def region(name: str, inputs: str, scalars: str, nodes: tuple[Node, ...], output
     tensor_inputs = tuple(Input(n, n, True) for n in inputs.split())
     scalar_inputs = tuple(Input(n, f"self.{n}", False) for n in scalars.split())
     last = max(node.line for node in nodes)
-    return Region(name, "model.py", "Block.forward", 1, last, tensor_inputs + scalar_inputs, nodes, tuple(Output(o, o) for o in outputs.split()))
+    return Region(
+        name,
+        "model.py",
+        "Block.forward",
+        1,
+        last,
+        tensor_inputs + scalar_inputs,
+        nodes,
+        tuple(Output(o, o) for o in outputs.split()),
+    )
 
 
 def randn(shape, dtype, transposed, generator, scale=1.0) -> torch.Tensor:
@@ -117,8 +127,11 @@ def attention_case() -> Case:
         mask[1, ..., 1::3] = torch.finfo(dtype).min
         return [scores, mask], [0.125]
 
-    return Case(region("scaled_masked_softmax", "scores mask", "scale", nodes, "probs"),
-                lambda scores, mask, scale: (torch.softmax(scores * scale + mask, -1),), inputs)
+    return Case(
+        region("scaled_masked_softmax", "scores mask", "scale", nodes, "probs"),
+        lambda scores, mask, scale: (torch.softmax(scores * scale + mask, -1),),
+        inputs,
+    )
 
 
 def masked_fill_case() -> Case:
@@ -133,8 +146,11 @@ def masked_fill_case() -> Case:
         padding[1, ..., (R + 1) // 2 :] = True
         return [randn((2, 3, 4, R), dtype, transposed, g), padding], []
 
-    return Case(region("masked_fill_softmax", "scores padding", "", nodes, "probs"),
-                lambda scores, padding: (scores.masked_fill(padding, -math.inf).softmax(-1),), inputs)
+    return Case(
+        region("masked_fill_softmax", "scores padding", "", nodes, "probs"),
+        lambda scores, padding: (scores.masked_fill(padding, -math.inf).softmax(-1),),
+        inputs,
+    )
 
 
 def residual_layer_norm_case() -> Case:
@@ -188,8 +204,11 @@ def statistics_case() -> Case:
         Node("amin", ("x", -1, False), "smallest", 2, (1, 2)),
         Node("sub", ("largest", "smallest"), "spread", 3),
     )
-    return Case(region("row_statistics", "x", "", nodes, "total largest spread"),
-                lambda x: ((x * x).sum(-1), x.amax(-1), x.amax(-1) - x.amin(-1)), rows_of((7,)))
+    return Case(
+        region("row_statistics", "x", "", nodes, "total largest spread"),
+        lambda x: ((x * x).sum(-1), x.amax(-1), x.amax(-1) - x.amin(-1)),
+        rows_of((7,)),
+    )
 
 
 def normalise_case() -> Case:
@@ -202,13 +221,46 @@ def normalise_case() -> Case:
         Node("div", ("centered", "guarded"), "z", 2),
         Node("mul", ("z", "gain"), "out", 2),
     )
-    return Case(region("standardise", "x", "gain", nodes, "out"),
-                lambda x, gain: ((x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-3) * gain,),
-                lambda R, dtype, transposed, g: ([randn((4, 2, R), dtype, transposed, g)], [1.5]))
+    return Case(
+        region("standardise", "x", "gain", nodes, "out"),
+        lambda x, gain: ((x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-3) * gain,),
+        lambda R, dtype, transposed, g: ([randn((4, 2, R), dtype, transposed, g)], [1.5]),
+    )
 
 
-CASES = {c.region.name: c for c in [*REDUCTION_CASES, attention_case(), masked_fill_case(), residual_layer_norm_case(),
-                                     rms_norm_case(), statistics_case(), normalise_case()]}
+def awkward_names_case() -> Case:
+    """Values named like the row kernel's own names and helpers, and like another value's derived names."""
+    nodes = (
+        Node("mul", ("R", "col"), "row", 1),
+        Node("sum", ("row", -1, True), "store", 1, (1, 2)),
+        Node("sub", ("row", "store"), "block", 2),
+        Node("amax", ("block", -1, True), "R_row", 2, (1, 2)),
+    )
+
+    def reference(R, col):
+        row = R * col
+        store = row.sum(-1, keepdim=True)
+        return store, row - store, (row - store).amax(-1, keepdim=True)
+
+    def inputs(R, dtype, transposed, g):
+        return [randn((2, 3, R), dtype, transposed, g), randn((3, R), dtype, False, g)], []
+
+    return Case(region("awkward_names", "R col", "", nodes, "store block R_row"), reference, inputs)
+
+
+CASES = {
+    c.region.name: c
+    for c in [
+        *REDUCTION_CASES,
+        attention_case(),
+        masked_fill_case(),
+        residual_layer_norm_case(),
+        rms_norm_case(),
+        statistics_case(),
+        normalise_case(),
+        awkward_names_case(),
+    ]
+}
 
 
 # -- building and calling -----------------------------------------------------------------------
@@ -246,7 +298,15 @@ def run(libraries, case: Case, tensors: list[torch.Tensor], scalars: list) -> tu
     element_outputs = len(lowered.element_outputs)
     strides = strides[:-1] + strides[-1:] * element_outputs
     libraries[case.region.name].call_rows(
-        case.region.name, tensors, scalars, outputs, math.prod(outer_sizes), shape[dim], outer_sizes, strides, contiguous
+        case.region.name,
+        tensors,
+        scalars,
+        outputs,
+        math.prod(outer_sizes),
+        shape[dim],
+        outer_sizes,
+        strides,
+        contiguous,
     )
     return outputs
 
@@ -311,8 +371,15 @@ def test_nan_and_infinities(libraries, dtype):
     x[1, 0, 7] = math.inf
     x[1, 1, 15] = math.nan
     x[1, 2, 0] = -math.inf
-    for name in ("amax_dim2_keep1", "amin_dim1_keep0", "softmax_dim2", "log_softmax_dim2", "logsumexp_dim2_keep0",
-                 "sum_dim2_keep1", "row_statistics"):
+    for name in (
+        "amax_dim2_keep1",
+        "amin_dim1_keep0",
+        "softmax_dim2",
+        "log_softmax_dim2",
+        "logsumexp_dim2_keep0",
+        "sum_dim2_keep1",
+        "row_statistics",
+    ):
         check(libraries, CASES[name], [x], [])
     (largest,) = run(libraries, CASES["amax_dim2_keep1"], [x], [])
     assert torch.isnan(largest[0, 0]).all() and torch.isnan(largest[1, 1]).all() and largest[1, 0] == math.inf
@@ -323,7 +390,11 @@ def test_broadcast_along_rows(libraries):
     case = CASES["add_layer_norm"]
     g = generator(4)
     x = torch.randn(6, 1, 40, generator=g).expand(6, 5, 40)  # rows repeat: outer stride 0
-    residual, weight, bias = torch.randn(6, 5, 40, generator=g), torch.randn(40, generator=g), torch.randn(40, generator=g)
+    residual, weight, bias = (
+        torch.randn(6, 5, 40, generator=g),
+        torch.randn(40, generator=g),
+        torch.randn(40, generator=g),
+    )
     check(libraries, case, [x, residual, weight, bias], [])
     sliced = torch.randn(6, 5, 80, generator=g)[..., ::2]  # column stride 2
     check(libraries, case, [sliced, residual, weight, bias], [])
@@ -349,7 +420,9 @@ def test_through_the_runtime(libraries, kernel_files, keepdim):
     rows = Rows(dim=-1, keepdim=keepdim, row_outputs=row_outputs, reduced=((0, 1),) if keepdim else ((0,),))
     tensors, _ = case.inputs(96, torch.float32, True, generator(7))
     depends = tuple(tuple(range(len(tensors))) for _ in case.region.outputs)
-    kernel = Kernel(case.region.name, case.reference, len(tensors), depends, "model.py:1-3", cpp=kernel_files[part], rows=rows)
+    kernel = Kernel(
+        case.region.name, case.reference, len(tensors), depends, "model.py:1-3", cpp=kernel_files[part], rows=rows
+    )
     outputs = kernel(*tensors)
     assert dict(kernel.counts) == {"cpp": 1}
     for got, want in zip(outputs, case.reference(*tensors), strict=True):
@@ -367,3 +440,6 @@ def test_rendered_kernel_reads_like_the_source(kernel_files):
     assert "#pragma omp simd reduction(max: row_max0) reduction(|: row_max0_nan)" in kernel
     assert "// line 1: y = op(x)" in kernel
 
+
+def test_every_row_reduction_is_rendered():
+    assert set(ROW_REDUCTIONS) == lowering.ROW_REDUCTIONS

@@ -290,8 +290,9 @@ constexpr int64_t parallel_grain = 32768;
 // as torch's cascade sums.
 constexpr int64_t sum_block = 1024;
 
-// The strides of tensor input k inside the runtime's input-major stride array (NULL on the
-// contiguous path, where kernels never read strides).
+// The strides of tensor k inside the runtime's tensor-major stride array (NULL on the contiguous
+// path, where kernels never read strides): tensor inputs for pointwise kernels, tensor inputs then
+// element outputs for row kernels.
 inline const int64_t* strides_of(const int64_t* strides, int k) { return strides ? strides + 4 * k : nullptr; }
 
 }  // namespace transpile
