@@ -251,10 +251,18 @@ def profiled_counts(call: Callable[[], object], device: str) -> dict:
         synchronize(device)
     events = profile.events()
     if device == "cuda":
-        on_device = [e for e in events if e.device_type == DeviceType.CUDA]
-        kernels = sum(1 for e in on_device if e.activity_type == "kernel")
-        return {"device_kernels": kernels, "device_copies_and_sets": len(on_device) - kernels}
+        kinds = [_device_activity(e) for e in events if e.device_type == DeviceType.CUDA]
+        return {"device_kernels": kinds.count("kernel"), "device_copies_and_sets": kinds.count("copy or set")}
     return {"aten_ops": sum(1 for e in events if e.name.startswith("aten::") and not _under_aten_op(e))}
+
+
+def _device_activity(event) -> str:
+    """Kineto's activity type of a device event (`kernel`, `gpu_memcpy`, ...); by CUPTI's names where the
+    profiler does not give it (older torch)."""
+    kind = getattr(event, "activity_type", None)
+    if kind is None:
+        return "copy or set" if event.name.startswith(("Memcpy", "Memset")) else "kernel"
+    return {"kernel": "kernel", "gpu_memcpy": "copy or set", "gpu_memset": "copy or set"}.get(kind, kind)
 
 
 def _under_aten_op(event) -> bool:
