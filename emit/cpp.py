@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from transpiler import lowering
 from transpiler.ir import Node, Operand, Region
-from transpiler.lowering import RowRegion
+from transpiler.lowering import Level, RowRegion
 from transpiler.ops import BY_NAME, CAST, Domain
 
 # Storage type T and compute type C of each entry point, by torch dtype name.
@@ -69,7 +69,7 @@ _GENERATED_NAMES = frozenset(
 ) | {name for op in BY_NAME.values() for name in re.findall(r"(?<![\w:])([A-Za-z_]\w*)\(", op.cpp)}
 # What row kernels and their entry points name besides (only their values are renamed for these).
 _ROW_KERNEL_NAMES = frozenset(
-    "R n_rows row_size outer_sizes compute_row unit unit_columns col start o0 o1 o2 block block_end sum_block".split()
+    "R n_rows row_size outer_sizes compute_row unit unit_columns col start o0 o1 o2 block block_end sum_block scratch".split()
 )
 
 
@@ -92,7 +92,9 @@ class Names:
     """The C++ identifiers of a region's values, and of the pointers and strides derived from them."""
 
     values: dict[str, str]
-    SUFFIXES: ClassVar[tuple[str, ...]] = tuple("_ptr _out _strides _offset _row _step _nan _block _total".split())
+    SUFFIXES: ClassVar[tuple[str, ...]] = tuple(
+        "_ptr _out _strides _offset _row _step _nan _block _total _saved".split()
+    )
 
     def value(self, name: str) -> str:
         return self.values[name]
@@ -123,6 +125,9 @@ class Names:
 
     def total(self, name: str) -> str:
         return f"{self.values[name]}_total"
+
+    def saved(self, name: str) -> str:
+        return f"{self.values[name]}_saved"
 
 
 def render_cpp_file(regions: list[Region], source_lines: dict[int, str], header: str) -> str:
@@ -459,6 +464,49 @@ def _strided_tensors(lowered: RowRegion, names: Names, kinds: dict[str, Kind]) -
     ]
 
 
+@dataclass(frozen=True)
+class _ColumnWork:
+    """What one pass's column loop does: values an earlier pass computed are restored from scratch, not recomputed."""
+
+    inputs: tuple[str, ...]  # tensor inputs it loads
+    restored: tuple[str, ...]  # values it reads back from their scratch rows
+    nodes: tuple[Node, ...]  # the element nodes it computes, in order
+
+
+def _column_work(lowered: RowRegion, schedule: list[lowering.Pass]) -> tuple[list[_ColumnWork], tuple[str, ...]]:
+    """Each pass's column work, and the values saved to scratch for later passes (in region order).
+
+    A pass needs its reductions' operands (the store pass: the element outputs); it loads
+    inputs, restores what an earlier pass computed, and computes the rest. Restoring from a
+    row of scratch (in L1 or L2) replaces recomputing: softmax computes each exponential once.
+    """
+    region, levels = lowered.region, lowered.levels
+    by_out = {node.out: node for node in region.nodes}
+    tensors = [t.name for t in region.tensor_inputs]
+    computed_before: set[str] = set()
+    saved: set[str] = set()
+    work = []
+    for step in schedule:
+        roots = [r.values()[0] for r in step.reductions] or [o.value for o in lowered.element_outputs]
+        inputs, restored, computed = set(), set(), set()
+        pending = list(roots)
+        while pending:
+            value = pending.pop()
+            if value in tensors:
+                inputs.add(value)
+            elif levels[value] is Level.ELEMENT and value in computed_before:
+                restored.add(value)
+                saved.add(value)
+            elif levels[value] is Level.ELEMENT and value not in computed:
+                computed.add(value)
+                pending += by_out[value].values()
+        computed_before |= computed
+        nodes = tuple(node for node in region.nodes if node.out in computed)
+        work.append(_ColumnWork(tuple(t for t in tensors if t in inputs), tuple(sorted(restored)), nodes))
+    order = {node.out: n for n, node in enumerate(region.nodes)}
+    return work, tuple(sorted(saved, key=order.__getitem__))
+
+
 class _RowKernel:
     """Writes one row kernel: the signature, the per-row passes in a lambda, and the loops over rows."""
 
@@ -487,6 +535,7 @@ class _RowKernel:
         ]
         parameters.append(("bool contiguous", "element (row, col) of every tensor is at row * R + col"))
         before, schedule = lowering.passes(self.lowered)
+        self.work, self.saved = _column_work(self.lowered, schedule)
         row_parameters = ["int64_t row"]
         for t in self.strided:
             row_parameters += [f"{t.pointer_type} {names.row(t.value)}", f"auto {names.step(t.value)}"]
@@ -513,6 +562,13 @@ class _RowKernel:
     def row_body(self, schedule: list[lowering.Pass]) -> list[str]:
         """The passes over one row's columns, the row values computed after each, and the row outputs."""
         lines: list[str] = []
+        if self.saved:
+            lines += [
+                "// Values that later passes reuse: a row of C each, per thread (kept from call to call).",
+                "thread_local std::vector<C> scratch;",
+                f"scratch.resize({len(self.saved)} * R);",
+            ]
+            lines += [f"C* const {self.names.saved(v)} = scratch.data() + {k} * R;" for k, v in enumerate(self.saved)]
         element_outputs = self.lowered.element_outputs
         for number, step in enumerate(schedule, 1):
             if step.reductions:
@@ -520,7 +576,7 @@ class _RowKernel:
                     f"the row {ROW_REDUCTIONS[r.op].what} of {self.names.value(r.values()[0])}" for r in step.reductions
                 ]
                 lines.append(f"// Pass {number}: {_enumeration(what)}.")
-                lines += self.reduction_pass(step)
+                lines += self.reduction_pass(number - 1, step)
                 lines += self.nodes(step.then)
             elif element_outputs:
                 lines.append(f"// Pass {number}: compute and store the element outputs.")
@@ -530,7 +586,7 @@ class _RowKernel:
                     )
                     for o in element_outputs
                 ]
-                lines += self.column_loop(step.elements, [o.value for o in element_outputs], stores, [], "0", "R")
+                lines += self.column_loop(number - 1, stores, [], "0", "R")
         if self.lowered.row_outputs:
             lines.append("// The row outputs: one value per row.")
             lines += [
@@ -539,7 +595,7 @@ class _RowKernel:
             ]
         return lines
 
-    def reduction_pass(self, step: lowering.Pass) -> list[str]:
+    def reduction_pass(self, number: int, step: lowering.Pass) -> list[str]:
         """Accumulators, the column loop that accumulates them, and NaN restored where max and min propagate it.
 
         Sums add each block of `sum_block` columns in C, then the blocks' sums in double: a
@@ -571,10 +627,9 @@ class _RowKernel:
                 clauses.append(f"reduction(|: {flag})")
                 updates.append(f"{flag} |= std::isnan({value});")
                 restores += [f"if ({flag}) {{", f"  {accumulator} = std::numeric_limits<C>::quiet_NaN();", "}"]
-        reads = [node.values()[0] for node in step.reductions]
         if not partials:
-            return lines + self.column_loop(step.elements, reads, updates, clauses, "0", "R") + restores
-        loop = self.column_loop(step.elements, reads, updates, clauses, "block", "block_end")
+            return lines + self.column_loop(number, updates, clauses, "0", "R") + restores
+        loop = self.column_loop(number, updates, clauses, "block", "block_end")
         return [
             *lines,
             "for (int64_t block = 0; block < R; block += sum_block) {",
@@ -585,20 +640,15 @@ class _RowKernel:
             *results,
         ]
 
-    def column_loop(
-        self, nodes: Iterable[Node], reads: list[str], tail: list[str], clauses: list[str], start: str, end: str
-    ) -> list[str]:
-        """An `omp simd` loop over columns `start` to `end`: load the inputs that `nodes` and `tail` (reading
-        `reads`) need, compute `nodes`, then run the `tail` statements."""
-        nodes = list(nodes)
-        needed = {v for node in nodes for v in node.values()} | set(reads)
-        loads = [
-            _load(t.name, self.names, self.kinds, self.names.row(t.name), f"col * {self.names.step(t.name)}")
-            for t in self.region.tensor_inputs
-            if t.name in needed
-        ]
+    def column_loop(self, number: int, tail: list[str], clauses: list[str], start: str, end: str) -> list[str]:
+        """An `omp simd` loop over columns `start` to `end`: pass `number`'s loads and nodes, the values later
+        passes reuse saved, then the `tail` statements (accumulations or stores)."""
+        work, names = self.work[number], self.names
+        loads = [_load(t, names, self.kinds, names.row(t), f"col * {names.step(t)}") for t in work.inputs]
+        loads += [f"const C {names.value(v)} = {names.saved(v)}[col];" for v in work.restored]
+        saves = [f"{names.saved(n.out)}[col] = {names.value(n.out)};" for n in work.nodes if n.out in self.saved]
         pragma = " ".join(["#pragma omp simd", *clauses])
-        body = [*loads, *self.nodes(nodes), *tail]
+        body = [*loads, *self.nodes(work.nodes), *saves, *tail]
         return [pragma, f"for (int64_t col = {start}; col < {end}; ++col) {{", *(f"  {line}" for line in body), "}"]
 
     def row_loops(self) -> str:

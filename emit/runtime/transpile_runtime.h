@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 // Vector math: glibc's libmvec has SIMD versions of these functions (within a few ulp, IEEE
 // special values kept), but <math.h> only declares them under -ffast-math, which kernels must
