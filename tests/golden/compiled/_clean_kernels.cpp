@@ -57,6 +57,81 @@ static void fused_silu(
   }
 }
 
+// fused_sum_clamp_min: fixtures/models/clean.py:60-61, in fixtures.models.clean.MaskedMeanPool.forward
+template <typename T, typename C>
+static void fused_sum_clamp_min(
+    const T* x_ptr,                  // input x
+    const T* weights_ptr,            // input weights
+    T* t3_out,                       // output return (t3): one value per row
+    int64_t n_rows,                  // number of rows
+    int64_t R,                       // row length: the size of the reduced dim, at least 1
+    const int64_t* outer_sizes,      // strided path: the 3 row dims, padded on the left with 1s
+    const int64_t* x_strides,        // strided path: element strides of x (row dims, reduced dim)
+    const int64_t* weights_strides,  // strided path: element strides of weights (row dims, reduced dim)
+    bool contiguous) {               // element (row, col) of every tensor is at row * R + col
+  // One row: `*_row` points at its first element in each tensor and `*_step` is the tensor's column
+  // stride (a compile-time 1 on the contiguous path, so that the column loops are unit-stride).
+  const auto compute_row = [=](int64_t row, const T* x_row, auto x_step, const T* weights_row, auto weights_step) {
+    // Pass 1: the row sum of t0 and the row sum of weights.
+    double total_total = 0;
+    double t1_total = 0;
+    for (int64_t block = 0; block < R; block += sum_block) {
+      const int64_t block_end = std::min(R, block + sum_block);
+      C total_block = C(0);
+      C t1_block = C(0);
+#pragma omp simd reduction(+: total_block) reduction(+: t1_block)
+      for (int64_t col = block; col < block_end; ++col) {
+        const C x = static_cast<C>(x_row[col * x_step]);
+        const C weights = static_cast<C>(weights_row[col * weights_step]);
+        // line 60: total = (x * weights).sum(dim=1)
+        const C t0 = x * weights;
+        total_block += t0;
+        t1_block += weights;
+      }
+      total_total += total_block;
+      t1_total += t1_block;
+    }
+    const C total = C(total_total);
+    const C t1 = C(t1_total);
+    // line 61: return total / weights.sum(dim=1).clamp(min=1.0)
+    const C t2 = clamp_min(t1, C(1.0));
+    const C t3 = total / t2;
+    // The row outputs: one value per row.
+    store(t3_out, row, t3);
+  };
+  const std::integral_constant<int64_t, 1> unit;
+  if (contiguous) {
+    // Contiguous path: element (row, col) of every tensor is at row * R + col.
+#pragma omp parallel for schedule(static) if (n_rows > 1 && n_rows * R >= parallel_grain)
+    for (int64_t row = 0; row < n_rows; ++row) {
+      const int64_t start = row * R;
+      compute_row(row, x_ptr + start, unit, weights_ptr + start, unit);
+    }
+    return;
+  }
+  // Strided path: threads share the rows, each tensor steps by its own strides. Where every column
+  // stride is 1 (rows that are not contiguous with each other, a layer norm weight broadcast over
+  // the rows), the rows take the unit-stride code.
+  const bool unit_columns = x_strides[3] == 1 && weights_strides[3] == 1;
+  const int64_t size0 = outer_sizes[0], size1 = outer_sizes[1], size2 = outer_sizes[2];
+#pragma omp parallel for collapse(3) schedule(static) if (n_rows > 1 && n_rows * R >= parallel_grain)
+  for (int64_t o0 = 0; o0 < size0; ++o0) {
+    for (int64_t o1 = 0; o1 < size1; ++o1) {
+      for (int64_t o2 = 0; o2 < size2; ++o2) {
+        const int64_t row = (o0 * size1 + o1) * size2 + o2;
+        const T* x_row = x_ptr + o0 * x_strides[0] + o1 * x_strides[1] + o2 * x_strides[2];
+        const T* weights_row =
+            weights_ptr + o0 * weights_strides[0] + o1 * weights_strides[1] + o2 * weights_strides[2];
+        if (unit_columns) {
+          compute_row(row, x_row, unit, weights_row, unit);
+        } else {
+          compute_row(row, x_row, x_strides[3], weights_row, weights_strides[3]);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace transpile
 
 extern "C" {
@@ -95,6 +170,43 @@ void fused_silu_bfloat16(
   transpile::fused_silu<transpile::bfloat16, float>(
       static_cast<const transpile::bfloat16*>(gate), static_cast<const transpile::bfloat16*>(up),
       static_cast<transpile::bfloat16*>(h), n_elements, sizes, transpile::strides_of(strides, 0),
+      transpile::strides_of(strides, 1), contiguous != 0);
+}
+
+// fused_sum_clamp_min: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
+extern const char fused_sum_clamp_min_kinds[] = "x:T weights:T -> t3:T";
+
+void fused_sum_clamp_min_float32(
+    const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
+    const int64_t* strides, int contiguous) {
+  transpile::fused_sum_clamp_min<float, float>(
+      static_cast<const float*>(x), static_cast<const float*>(weights), static_cast<float*>(t3), n_rows, row_size,
+      outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+}
+
+void fused_sum_clamp_min_float64(
+    const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
+    const int64_t* strides, int contiguous) {
+  transpile::fused_sum_clamp_min<double, double>(
+      static_cast<const double*>(x), static_cast<const double*>(weights), static_cast<double*>(t3), n_rows, row_size,
+      outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+}
+
+void fused_sum_clamp_min_float16(
+    const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
+    const int64_t* strides, int contiguous) {
+  transpile::fused_sum_clamp_min<transpile::half, float>(
+      static_cast<const transpile::half*>(x), static_cast<const transpile::half*>(weights),
+      static_cast<transpile::half*>(t3), n_rows, row_size, outer_sizes, transpile::strides_of(strides, 0),
+      transpile::strides_of(strides, 1), contiguous != 0);
+}
+
+void fused_sum_clamp_min_bfloat16(
+    const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
+    const int64_t* strides, int contiguous) {
+  transpile::fused_sum_clamp_min<transpile::bfloat16, float>(
+      static_cast<const transpile::bfloat16*>(x), static_cast<const transpile::bfloat16*>(weights),
+      static_cast<transpile::bfloat16*>(t3), n_rows, row_size, outer_sizes, transpile::strides_of(strides, 0),
       transpile::strides_of(strides, 1), contiguous != 0);
 }
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel
+    from ._transpile_runtime import Kernel, Rows
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel
+    from _transpile_runtime import Kernel, Rows
 
 _TRITON_FILE = Path(__file__).with_name("_clean_triton.py")
 _CPP_FILE = Path(__file__).with_name("_clean_kernels.cpp")
@@ -34,4 +34,26 @@ fused_silu = Kernel(
     source="fixtures/models/clean.py:43",
     triton=(_TRITON_FILE, "fused_silu_kernel"),
     cpp=_CPP_FILE,
+)
+
+
+def fused_sum_clamp_min_reference(x, weights):
+    """fixtures/models/clean.py:60-61 in eager PyTorch."""
+    t0 = x * weights
+    total = torch.sum(t0, dim=1, keepdim=False)
+    t1 = torch.sum(weights, dim=1, keepdim=False)
+    t2 = torch.clamp_min(t1, 1.0)
+    t3 = total / t2
+    return (t3,)
+
+
+fused_sum_clamp_min = Kernel(
+    "fused_sum_clamp_min",
+    fused_sum_clamp_min_reference,
+    tensor_inputs=2,
+    depends=((0, 1),),
+    source="fixtures/models/clean.py:60-61",
+    triton=(_TRITON_FILE, "fused_sum_clamp_min_kernel"),
+    cpp=_CPP_FILE,
+    rows=Rows(dim=1, keepdim=False, row_outputs=(0,), reduced=((0, 1), (1,))),
 )

@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import widen
+from _transpile_runtime.triton_support import accumulate_sum, clamp_min, row_sum, widen
 
 
 @triton.jit
@@ -64,3 +64,89 @@ def fused_silu_kernel(
     h = t0 * up
     # Store the outputs, converted to their dtypes
     tl.store(h_out_ptr + offsets, h.to(h_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_sum_clamp_min_kernel(
+    x_ptr,  # input x
+    weights_ptr,  # input weights
+    t3_out_ptr,  # output return (t3): one value a row
+    n_rows,  # rows: every dim but the reduced one
+    R,  # the row length: the reduced dim's size
+    outer_size1,  # row = (index0 * outer_size1 + index1) * outer_size2 + index2 (strided path)
+    outer_size2,
+    x_stride0,  # input x: strides along the 3 row dims, then along the row
+    x_stride1,
+    x_stride2,
+    x_stride_r,
+    weights_stride0,  # input weights: strides along the 3 row dims, then along the row
+    weights_stride1,
+    weights_stride2,
+    weights_stride_r,
+    CONTIGUOUS: tl.constexpr,  # every tensor above holds element (row, col) at row * R + col
+    LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
+    ROWS: tl.constexpr,  # rows a program computes
+    RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
+):
+    """fixtures.models.clean.MaskedMeanPool.forward in fixtures/models/clean.py:60-61."""
+    # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
+    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    row_mask = row < n_rows
+    cols = tl.arange(0, RBLOCK)[None, :]
+    # Where each tensor's rows start, and its stride along them
+    if CONTIGUOUS:
+        x_row = row * R
+        x_stride = 1
+        weights_row = row * R
+        weights_stride = 1
+    else:
+        # The row's coordinates in the 3 row dims
+        index2 = row % outer_size2
+        rest = row // outer_size2
+        index1 = rest % outer_size1
+        index0 = rest // outer_size1
+        x_row = index0 * x_stride0 + index1 * x_stride1 + index2 * x_stride2
+        x_stride = x_stride_r
+        weights_row = index0 * weights_stride0 + index1 * weights_stride1 + index2 * weights_stride2
+        weights_stride = weights_stride_r
+    if not LOOPED:
+        # One pass: the whole row in registers; each input is read once
+        col = cols
+        mask = row_mask & (col < R)
+        x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+        weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
+        # Compute (reductions over the lanes in `mask`)
+        # fixtures/models/clean.py:60  total = (x * weights).sum(dim=1)
+        t0 = x * weights
+        total = row_sum(t0, mask)
+        # fixtures/models/clean.py:61  return total / weights.sum(dim=1).clamp(min=1.0)
+        t1 = row_sum(weights, mask)
+        t2 = clamp_min(t1, 1.0)
+        t3 = total / t2
+        # Store the element outputs, converted to their dtypes
+        # Store the row outputs (one value a row), converted to their dtypes
+        tl.store(t3_out_ptr + row, t3.to(t3_out_ptr.dtype.element_ty), mask=row_mask)
+    else:
+        # Rows longer than a block: one loop over the row per pass
+        # Pass 1: the row sum of t0, the row sum of weights
+        total_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
+        t1_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
+        start = 0
+        while start < R:
+            col = start + cols
+            mask = row_mask & (col < R)
+            x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+            weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
+            # fixtures/models/clean.py:60  total = (x * weights).sum(dim=1)
+            t0 = x * weights
+            total_partial = accumulate_sum(total_partial, t0, mask)
+            t1_partial = accumulate_sum(t1_partial, weights, mask)
+            start += RBLOCK
+        # fixtures/models/clean.py:60  total = (x * weights).sum(dim=1)
+        total = row_sum(total_partial, row_mask)
+        # fixtures/models/clean.py:61  return total / weights.sum(dim=1).clamp(min=1.0)
+        t1 = row_sum(t1_partial, row_mask)
+        t2 = clamp_min(t1, 1.0)
+        t3 = total / t2
+        # Store the row outputs (one value a row), converted to their dtypes
+        tl.store(t3_out_ptr + row, t3.to(t3_out_ptr.dtype.element_ty), mask=row_mask)

@@ -59,57 +59,85 @@ static void fused_tanh(
   }
 }
 
-// fused_rsqrt: fixtures/models/layers.py:37, in fixtures.models.layers.RMSNorm.forward
+// fused_rms_norm: fixtures/models/layers.py:36-37, in fixtures.models.layers.RMSNorm.forward
 template <typename T, typename C>
-static void fused_rsqrt(
-    const T* variance_ptr,            // input variance
-    const T* x_ptr,                   // input x
-    const T* weight_ptr,              // input self.weight
-    C eps,                            // scalar self.eps
-    T* t3_out,                        // output return (t3)
-    int64_t n,                        // number of output elements
-    const int64_t* sizes,             // strided path: 4 sizes, padded on the left with 1s
-    const int64_t* variance_strides,  // strided path: 4 element strides of variance
-    const int64_t* x_strides,         // strided path: 4 element strides of x
-    const int64_t* weight_strides,    // strided path: 4 element strides of self.weight
-    bool contiguous) {                // every input is contiguous with the output's shape
-  // One element: load the inputs at their offsets, compute, store at the output index.
-  const auto compute = [=](int64_t index, int64_t variance_offset, int64_t x_offset, int64_t weight_offset) {
-    // Load the inputs.
-    const C variance = static_cast<C>(variance_ptr[variance_offset]);
-    const C x = static_cast<C>(x_ptr[x_offset]);
-    const C weight = static_cast<C>(weight_ptr[weight_offset]);
+static void fused_rms_norm(
+    const T* x_ptr,                 // input x
+    const T* weight_ptr,            // input self.weight
+    C eps,                          // scalar self.eps
+    T* t4_out,                      // output return (t4)
+    int64_t n_rows,                 // number of rows
+    int64_t R,                      // row length: the size of the reduced dim, at least 1
+    const int64_t* outer_sizes,     // strided path: the 3 row dims, padded on the left with 1s
+    const int64_t* x_strides,       // strided path: element strides of x (row dims, reduced dim)
+    const int64_t* weight_strides,  // strided path: element strides of self.weight (row dims, reduced dim)
+    const int64_t* t4_strides,      // strided path: element strides of return (row dims, reduced dim)
+    bool contiguous) {              // element (row, col) of every tensor is at row * R + col
+  // Values shared by every row.
+  // line 36: variance = x.pow(2).mean(-1, keepdim=True)
+  const C row_size0 = C(R);
+  // One row: `*_row` points at its first element in each tensor and `*_step` is the tensor's column
+  // stride (a compile-time 1 on the contiguous path, so that the column loops are unit-stride).
+  const auto compute_row = [=](
+      int64_t row, const T* x_row, auto x_step, const T* weight_row, auto weight_step, T* t4_row, auto t4_step) {
+    // Pass 1: the row sum of t0.
+    double row_sum0_total = 0;
+    for (int64_t block = 0; block < R; block += sum_block) {
+      const int64_t block_end = std::min(R, block + sum_block);
+      C row_sum0_block = C(0);
+#pragma omp simd reduction(+: row_sum0_block)
+      for (int64_t col = block; col < block_end; ++col) {
+        const C x = static_cast<C>(x_row[col * x_step]);
+        // line 36: variance = x.pow(2).mean(-1, keepdim=True)
+        const C t0 = power(x, C(2));
+        row_sum0_block += t0;
+      }
+      row_sum0_total += row_sum0_block;
+    }
+    const C row_sum0 = C(row_sum0_total);
+    // line 36: variance = x.pow(2).mean(-1, keepdim=True)
+    const C variance = row_sum0 / row_size0;
     // line 37: return x * torch.rsqrt(variance + self.eps) * self.weight
-    const C t0 = variance + eps;
-    const C t1 = C(1) / std::sqrt(t0);
-    const C t2 = x * t1;
-    const C t3 = t2 * weight;
-    // Store the outputs.
-    store(t3_out, index, t3);
+    const C t1 = variance + eps;
+    const C t2 = C(1) / std::sqrt(t1);
+    // Pass 2: compute and store the element outputs.
+#pragma omp simd
+    for (int64_t col = 0; col < R; ++col) {
+      const C x = static_cast<C>(x_row[col * x_step]);
+      const C weight = static_cast<C>(weight_row[col * weight_step]);
+      // line 37: return x * torch.rsqrt(variance + self.eps) * self.weight
+      const C t3 = x * t2;
+      const C t4 = t3 * weight;
+      store(t4_row, col * t4_step, t4);
+    }
   };
+  const std::integral_constant<int64_t, 1> unit;
   if (contiguous) {
-    // Contiguous path: element i of every tensor is at offset i.
-#pragma omp parallel for simd schedule(static) if (parallel: n >= parallel_grain)
-    for (int64_t i = 0; i < n; ++i) {
-      compute(i, i, i, i);
+    // Contiguous path: element (row, col) of every tensor is at row * R + col.
+#pragma omp parallel for schedule(static) if (n_rows > 1 && n_rows * R >= parallel_grain)
+    for (int64_t row = 0; row < n_rows; ++row) {
+      const int64_t start = row * R;
+      compute_row(row, x_ptr + start, unit, weight_ptr + start, unit, t4_out + start, unit);
     }
     return;
   }
-  // Strided path: threads share the three outer dimensions, the last one is a vector loop.
-  const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];
-#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)
-  for (int64_t d0 = 0; d0 < size0; ++d0) {
-    for (int64_t d1 = 0; d1 < size1; ++d1) {
-      for (int64_t d2 = 0; d2 < size2; ++d2) {
-        const int64_t row = ((d0 * size1 + d1) * size2 + d2) * size3;
-        const int64_t variance_row = d0 * variance_strides[0] + d1 * variance_strides[1] + d2 * variance_strides[2];
-        const int64_t x_row = d0 * x_strides[0] + d1 * x_strides[1] + d2 * x_strides[2];
-        const int64_t weight_row = d0 * weight_strides[0] + d1 * weight_strides[1] + d2 * weight_strides[2];
-#pragma omp simd
-        for (int64_t d3 = 0; d3 < size3; ++d3) {
-          compute(
-              row + d3, variance_row + d3 * variance_strides[3], x_row + d3 * x_strides[3],
-              weight_row + d3 * weight_strides[3]);
+  // Strided path: threads share the rows, each tensor steps by its own strides. Where every column
+  // stride is 1 (rows that are not contiguous with each other, a layer norm weight broadcast over
+  // the rows), the rows take the unit-stride code.
+  const bool unit_columns = x_strides[3] == 1 && weight_strides[3] == 1 && t4_strides[3] == 1;
+  const int64_t size0 = outer_sizes[0], size1 = outer_sizes[1], size2 = outer_sizes[2];
+#pragma omp parallel for collapse(3) schedule(static) if (n_rows > 1 && n_rows * R >= parallel_grain)
+  for (int64_t o0 = 0; o0 < size0; ++o0) {
+    for (int64_t o1 = 0; o1 < size1; ++o1) {
+      for (int64_t o2 = 0; o2 < size2; ++o2) {
+        const int64_t row = (o0 * size1 + o1) * size2 + o2;
+        const T* x_row = x_ptr + o0 * x_strides[0] + o1 * x_strides[1] + o2 * x_strides[2];
+        const T* weight_row = weight_ptr + o0 * weight_strides[0] + o1 * weight_strides[1] + o2 * weight_strides[2];
+        T* t4_row = t4_out + o0 * t4_strides[0] + o1 * t4_strides[1] + o2 * t4_strides[2];
+        if (unit_columns) {
+          compute_row(row, x_row, unit, weight_row, unit, t4_row, unit);
+        } else {
+          compute_row(row, x_row, x_strides[3], weight_row, weight_strides[3], t4_row, t4_strides[3]);
         }
       }
     }
@@ -151,45 +179,43 @@ void fused_tanh_bfloat16(
       transpile::strides_of(strides, 0), contiguous != 0);
 }
 
-// fused_rsqrt: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
-extern const char fused_rsqrt_kinds[] = "variance:T x:T weight:T -> t3:T";
+// fused_rms_norm: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
+extern const char fused_rms_norm_kinds[] = "x:T weight:T -> t4:T";
 
-void fused_rsqrt_float32(
-    const void* variance, const void* x, const void* weight, double eps, void* t3, int64_t n_elements,
-    const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rsqrt<float, float>(
-      static_cast<const float*>(variance), static_cast<const float*>(x), static_cast<const float*>(weight), eps,
-      static_cast<float*>(t3), n_elements, sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
+void fused_rms_norm_float32(
+    const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
+    const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
+  transpile::fused_rms_norm<float, float>(
+      static_cast<const float*>(x), static_cast<const float*>(weight), eps, static_cast<float*>(t4), n_rows, row_size,
+      outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
       transpile::strides_of(strides, 2), contiguous != 0);
 }
 
-void fused_rsqrt_float64(
-    const void* variance, const void* x, const void* weight, double eps, void* t3, int64_t n_elements,
-    const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rsqrt<double, double>(
-      static_cast<const double*>(variance), static_cast<const double*>(x), static_cast<const double*>(weight), eps,
-      static_cast<double*>(t3), n_elements, sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
+void fused_rms_norm_float64(
+    const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
+    const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
+  transpile::fused_rms_norm<double, double>(
+      static_cast<const double*>(x), static_cast<const double*>(weight), eps, static_cast<double*>(t4), n_rows,
+      row_size, outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
       transpile::strides_of(strides, 2), contiguous != 0);
 }
 
-void fused_rsqrt_float16(
-    const void* variance, const void* x, const void* weight, double eps, void* t3, int64_t n_elements,
-    const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rsqrt<transpile::half, float>(
-      static_cast<const transpile::half*>(variance), static_cast<const transpile::half*>(x),
-      static_cast<const transpile::half*>(weight), eps, static_cast<transpile::half*>(t3), n_elements, sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
-      contiguous != 0);
+void fused_rms_norm_float16(
+    const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
+    const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
+  transpile::fused_rms_norm<transpile::half, float>(
+      static_cast<const transpile::half*>(x), static_cast<const transpile::half*>(weight), eps,
+      static_cast<transpile::half*>(t4), n_rows, row_size, outer_sizes, transpile::strides_of(strides, 0),
+      transpile::strides_of(strides, 1), transpile::strides_of(strides, 2), contiguous != 0);
 }
 
-void fused_rsqrt_bfloat16(
-    const void* variance, const void* x, const void* weight, double eps, void* t3, int64_t n_elements,
-    const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rsqrt<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(variance), static_cast<const transpile::bfloat16*>(x),
-      static_cast<const transpile::bfloat16*>(weight), eps, static_cast<transpile::bfloat16*>(t3), n_elements, sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
-      contiguous != 0);
+void fused_rms_norm_bfloat16(
+    const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
+    const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
+  transpile::fused_rms_norm<transpile::bfloat16, float>(
+      static_cast<const transpile::bfloat16*>(x), static_cast<const transpile::bfloat16*>(weight), eps,
+      static_cast<transpile::bfloat16*>(t4), n_rows, row_size, outer_sizes, transpile::strides_of(strides, 0),
+      transpile::strides_of(strides, 1), transpile::strides_of(strides, 2), contiguous != 0);
 }
 
 }  // extern "C"

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel
+    from ._transpile_runtime import Kernel, Rows
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel
+    from _transpile_runtime import Kernel, Rows
 
 _TRITON_FILE = Path(__file__).with_name("_layers_triton.py")
 _CPP_FILE = Path(__file__).with_name("_layers_kernels.cpp")
@@ -43,21 +43,24 @@ fused_tanh = Kernel(
 )
 
 
-def fused_rsqrt_reference(variance, x, weight, eps):
-    """fixtures/models/layers.py:37 in eager PyTorch."""
-    t0 = variance + eps
-    t1 = torch.rsqrt(t0)
-    t2 = x * t1
-    t3 = t2 * weight
-    return (t3,)
+def fused_rms_norm_reference(x, weight, eps):
+    """fixtures/models/layers.py:36-37 in eager PyTorch."""
+    t0 = x**2
+    variance = torch.mean(t0, dim=-1, keepdim=True)
+    t1 = variance + eps
+    t2 = torch.rsqrt(t1)
+    t3 = x * t2
+    t4 = t3 * weight
+    return (t4,)
 
 
-fused_rsqrt = Kernel(
-    "fused_rsqrt",
-    fused_rsqrt_reference,
-    tensor_inputs=3,
-    depends=((0, 1, 2),),
-    source="fixtures/models/layers.py:37",
-    triton=(_TRITON_FILE, "fused_rsqrt_kernel"),
+fused_rms_norm = Kernel(
+    "fused_rms_norm",
+    fused_rms_norm_reference,
+    tensor_inputs=2,
+    depends=((0, 1),),
+    source="fixtures/models/layers.py:36-37",
+    triton=(_TRITON_FILE, "fused_rms_norm_kernel"),
     cpp=_CPP_FILE,
+    rows=Rows(dim=-1, keepdim=True, row_outputs=(), reduced=((0,),)),
 )

@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import tanh, widen
+from _transpile_runtime.triton_support import accumulate_sum, row_sum, tanh, widen
 
 
 @triton.jit
@@ -62,75 +62,107 @@ def fused_tanh_kernel(
 
 
 @triton.jit
-def fused_rsqrt_kernel(
-    variance_ptr,  # input variance
+def fused_rms_norm_kernel(
     x_ptr,  # input x
     weight_ptr,  # input self.weight
     eps,  # scalar input self.eps
-    t3_out_ptr,  # output return (t3)
-    n_elements,
-    size0,
-    size1,
-    size2,
-    size3,
-    variance_stride0,
-    variance_stride1,
-    variance_stride2,
-    variance_stride3,
-    x_stride0,
+    t4_out_ptr,  # output return (t4): one value an element
+    n_rows,  # rows: every dim but the reduced one
+    R,  # the row length: the reduced dim's size
+    outer_size1,  # row = (index0 * outer_size1 + index1) * outer_size2 + index2 (strided path)
+    outer_size2,
+    x_stride0,  # input x: strides along the 3 row dims, then along the row
     x_stride1,
     x_stride2,
-    x_stride3,
-    weight_stride0,
+    x_stride_r,
+    weight_stride0,  # input self.weight: strides along the 3 row dims, then along the row
     weight_stride1,
     weight_stride2,
-    weight_stride3,
-    CONTIGUOUS: tl.constexpr,
-    NDIM: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
+    weight_stride_r,
+    t4_out_stride0,  # output return (t4): strides along the 3 row dims, then along the row
+    t4_out_stride1,
+    t4_out_stride2,
+    t4_out_stride_r,
+    CONTIGUOUS: tl.constexpr,  # every tensor above holds element (row, col) at row * R + col
+    LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
+    ROWS: tl.constexpr,  # rows a program computes
+    RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
 ):
-    """fixtures.models.layers.RMSNorm.forward in fixtures/models/layers.py:37."""
-    # Each program computes BLOCK_SIZE consecutive elements of the outputs
-    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < n_elements
-    # Locate each input's elements
+    """fixtures.models.layers.RMSNorm.forward in fixtures/models/layers.py:36-37."""
+    # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
+    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    row_mask = row < n_rows
+    cols = tl.arange(0, RBLOCK)[None, :]
+    # Where each tensor's rows start, and its stride along them
     if CONTIGUOUS:
-        variance_offsets = offsets
-        x_offsets = offsets
-        weight_offsets = offsets
+        x_row = row * R
+        x_stride = 1
+        weight_row = row * R
+        weight_stride = 1
+        t4_out_row = row * R
+        t4_out_stride = 1
     else:
-        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
-        index3 = offsets % size3 if NDIM > 1 else offsets
-        variance_offsets = index3 * variance_stride3
-        x_offsets = index3 * x_stride3
-        weight_offsets = index3 * weight_stride3
-        if NDIM > 1:
-            rest = offsets // size3
-            index2 = rest % size2 if NDIM > 2 else rest
-            variance_offsets += index2 * variance_stride2
-            x_offsets += index2 * x_stride2
-            weight_offsets += index2 * weight_stride2
-        if NDIM > 2:
-            rest = rest // size2
-            index1 = rest % size1 if NDIM > 3 else rest
-            variance_offsets += index1 * variance_stride1
-            x_offsets += index1 * x_stride1
-            weight_offsets += index1 * weight_stride1
-        if NDIM > 3:
-            rest = rest // size1
-            index0 = rest
-            variance_offsets += index0 * variance_stride0
-            x_offsets += index0 * x_stride0
-            weight_offsets += index0 * weight_stride0
-    # Load the inputs (half and bfloat16 widened to float32)
-    variance = widen(tl.load(variance_ptr + variance_offsets, mask=mask))
-    x = widen(tl.load(x_ptr + x_offsets, mask=mask))
-    weight = widen(tl.load(weight_ptr + weight_offsets, mask=mask))
-    # Compute
-    # fixtures/models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
-    t0 = variance + eps
-    t1 = 1.0 / tl.sqrt_rn(t0)
-    t2 = x * t1
-    t3 = t2 * weight
-    # Store the outputs, converted to their dtypes
-    tl.store(t3_out_ptr + offsets, t3.to(t3_out_ptr.dtype.element_ty), mask=mask)
+        # The row's coordinates in the 3 row dims
+        index2 = row % outer_size2
+        rest = row // outer_size2
+        index1 = rest % outer_size1
+        index0 = rest // outer_size1
+        x_row = index0 * x_stride0 + index1 * x_stride1 + index2 * x_stride2
+        x_stride = x_stride_r
+        weight_row = index0 * weight_stride0 + index1 * weight_stride1 + index2 * weight_stride2
+        weight_stride = weight_stride_r
+        t4_out_row = index0 * t4_out_stride0 + index1 * t4_out_stride1 + index2 * t4_out_stride2
+        t4_out_stride = t4_out_stride_r
+    if not LOOPED:
+        # One pass: the whole row in registers; each input is read once
+        col = cols
+        mask = row_mask & (col < R)
+        x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+        weight = widen(tl.load(weight_ptr + weight_row + col * weight_stride, mask=mask))
+        # Compute (reductions over the lanes in `mask`)
+        # fixtures/models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
+        t0 = x * x
+        row_sum0 = row_sum(t0, mask)
+        row_size0 = tl.cast(R, tl.float32)
+        variance = row_sum0 / row_size0
+        # fixtures/models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
+        t1 = variance + eps
+        t2 = 1.0 / tl.sqrt_rn(t1)
+        t3 = x * t2
+        t4 = t3 * weight
+        # Store the element outputs, converted to their dtypes
+        tl.store(t4_out_ptr + t4_out_row + col * t4_out_stride, t4.to(t4_out_ptr.dtype.element_ty), mask=mask)
+    else:
+        # Rows longer than a block: one loop over the row per pass
+        # fixtures/models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
+        row_size0 = tl.cast(R, tl.float32)
+        # Pass 1: the row sum of t0
+        row_sum0_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
+        start = 0
+        while start < R:
+            col = start + cols
+            mask = row_mask & (col < R)
+            x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+            # fixtures/models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
+            t0 = x * x
+            row_sum0_partial = accumulate_sum(row_sum0_partial, t0, mask)
+            start += RBLOCK
+        # fixtures/models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
+        row_sum0 = row_sum(row_sum0_partial, row_mask)
+        variance = row_sum0 / row_size0
+        # fixtures/models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
+        t1 = variance + eps
+        t2 = 1.0 / tl.sqrt_rn(t1)
+        # Pass 2: the element outputs
+        start = 0
+        while start < R:
+            col = start + cols
+            mask = row_mask & (col < R)
+            x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+            weight = widen(tl.load(weight_ptr + weight_row + col * weight_stride, mask=mask))
+            # fixtures/models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
+            t3 = x * t2
+            t4 = t3 * weight
+            # Store the element outputs, converted to their dtypes
+            tl.store(t4_out_ptr + t4_out_row + col * t4_out_stride, t4.to(t4_out_ptr.dtype.element_ty), mask=mask)
+            start += RBLOCK

@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 try:  # the output tree imported as a package
-    from ._clean_kernels import fused_silu
+    from ._clean_kernels import fused_silu, fused_sum_clamp_min
 except ImportError:  # the output directory itself on sys.path
-    from _clean_kernels import fused_silu
+    from _clean_kernels import fused_silu, fused_sum_clamp_min
 
 
 class PatchEmbed(nn.Module):
@@ -70,5 +70,11 @@ class MaskedMeanPool(nn.Module):
         assert len(mask) == len(x), "mask and input batch sizes differ"
         assert (mask.sum(dim=1) > 0).all(), "every row needs a valid position"  # literal message
         weights = torch.where(mask, 1.0, 0.0).unsqueeze(-1)
-        total = (x * weights).sum(dim=1)
-        return total / weights.sum(dim=1).clamp(min=1.0)
+        # fixtures/models/clean.py:60-61
+        #     total = (x * weights).sum(dim=1)
+        #     return total / weights.sum(dim=1).clamp(min=1.0)
+        if not torch.compiler.is_compiling() and (fused := fused_sum_clamp_min(x, weights)) is not None:
+            return fused[0]
+        else:
+            total = (x * weights).sum(dim=1)
+            return total / weights.sum(dim=1).clamp(min=1.0)

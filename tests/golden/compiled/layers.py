@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 try:  # the output tree imported as a package
-    from ._layers_kernels import fused_rsqrt, fused_tanh
+    from ._layers_kernels import fused_rms_norm, fused_tanh
 except ImportError:  # the output directory itself on sys.path
-    from _layers_kernels import fused_rsqrt, fused_tanh
+    from _layers_kernels import fused_rms_norm, fused_tanh
 
 
 def rotate_half(x):
@@ -46,12 +46,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        variance = x.pow(2).mean(-1, keepdim=True)
-        # fixtures/models/layers.py:37
+        # fixtures/models/layers.py:36-37
+        #     variance = x.pow(2).mean(-1, keepdim=True)
         #     return x * torch.rsqrt(variance + self.eps) * self.weight
-        if not torch.compiler.is_compiling() and (fused := fused_rsqrt(variance, x, self.weight, self.eps)) is not None:
+        if not torch.compiler.is_compiling() and (fused := fused_rms_norm(x, self.weight, self.eps)) is not None:
             return fused[0]
         else:
+            variance = x.pow(2).mean(-1, keepdim=True)
             return x * torch.rsqrt(variance + self.eps) * self.weight
 
 
