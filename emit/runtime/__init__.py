@@ -212,22 +212,28 @@ def layout(tensors, shape) -> tuple[bool, tuple[int, ...] | None, list[tuple[int
     ndim = len(shape)
     strides = [[0] * (ndim - t.dim()) + [0 if size == 1 else stride for size, stride in zip(t.shape, t.stride())] for t in tensors]
     sizes = list(shape)
-    keep = [d for d in range(ndim) if sizes[d] != 1]
+    merged_sizes, merged = _merge_dims(sizes, strides, [d for d in range(ndim) if sizes[d] != 1])
+    if len(merged_sizes) > RANK:
+        return False, None, []
+    pad = RANK - len(merged_sizes)
+    return False, (1,) * pad + tuple(merged_sizes), [(0,) * pad + tuple(m) for m in merged]
+
+
+def _merge_dims(sizes, strides, dims: list[int]) -> tuple[list[int], list[list[int]]]:
+    """`dims` of `sizes` in order, a dim merged into the previous one where it continues it in
+    every tensor's `strides`; the merged sizes, and each tensor's strides along them."""
     merged_sizes: list[int] = []
-    merged: list[list[int]] = [[] for _ in tensors]
-    for d in keep:
+    merged: list[list[int]] = [[] for _ in strides]
+    for d in dims:
         if merged_sizes and all(m[-1] == s[d] * sizes[d] for m, s in zip(merged, strides)):
-            merged_sizes[-1] *= sizes[d]  # dim d continues the previous one in every tensor
+            merged_sizes[-1] *= sizes[d]
             for m, s in zip(merged, strides):
                 m[-1] = s[d]
         else:
             merged_sizes.append(sizes[d])
             for m, s in zip(merged, strides):
                 m.append(s[d])
-    if len(merged_sizes) > RANK:
-        return False, None, []
-    pad = RANK - len(merged_sizes)
-    return False, (1,) * pad + tuple(merged_sizes), [(0,) * pad + tuple(m) for m in merged]
+    return merged_sizes, merged
 
 
 class Rows(NamedTuple):
@@ -259,19 +265,7 @@ def row_layout(tensors, shape, dim: int) -> tuple[tuple[int, int, int], list[tup
     output = _contiguous_strides(shape)
     full = [[0] * (ndim - t.dim()) + [0 if size == 1 else stride for size, stride in zip(t.shape, t.stride())] for t in tensors]
     full.append(output)
-    merged_sizes: list[int] = []
-    merged: list[list[int]] = [[] for _ in full]
-    for d in range(ndim):
-        if d == dim or shape[d] == 1:
-            continue
-        if merged_sizes and all(m[-1] == s[d] * shape[d] for m, s in zip(merged, full)):
-            merged_sizes[-1] *= shape[d]
-            for m, s in zip(merged, full):
-                m[-1] = s[d]
-        else:
-            merged_sizes.append(shape[d])
-            for m, s in zip(merged, full):
-                m.append(s[d])
+    merged_sizes, merged = _merge_dims(shape, full, [d for d in range(ndim) if d != dim and shape[d] != 1])
     if len(merged_sizes) > RANK - 1:
         return None
     pad = RANK - 1 - len(merged_sizes)
