@@ -1,5 +1,5 @@
 """Real models as input (issue 5): the GPT-2, BERT, LLaMA, ViT and ResNet directories of the installed
-transformers, each transpiled whole, imported as a package (`transpiled_models.gpt2.modeling_gpt2`),
+transformers, each transpiled whole, imported as a package (`transpiled_transformers.gpt2.modeling_gpt2`),
 given the original's `state_dict` and compared with the original on a small random config, fp32 on
 CPU: the C++ kernels in this process, the Triton kernels through the interpreter in a subprocess.
 """
@@ -25,7 +25,7 @@ from transpiler.cli import main
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-PACKAGE = "transpiled_models"  # the output root's name on sys.path: OUT is PACKAGE/<model>
+PACKAGE = "transpiled_transformers"  # the output root's name on sys.path: OUT is PACKAGE/<model>
 MODELS = Path(transformers.__file__).parent / "models"
 VOCAB, SEQ = 128, 16
 TEXT = dict(
@@ -183,8 +183,8 @@ TRITON_RUN = textwrap.dedent("""
     import torch
     import transformers
     sys.path.insert(0, sys.argv[1])
-    compiled = importlib.import_module("transpiled_models.llama.modeling_llama")
-    runtime = importlib.import_module("transpiled_models.llama._transpile_runtime")
+    compiled = importlib.import_module("transpiled_transformers.llama.modeling_llama")
+    runtime = importlib.import_module("transpiled_transformers.llama._transpile_runtime")
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         num_hidden_layers=1, hidden_size=32, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64,
