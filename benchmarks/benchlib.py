@@ -114,6 +114,16 @@ def quietest_timing(call: Callable[[], object], args: argparse.Namespace) -> dic
     return {**best, "attempts": len(attempts)}
 
 
+def pick(parser: argparse.ArgumentParser, names: str, table: dict, noun: str) -> list:
+    """The entries of `table` that `names` lists (comma-separated, `all` or `none`); an unknown name is a usage error."""
+    if names in ("all", "none"):
+        return list(table.values()) if names == "all" else []
+    unknown = [n for n in names.split(",") if n not in table]
+    if unknown:
+        parser.error(f"unknown {noun} {', '.join(unknown)}; the {noun}s are {', '.join(table)}")
+    return [table[n] for n in names.split(",")]
+
+
 def add_timing_arguments(parser: argparse.ArgumentParser, budget: float) -> None:
     """--budget, --max-busy and --attempts, which `quietest_timing` reads."""
     parser.add_argument(

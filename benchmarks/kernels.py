@@ -60,6 +60,7 @@ from benchlib import (  # noqa: E402
     fresh_process,
     ms,
     peak_extra_bytes,
+    pick,
     quietest_timing,
     since_parent_start,
     synchronize,
@@ -408,20 +409,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"every size must be a multiple of {GRAIN} (2^17)")
     dtypes = args.dtypes or ("float32" if args.device == "cpu" else "float32,bfloat16")
     args.dtypes = [getattr(torch, d) for d in dtypes.split(",")]
-    args.cases = _cases(parser, args.cases)
-    args.first_call = _cases(parser, args.first_call)
+    args.cases = pick(parser, args.cases, CASES_BY_NAME, "case")
+    args.first_call = pick(parser, args.first_call, CASES_BY_NAME, "case")
     args.first_call_size = 2 ** args.first_call_size if args.first_call_size else max(args.sizes)
     args.variants = [v for v in VARIANTS if not (args.no_compile and v == "compile")]
     return args
-
-
-def _cases(parser: argparse.ArgumentParser, names: str) -> list[Case]:
-    if names in ("all", "none"):
-        return list(CASES) if names == "all" else []
-    unknown = [n for n in names.split(",") if n not in CASES_BY_NAME]
-    if unknown:
-        parser.error(f"unknown case {', '.join(unknown)}; the cases are {', '.join(CASES_BY_NAME)}")
-    return [CASES_BY_NAME[n] for n in names.split(",")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,6 +74,7 @@ from benchlib import (  # noqa: E402
     ms,
     peak_extra_bytes,
     pin_mmap_threshold,
+    pick,
     quietest_timing,
     since_parent_start,
     synchronize,
@@ -603,8 +604,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every raw number here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.models = _models(parser, args.models)
-    args.first_call = _models(parser, args.first_call)
+    args.models = pick(parser, args.models, MODELS_BY_NAME, "model")
+    args.first_call = pick(parser, args.first_call, MODELS_BY_NAME, "model")
     args.dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
     args.variants = [v for v in VARIANTS if v in args.variants.split(",")]
     if "eager" not in args.variants:
@@ -616,15 +617,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--compiled {args.compiled}: its name must be a Python identifier (it is imported)")
         args.compiled = args.compiled.resolve()
     return args
-
-
-def _models(parser: argparse.ArgumentParser, names: str) -> list[Model]:
-    if names in ("all", "none"):
-        return list(MODELS) if names == "all" else []
-    unknown = [n for n in names.split(",") if n not in MODELS_BY_NAME]
-    if unknown:
-        parser.error(f"unknown model {', '.join(unknown)}; the models are {', '.join(MODELS_BY_NAME)}")
-    return [MODELS_BY_NAME[n] for n in names.split(",")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -164,11 +164,7 @@ class _Translator:
             return None
         if not isinstance(arg, ast.Name):
             return None
-        bindings = [
-            n for n in ast.walk(self.ctx.node)
-            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr))
-            and arg.id in _names_bound(n)
-        ]
+        bindings = _bindings(self.ctx.node, arg.id)
         if len(bindings) != 1 or not isinstance(bindings[0], ast.Assign) or bindings[0].lineno >= self.line:
             return None
         value = bindings[0].value
@@ -177,11 +173,7 @@ class _Translator:
         tensor = value.value.id
         if not self.ctx.kind(value.value).is_tensor:
             return None
-        rebound = tuple(
-            n.lineno for n in ast.walk(self.ctx.node)
-            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr))
-            and tensor in _names_bound(n)
-        )
+        rebound = tuple(n.lineno for n in _bindings(self.ctx.node, tensor))
         return ("leaf", Leaf(tensor, True, frozenset({tensor}), bindings[0].lineno, rebound))
 
     def module_call(self, attr: str, node: ast.Call) -> Ref:
@@ -351,14 +343,20 @@ def _is_pure_scalar(node: ast.expr, ctx: Context) -> bool:
     return True
 
 
-def _names_bound(node: ast.AST) -> set[str]:
-    """Names a binding statement assigns."""
-    targets = {
-        ast.Assign: lambda n: n.targets, ast.AugAssign: lambda n: [n.target], ast.AnnAssign: lambda n: [n.target],
-        ast.For: lambda n: [n.target], ast.NamedExpr: lambda n: [n.target],
-        ast.With: lambda n: [i.optional_vars for i in n.items if i.optional_vars is not None],
-    }[type(node)](node)
-    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+# The targets each kind of binding assigns.
+_TARGETS = {
+    ast.Assign: lambda n: n.targets, ast.AugAssign: lambda n: [n.target], ast.AnnAssign: lambda n: [n.target],
+    ast.For: lambda n: [n.target], ast.NamedExpr: lambda n: [n.target],
+    ast.With: lambda n: [i.optional_vars for i in n.items if i.optional_vars is not None],
+}
+
+
+def _bindings(function: ast.AST, name: str) -> list[ast.AST]:
+    """The statements and expressions in `function` that bind `name`."""
+    return [
+        n for n in ast.walk(function)
+        if type(n) in _TARGETS and any(isinstance(t, ast.Name) and t.id == name for target in _TARGETS[type(n)](n) for t in ast.walk(target))
+    ]
 
 
 def _names(node: ast.expr) -> frozenset[str]:
