@@ -255,8 +255,14 @@ def profiled_counts(call: Callable[[], object], device: str) -> dict:
         synchronize(device)
     events = profile.events()
     if device == "cuda":
-        kinds = [_device_activity(e) for e in events if e.device_type == DeviceType.CUDA]
-        return {"device_kernels": kinds.count("kernel"), "device_copies_and_sets": kinds.count("copy or set")}
+        device_events = [e for e in events if e.device_type == DeviceType.CUDA]
+        kinds = [_device_activity(e) for e in device_events]
+        return {
+            "device_kernels": kinds.count("kernel"),
+            "device_copies_and_sets": kinds.count("copy or set"),
+            # Summed durations: against the timed milliseconds, how launch-bound the forward is.
+            "device_busy_ms": sum(e.time_range.elapsed_us() for e in device_events) / 1e3,
+        }
     return {"aten_ops": sum(1 for e in events if e.name.startswith("aten::") and not _under_aten_op(e))}
 
 
@@ -470,9 +476,10 @@ def _steady_table(report: dict) -> str:
     lines = [
         "| model | dtype | input | eager ms | torch.compile ms | transpiled ms | transpiled vs eager "
         "| transpiled vs compile | compile vs eager | peak extra MiB (eager / compile / transpiled) "
-        f"| {unit} per forward (eager / compile / transpiled) | rel L2 diff vs eager (compile / transpiled) "
+        f"| {unit} per forward (eager / compile / transpiled) | device busy ms (eager / compile / transpiled) "
+        "| rel L2 diff vs eager (compile / transpiled) "
         "| transpiled kernels, calls per forward by path | cores busy elsewhere |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["steady_state"]:
         v = row["variants"]
@@ -482,6 +489,7 @@ def _steady_table(report: dict) -> str:
         cells += [_ratio(eager, transpiled), _ratio(compiled, transpiled), _ratio(eager, compiled)]
         cells.append(" / ".join(_cell(v.get(name), _mib) for name in VARIANTS))
         cells.append(" / ".join(_cell(v.get(name), _ops) for name in VARIANTS))
+        cells.append(" / ".join(_cell(v.get(name), _busy) for name in VARIANTS))
         cells.append(" / ".join(_cell(v.get(name), _diff) for name in VARIANTS[1:]))
         cells.append(_cell(transpiled, _kernels))
         busy = [r["other_processes_cores"] for r in v.values() if r.get("other_processes_cores") is not None]
@@ -501,6 +509,11 @@ def _mib(result: dict) -> str:
 
 def _ops(result: dict) -> str:
     return "n/a" if result["ops_per_forward"] is None else str(result["ops_per_forward"])
+
+
+def _busy(result: dict) -> str:
+    busy = result.get("profile", {}).get("device_busy_ms")
+    return "-" if busy is None else f"{busy:.2f}"
 
 
 def _diff(result: dict) -> str:

@@ -163,6 +163,37 @@ def test_fallbacks_autograd_and_torch_compile(compiled, monkeypatch):
     assert not kernel.counts  # under torch.compile the guard takes the original statements
 
 
+def test_a_plan_per_call_signature(compiled, monkeypatch, tmp_path):
+    """Calls with a signature seen before reuse its plan; new strides or dtypes get their own."""
+    monkeypatch.setenv("TRANSPILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(compiled.parent))
+    layers = importlib.import_module(f"{OUT_NAME}.layers")
+    kernel = layers.fused_rms_norm
+    norm = layers.RMSNorm(16).requires_grad_(False)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    kernel.counts.clear()
+    kernel._plans.clear()
+    x = torch.randn(3, 4, 16)
+    transposed = torch.randn(16, 4, 3).permute(2, 1, 0)  # the same shape, other strides
+    for inputs in (x, x, x.clone(), transposed, transposed, x.half()):
+        (expected,) = kernel.reference(inputs, norm.weight, norm.eps)  # the original statements, eager
+        torch.testing.assert_close(norm(inputs), expected)
+    mixed = "fallback: C++ kernels take one floating dtype per call, not float16, float32"
+    assert kernel.counts == {"cpp": 5, mixed: 1}
+    assert len(kernel._plans) == 3  # contiguous float32, transposed float32, float16 (a fallback, kept too)
+
+
+def test_zero_dim_inputs_torch_would_round_take_the_original_code(compiled, monkeypatch):
+    monkeypatch.syspath_prepend(str(compiled.parent))
+    runtime = importlib.import_module(f"{OUT_NAME}._transpile_runtime")
+    kernel = runtime.Kernel("rem", lambda x, y: (x % y,), 2, ((0, 1),), "test.py:1")
+    x = torch.tensor([1.5390625], dtype=torch.bfloat16)
+    assert kernel(x, torch.tensor(1.541)) is None  # torch computes x % bfloat16(1.541) == 0
+    assert kernel.counts == {"fallback: a 0-dim tensor of a wider float dtype (torch rounds it first)": 1}
+    runtime.KERNELS.remove(kernel)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_outputs_match_the_originals_with_triton_kernels_on_cuda(compiled):

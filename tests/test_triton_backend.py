@@ -222,6 +222,7 @@ def test_op_matches_eager(op: Op, data, shape) -> None:
     tensors = [env[i.name] for i in region.tensor_inputs]
     scalars = [env[i.name] for i in region.scalar_inputs]
     assume(tensors and expected.shape == torch.broadcast_shapes(*(t.shape for t in tensors)))
+    assume(not emit.runtime._rounds_zero_dim(tensors))  # the runtime sends these to the original code
     (actual,) = run_kernel(region, tensors, scalars, [expected.dtype])
     assert_matches(actual, expected)
 

@@ -4,11 +4,13 @@ This package is copied verbatim into every output tree as `_transpile_runtime/`.
 imports only torch, and triton when a CUDA tensor first reaches a kernel, so the
 output runs without transpile installed.
 
-Each call of a `Kernel` checks its preconditions (no autograd, plain tensors on one
-device, dtypes the backend handles, every output as large as the iteration space)
-and returns the outputs, or None: the caller then runs the original statements.
-Result dtypes come from torch itself, by running the region's eager reference on
-one-element tensors once per input signature.
+A `Kernel` call returns the region's outputs, or None: the caller then runs the
+original statements. The preconditions (plain tensors on one device, dtypes the
+backend handles, every output as large as the iteration space) and the launch
+geometry are worked out once per call signature (types, shapes, strides, dtypes) and
+kept in a `Plan`: a call whose signature was seen before checks only autograd, then
+allocates the outputs and launches. Result dtypes come from torch itself, by running
+the region's eager reference on one-element tensors.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -32,10 +34,54 @@ _SCALARS = (bool, int, float)
 _FORCED = os.environ.get("TRANSPILE_BACKEND", "")
 
 KERNELS: list["Kernel"] = []
+MAX_PLANS = 256  # call signatures remembered per kernel
 
 # Make later generated files able to `import _transpile_runtime` however this package
 # was first imported (as `compiled._transpile_runtime` or from the output root).
 sys.modules.setdefault("_transpile_runtime", sys.modules[__name__])
+
+
+class Plan(NamedTuple):
+    """How every call with one signature runs: the outputs to allocate, and the launch."""
+
+    outputs: tuple[tuple[torch.Size, torch.dtype], ...]  # shape and dtype per output
+    device: torch.device
+    launch: Callable[[tuple, tuple, tuple], None]  # (tensors, scalars, outputs): fills the outputs
+    path: str  # the backend's name, for the counters
+
+
+def _signature(tensors: tuple, scalars: tuple) -> tuple | None:
+    """What a call's plan depends on, as a dict key; None when an input is not a tensor.
+
+    Layout: type, shape, strides, dtype and device. Triton specialises a compiled kernel
+    on data pointers being 16-byte aligned and on integer argument values, so those
+    are in the key too; float scalars only by type (promotion depends on nothing else).
+    """
+    try:
+        key = tuple((type(t), t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16) for t in tensors)
+    except (AttributeError, RuntimeError, TypeError):  # not a tensor, or one without storage
+        return None
+    return key + tuple(s if type(s) in (int, bool) else type(s) for s in scalars)
+
+
+def _rounds_zero_dim(tensors) -> bool:
+    """Whether torch would round a 0-dim float input to a narrower dtype before computing.
+
+    A 0-dim tensor does not take part in promotion against tensors with dims of its
+    category: `x_bf16 % torch.tensor(1.541)` rounds 1.541 to bfloat16 first. Kernels load
+    every input in its own dtype, so such calls take the original code.
+    """
+    dims = [t.dtype for t in tensors if t.dim() and t.is_floating_point()]
+    return any(
+        torch.promote_types(t.dtype, dtype) != dtype
+        for t in tensors
+        if not t.dim() and t.is_floating_point()
+        for dtype in dims
+    )
+
+
+def _nothing(tensors, scalars, outputs) -> None:
+    """The launch of a plan whose outputs are empty."""
 
 
 class Kernel:
@@ -62,6 +108,7 @@ class Kernel:
         self.rows = rows  # None: a pointwise kernel
         self.counts: collections.Counter[str] = collections.Counter()
         self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
+        self._plans: dict[tuple, Plan | str] = {}  # per call signature (see `_signature`)
         KERNELS.append(self)
 
     def __repr__(self) -> str:
@@ -69,91 +116,106 @@ class Kernel:
 
     def __call__(self, *args):
         """The region's outputs computed by a kernel, or None to run the original code."""
-        outputs, path = self._run(args)
-        self.counts[path] += 1
+        tensors, scalars = args[: self.tensor_inputs], args[self.tensor_inputs :]
+        key = _signature(tensors, scalars)
+        if key is None:
+            plan = "fallback: an input is not a plain tensor"
+        elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            plan = "fallback: autograd needs the original code"
+        else:
+            plan = self._plans.get(key)
+            if plan is None:
+                if len(self._plans) >= MAX_PLANS:  # shapes that keep changing: keep the cache bounded
+                    self._plans.clear()
+                plan = self._plans[key] = self._plan(tensors, scalars)
+        if isinstance(plan, str):
+            self.counts[plan] += 1
+            return None
+        outputs = tuple(torch.empty(shape, dtype=dtype, device=plan.device) for shape, dtype in plan.outputs)
+        plan.launch(tensors, scalars, outputs)
+        self.counts[plan.path] += 1
         return outputs
 
-    # -- planning ----------------------------------------------------------------------
-    def _run(self, args: tuple) -> tuple[tuple | None, str]:
-        tensors, scalars = args[: self.tensor_inputs], args[self.tensor_inputs :]
+    # -- planning, once per input signature -----------------------------------------------
+    def _plan(self, tensors: tuple, scalars: tuple) -> Plan | str:
+        """How calls with this signature run: a Plan, or the reason they take the original code."""
         if _FORCED == "eager":
-            return None, "fallback: TRANSPILE_BACKEND=eager"
+            return "fallback: TRANSPILE_BACKEND=eager"
         if not all(type(t) in _PLAIN_TENSORS for t in tensors):
-            return None, "fallback: an input is not a plain tensor"
+            return "fallback: an input is not a plain tensor"
         if not all(type(s) in _SCALARS for s in scalars):
-            return None, "fallback: a scalar input is not a Python number"
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            return None, "fallback: autograd needs the original code"
+            return "fallback: a scalar input is not a Python number"
         device = tensors[0].device
         if any(t.device != device for t in tensors):
-            return None, "fallback: inputs on several devices"
+            return "fallback: inputs on several devices"
+        if _rounds_zero_dim(tensors):
+            return "fallback: a 0-dim tensor of a wider float dtype (torch rounds it first)"
         signature = tuple((t.shape, t.dtype) for t in tensors) + tuple(type(s) for s in scalars)
         try:
             shape, dtypes = self._signature_plans(signature, scalars)
         except (RuntimeError, TypeError, ValueError) as error:  # torch would raise: let the original code do it
-            return None, f"fallback: {type(error).__name__} from torch"
+            return f"fallback: {type(error).__name__} from torch"
         if shape is None:
-            return None, "fallback: an output is smaller than the broadcast inputs"
+            return "fallback: an output is smaller than the broadcast inputs"
         backend = _backend(device)
         if backend is None:
-            return None, f"fallback: no kernel for {device.type} tensors"
+            return f"fallback: no kernel for {device.type} tensors"
         reason = backend.unsupported([t.dtype for t in tensors], dtypes)
         if reason is not None:
-            return None, f"fallback: {reason}"
+            return f"fallback: {reason}"
         if self.rows is not None:
-            return self._run_rows(backend, tensors, scalars, shape, dtypes)
+            return self._plan_rows(backend, tensors, shape, dtypes)
         contiguous, sizes, strides = layout(tensors, shape)
         if sizes is None:
-            return None, f"fallback: more than {RANK} dimensions after merging"
-        outputs = tuple(torch.empty(shape, dtype=dtype, device=device) for dtype in dtypes)
-        n_elements = outputs[0].numel()
+            return f"fallback: more than {RANK} dimensions after merging"
+        n_elements = math.prod(shape)
         if n_elements >= 2**31:
-            return None, "fallback: 2**31 elements or more"
+            return "fallback: 2**31 elements or more"
+        launch = _nothing
         if n_elements:
-            problem = backend.launch(self, tensors, scalars, outputs, n_elements, sizes, strides, contiguous)
-            if problem is not None:
-                return None, f"fallback: {problem}"
-        return outputs, backend.name
+            launch = backend.pointwise(self, [t.dtype for t in tensors], dtypes, n_elements, sizes, strides, contiguous)
+            if isinstance(launch, str):
+                return f"fallback: {launch}"
+        return Plan(tuple((shape, dtype) for dtype in dtypes), device, launch, backend.name)
 
-    def _run_rows(self, backend, tensors, scalars, shape, dtypes) -> tuple[tuple | None, str]:
+    def _plan_rows(self, backend, tensors, shape, dtypes) -> Plan | str:
         """A kernel with reductions: the rows of the iteration space `shape` along `rows.dim`."""
         rows = self.rows
         dim = rows.dim + len(shape) if rows.dim < 0 else rows.dim
         if not 0 <= dim < len(shape):
-            return None, "fallback: the reduced dim is out of range"
+            return "fallback: the reduced dim is out of range"
         if any(not (t.is_floating_point() or t.dtype == torch.bool) for t in tensors):
-            return None, "fallback: reductions of integer tensors"
+            return "fallback: reductions of integer tensors"
         row_size = shape[dim]
         if row_size == 0:
-            return None, "fallback: reduction over an empty dim"
+            return "fallback: reduction over an empty dim"
         for inputs in rows.reduced:  # a reduced value broadcast along the dim would be counted R times
             operand = broadcast([tensors[i].shape for i in inputs])
             if _size_at(operand, dim, len(shape)) != row_size:
-                return None, "fallback: a reduced value is broadcast along the reduced dim"
+                return "fallback: a reduced value is broadcast along the reduced dim"
         plan = row_layout(tensors, shape, dim)
         if plan is None:
-            return None, f"fallback: more than {RANK - 1} row dims after merging"
+            return f"fallback: more than {RANK - 1} row dims after merging"
         outer_sizes, strides, contiguous = plan
         reduced = list(shape)
         if rows.keepdim:
             reduced[dim] = 1
         else:
             del reduced[dim]
-        device = tensors[0].device
-        outputs = tuple(
-            torch.empty(reduced if n in rows.row_outputs else shape, dtype=dtype, device=device)
-            for n, dtype in enumerate(dtypes)
-        )
-        if outputs and max(o.numel() for o in outputs) >= 2**31:
-            return None, "fallback: 2**31 elements or more"
+        outputs = tuple((torch.Size(reduced) if n in rows.row_outputs else shape, dtype) for n, dtype in enumerate(dtypes))
+        if outputs and max(math.prod(s) for s, _ in outputs) >= 2**31:
+            return "fallback: 2**31 elements or more"
         n_rows = math.prod(outer_sizes)
+        launch = _nothing
         if n_rows:
             # Every element output is a contiguous tensor of `shape`: one layout serves them all.
             strides = strides[:-1] + strides[-1:] * (len(outputs) - len(rows.row_outputs))
-            problem = backend.launch_rows(self, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous)
-            if problem is not None:
-                return None, f"fallback: {problem}"
-        return outputs, backend.name
+            launch = backend.rows(
+                self, [t.dtype for t in tensors], dtypes, n_rows, row_size, outer_sizes, strides, contiguous
+            )
+            if isinstance(launch, str):
+                return f"fallback: {launch}"
+        return Plan(outputs, device=tensors[0].device, launch=launch, path=backend.name)
 
     def _signature_plan(self, signature: tuple, scalars: tuple) -> tuple[torch.Size | None, tuple[torch.dtype, ...]]:
         """Output shape and dtypes for one input signature, as torch computes them.
@@ -294,16 +356,18 @@ def _load_file(path: Path):
 
 
 class _Backend:
-    """One kernel backend: its support module's dtype check (cached: it runs on every call) and launch."""
+    """One kernel backend: its support module's dtype check, and launchers for planned geometries.
+
+    `pointwise` and `rows` return `launch(tensors, scalars, outputs)`, or why there is none.
+    """
 
     name: str
 
     def __init__(self, support) -> None:
         self.support = support
-        self._unsupported = functools.lru_cache(maxsize=256)(support.unsupported)
 
     def unsupported(self, tensor_dtypes, output_dtypes) -> str | None:
-        return self._unsupported(tuple(tensor_dtypes), tuple(output_dtypes))
+        return self.support.unsupported(tuple(tensor_dtypes), tuple(output_dtypes))
 
 
 class _Triton(_Backend):
@@ -314,14 +378,13 @@ class _Triton(_Backend):
 
         super().__init__(triton_support)
 
-    def launch(self, kernel: Kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> str | None:
-        self.support.launch(kernel.triton_kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous)
-        return None
+    def pointwise(self, kernel: Kernel, tensor_dtypes, output_dtypes, n_elements, sizes, strides, contiguous):
+        return self.support.pointwise_launcher(
+            kernel.triton_kernel, n_elements, sizes, strides, contiguous, len(tensor_dtypes)
+        )
 
-
-    def launch_rows(self, kernel: Kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous) -> str | None:
-        self.support.launch_rows(kernel.triton_kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous)
-        return None
+    def rows(self, kernel: Kernel, tensor_dtypes, output_dtypes, n_rows, row_size, outer_sizes, strides, contiguous):
+        return self.support.rows_launcher(kernel.triton_kernel, n_rows, row_size, outer_sizes, strides, contiguous)
 
 
 class _Cpp(_Backend):
@@ -332,19 +395,20 @@ class _Cpp(_Backend):
 
         super().__init__(cpp_support)
 
-    def launch(self, kernel: Kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> str | None:
-        library = kernel.cpp_library
-        if library is None:
-            return "no C++ compiler"
-        library.call(kernel.name, tensors, scalars, outputs, n_elements, sizes, strides, contiguous)
-        return None
+    def pointwise(self, kernel: Kernel, tensor_dtypes, output_dtypes, n_elements, sizes, strides, contiguous):
+        layout = self.support.pointwise_layout(n_elements, sizes, strides, contiguous)
+        return self._launcher(kernel, [*tensor_dtypes, *output_dtypes], layout)
 
-    def launch_rows(self, kernel: Kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous) -> str | None:
+    def rows(self, kernel: Kernel, tensor_dtypes, output_dtypes, n_rows, row_size, outer_sizes, strides, contiguous):
+        layout = self.support.rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
+        return self._launcher(kernel, [*tensor_dtypes, *output_dtypes], layout)
+
+    @staticmethod
+    def _launcher(kernel: Kernel, dtypes, layout):
         library = kernel.cpp_library
         if library is None:
             return "no C++ compiler"
-        library.call_rows(kernel.name, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous)
-        return None
+        return library.launcher(kernel.name, dtypes, layout)
 
 
 @functools.lru_cache(maxsize=None)

@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,87 +168,80 @@ class CppLibrary:
             self._kinds[entry] = Kinds.parse(ctypes.string_at(ctypes.addressof(exported)).decode())
         return self._kinds[entry]
 
-    def call(
-        self,
-        entry: str,
-        tensors: Sequence[torch.Tensor],
-        scalars: Sequence[float | int | bool],
-        outputs: Sequence[torch.Tensor],
-        n_elements: int,
-        sizes: Sequence[int],
-        strides: Sequence[Sequence[int]],
-        contiguous: bool,
-    ) -> None:
-        """Run kernel `entry` (a region name) on tensors that `unsupported` accepted.
+    def call(self, entry: str, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> None:
+        """Run kernel `entry` (a region name) once: see `launcher` and `pointwise_layout`."""
+        dtypes = [t.dtype for t in (*tensors, *outputs)]
+        layout = pointwise_layout(n_elements, sizes, strides, contiguous)
+        self.launcher(entry, dtypes, layout)(tensors, scalars, outputs)
 
-        `strides` holds 4 element strides per tensor input (ignored when `contiguous`).
-        A tensor whose dtype disagrees with the kernel's kinds (a bool tensor the IR
-        reads as a number, a number it reads as a bool, a bool result of numbers) is
-        converted at the boundary, as torch would promote it.
+    def call_rows(self, entry: str, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous) -> None:
+        """Run the row kernel `entry` once: see `launcher` and `rows_layout`."""
+        dtypes = [t.dtype for t in (*tensors, *outputs)]
+        layout = rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
+        self.launcher(entry, dtypes, layout)(tensors, scalars, outputs)
+
+    def launcher(self, entry: str, dtypes: Sequence[torch.dtype], layout: tuple) -> Callable[..., None]:
+        """Kernel `entry` (a region name) as `launch(tensors, scalars, outputs)`, for tensors of `dtypes`.
+
+        `dtypes` are the tensor inputs' and then the outputs' (which `unsupported` accepted);
+        `layout` the C arguments after the data, from `pointwise_layout` or `rows_layout`.
+        The entry point is the one of the call's floating dtype. A tensor whose dtype
+        disagrees with the kernel's kinds (a bool tensor the IR reads as a number, a
+        number it reads as a bool, a bool result of numbers) is converted at the
+        boundary, as torch would promote it.
         """
-        self._launch(
-            entry,
-            tensors,
-            scalars,
-            outputs,
-            ctypes.c_int64(n_elements),
-            (ctypes.c_int64 * 4)(*sizes) if sizes else None,
-            _stride_array(strides, contiguous),
-            ctypes.c_int(bool(contiguous)),
-        )
-
-    def call_rows(
-        self,
-        entry: str,
-        tensors: Sequence[torch.Tensor],
-        scalars: Sequence[float | int | bool],
-        outputs: Sequence[torch.Tensor],
-        n_rows: int,
-        row_size: int,
-        outer_sizes: Sequence[int],
-        strides: Sequence[Sequence[int]],
-        contiguous: bool,
-    ) -> None:
-        """Run the row kernel `entry` (a region with reductions) over `n_rows` rows of `row_size` columns.
-
-        `outer_sizes` holds the 3 row dims; `strides` 4 element strides (3 row dims, then the
-        reduced dim) per ELEMENT tensor: the tensor inputs, then the element outputs (ignored
-        when `contiguous`). Outputs with one value per row are contiguous. Dtypes are
-        conformed as in `call`.
-        """
-        self._launch(
-            entry,
-            tensors,
-            scalars,
-            outputs,
-            ctypes.c_int64(n_rows),
-            ctypes.c_int64(row_size),
-            (ctypes.c_int64 * 3)(*outer_sizes),
-            _stride_array(strides, contiguous),
-            ctypes.c_int(bool(contiguous)),
-        )
-
-    def _launch(self, entry: str, tensors, scalars, outputs, *layout) -> None:
-        """Call the entry point of the call's floating dtype: data pointers and scalars, then `layout` as given."""
-        floating = next((t.dtype for t in (*tensors, *outputs) if t.dtype in ENTRY_DTYPES), torch.float32)
+        floating = next((dtype for dtype in dtypes if dtype in ENTRY_DTYPES), torch.float32)
         kinds = self.kinds(entry)
         input_dtypes = [torch.bool if is_bool else floating for is_bool in kinds.inputs]
         output_dtypes = [torch.bool if is_bool else floating for is_bool in kinds.outputs]
-        inputs = [_conform(t, dtype) for t, dtype in zip(tensors, input_dtypes)]
-        # Outputs of another dtype get a staging tensor, copied (and so converted) afterwards.
-        staged = [
-            o if o.dtype == dtype else torch.empty_like(o, dtype=dtype) for o, dtype in zip(outputs, output_dtypes)
-        ]
-        self._library.omp_set_num_threads(torch.get_num_threads())  # a fair comparison with eager: the same threads
-        getattr(self._library, f"{entry}_{str(floating).removeprefix('torch.')}")(
-            *(ctypes.c_void_p(t.data_ptr()) for t in inputs),
-            *(ctypes.c_double(float(s)) for s in scalars),
-            *(ctypes.c_void_p(o.data_ptr()) for o in staged),
-            *layout,
-        )
-        for output, result in zip(outputs, staged):
-            if result is not output:
-                output.copy_(result)
+        function = getattr(self._library, f"{entry}_{str(floating).removeprefix('torch.')}")
+        set_threads = self._library.omp_set_num_threads
+
+        def launch(tensors, scalars, outputs) -> None:
+            inputs = [_conform(t, dtype) for t, dtype in zip(tensors, input_dtypes)]
+            # Outputs of another dtype get a staging tensor, copied (and so converted) afterwards.
+            staged = [
+                o if o.dtype == dtype else torch.empty_like(o, dtype=dtype) for o, dtype in zip(outputs, output_dtypes)
+            ]
+            set_threads(torch.get_num_threads())  # a fair comparison with eager: the same threads
+            function(
+                *(ctypes.c_void_p(t.data_ptr()) for t in inputs),
+                *(ctypes.c_double(float(s)) for s in scalars),
+                *(ctypes.c_void_p(o.data_ptr()) for o in staged),
+                *layout,
+            )
+            for output, result in zip(outputs, staged):
+                if result is not output:
+                    output.copy_(result)
+
+        return launch
+
+
+def pointwise_layout(n_elements: int, sizes: Sequence[int], strides: Sequence[Sequence[int]], contiguous: bool) -> tuple:
+    """A pointwise kernel's arguments after the data: `strides` holds 4 element strides per
+    tensor input (ignored when `contiguous`)."""
+    return (
+        ctypes.c_int64(n_elements),
+        (ctypes.c_int64 * 4)(*sizes) if sizes else None,
+        _stride_array(strides, contiguous),
+        ctypes.c_int(bool(contiguous)),
+    )
+
+
+def rows_layout(n_rows: int, row_size: int, outer_sizes: Sequence[int], strides, contiguous: bool) -> tuple:
+    """A row kernel's arguments after the data, for `n_rows` rows of `row_size` columns.
+
+    `outer_sizes` holds the 3 row dims; `strides` 4 element strides (3 row dims, then the
+    reduced dim) per ELEMENT tensor: the tensor inputs, then the element outputs (ignored
+    when `contiguous`). Outputs with one value per row are contiguous.
+    """
+    return (
+        ctypes.c_int64(n_rows),
+        ctypes.c_int64(row_size),
+        (ctypes.c_int64 * 3)(*outer_sizes),
+        _stride_array(strides, contiguous),
+        ctypes.c_int(bool(contiguous)),
+    )
 
 
 def _stride_array(strides: Sequence[Sequence[int]], contiguous: bool):
