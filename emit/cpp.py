@@ -25,7 +25,7 @@ from typing import ClassVar
 from transpiler import lowering
 from transpiler.ir import Node, Operand, Region
 from transpiler.lowering import Level, RowRegion
-from transpiler.ops import BY_NAME, CAST, Domain
+from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, Domain
 
 # Storage type T and compute type C of each entry point, by torch dtype name.
 ENTRY_TYPES = {
@@ -265,12 +265,26 @@ def _wanted_kind(node: Node, position: int, kinds: dict[str, Kind]) -> Kind:
 
 def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
     """One statement: `const C out = <the op's cpp template>;`."""
+    if node.op == ACTIVATION.name:
+        return _render_activation(node, names, kinds)
     template = node.definition.cpp
     for position in node.constants:
         template = template.replace(f"C({{{position}}})", f"{{{position}}}")  # the literal is already a C(...)
     operands = [_render_operand(node, position, names, kinds) for position in range(len(node.operands))]
     ctype = "bool" if kinds[node.out] is Kind.BOOL else "C"
     return f"const {ctype} {names.value(node.out)} = {template.format(*operands)};"
+
+
+def _render_activation(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
+    """An activation module chosen at run time: a conditional over the ops of its possible codes (lines)."""
+    value, code = _render_operand(node, 0, names, kinds), names.value(node.operands[1])
+    cases = [f"    {code} == {n} ? {BY_NAME[op].cpp.format(value)} :  // {op}" for n, op in enumerate(ACTIVATION_OPS[:-1])]
+    last = ACTIVATION_OPS[-1]
+    return "\n".join(
+        [f"const C {names.value(node.out)} =  // the op of {code}'s code in ACTIVATION_OPS (transpiler/ops.py)"]
+        + cases
+        + [f"    {BY_NAME[last].cpp.format(value)};  // {last}"]
+    )
 
 
 # -- the kernel ---------------------------------------------------------------------------
@@ -373,7 +387,7 @@ def _render_nodes(
             current_line = node.line
             source = source_lines.get(node.line, "").strip()
             lines.append(f"// line {node.line}: {source}" if source else f"// line {node.line}")
-        lines.append(render(node, names, kinds))
+        lines += render(node, names, kinds).split("\n")
     return lines
 
 

@@ -21,7 +21,7 @@ import black
 
 from transpiler.ir import Node, Region
 from transpiler.lowering import Pass, has_reductions, lower, passes
-from transpiler.ops import DTYPE_ALIASES, OpKind
+from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, DTYPE_ALIASES, OpKind
 
 # The strided path indexes a 4-d iteration space, padded on the left with 1s: the
 # runtime's RANK (not imported: the runtime needs torch, rendering does not).
@@ -100,6 +100,35 @@ def _expression(node: Node, names: _Names) -> str:
     return node.definition.triton.format(*operands)
 
 
+def _statements(node: Node, names: _Names, expression=None) -> list[str]:
+    """The node as kernel lines: `out = <expression>`, or for an activation chosen at run time a
+    constexpr switch over the ops of `ACTIVATION_OPS` (Triton compiles only the branch taken)."""
+    expression = expression or _expression
+    out = names[node.out]
+    if node.op != ACTIVATION.name:
+        return [f"{out} = {expression(node, names)}"]
+    value, module = (names[o] for o in node.operands)
+    lines = []
+    for code, op in enumerate(ACTIVATION_OPS):
+        keyword = "if" if code == 0 else "elif" if code < len(ACTIVATION_OPS) - 1 else "else"
+        test = f" {module} == {code}" if keyword != "else" else ""
+        lines += [f"{keyword}{test}:  # {op}", f"{INDENT}{out} = {BY_NAME[op].triton.format(value)}"]
+    return lines
+
+
+def _activation_parameter(item, names: _Names) -> str:
+    return f"{names[item.name]}: tl.constexpr,  # {item.source}: its op's code in ACTIVATION_OPS (transpiler/ops.py)"
+
+
+def _scalar_parameters(region: Region, names: _Names) -> list[str]:
+    """The kernel's scalar parameters: Python numbers, and the codes of activation modules."""
+    modules = {n.operands[1] for n in region.nodes if n.op == ACTIVATION.name}
+    return [
+        _activation_parameter(i, names) if i.name in modules else f"{names[i.name]},  # scalar input {i.source}"
+        for i in region.scalar_inputs
+    ]
+
+
 def triton_helpers_used(region: Region) -> list[str]:
     """The triton_support names the region's kernel uses (for the kernel file's import)."""
     if has_reductions(region):
@@ -107,7 +136,7 @@ def triton_helpers_used(region: Region) -> list[str]:
     names = _Names(region)
     used = {"widen"} if region.tensor_inputs else set()
     for node in region.nodes:
-        used |= HELPERS.intersection(_IDENTIFIER.findall(_expression(node, names)))
+        used |= HELPERS.intersection(_IDENTIFIER.findall("\n".join(_statements(node, names))))
     return sorted(used)
 
 
@@ -119,7 +148,7 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
     tensors = region.tensor_inputs
     lines = ["@triton.jit", f"def {region.name}_kernel("]
     lines += [f"{INDENT}{names[i.name]}_ptr,  # input {i.source}" for i in tensors]
-    lines += [f"{INDENT}{names[i.name]},  # scalar input {i.source}" for i in region.scalar_inputs]
+    lines += [f"{INDENT}{parameter}" for parameter in _scalar_parameters(region, names)]
     lines += [f"{INDENT}{names[o.value]}_out_ptr,  # output {_output_label(o.target, o.value)}" for o in region.outputs]
     lines += [f"{INDENT}n_elements,"] + [f"{INDENT}size{d}," for d in range(RANK)]
     lines += [f"{INDENT}{names[i.name]}_stride{d}," for i in tensors for d in range(RANK)]
@@ -141,7 +170,7 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
         if node.line != previous_line:
             lines.append(INDENT + _source_comment(region, node.line, source_lines))
             previous_line = node.line
-        lines.append(f"{INDENT}{names[node.out]} = {_expression(node, names)}")
+        lines += [f"{INDENT}{line}" for line in _statements(node, names)]
     lines.append(f"{INDENT}# Store the outputs, converted to their dtypes")
     for output in region.outputs:
         pointer = f"{names[output.value]}_out_ptr"
@@ -254,7 +283,9 @@ class _RowKernel:
             if node.line != previous_line:
                 self.emit(depth, _source_comment(self.source, node.line, self.source_lines))
                 previous_line = node.line
-            self.emit(depth, f"{self.names[node.out]} = {self.expression(node, one_pass)}")
+            statements = _statements(node, self.names, lambda node, _: self.expression(node, one_pass))
+            self.helpers |= HELPERS.intersection(_IDENTIFIER.findall("\n".join(statements)))
+            self.emit(depth, *statements)
 
     def load(self, depth: int, values) -> None:
         """Load the tensor inputs among `values` (in input order) at columns `col`, widened."""
@@ -286,7 +317,7 @@ class _RowKernel:
         region, names = self.rows.region, self.names
         self.emit(0, "@triton.jit", f"def {region.name}_kernel(")
         self.emit(1, *(f"{names[i.name]}_ptr,  # input {i.source}" for i in region.tensor_inputs))
-        self.emit(1, *(f"{names[i.name]},  # scalar input {i.source}" for i in region.scalar_inputs))
+        self.emit(1, *_scalar_parameters(region, names))
         row_values = {o.value for o in self.rows.row_outputs}
         for output in region.outputs:
             per = "one value a row" if output.value in row_values else "one value an element"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from transpiler.diagnostics import Fix
 from transpiler.kinds import Kind
+from transpiler.ops import ACTIVATION_ATTRIBUTE
 from transpiler.rule import Finding, Rule
 from transpiler.symbols import NON_LITERAL, ClassInfo, FileSummary, FunctionInfo, Names, module_level, is_library_module_class
 from transpiler.typer import Typer, open_parameters, parameter_kinds
@@ -437,6 +438,8 @@ def _record_attr(cls: ClassInfo, attr: str, value: ast.expr, typer: Typer | None
                         tuple(_literal(a) for a in value.args),
                         tuple((k.arg, _literal(k.value)) for k in value.keywords if k.arg),
                     )
+        if kind is Kind.UNKNOWN and isinstance(value, (ast.Subscript, ast.Call, ast.IfExp)) and ACTIVATION_ATTRIBUTE.fullmatch(attr):
+            kind = Kind.MODULE  # `self.act = ACT2FN[config.hidden_act]`: a module of a class chosen at run time
     previous = cls.attrs.get(attr)
     cls.attrs[attr] = kind if previous is None or previous is kind or previous is Kind.NONE else Kind.UNKNOWN
 

@@ -26,6 +26,7 @@ module built with those arguments in `__init__` and called on the operands, and
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -160,6 +161,9 @@ OPS: tuple[Op, ...] = (
     Op("softplus", 1, f"{F}.softplus({{0}})", "softplus({0})", "softplus({0})",
        (f"{F}.softplus(input, beta=1, threshold=20)", "module:torch.nn.Softplus(beta=1, threshold=20)")),
     Op("identity", 1, "{0}", "{0}", "{0}", ("module:torch.nn.Identity()", "module:torch.nn.Dropout(p=..., inplace=False)"), Domain.ANY),
+    # No spellings of their own: activation modules chosen at run time map to them (ACTIVATIONS below).
+    Op("quick_gelu", 1, "{0} * torch.sigmoid(1.702 * {0})", "{0} * tl.sigmoid(1.702 * {0})", "{0} * sigmoid(C(1.702) * {0})"),
+    Op("relu_squared", 1, "torch.square(torch.relu({0}))", "relu({0}) * relu({0})", "relu({0}) * relu({0})"),
     # -- clamping -----------------------------------------------------------------------------
     Op("clamp", 3, "torch.clamp({0}, {1}, {2})", "clamp({0}, {1}, {2})", "clamp({0}, C({1}), C({2}))",
        ("torch.clamp(input, min, max)", "torch.clip(input, min, max)", "Tensor.clamp(min, max)", "Tensor.clamp_(min, max)", "Tensor.clip(min, max)"),
@@ -240,12 +244,60 @@ CAST_LIKE = Op(
     "to_like", 2, "{0}.to({1}.dtype)", "cast({0}, {1}_ptr.dtype.element_ty)", "C(T({0}))", (), Domain.FLOAT,
 )
 
+# -- activations chosen at run time ---------------------------------------------------------
+# `self.act(h)` where `self.act = ACT2FN[config.hidden_act]` (or any value whose class is not
+# known statically) in an attribute named like an activation: the kernel computes operand 0 with
+# the unary op the module {1} maps to (ACTIVATIONS), chosen per call; the eager reference calls the module.
+ACTIVATION = Op("activation", 2, "{1}({0})", "", "")
+
+# Attribute names that say "an activation module": `act`, `act_fn`, `activation`, `hidden_act`,
+# `intermediate_act_fn`, `act_layer`, `act1`, `activation_function`. Not `act_dropout`, `act_scale`.
+ACTIVATION_ATTRIBUTE = re.compile(r"(?:\w+_)?(?:act|activation)\d*(?:_fn|_func|_function|_layer)?")
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An activation module class the runtime computes as a unary op of the table."""
+
+    cls: str  # where the class is defined: `type(m).__module__` and `.__qualname__`; subclasses do not match
+    op: str  # the op computing its forward
+    # Instance attributes and the value each must have, as Python source (torch, functools and
+    # math may appear): the forward depends on them.
+    attributes: tuple[tuple[str, str], ...] = ()
+
+
+_TORCH_ACT = "torch.nn.modules.activation"
+_HF_ACT = "transformers.activations"
+ACTIVATIONS: tuple[Activation, ...] = (
+    Activation(f"{_TORCH_ACT}.GELU", "gelu", (("approximate", "'none'"),)),
+    Activation(f"{_TORCH_ACT}.GELU", "gelu_tanh", (("approximate", "'tanh'"),)),
+    Activation(f"{_TORCH_ACT}.ReLU", "relu", (("inplace", "False"),)),
+    Activation(f"{_TORCH_ACT}.SiLU", "silu", (("inplace", "False"),)),
+    Activation(f"{_TORCH_ACT}.Mish", "mish", (("inplace", "False"),)),
+    Activation(f"{_TORCH_ACT}.Tanh", "tanh"),
+    Activation(f"{_TORCH_ACT}.Sigmoid", "sigmoid"),
+    Activation("torch.nn.modules.linear.Identity", "identity"),
+    # transformers: GELUActivation and GELUTanh call `self.act`, set by their constructor arguments.
+    Activation(f"{_HF_ACT}.GELUActivation", "gelu", (("act", "torch.nn.functional.gelu"),)),
+    Activation(f"{_HF_ACT}.GELUTanh", "gelu_tanh", (("act", "functools.partial(torch.nn.functional.gelu, approximate='tanh')"),)),
+    Activation(f"{_HF_ACT}.NewGELUActivation", "gelu_tanh"),
+    Activation(f"{_HF_ACT}.FastGELUActivation", "gelu_tanh"),
+    Activation(f"{_HF_ACT}.AccurateGELUActivation", "gelu_tanh", (("precomputed_constant", "math.sqrt(2 / math.pi)"),)),
+    Activation(f"{_HF_ACT}.QuickGELUActivation", "quick_gelu"),
+    Activation(f"{_HF_ACT}.SiLUActivation", "silu"),
+    Activation(f"{_HF_ACT}.MishActivation", "mish", (("act", "torch.nn.functional.mish"),)),
+    Activation(f"{_HF_ACT}.LinearActivation", "identity"),
+    Activation(f"{_HF_ACT}.ReLUSquaredActivation", "relu_squared"),
+)
+# The code of an activation is its op's position here: kernels switch on it.
+ACTIVATION_OPS: tuple[str, ...] = tuple(dict.fromkeys(a.op for a in ACTIVATIONS))
+
 # The cast methods and the dtype each one names.
 CAST_METHODS = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "int": "int32", "long": "int64", "bool": "bool"}
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
 DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32", "long": "int64", "short": "int16"}
 
-BY_NAME: dict[str, Op] = {op.name: op for op in (*OPS, CAST, CAST_LIKE, *REDUCTIONS, *ROW_OPS)}
+BY_NAME: dict[str, Op] = {op.name: op for op in (*OPS, CAST, CAST_LIKE, ACTIVATION, *REDUCTIONS, *ROW_OPS)}
 
 
 @dataclass(frozen=True)

@@ -22,16 +22,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from transpiler.checker import Checker, Context
+from transpiler.inlining import Callee, callee_of, can_inline, guards, inline, kernel_view
 from transpiler.ir import Input, Node, Output, Region
 from transpiler.kinds import Kind
-from transpiler.lowering import NotLowerable, has_reductions, lower
-from transpiler.ops import BY_NAME, CAST, CAST_LIKE, CAST_METHODS, DTYPE_ALIASES, DTYPES, OpKind, Spelling, spellings_of
-from transpiler.symbols import NON_LITERAL
+from transpiler.lowering import NotLowerable, has_reductions
+from transpiler.ops import ACTIVATION, ACTIVATION_ATTRIBUTE, BY_NAME, CAST, CAST_LIKE, CAST_METHODS, DTYPE_ALIASES, DTYPES, OpKind, Spelling, spellings_of
+from transpiler.symbols import NON_LITERAL, ClassInfo
 
 MIN_OPS = 2
 RETURN = "return"  # the target of a fusible `return expr`: the region's last statement
 # Ops that compute nothing: they do not count towards MIN_OPS.
 TRIVIAL = frozenset({"identity", "pos", "to", "to_like"})
+# An activation chosen at run time counts as MIN_OPS: its forward is often several eager kernels
+# (NewGELUActivation's is 8), so a kernel pays even for `h = self.act(h)` alone.
+_COST = {ACTIVATION.name: MIN_OPS}
 # Module classes that are the identity only in eval mode: the kernel also needs `not m.training`.
 EVAL_ONLY_MODULES = frozenset({"torch.nn.Dropout"})
 
@@ -81,9 +85,10 @@ class Fragment:
 
 
 class _Translator:
-    def __init__(self, ctx: Context, line: int) -> None:
+    def __init__(self, ctx: Context, line: int, callees: dict[str, Callee]) -> None:
         self.ctx = ctx
         self.line = line
+        self.callees = callees  # in-tree classes whose forward a call inlines, by qualified name
         self.nodes: list[tuple[str, tuple[Ref, ...], int]] = []
         self.conditions: list[str] = []
 
@@ -134,6 +139,11 @@ class _Translator:
         attr = self.ctx.self_attr(func)
         if attr is not None and self.ctx.cls is not None and attr in self.ctx.cls.attr_ctors:
             return self.module_call(attr, node)
+        if attr is not None and self.ctx.cls is not None and _chosen_at_run_time(self.ctx.cls, attr):
+            if len(node.args) != 1 or node.keywords:
+                raise _NotFusible
+            module = ("leaf", Leaf(f"self.{attr}", False, frozenset({"self"})))
+            return self.node(ACTIVATION.name, [self.expr(node.args[0]), module])
         qualname = self.ctx.qualname(func)
         if qualname is None:
             raise _NotFusible
@@ -178,6 +188,8 @@ class _Translator:
 
     def module_call(self, attr: str, node: ast.Call) -> Ref:
         ctor = self.ctx.cls.attr_ctors[attr]
+        if ctor in self.callees:
+            return self.inline(self.callees[ctor], attr, node)
         args, kwargs = self.ctx.cls.attr_ctor_args.get(attr, ((NON_LITERAL,), ()))
         for spelling in spellings_of(f"module:{ctor}"):
             if node.keywords or not _bind_constants(spelling, args, dict(kwargs)):
@@ -215,6 +227,21 @@ class _Translator:
                 return None
         return refs
 
+    def inline(self, callee: Callee, attr: str, node: ast.Call) -> Ref:
+        """`self.<attr>(x)` of an in-tree class: its forward's nodes, guarded by the submodule's type (inlining.py)."""
+        cls = self.ctx.typer.classes.get(self.ctx.cls.attr_ctors[attr])
+        arguments = [*node.args, *(k.value for k in node.keywords if k.arg == callee.param)]
+        if cls is None or not can_inline(cls) or len(arguments) != 1 + len(node.args) - len(node.args) or len(node.args) + len(node.keywords) != 1:
+            raise _NotFusible
+        argument = self.expr(arguments[0])
+        if not (argument[0] == "tmp" or (argument[0] == "leaf" and argument[1].is_tensor)):
+            raise _NotFusible
+        result = inline(callee, attr, argument, self.emit)
+        if result is None:
+            raise _NotFusible
+        self.conditions += guards(callee, attr)
+        return result
+
     def bind(self, spellings: list[Spelling], args: list[ast.expr], keywords: list[ast.keyword]) -> Ref:
         given = {k.arg: k.value for k in keywords}
         if "unbiased" in given and "correction" not in given:  # var/std's older spelling
@@ -240,6 +267,15 @@ class _Translator:
                 _check_reduction_constants(spelling, refs)
             return self.node(spelling.op.name, refs)
         raise _NotFusible
+
+
+def _chosen_at_run_time(cls: ClassInfo, attr: str) -> bool:
+    """`self.<attr>` is an activation module whose class only the running program knows (`ACT2FN[...]`).
+
+    The attribute is a module the analysis has no constructor for (a subscript, a call of a
+    function, a conditional) and its name says it is an activation (`ops.ACTIVATION_ATTRIBUTE`).
+    """
+    return cls.attrs.get(attr) is Kind.MODULE and ACTIVATION_ATTRIBUTE.fullmatch(attr) is not None
 
 
 # A reduction's dim, keepdim and correction shape the kernel: they must be literals of these types.
@@ -363,10 +399,10 @@ def _names(node: ast.expr) -> frozenset[str]:
     return frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
 
 
-def translate(statement: ast.stmt, ctx: Context) -> Fragment | None:
-    """The statement as a fragment, or None when it is not fusible."""
+def translate(statement: ast.stmt, ctx: Context, callees: dict[str, Callee] | None = None) -> Fragment | None:
+    """The statement as a fragment, or None when it is not fusible. `callees`: classes whose calls are inlined."""
     line = statement.lineno
-    translator = _Translator(ctx, line)
+    translator = _Translator(ctx, line, callees or {})
     inplace = False
     try:
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
@@ -424,10 +460,6 @@ class _Builder:
         for leaf in leaves:
             if leaf.dtype_line and any(leaf.dtype_line < line < first for line in leaf.rebound):
                 return False  # the dtype's tensor was rebound before the region: not the region's input
-        for op, operands, _ in fragment.nodes:
-            like = operands[1] if op == CAST_LIKE.name else None
-            if like is not None and (like[0] != "leaf" or (not like[1].dtype_line and like[1].source in self.env)):
-                return False  # the dtype of a value the region computes: kernels know only their inputs' dtypes
         return self.lowerable_with(fragment)
 
     def lowerable_with(self, fragment: Fragment) -> bool:
@@ -437,7 +469,7 @@ class _Builder:
         trial = copy.deepcopy(self)
         trial.add(fragment)
         try:
-            lower(trial.region())
+            kernel_view(trial.region())
         except NotLowerable:
             return False
         return True
@@ -525,19 +557,24 @@ def _kernel_name(nodes: list[Node]) -> str:
 class RegionFinder:
     """A checker pass (like a rule, reporting nothing) that collects the regions of a file."""
 
-    def __init__(self, path: str, compiled: set[str] | None = None) -> None:
+    def __init__(self, path: str, compiled: set[str] | None = None, callees: dict[str, Callee] | None = None) -> None:
         self.path = path
         self.compiled = compiled  # qualified names of compiled functions; None: all
+        # Classes of the file whose forward can be inlined, by qualified name, as the walk meets them.
+        self.callees: dict[str, Callee] = {} if callees is None else callees
         self.regions: list[Region] = []
         self._fragments: dict[int, Fragment | None] = {}
 
     def _visit(self, node: ast.stmt, ctx: Context) -> None:
         if id(node) not in self._fragments:
-            self._fragments[id(node)] = translate(node, ctx)
+            self._fragments[id(node)] = translate(node, ctx, self.callees)
 
     visit_Assign = visit_AnnAssign = visit_AugAssign = visit_Expr = visit_Return = _visit
 
     def check_function(self, findings, ctx: Context) -> None:
+        callee = callee_of(ctx, lambda statement: self._fragments.get(id(statement)))
+        if callee is not None:
+            self.callees[ctx.cls.qualname] = callee
         if self.compiled is not None and ctx.function.qualname not in self.compiled:
             return
         for body in _bodies(ctx.node):
@@ -563,7 +600,7 @@ class RegionFinder:
         self._finish(builder, ctx)
 
     def _finish(self, builder: _Builder, ctx: Context) -> None:
-        if sum(n.op not in TRIVIAL for n in builder.nodes) < MIN_OPS:
+        if sum(_COST.get(n.op, 1) for n in builder.nodes if n.op not in TRIVIAL) < MIN_OPS:
             return
         first = builder.fragments[0].statement.lineno
         last = builder.fragments[-1].statement.end_lineno
@@ -577,7 +614,7 @@ class RegionFinder:
         )
         if has_reductions(region):
             try:
-                lower(region)
+                kernel_view(region)
             except NotLowerable:
                 return
         self.regions.append(region)
@@ -619,7 +656,7 @@ def find_regions(
     Checker([finder]).check(tree, module, is_package, text)
     regions = finder.regions
     if tensor_params:
-        typed = RegionFinder(path, compiled)
+        typed = RegionFinder(path, compiled, finder.callees)
         Checker([typed]).check(tree, module, is_package, text, tensor_params)
         regions = [r for r in regions if r.function not in tensor_params] + typed.regions
     named, taken = [], set()

@@ -26,6 +26,8 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from .activations import Activation, Activations
+
 RANK = 4  # strided kernels index a broadcast iteration space of at most this many dims
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _SCALARS = (bool, int, float)
@@ -64,6 +66,16 @@ def _signature(tensors: tuple, scalars: tuple) -> tuple | None:
     return key + tuple(s if type(s) in (int, bool) else type(s) for s in scalars)
 
 
+def _activation_codes(scalars: tuple, table: Activations, positions: tuple[int, ...]) -> tuple | None:
+    """`scalars` with the activation module at each of `positions` replaced by its code; None for an unknown one."""
+    codes = list(scalars)
+    for position in positions:
+        codes[position] = table.code(scalars[position])
+        if codes[position] is None:
+            return None
+    return tuple(codes)
+
+
 def _rounds_zero_dim(tensors) -> bool:
     """Whether torch would round a 0-dim float input to a narrower dtype before computing.
 
@@ -97,6 +109,7 @@ class Kernel:
         triton: tuple[Path, str] | None = None,
         cpp: Path | None = None,
         rows: Rows | None = None,
+        activations: tuple[Activations, tuple[int, ...]] | None = None,
     ) -> None:
         self.name = name
         self.reference = reference  # the region in eager PyTorch: (tensors..., scalars...) -> tuple
@@ -106,6 +119,9 @@ class Kernel:
         self._triton_file = triton
         self._cpp_file = cpp
         self.rows = rows  # None: a pointwise kernel
+        # The table of activation modules and which scalar inputs are such modules (`self.act`):
+        # kernels take their codes, the reference the modules.
+        self.activations = activations
         self.counts: collections.Counter[str] = collections.Counter()
         self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
         self._plans: dict[tuple, Plan | str] = {}  # per call signature (see `_signature`)
@@ -116,9 +132,12 @@ class Kernel:
 
     def __call__(self, *args):
         """The region's outputs computed by a kernel, or None to run the original code."""
-        tensors, scalars = args[: self.tensor_inputs], args[self.tensor_inputs :]
-        key = _signature(tensors, scalars)
-        if key is None:
+        tensors, modules = args[: self.tensor_inputs], args[self.tensor_inputs :]
+        scalars = modules if self.activations is None else _activation_codes(modules, *self.activations)
+        key = _signature(tensors, scalars) if scalars is not None else None
+        if scalars is None:
+            plan = "fallback: an activation module the kernels do not compute"
+        elif key is None:
             plan = "fallback: an input is not a plain tensor"
         elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             plan = "fallback: autograd needs the original code"
@@ -127,7 +146,7 @@ class Kernel:
             if plan is None:
                 if len(self._plans) >= MAX_PLANS:  # shapes that keep changing: keep the cache bounded
                     self._plans.clear()
-                plan = self._plans[key] = self._plan(tensors, scalars)
+                plan = self._plans[key] = self._plan(tensors, scalars, modules)
         if isinstance(plan, str):
             self.counts[plan] += 1
             return None
@@ -137,8 +156,11 @@ class Kernel:
         return outputs
 
     # -- planning, once per input signature -----------------------------------------------
-    def _plan(self, tensors: tuple, scalars: tuple) -> Plan | str:
-        """How calls with this signature run: a Plan, or the reason they take the original code."""
+    def _plan(self, tensors: tuple, scalars: tuple, modules: tuple) -> Plan | str:
+        """How calls with this signature run: a Plan, or the reason they take the original code.
+
+        `modules`: the scalars as the caller passed them, activation modules where `scalars` has their codes.
+        """
         if _FORCED == "eager":
             return "fallback: TRANSPILE_BACKEND=eager"
         if not all(type(t) in _PLAIN_TENSORS for t in tensors):
@@ -152,7 +174,7 @@ class Kernel:
             return "fallback: a 0-dim tensor of a wider float dtype (torch rounds it first)"
         signature = tuple((t.shape, t.dtype) for t in tensors) + tuple(type(s) for s in scalars)
         try:
-            shape, dtypes = self._signature_plans(signature, scalars)
+            shape, dtypes = self._signature_plans(signature, modules)
         except (RuntimeError, TypeError, ValueError) as error:  # torch would raise: let the original code do it
             return f"fallback: {type(error).__name__} from torch"
         if shape is None:

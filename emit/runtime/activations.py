@@ -1,0 +1,85 @@
+"""Activation modules chosen at run time (`self.act = ACT2FN[...]`): which op a kernel computes for one.
+
+Each kernel file holds an `Activations` table (from transpiler/ops.py `ACTIVATIONS`): exact
+classes, the instance attributes their forward depends on, the code kernels switch on, and the
+op in eager PyTorch. A module of any other class (subclasses included), with other attribute
+values or with hooks takes the original code. The first time a process meets a class, its
+forward is checked against the op on a probe tensor: a library version whose class computes
+something else is caught there, and that class always takes the original code.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple
+
+import torch
+
+# Values spread over where activations differ (tails, the bend near 0), and 0 itself.
+_PROBE = torch.cat([torch.linspace(-6.0, 6.0, 97), torch.zeros(1)])
+# Classes whose forward was compared with an op: (class, code) -> agreed. Per process.
+_VERIFIED: dict[tuple[type, int], bool] = {}
+
+
+class Activation(NamedTuple):
+    cls: str  # `type(m).__module__` + "." + `type(m).__qualname__`
+    attributes: dict[str, object]  # instance attribute -> the value it must have
+    code: int  # what kernels switch on
+    op: Callable[[torch.Tensor], torch.Tensor]  # the op in eager PyTorch
+
+
+class Activations:
+    """The activation modules kernels compute themselves, and the codes they know them by."""
+
+    def __init__(self, *entries: Activation) -> None:
+        self._by_class: dict[str, list[Activation]] = {}
+        for entry in entries:
+            self._by_class.setdefault(entry.cls, []).append(entry)
+
+    def code(self, module: object) -> int | None:
+        """The code of `module`'s op, or None when the kernel must not compute it."""
+        cls = type(module)
+        entries = self._by_class.get(f"{cls.__module__}.{cls.__qualname__}")
+        if entries is None or _hooked(module):
+            return None
+        for entry in entries:
+            if all(_same(getattr(module, name, _MISSING), value) for name, value in entry.attributes.items()):
+                key = (cls, entry.code)
+                if key not in _VERIFIED:
+                    _VERIFIED[key] = _agrees(module, entry.op)
+                return entry.code if _VERIFIED[key] else None
+        return None
+
+
+_MISSING = object()
+
+
+def _same(value: object, expected: object) -> bool:
+    """Equal and of one type; partials (`functools.partial(F.gelu, approximate="tanh")`) by their parts."""
+    if isinstance(expected, functools.partial):
+        return (
+            isinstance(value, functools.partial)
+            and value.func is expected.func
+            and value.args == expected.args
+            and value.keywords == expected.keywords
+        )
+    return type(value) is type(expected) and value == expected
+
+
+def _hooked(module: object) -> bool:
+    """Hooks run around forward: the kernel would skip them."""
+    hooks = ("_forward_hooks", "_forward_pre_hooks")
+    modules = torch.nn.modules.module
+    return any(getattr(module, name, None) for name in hooks) or bool(
+        modules._global_forward_hooks or modules._global_forward_pre_hooks
+    )
+
+
+def _agrees(module, op) -> bool:
+    """Whether `module` computes `op` on the probe (float32, CPU), to float32 rounding."""
+    try:
+        with torch.no_grad():
+            got, wanted = module(_PROBE.clone()), op(_PROBE.clone())
+        return bool(got.shape == wanted.shape and got.dtype == wanted.dtype and torch.allclose(got, wanted, rtol=1e-4, atol=1e-5))
+    except Exception:  # whatever the module does, it is not the op
+        return False
