@@ -262,8 +262,21 @@ def profiled_counts(call: Callable[[], object], device: str) -> dict:
             "device_copies_and_sets": kinds.count("copy or set"),
             # Summed durations: against the timed milliseconds, how launch-bound the forward is.
             "device_busy_ms": sum(e.time_range.elapsed_us() for e in device_events) / 1e3,
+            "top_kernels": top_kernels(device_events),
         }
     return {"aten_ops": sum(1 for e in events if e.name.startswith("aten::") and not _under_aten_op(e))}
+
+
+def top_kernels(events, count: int = 8) -> list[dict]:
+    """The device kernels taking the most time in one forward: name (shortened), calls, total ms."""
+    totals: dict[str, list] = {}
+    for event in events:
+        name = event.name if len(event.name) <= 90 else event.name[:87] + "..."
+        total = totals.setdefault(name, [0, 0.0])
+        total[0] += 1
+        total[1] += event.time_range.elapsed_us() / 1e3
+    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:count]
+    return [{"name": name, "calls": calls, "ms": round(ms, 4)} for name, (calls, ms) in ranked]
 
 
 def _device_activity(event) -> str:
@@ -440,7 +453,8 @@ def first_calls(model: Model, args: argparse.Namespace) -> list[dict]:
 
 # -- report --------------------------------------------------------------------------------
 def markdown(report: dict) -> str:
-    return "\n\n".join(table for table in (_steady_table(report), _first_call_table(report)) if table)
+    tables = (_steady_table(report), _first_call_table(report), _kernels_table(report))
+    return "\n\n".join(table for table in tables if table)
 
 
 def _ratio(slow: dict | None, fast: dict | None) -> str:
@@ -496,6 +510,20 @@ def _steady_table(report: dict) -> str:
         cells.append(f"{max(busy):.2f}" if busy else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _kernels_table(report: dict) -> str:
+    """Per model and variant, the device kernels taking the most time (CUDA runs only)."""
+    lines = []
+    for row in report["steady_state"]:
+        for variant in VARIANTS:
+            top = row["variants"].get(variant, {}).get("profile", {}).get("top_kernels")
+            for rank, kernel in enumerate(top or []):
+                label = f"{row['model']} {row['dtype']} {variant}" if rank == 0 else ""
+                lines.append(f"| {label} | `{kernel['name']}` | {kernel['calls']} | {kernel['ms']:.3f} |")
+    if not lines:
+        return ""
+    return "\n".join(["| model, variant | device kernel | calls | ms per forward |", "|---|---|---|---|", *lines])
 
 
 def _ms(result: dict) -> str:
