@@ -20,6 +20,7 @@ import black
 
 from emit.cpp import render_cpp_file
 from emit.triton import render_triton_file
+from transpiler.inlining import kernel_view
 from transpiler.ir import Region
 from transpiler.lowering import ROW_REDUCTIONS, Level, has_reductions, lower
 from transpiler.ops import ACTIVATION, ACTIVATION_OPS, ACTIVATIONS, BY_NAME, CAST
@@ -52,14 +53,15 @@ def emit(text: str, regions: list[Region], source_path: str, depth: int) -> list
     lines = text.splitlines(keepends=True)
     source_lines = {n: line.rstrip("\n") for n, line in enumerate(lines, 1)}
     module = _module_text(text, regions, source_path, kernels_module)
+    kernels = [kernel_view(r)[0] for r in regions]
     files = [
         EmittedFile(Path(source_path).name, _format(module)),
         EmittedFile(f"{kernels_module}.py", _format(_kernels_text(regions, source_path, stem, depth))),
         EmittedFile(
             f"_{stem}_triton.py",
-            render_triton_file(regions, source_lines, runtime_import=f"{RUNTIME}.triton_support", header=_triton_header(source_path)),
+            render_triton_file(kernels, source_lines, runtime_import=f"{RUNTIME}.triton_support", header=_triton_header(source_path)),
         ),
-        EmittedFile(f"_{stem}_kernels.cpp", render_cpp_file(regions, source_lines, _cpp_header(source_path))),
+        EmittedFile(f"_{stem}_kernels.cpp", render_cpp_file(kernels, source_lines, _cpp_header(source_path))),
     ]
     return files
 
@@ -168,12 +170,13 @@ def _kernels_text(regions: list[Region], source_path: str, stem: str, depth: int
         _activation_table() if activations else "",
     ]
     for region in regions:
-        parts.append(_reference(region, source_path))
+        kernel, checks = kernel_view(region)
+        parts.append(_reference(region, source_path, [value for value, _ in checks]))
         parts.append(
             f'{region.name} = Kernel("{region.name}", {region.name}_reference, tensor_inputs={len(region.tensor_inputs)}, '
-            f"depends={tuple(_depends(region)[o.value] for o in region.outputs)!r}, "
+            f"depends={tuple(_depends(kernel)[o.value] for o in region.outputs)!r}, "
             f'source="{source_path}:{region.lines}", triton=(_TRITON_FILE, "{region.name}_kernel"), cpp=_CPP_FILE'
-            f"{_rows(region)}{_activations(region)})\n\n"
+            f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)})\n\n"
         )
     return "".join(parts)
 
@@ -210,6 +213,11 @@ def _activations(region: Region) -> str:
     return f", activations=(_ACTIVATIONS, {positions!r})"
 
 
+def _like_inputs(checks: tuple[tuple[str, int], ...]) -> str:
+    """The `like_inputs=` argument of a kernel casting to the dtype of a value it computes (inlining.kernel_view)."""
+    return f", like_inputs={tuple(position for _, position in checks)!r}" if checks else ""
+
+
 def _rows(region: Region) -> str:
     """The `rows=` argument of a kernel with reductions (empty for a pointwise kernel)."""
     if not has_reductions(region):
@@ -221,7 +229,8 @@ def _rows(region: Region) -> str:
     return f", rows=Rows(dim={lowered.dim}, keepdim={lowered.keepdim}, row_outputs={row_outputs!r}, reduced={reduced!r})"
 
 
-def _reference(region: Region, source_path: str) -> str:
+def _reference(region: Region, source_path: str, checked: list[str]) -> str:
+    """The region in eager PyTorch: its outputs, then the `checked` values (whose dtypes the runtime compares)."""
     params = ", ".join(i.name for i in (*region.tensor_inputs, *region.scalar_inputs))
     body = []
     for node in region.nodes:
@@ -230,7 +239,7 @@ def _reference(region: Region, source_path: str) -> str:
             for i, o in enumerate(node.operands)
         ]
         body.append(f"    {node.out} = {node.definition.eager.format(*operands)}\n")
-    outputs = "".join(f"{o.value}, " for o in region.outputs)
+    outputs = "".join(f"{value}, " for value in [*(o.value for o in region.outputs), *checked])
     return (
         f"def {region.name}_reference({params}):\n"
         f'    """{source_path}:{region.lines} in eager PyTorch."""\n'

@@ -230,10 +230,11 @@ class _Translator:
     def inline(self, callee: Callee, attr: str, node: ast.Call) -> Ref:
         """`self.<attr>(x)` of an in-tree class: its forward's nodes, guarded by the submodule's type (inlining.py)."""
         cls = self.ctx.typer.classes.get(self.ctx.cls.attr_ctors[attr])
-        arguments = [*node.args, *(k.value for k in node.keywords if k.arg == callee.param)]
-        if cls is None or not can_inline(cls) or len(arguments) != 1 + len(node.args) - len(node.args) or len(node.args) + len(node.keywords) != 1:
+        if cls is None or not can_inline(cls) or len(node.args) + len(node.keywords) != 1:
             raise _NotFusible
-        argument = self.expr(arguments[0])
+        if node.keywords and node.keywords[0].arg != callee.param:
+            raise _NotFusible  # one argument, positional or named as the forward's parameter
+        argument = self.expr(node.args[0] if node.args else node.keywords[0].value)
         if not (argument[0] == "tmp" or (argument[0] == "leaf" and argument[1].is_tensor)):
             raise _NotFusible
         result = inline(callee, attr, argument, self.emit)

@@ -109,6 +109,7 @@ class Kernel:
         triton: tuple[Path, str] | None = None,
         cpp: Path | None = None,
         rows: Rows | None = None,
+        like_inputs: tuple[int, ...] = (),
         activations: tuple[Activations, tuple[int, ...]] | None = None,
     ) -> None:
         self.name = name
@@ -119,6 +120,9 @@ class Kernel:
         self._triton_file = triton
         self._cpp_file = cpp
         self.rows = rows  # None: a pointwise kernel
+        # Casts to the dtype of a value the region computes: the kernels cast to the dtype of these
+        # tensor inputs instead, one per value the reference returns after the outputs.
+        self.like_inputs = like_inputs
         # The table of activation modules and which scalar inputs are such modules (`self.act`):
         # kernels take their codes, the reference the modules.
         self.activations = activations
@@ -179,6 +183,9 @@ class Kernel:
             return f"fallback: {type(error).__name__} from torch"
         if shape is None:
             return "fallback: an output is smaller than the broadcast inputs"
+        dtypes, computed = dtypes[: len(self.depends)], dtypes[len(self.depends) :]
+        if any(dtype != tensors[i].dtype for dtype, i in zip(computed, self.like_inputs, strict=True)):
+            return "fallback: a cast to the dtype of a computed value other than its input's"
         backend = _backend(device)
         if backend is None:
             return f"fallback: no kernel for {device.type} tensors"
