@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 PACKAGE = "transpiled_activations"
-BLOCK = '''\
+BLOCK = """\
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
@@ -38,7 +38,7 @@ class Block(nn.Module):
         h = x * 3.0 + self.bias
         h = self.act(h)
         return h * 0.5 - x
-'''
+"""
 TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 # Constructor arguments of torch's classes that set the attributes an entry pins.
 TORCH_ARGUMENTS = ("approximate", "inplace")
@@ -200,3 +200,33 @@ def test_every_table_entry_in_triton_through_the_interpreter(tree):
     assert result["failures"] == []
     (counts,) = result["counts"].values()
     assert counts == {"triton": 2 * len(ACTIVATIONS)}
+
+
+def test_gpt2_mlp_runs_its_activation_in_a_kernel(tmp_path, monkeypatch):
+    """GPT-2 from transformers: `self.act = ACT2FN[config.activation_function]` (gelu_new) in GPT2MLP."""
+    monkeypatch.setenv("TRANSPILE_CACHE_DIR", str(tmp_path / "cache"))
+    models = Path(transformers.__file__).parent / "models"
+    run = CliRunner().invoke(
+        main, ["build", "--no-cache", str(models / "gpt2"), "-o", str(tmp_path / "gpt2_act" / "gpt2")]
+    )
+    assert run.exit_code in (0, 1), run.output
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        compiled_class = importlib.import_module("gpt2_act.gpt2.modeling_gpt2").GPT2MLP
+        runtime = importlib.import_module("gpt2_act.gpt2._transpile_runtime")
+        config = transformers.GPT2Config(n_layer=1, n_embd=64, n_head=4, vocab_size=128, n_positions=64)
+        torch.manual_seed(0)
+        original = transformers.models.gpt2.modeling_gpt2.GPT2MLP(256, config).eval()
+        compiled = compiled_class(256, config).eval()
+        compiled.load_state_dict(original.state_dict(), strict=True)
+        x = torch.randn(2, 16, 64)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), original(x), rtol=1e-5, atol=1e-5)
+        report = json.loads((tmp_path / "gpt2_act" / "gpt2" / "transpile-report.json").read_text())
+        (region,) = [r for f in report["files"] for r in f["regions"] if r["function"].endswith("GPT2MLP.forward")]
+        assert "activation(" in region["ir"]
+        (kernel,) = [k for k in runtime.KERNELS if k.name == region["name"]]
+        assert dict(kernel.counts) == {"cpp": 1}
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "gpt2_act"]:
+            del sys.modules[name]

@@ -80,6 +80,10 @@ def _agrees(module, op) -> bool:
     try:
         with torch.no_grad():
             got, wanted = module(_PROBE.clone()), op(_PROBE.clone())
-        return bool(got.shape == wanted.shape and got.dtype == wanted.dtype and torch.allclose(got, wanted, rtol=1e-4, atol=1e-5))
+        return bool(
+            got.shape == wanted.shape
+            and got.dtype == wanted.dtype
+            and torch.allclose(got, wanted, rtol=1e-4, atol=1e-5)
+        )
     except Exception:  # whatever the module does, it is not the op
         return False
