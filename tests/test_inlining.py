@@ -225,3 +225,50 @@ def test_the_triton_kernel_through_the_interpreter(transpiled):
     assert run.returncode == 0, run.stderr
     counts = json.loads(run.stdout.splitlines()[-1])
     assert any(key.startswith("fused_rms_norm_2 ") and value == {"triton": 1} for key, value in counts.items()), counts
+
+
+# -- the real thing: transformers' LLaMA ------------------------------------------------------------
+LLAMA_PACKAGE = "inlined_transformers"  # not test_real_models' package: both may run in one session
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory) -> Path:
+    """transformers' llama directory transpiled into LLAMA_PACKAGE/llama, its root on sys.path."""
+    transformers = pytest.importorskip("transformers")
+    base = tmp_path_factory.mktemp("llama")
+    out = base / LLAMA_PACKAGE / "llama"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TRANSPILE_CACHE_DIR", str(base / "cache"))
+        run = CliRunner().invoke(main, ["build", "--no-cache", str(Path(transformers.__file__).parent / "models" / "llama"), "-o", str(out)])
+        assert run.exit_code in (0, 1), run.output
+        sys.path.insert(0, str(base))
+        yield out
+        sys.path.remove(str(base))
+        for name in [n for n in sys.modules if n.split(".")[0] == LLAMA_PACKAGE]:
+            del sys.modules[name]
+
+
+def test_the_llama_decoder_layer_fuses_the_residual_add_with_its_rms_norm(llama):
+    from tests.test_real_models import CASES, compare, regions, run_counts, tokens_and_labels
+
+    (fused,) = [
+        r for r in regions(llama)
+        if r["function"].endswith("LlamaDecoderLayer.forward") and "type(self.post_attention_layernorm) is LlamaRMSNorm" in r["conditions"]
+    ]  # fmt: skip
+    assert "= add(residual, hidden_states)" in fused["ir"] and " = rsqrt(" in fused["ir"]
+    assert "out residual = " in fused["ir"] and "out hidden_states = " in fused["ir"]  # both results of one kernel
+
+    import transformers
+
+    compiled = importlib.import_module(f"{LLAMA_PACKAGE}.llama.modeling_llama")
+    runtime = importlib.import_module(f"{LLAMA_PACKAGE}.llama._transpile_runtime")
+    torch.manual_seed(0)
+    config = CASES["llama"].config()
+    original = transformers.LlamaForCausalLM(config).eval()
+    model = compiled.LlamaForCausalLM(config).eval()
+    model.load_state_dict(original.state_dict(), strict=True)
+    inputs = tokens_and_labels()
+    with torch.no_grad():
+        compare(model(**inputs), original(**inputs))
+    layers = config.num_hidden_layers
+    assert run_counts(runtime)[fused["name"]] == {"cpp": layers}

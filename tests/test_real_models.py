@@ -145,10 +145,14 @@ def test_the_transpiled_model_is_a_drop_in_for_the_original(transpiled, model, n
     # ones in C++: a region over integer positions (clamped answer spans) falls back.
     classes = {f"{type(m).__module__}.{type(m).__qualname__}" for m in original.modules()}
     expected_kernels = {r["name"] for r in regions(out) if r["function"].removesuffix(".forward") in classes}
+    # The regions of a class whose forward its callers' regions inline (`type(self.norm) is
+    # LlamaRMSNorm`, transpiler/inlining.py) run only where such a guard fails: maybe never.
+    inlined = {c.split(" is ")[1] for r in regions(out) for c in r["conditions"] if c.startswith("type(")}
+    optional = {r["name"] for r in regions(out) if r["function"].split(".")[-2] in inlined}
     after = run_counts(runtime)
     ran = {k: {path: n - before.get(k, {}).get(path, 0) for path, n in c.items()} for k, c in after.items()}
     ran = {k: {path: n for path, n in c.items() if n} for k, c in ran.items() if any(c.values())}
-    assert set(ran) == expected_kernels
+    assert expected_kernels - optional <= set(ran) <= expected_kernels
     if expected_kernels:
         assert any(c.get("cpp") for c in ran.values()), ran
         assert all(path == "cpp" or path.startswith(INT_FALLBACK) for c in ran.values() for path in c), ran
