@@ -66,6 +66,10 @@ class Block(nn.Module):
 """
 
 
+# The norm with a submodule its forward does not use (one variant below uses it).
+WITH_ACT = NORM.replace("self.variance_epsilon = eps", "self.variance_epsilon = eps\n        self.act = nn.GELU()")
+
+
 def regions_of(text: str) -> list[str]:
     return [format_region(r) for r in find_regions(ast.parse(text), "m.py", "m", False, text)]
 
@@ -91,25 +95,36 @@ def test_the_residual_add_and_the_norm_are_one_region_with_both_outputs():
     "change",
     [
         ("def forward(self, hidden_states: torch.Tensor)", "def forward(self, hidden_states: torch.Tensor, scale=1.0)"),
-        ("        input_dtype = hidden_states.dtype\n", "        input_dtype = hidden_states.dtype\n        print(input_dtype)\n"),
-        ("        return self.weight", "        if hidden_states.dim() > 3:\n            hidden_states = hidden_states * 2\n        return self.weight"),
+        (
+            "        input_dtype = hidden_states.dtype\n",
+            "        input_dtype = hidden_states.dtype\n        print(input_dtype)\n",
+        ),
+        (
+            "        return self.weight",
+            "        if hidden_states.dim() > 3:\n            hidden_states = hidden_states * 2\n        return self.weight",
+        ),
         ("        return self.weight * hidden_states", "        return self.act(self.weight) * hidden_states"),
         ("class RMSNorm(nn.Module):", "class RMSNorm(nn.LayerNorm):"),
     ],
     ids=["two parameters", "a statement that is not fusible", "control flow", "a submodule of its own", "another base"],
 )
 def test_what_is_not_inlined(change):
-    norm = NORM.replace(*change).replace("self.variance_epsilon = eps", "self.variance_epsilon = eps\n        self.act = nn.GELU()")
-    assert norm != NORM.replace("self.variance_epsilon = eps", "self.variance_epsilon = eps\n        self.act = nn.GELU()")
+    assert any("self.norm.weight" in r for r in caller_regions(WITH_ACT + BLOCK))
+    norm = WITH_ACT.replace(*change)
+    assert norm != WITH_ACT
     assert all("self.norm" not in r for r in caller_regions(norm + BLOCK))
 
 
 def test_a_class_defined_after_its_caller_or_a_call_with_other_arguments_is_not_inlined():
     assert caller_regions(NORM + BLOCK)
     # The walk meets the callee's forward after the caller's: it is not known yet.
-    assert caller_regions("import torch\nfrom torch import nn\n" + BLOCK + NORM.split("from torch import nn", 1)[1]) == []
+    assert (
+        caller_regions("import torch\nfrom torch import nn\n" + BLOCK + NORM.split("from torch import nn", 1)[1]) == []
+    )
     assert caller_regions(NORM + BLOCK.replace("self.norm(hidden_states)", "self.norm(hidden_states, 1)")) == []
-    (region,) = caller_regions(NORM + BLOCK.replace("self.norm(hidden_states)", "self.norm(hidden_states=hidden_states)"))
+    (region,) = caller_regions(
+        NORM + BLOCK.replace("self.norm(hidden_states)", "self.norm(hidden_states=hidden_states)")
+    )
     assert "self.norm.weight" in region
 
 
@@ -188,6 +203,13 @@ def test_a_swapped_or_hooked_submodule_takes_the_original_code(transpiled):
         torch.testing.assert_close(model(hidden, update), original(hidden, update))
     assert seen == [torch.Size([2, 5, 32])] and dict(kernel.counts) == before
 
+    # A forward replaced on the instance, as the `kernels` library's `kernelize` does.
+    original, model, compiled = models(transpiled, torch.float32)
+    original.norm.forward = model.norm.forward = torch.tanh
+    with torch.no_grad():
+        torch.testing.assert_close(model(hidden, update), original(hidden, update))
+    assert dict(kernel.counts) == before
+
 
 def test_a_computed_dtype_other_than_its_stand_ins_falls_back(transpiled):
     """The cast back goes to the dtype of `residual + h`; the kernel uses `residual`'s. bfloat16
@@ -221,7 +243,9 @@ TRITON_RUN = textwrap.dedent("""
 
 def test_the_triton_kernel_through_the_interpreter(transpiled):
     env = {**os.environ, "TRANSPILE_BACKEND": "triton", "TRITON_INTERPRET": "1"}
-    run = subprocess.run([sys.executable, "-c", TRITON_RUN, str(transpiled)], env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", TRITON_RUN, str(transpiled)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr
     counts = json.loads(run.stdout.splitlines()[-1])
     assert any(key.startswith("fused_rms_norm_2 ") and value == {"triton": 1} for key, value in counts.items()), counts
@@ -239,7 +263,9 @@ def llama(tmp_path_factory) -> Path:
     out = base / LLAMA_PACKAGE / "llama"
     with pytest.MonkeyPatch.context() as env:
         env.setenv("TRANSPILE_CACHE_DIR", str(base / "cache"))
-        run = CliRunner().invoke(main, ["build", "--no-cache", str(Path(transformers.__file__).parent / "models" / "llama"), "-o", str(out)])
+        run = CliRunner().invoke(
+            main, ["build", "--no-cache", str(Path(transformers.__file__).parent / "models" / "llama"), "-o", str(out)]
+        )
         assert run.exit_code in (0, 1), run.output
         sys.path.insert(0, str(base))
         yield out

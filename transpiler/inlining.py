@@ -52,7 +52,13 @@ class Callee:
 def callee_of(ctx: Context, fragment_of: Callable[[ast.stmt], object]) -> Callee | None:
     """The class of the function `ctx` checks as a Callee, when it is a forward that can be inlined."""
     cls, node = ctx.cls, ctx.node
-    if cls is None or node.name != "forward" or node.decorator_list or not set(cls.bases) <= _MODULE_BASES:
+    if (
+        cls is None
+        or node.name != "forward"
+        or node.decorator_list
+        or len(cls.bases) != 1
+        or cls.bases[0] not in _MODULE_BASES
+    ):
         return None
     args = node.args
     if args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults or len(args.args) != 2:
@@ -79,11 +85,17 @@ def callee_of(ctx: Context, fragment_of: Callable[[ast.stmt], object]) -> Callee
 
 
 def _is_docstring(statement: ast.stmt) -> bool:
-    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str)
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
 
 
 def _dtype_binding(statement: ast.stmt, ctx: Context) -> DtypeBinding | None:
-    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name)):
+    if not (
+        isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name)
+    ):
         return None
     value = statement.value
     if isinstance(value, ast.Attribute) and value.attr == "dtype" and isinstance(value.value, ast.Name):
@@ -102,8 +114,8 @@ def guards(callee: Callee, attr: str) -> tuple[str, ...]:
 
 
 def can_inline(cls: ClassInfo) -> bool:
-    """The callee's class as a whole (known once its body is read): no `__call__` of its own, forward not disabled."""
-    return "__call__" not in cls.methods and "forward" not in cls.disabled_methods
+    """The callee's class as a whole, known once the walk has read all of it: no `__call__` of its own."""
+    return "__call__" not in cls.methods
 
 
 def inline(callee: Callee, attr: str, argument: tuple, emit: Callable[[str, list], tuple]) -> tuple | None:
@@ -134,7 +146,9 @@ def inline(callee: Callee, attr: str, argument: tuple, emit: Callable[[str, list
     return result  # the last step's: the return
 
 
-def _resolve(ref: tuple, values: list[tuple], env: dict[str, tuple], dtypes: dict[int, tuple], attr: str) -> tuple | None:
+def _resolve(
+    ref: tuple, values: list[tuple], env: dict[str, tuple], dtypes: dict[int, tuple], attr: str
+) -> tuple | None:
     """A callee operand as the caller's: its temporaries, locals, dtype bindings, and `self` as `self.<attr>`."""
     kind, value = ref
     if kind == "const":
