@@ -196,7 +196,8 @@ def _activation_table() -> str:
     for entry in ACTIVATIONS:
         attributes = ", ".join(f"{name!r}: {value}" for name, value in entry.attributes)
         op = BY_NAME[entry.op].eager.format("x")
-        entries.append(f"    Activation({entry.cls!r}, {{{attributes}}}, {ACTIVATION_OPS.index(entry.op)}, lambda x: {op}),\n")
+        code = ACTIVATION_OPS.index(entry.op)
+        entries.append(f"    Activation({entry.cls!r}, {{{attributes}}}, {code}, lambda x: {op}, {entry.eager_kernels}),\n")
     return (
         "# Activation modules chosen at run time (`self.act = ACT2FN[...]`) that the kernels compute, by exact\n"
         "# class and the attributes their forward reads; others take the original code.\n"
@@ -210,7 +211,7 @@ def _activations(region: Region) -> str:
     if not modules:
         return ""
     positions = tuple(n for n, i in enumerate(region.scalar_inputs) if i.name in modules)
-    return f", activations=(_ACTIVATIONS, {positions!r})"
+    return f", activations=(_ACTIVATIONS, {positions!r}, {len(region.nodes) == 1})"
 
 
 def _like_inputs(checks: tuple[tuple[str, int], ...]) -> str:

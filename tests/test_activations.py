@@ -38,6 +38,15 @@ class Block(nn.Module):
         h = x * 3.0 + self.bias
         h = self.act(h)
         return h * 0.5 - x
+
+
+class Lone(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.act = ACT2FN[act]
+
+    def forward(self, x):
+        return self.act(x)
 """
 TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 # Constructor arguments of torch's classes that set the attributes an entry pins.
@@ -104,8 +113,7 @@ def test_the_naming_rule():
 
 def test_the_activation_fuses_with_the_code_around_it(tree):
     report = json.loads((tree / PACKAGE / "transpile-report.json").read_text())
-    (region,) = [r for f in report["files"] for r in f["regions"]]
-    assert region["function"].endswith("Block.forward")
+    (region,) = [r for f in report["files"] for r in f["regions"] if r["function"].endswith("Block.forward")]
     assert "h_1 = activation(h, act)" in region["ir"]
     assert region["lines"] == "13-15"  # the pointwise line before, the activation, the line after: one kernel
     text = (tree / PACKAGE / "_block_triton.py").read_text()
@@ -230,3 +238,18 @@ def test_gpt2_mlp_runs_its_activation_in_a_kernel(tmp_path, monkeypatch):
     finally:
         for name in [n for n in sys.modules if n.split(".")[0] == "gpt2_act"]:
             del sys.modules[name]
+
+
+def test_an_activation_alone_runs_a_kernel_only_where_eager_runs_several(tree):
+    """relu alone is one eager kernel: a kernel of ours would only add launch cost. gelu_new is eight."""
+    module = importlib.import_module(f"{PACKAGE}.block")
+    runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
+    line = BLOCK.splitlines().index("        return self.act(x)") + 1
+    (kernel,) = [k for k in runtime.KERNELS if k.source.endswith(f"block.py:{line}")]
+    x = torch.randn(4, 24)
+    for act, path in (("relu", "fallback: the activation alone is one eager kernel already"), ("gelu_new", "cpp")):
+        kernel.counts.clear()
+        lone = module.Lone(act)
+        with torch.no_grad():
+            torch.testing.assert_close(lone(x), transformers.activations.ACT2FN[act](x))
+        assert dict(kernel.counts) == {path: 1}

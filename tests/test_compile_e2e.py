@@ -184,6 +184,21 @@ def test_a_plan_per_call_signature(compiled, monkeypatch, tmp_path):
     assert len(kernel._plans) == 3  # contiguous float32, transposed float32, float16 (a fallback, kept too)
 
 
+def test_outputs_keep_a_dense_layout_the_inputs_share(compiled, monkeypatch, tmp_path):
+    """channels_last (or transposed) in, the same layout out, as eager's pointwise ops give."""
+    monkeypatch.setenv("TRANSPILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(compiled.parent))
+    layers = importlib.import_module(f"{OUT_NAME}.layers")
+    kernel = layers.fused_tanh
+    for x in (torch.randn(2, 8, 5, 3).to(memory_format=torch.channels_last), torch.randn(7, 5).t()):
+        kernel.counts.clear()
+        (actual,) = kernel(x)
+        (expected,) = kernel.reference(x)
+        assert actual.stride() == expected.stride() == x.stride()
+        torch.testing.assert_close(actual, expected)
+        assert kernel.counts == {"cpp": 1}
+
+
 def test_zero_dim_inputs_torch_would_round_take_the_original_code(compiled, monkeypatch):
     monkeypatch.syspath_prepend(str(compiled.parent))
     runtime = importlib.import_module(f"{OUT_NAME}._transpile_runtime")

@@ -264,6 +264,9 @@ class Activation:
     # Instance attributes and the value each must have, as Python source (torch, functools and
     # math may appear): the forward depends on them.
     attributes: tuple[tuple[str, str], ...] = ()
+    # Kernels its forward launches in eager PyTorch: a region that is this activation alone is
+    # worth a kernel only where it replaces several (NewGELUActivation's formula is eight).
+    eager_kernels: int = 1
 
 
 _TORCH_ACT = "torch.nn.modules.activation"
@@ -276,18 +279,18 @@ ACTIVATIONS: tuple[Activation, ...] = (
     Activation(f"{_TORCH_ACT}.Mish", "mish", (("inplace", "False"),)),
     Activation(f"{_TORCH_ACT}.Tanh", "tanh"),
     Activation(f"{_TORCH_ACT}.Sigmoid", "sigmoid"),
-    Activation("torch.nn.modules.linear.Identity", "identity"),
+    Activation("torch.nn.modules.linear.Identity", "identity", eager_kernels=0),
     # transformers: GELUActivation and GELUTanh call `self.act`, set by their constructor arguments.
     Activation(f"{_HF_ACT}.GELUActivation", "gelu", (("act", "torch.nn.functional.gelu"),)),
     Activation(f"{_HF_ACT}.GELUTanh", "gelu_tanh", (("act", "functools.partial(torch.nn.functional.gelu, approximate='tanh')"),)),
-    Activation(f"{_HF_ACT}.NewGELUActivation", "gelu_tanh"),
-    Activation(f"{_HF_ACT}.FastGELUActivation", "gelu_tanh"),
-    Activation(f"{_HF_ACT}.AccurateGELUActivation", "gelu_tanh", (("precomputed_constant", "math.sqrt(2 / math.pi)"),)),
-    Activation(f"{_HF_ACT}.QuickGELUActivation", "quick_gelu"),
+    Activation(f"{_HF_ACT}.NewGELUActivation", "gelu_tanh", eager_kernels=8),
+    Activation(f"{_HF_ACT}.FastGELUActivation", "gelu_tanh", eager_kernels=7),
+    Activation(f"{_HF_ACT}.AccurateGELUActivation", "gelu_tanh", (("precomputed_constant", "math.sqrt(2 / math.pi)"),), 7),
+    Activation(f"{_HF_ACT}.QuickGELUActivation", "quick_gelu", eager_kernels=3),
     Activation(f"{_HF_ACT}.SiLUActivation", "silu"),
     Activation(f"{_HF_ACT}.MishActivation", "mish", (("act", "torch.nn.functional.mish"),)),
-    Activation(f"{_HF_ACT}.LinearActivation", "identity"),
-    Activation(f"{_HF_ACT}.ReLUSquaredActivation", "relu_squared"),
+    Activation(f"{_HF_ACT}.LinearActivation", "identity", eager_kernels=0),
+    Activation(f"{_HF_ACT}.ReLUSquaredActivation", "relu_squared", eager_kernels=2),
 )
 # The code of an activation is its op's position here: kernels switch on it.
 ACTIVATION_OPS: tuple[str, ...] = tuple(dict.fromkeys(a.op for a in ACTIVATIONS))

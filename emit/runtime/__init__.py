@@ -46,7 +46,7 @@ sys.modules.setdefault("_transpile_runtime", sys.modules[__name__])
 class Plan(NamedTuple):
     """How every call with one signature runs: the outputs to allocate, and the launch."""
 
-    outputs: tuple[tuple[torch.Size, torch.dtype], ...]  # shape and dtype per output
+    outputs: tuple[tuple[torch.Size, tuple[int, ...], torch.dtype], ...]  # shape, strides and dtype per output
     device: torch.device
     launch: Callable[[tuple, tuple, tuple], None]  # (tensors, scalars, outputs): fills the outputs
     path: str  # the backend's name, for the counters
@@ -66,13 +66,20 @@ def _signature(tensors: tuple, scalars: tuple) -> tuple | None:
     return key + tuple(s if type(s) in (int, bool) else type(s) for s in scalars)
 
 
-def _activation_codes(scalars: tuple, table: Activations, positions: tuple[int, ...]) -> tuple | None:
-    """`scalars` with the activation module at each of `positions` replaced by its code; None for an unknown one."""
+def _activation_codes(scalars: tuple, table: Activations, positions: tuple[int, ...], alone: bool) -> tuple | str:
+    """`scalars` with the activation module at each of `positions` replaced by its code, or why not.
+
+    `alone`: the region is the activation and nothing else, worth a kernel only where the
+    module's own forward launches several.
+    """
     codes = list(scalars)
     for position in positions:
-        codes[position] = table.code(scalars[position])
-        if codes[position] is None:
-            return None
+        entry = table.entry(scalars[position])
+        if entry is None:
+            return "fallback: an activation module the kernels do not compute"
+        if alone and entry.eager_kernels <= 1:
+            return "fallback: the activation alone is one eager kernel already"
+        codes[position] = entry.code
     return tuple(codes)
 
 
@@ -110,7 +117,7 @@ class Kernel:
         cpp: Path | None = None,
         rows: Rows | None = None,
         like_inputs: tuple[int, ...] = (),
-        activations: tuple[Activations, tuple[int, ...]] | None = None,
+        activations: tuple[Activations, tuple[int, ...], bool] | None = None,
     ) -> None:
         self.name = name
         self.reference = reference  # the region in eager PyTorch: (tensors..., scalars...) -> tuple
@@ -123,8 +130,8 @@ class Kernel:
         # Casts to the dtype of a value the region computes: the kernels cast to the dtype of these
         # tensor inputs instead, one per value the reference returns after the outputs.
         self.like_inputs = like_inputs
-        # The table of activation modules and which scalar inputs are such modules (`self.act`):
-        # kernels take their codes, the reference the modules.
+        # The table of activation modules, which scalar inputs are such modules (`self.act`), and
+        # whether the region is one alone: kernels take their codes, the reference the modules.
         self.activations = activations
         self.counts: collections.Counter[str] = collections.Counter()
         self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
@@ -138,9 +145,9 @@ class Kernel:
         """The region's outputs computed by a kernel, or None to run the original code."""
         tensors, modules = args[: self.tensor_inputs], args[self.tensor_inputs :]
         scalars = modules if self.activations is None else _activation_codes(modules, *self.activations)
-        key = _signature(tensors, scalars) if scalars is not None else None
-        if scalars is None:
-            plan = "fallback: an activation module the kernels do not compute"
+        key = _signature(tensors, scalars) if type(scalars) is tuple else None
+        if type(scalars) is str:
+            plan = scalars
         elif key is None:
             plan = "fallback: an input is not a plain tensor"
         elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
@@ -154,7 +161,9 @@ class Kernel:
         if isinstance(plan, str):
             self.counts[plan] += 1
             return None
-        outputs = tuple(torch.empty(shape, dtype=dtype, device=plan.device) for shape, dtype in plan.outputs)
+        outputs = tuple(
+            torch.empty_strided(shape, strides, dtype=dtype, device=plan.device) for shape, strides, dtype in plan.outputs
+        )
         plan.launch(tensors, scalars, outputs)
         self.counts[plan.path] += 1
         return outputs
@@ -194,7 +203,12 @@ class Kernel:
             return f"fallback: {reason}"
         if self.rows is not None:
             return self._plan_rows(backend, tensors, shape, dtypes)
-        contiguous, sizes, strides = layout(tensors, shape)
+        dense = _shared_dense_strides(tensors, shape)
+        if dense is not None:  # e.g. all channels_last: one linear index over the memory serves every tensor
+            contiguous, sizes, strides = True, (), []
+        else:
+            contiguous, sizes, strides = layout(tensors, shape)
+            dense = tuple(_contiguous_strides(shape))
         if sizes is None:
             return f"fallback: more than {RANK} dimensions after merging"
         n_elements = math.prod(shape)
@@ -205,7 +219,7 @@ class Kernel:
             launch = backend.pointwise(self, [t.dtype for t in tensors], dtypes, n_elements, sizes, strides, contiguous)
             if isinstance(launch, str):
                 return f"fallback: {launch}"
-        return Plan(tuple((shape, dtype) for dtype in dtypes), device, launch, backend.name)
+        return Plan(tuple((shape, dense, dtype) for dtype in dtypes), device, launch, backend.name)
 
     def _plan_rows(self, backend, tensors, shape, dtypes) -> Plan | str:
         """A kernel with reductions: the rows of the iteration space `shape` along `rows.dim`."""
@@ -231,8 +245,11 @@ class Kernel:
             reduced[dim] = 1
         else:
             del reduced[dim]
-        outputs = tuple((torch.Size(reduced) if n in rows.row_outputs else shape, dtype) for n, dtype in enumerate(dtypes))
-        if outputs and max(math.prod(s) for s, _ in outputs) >= 2**31:
+        outputs = tuple(
+            (size, tuple(_contiguous_strides(size)), dtype)
+            for size, dtype in ((torch.Size(reduced) if n in rows.row_outputs else shape, dtype) for n, dtype in enumerate(dtypes))
+        )
+        if outputs and max(math.prod(s) for s, _, _ in outputs) >= 2**31:
             return "fallback: 2**31 elements or more"
         n_rows = math.prod(outer_sizes)
         launch = _nothing
@@ -308,6 +325,25 @@ def layout(tensors, shape) -> tuple[bool, tuple[int, ...] | None, list[tuple[int
         return False, None, []
     pad = RANK - len(merged_sizes)
     return False, (1,) * pad + tuple(merged_sizes), [(0,) * pad + tuple(m) for m in merged]
+
+
+def _shared_dense_strides(tensors, shape) -> tuple[int, ...] | None:
+    """The strides every input has, where they are a dense layout of `shape` other than the contiguous one.
+
+    Inputs that all share one dense, non-overlapping layout (channels_last, a transposed
+    matrix) are read by one linear index, and outputs given the same strides keep the
+    layout, as eager's pointwise ops do: a convolution after them then needs no conversion.
+    """
+    first = tensors[0]
+    strides = first.stride()
+    if first.shape != shape or first.is_contiguous() or any(t.shape != shape or t.stride() != strides for t in tensors):
+        return None
+    expected = 1
+    for size, stride in sorted(((size, stride) for size, stride in zip(shape, strides) if size != 1), key=lambda d: d[1]):
+        if stride != expected:
+            return None
+        expected *= size
+    return strides
 
 
 def _merge_dims(sizes, strides, dims: list[int]) -> tuple[list[int], list[list[int]]]:

@@ -26,6 +26,7 @@ class Activation(NamedTuple):
     attributes: dict[str, object]  # instance attribute -> the value it must have
     code: int  # what kernels switch on
     op: Callable[[torch.Tensor], torch.Tensor]  # the op in eager PyTorch
+    eager_kernels: int = 1  # kernels the module's own forward launches
 
 
 class Activations:
@@ -38,6 +39,11 @@ class Activations:
 
     def code(self, module: object) -> int | None:
         """The code of `module`'s op, or None when the kernel must not compute it."""
+        entry = self.entry(module)
+        return None if entry is None else entry.code
+
+    def entry(self, module: object) -> Activation | None:
+        """`module`'s table entry, or None when the kernel must not compute it."""
         cls = type(module)
         entries = self._by_class.get(f"{cls.__module__}.{cls.__qualname__}")
         if entries is None or _hooked(module):
@@ -47,7 +53,7 @@ class Activations:
                 key = (cls, entry.code)
                 if key not in _VERIFIED:
                     _VERIFIED[key] = _agrees(module, entry.op)
-                return entry.code if _VERIFIED[key] else None
+                return entry if _VERIFIED[key] else None
         return None
 
 
