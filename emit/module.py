@@ -20,6 +20,7 @@ import black
 
 from emit.cpp import render_cpp_file
 from emit.triton import render_triton_file
+from transpiler.hoisting import Origin
 from transpiler.inlining import kernel_view
 from transpiler.ir import Region
 from transpiler.lowering import ROW_REDUCTIONS, Level, has_reductions, lower
@@ -46,17 +47,23 @@ def literal(value: object) -> str:
     return repr(value)
 
 
-def emit(text: str, regions: list[Region], source_path: str, depth: int) -> list[EmittedFile]:
-    """The module (first) and its kernel files. `depth`: directories between the output root and the module."""
+def emit(
+    text: str, regions: list[Region], source_path: str, depth: int, origin: Origin | None = None
+) -> list[EmittedFile]:
+    """The module (first) and its kernel files. `depth`: directories between the output root and the module.
+
+    `origin`: where the lines of `text` come from when statements were split (hoisting.py); the
+    comments and docstrings then name the lines of the source before the split."""
     stem = Path(source_path).stem
     kernels_module = f"_{stem}_kernels"
-    lines = text.splitlines(keepends=True)
+    lines = (origin.source if origin else text).splitlines(keepends=True)
     source_lines = {n: line.rstrip("\n") for n, line in enumerate(lines, 1)}
-    module = _module_text(text, regions, source_path, kernels_module)
-    kernels = [kernel_view(r)[0] for r in regions]
+    shown = [origin.region(r) for r in regions] if origin else regions
+    module = _module_text(text, list(zip(regions, shown)), source_path, kernels_module)
+    kernels = [kernel_view(r)[0] for r in shown]
     files = [
         EmittedFile(Path(source_path).name, _format(module)),
-        EmittedFile(f"{kernels_module}.py", _format(_kernels_text(regions, source_path, stem, depth))),
+        EmittedFile(f"{kernels_module}.py", _format(_kernels_text(shown, source_path, stem, depth))),
         EmittedFile(
             f"_{stem}_triton.py",
             render_triton_file(kernels, source_lines, runtime_import=f"{RUNTIME}.triton_support", header=_triton_header(source_path)),
@@ -76,16 +83,18 @@ def _format(text: str) -> str:
 
 
 # -- the module ----------------------------------------------------------------------
-def _module_text(text: str, regions: list[Region], source_path: str, kernels_module: str) -> str:
+def _module_text(text: str, regions: list[tuple[Region, Region]], source_path: str, kernels_module: str) -> str:
+    """`text` with each region replaced by its guarded call. `regions`: each with its lines in `text`, and
+    with the lines its comment shows."""
     lines = text.splitlines(keepends=True)
     tree = ast.parse(text)
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     result_name = next(n for n in ("fused", "fused_out", "_fused") if n not in taken)
-    for region in sorted(regions, key=lambda r: r.first_line, reverse=True):  # bottom up: line numbers stay valid
+    for region, shown in sorted(regions, key=lambda r: r[0].first_line, reverse=True):  # bottom up: lines stay valid
         original = lines[region.first_line - 1 : region.last_line]
-        lines[region.first_line - 1 : region.last_line] = _guarded(region, original, source_path, result_name)
+        lines[region.first_line - 1 : region.last_line] = _guarded(region, shown.lines, original, source_path, result_name)
     insert_at = _after_imports(tree)
-    names = ", ".join(sorted(r.name for r in regions))
+    names = ", ".join(sorted(r.name for r, _ in regions))
     imports = [
         "try:  # the output tree imported as a package\n",
         f"    from .{kernels_module} import {names}\n",
@@ -103,9 +112,9 @@ def _module_text(text: str, regions: list[Region], source_path: str, kernels_mod
     return "".join(header + lines)
 
 
-def _guarded(region: Region, original: list[str], source_path: str, result: str) -> list[str]:
+def _guarded(region: Region, shown: str, original: list[str], source_path: str, result: str) -> list[str]:
     indent = re.match(r"[ \t]*", original[0]).group()
-    lines = [f"{indent}# {source_path}:{region.lines}\n"]
+    lines = [f"{indent}# {source_path}:{shown}\n"]
     lines += [f"{indent}#     {line.rstrip()[len(indent):] if line.startswith(indent) else line.strip()}\n" for line in original]
     args = ", ".join(i.source for i in (*region.tensor_inputs, *region.scalar_inputs))
     conditions = " and ".join(["not torch.compiler.is_compiling()", *region.conditions, f"({result} := {region.name}({args})) is not None"])

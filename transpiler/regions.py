@@ -18,7 +18,7 @@ import ast
 import copy
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from transpiler.checker import Checker, Context
@@ -85,10 +85,23 @@ class Fragment:
 
 
 class _Translator:
-    def __init__(self, ctx: Context, line: int, callees: dict[str, Callee]) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        line: int,
+        callees: dict[str, Callee],
+        tensors: frozenset[str] = frozenset(),
+        hoist: Callable[[ast.expr], bool] | None = None,
+    ) -> None:
         self.ctx = ctx
         self.line = line
         self.callees = callees  # in-tree classes whose forward a call inlines, by qualified name
+        # Temporaries of split statements (hoisting.py): tensors, whatever the call they hold returned.
+        self.tensors = tensors
+        # Splitting statements (`translate_part`): a subexpression that cannot be translated and that
+        # `hoist` accepts becomes a tensor leaf, collected in `opaque` (by id).
+        self.hoist = hoist
+        self.opaque: dict[int, ast.expr] = {}
         self.nodes: list[tuple[str, tuple[Ref, ...], int]] = []
         self.conditions: list[str] = []
 
@@ -96,11 +109,32 @@ class _Translator:
         self.nodes.append((op, tuple(operands), self.line))
         return ("tmp", len(self.nodes) - 1)
 
+    def kind(self, node: ast.expr) -> Kind:
+        return Kind.TENSOR if isinstance(node, ast.Name) and node.id in self.tensors else self.ctx.kind(node)
+
     def expr(self, node: ast.expr) -> Ref:
+        if self.hoist is None:
+            return self._expr(node)
+        marks = len(self.nodes), len(self.conditions), len(self.opaque)
+        try:
+            return self._expr(node)
+        except _NotFusible:
+            if not self.hoist(node):
+                raise
+        # Drop what the failed attempt translated or collected inside `node`: it is hoisted whole.
+        del self.nodes[marks[0] :], self.conditions[marks[1] :]
+        for key in list(self.opaque)[marks[2] :]:
+            del self.opaque[key]
+        self.opaque[id(node)] = node
+        return ("leaf", Leaf(ast.unparse(node), True, _names(node)))
+
+    def _expr(self, node: ast.expr) -> Ref:
+        if isinstance(node, ast.Name) and node.id in self.tensors:
+            return ("leaf", Leaf(node.id, True, frozenset({node.id})))
         folded = fold(node, self.ctx)
         if folded is not None:
             return ("const", folded)
-        kind = self.ctx.kind(node)
+        kind = self.kind(node)
         if isinstance(node, (ast.Name, ast.Attribute)) and kind.is_tensor:
             if isinstance(node, ast.Attribute) and self.ctx.self_attr(node) is None:
                 raise _NotFusible
@@ -131,7 +165,7 @@ class _Translator:
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             raise _NotFusible
         func = node.func
-        if isinstance(func, ast.Attribute) and self.ctx.kind(func.value).is_tensor:
+        if isinstance(func, ast.Attribute) and self.kind(func.value).is_tensor:
             cast = self.cast(func, node)
             if cast is not None:
                 return cast
@@ -168,7 +202,7 @@ class _Translator:
 
     def dtype_of(self, arg: ast.expr) -> Ref | None:
         """The tensor whose dtype `arg` is: `t.dtype`, or a variable bound once to `t.dtype`."""
-        if isinstance(arg, ast.Attribute) and arg.attr == "dtype" and self.ctx.kind(arg.value).is_tensor:
+        if isinstance(arg, ast.Attribute) and arg.attr == "dtype" and self.kind(arg.value).is_tensor:
             if isinstance(arg.value, ast.Name) or self.ctx.self_attr(arg.value) is not None:
                 return ("leaf", Leaf(ast.unparse(arg.value), True, _names(arg.value)))
             return None
@@ -181,7 +215,7 @@ class _Translator:
         if not (isinstance(value, ast.Attribute) and value.attr == "dtype" and isinstance(value.value, ast.Name)):
             return None
         tensor = value.value.id
-        if not self.ctx.kind(value.value).is_tensor:
+        if not self.kind(value.value).is_tensor:
             return None
         rebound = tuple(n.lineno for n in _bindings(self.ctx.node, tensor))
         return ("leaf", Leaf(tensor, True, frozenset({tensor}), bindings[0].lineno, rebound))
@@ -400,10 +434,13 @@ def _names(node: ast.expr) -> frozenset[str]:
     return frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
 
 
-def translate(statement: ast.stmt, ctx: Context, callees: dict[str, Callee] | None = None) -> Fragment | None:
-    """The statement as a fragment, or None when it is not fusible. `callees`: classes whose calls are inlined."""
+def translate(
+    statement: ast.stmt, ctx: Context, callees: dict[str, Callee] | None = None, tensors: frozenset[str] = frozenset()
+) -> Fragment | None:
+    """The statement as a fragment, or None when it is not fusible. `callees`: classes whose calls are
+    inlined; `tensors`: names holding tensors whatever the analysis says (temporaries of split statements)."""
     line = statement.lineno
-    translator = _Translator(ctx, line, callees or {})
+    translator = _Translator(ctx, line, callees or {}, tensors)
     inplace = False
     try:
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
@@ -434,6 +471,36 @@ def translate(statement: ast.stmt, ctx: Context, callees: dict[str, Callee] | No
     if result[0] != "tmp" and not is_alias:
         return None  # `y = 2.0`, `return x`: nothing to compute
     return Fragment(statement, target, tuple(translator.nodes), result, inplace, tuple(translator.conditions))
+
+
+@dataclass(frozen=True)
+class Part:
+    """A subexpression as region nodes, with the subexpressions it would hoist (hoisting.py)."""
+
+    ops: tuple[str, ...]  # in the order they are computed
+    opaque: tuple[ast.expr, ...]  # the subexpressions read as tensor leaves, in no particular order
+    eval_only: bool  # it calls a module that is pure only in eval mode (dropout)
+
+
+def translate_part(
+    node: ast.expr, ctx: Context, callees: dict[str, Callee], hoist: Callable[[ast.expr], bool]
+) -> Part | None:
+    """`node` translated with the subexpressions that `hoist` accepts and the op table does not know
+    read as tensor leaves; None when something else is not fusible or `node` computes nothing."""
+    translator = _Translator(ctx, node.lineno, callees, hoist=hoist)
+    try:
+        result = translator.expr(node)
+    except _NotFusible:
+        return None
+    if result[0] != "tmp":
+        return None
+    eval_only = any(c.endswith(".training") for c in translator.conditions)
+    return Part(tuple(op for op, _, _ in translator.nodes), tuple(translator.opaque.values()), eval_only)
+
+
+def cost(ops: Iterable[str]) -> int:
+    """What ops count towards MIN_OPS: compute ops, an activation chosen at run time as MIN_OPS."""
+    return sum(_COST.get(op, 1) for op in ops if op not in TRIVIAL)
 
 
 # -- runs of statements to regions ----------------------------------------------------------
@@ -558,17 +625,25 @@ def _kernel_name(nodes: list[Node]) -> str:
 class RegionFinder:
     """A checker pass (like a rule, reporting nothing) that collects the regions of a file."""
 
-    def __init__(self, path: str, compiled: set[str] | None = None, callees: dict[str, Callee] | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        compiled: set[str] | None = None,
+        callees: dict[str, Callee] | None = None,
+        temporaries: Mapping[str, frozenset[str]] | None = None,
+    ) -> None:
         self.path = path
         self.compiled = compiled  # qualified names of compiled functions; None: all
         # Classes of the file whose forward can be inlined, by qualified name, as the walk meets them.
         self.callees: dict[str, Callee] = {} if callees is None else callees
+        self.temporaries = temporaries or {}  # per function, the tensor temporaries of split statements
         self.regions: list[Region] = []
         self._fragments: dict[int, Fragment | None] = {}
 
     def _visit(self, node: ast.stmt, ctx: Context) -> None:
         if id(node) not in self._fragments:
-            self._fragments[id(node)] = translate(node, ctx, self.callees)
+            tensors = self.temporaries.get(ctx.function.qualname, frozenset())
+            self._fragments[id(node)] = translate(node, ctx, self.callees, tensors)
 
     visit_Assign = visit_AnnAssign = visit_AugAssign = visit_Expr = visit_Return = _visit
 
@@ -601,7 +676,7 @@ class RegionFinder:
         self._finish(builder, ctx)
 
     def _finish(self, builder: _Builder, ctx: Context) -> None:
-        if sum(_COST.get(n.op, 1) for n in builder.nodes if n.op not in TRIVIAL) < MIN_OPS:
+        if cost(n.op for n in builder.nodes) < MIN_OPS:
             return
         first = builder.fragments[0].statement.lineno
         last = builder.fragments[-1].statement.end_lineno
@@ -646,18 +721,20 @@ def find_regions(
     text: str,
     compiled: set[str] | None = None,
     tensor_params: dict[str, frozenset[str]] | None = None,
+    temporaries: Mapping[str, frozenset[str]] | None = None,
 ) -> list[Region]:
     """The regions of one parsed file, in functions named in `compiled` (all when None).
 
     `tensor_params` (from the project's call sites, see `engine.project_facts`) types
     the parameters of helpers such as `def gelu(x)`, whose regions are found again
-    with those parameters known to be tensors.
+    with those parameters known to be tensors. `temporaries`: per function, the names
+    that split statements bind to the tensors they hoist (hoisting.py).
     """
-    finder = RegionFinder(path, compiled)
+    finder = RegionFinder(path, compiled, temporaries=temporaries)
     Checker([finder]).check(tree, module, is_package, text)
     regions = finder.regions
     if tensor_params:
-        typed = RegionFinder(path, compiled, finder.callees)
+        typed = RegionFinder(path, compiled, finder.callees, temporaries)
         Checker([typed]).check(tree, module, is_package, text, tensor_params)
         regions = [r for r in regions if r.function not in tensor_params] + typed.regions
     named, taken = [], set()

@@ -221,12 +221,12 @@ def build(
 
 def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[Region], list, str]]:
     """For each Python source with regions: its regions, the emitted files (module first) and the
-    text the regions were found in (the rewritten source)."""
+    text the regions' lines are lines of (the rewritten source, before statements were split)."""
     import ast
 
     from emit.module import GENERATED_HEADER, emit
     from transpiler.engine import project_facts
-    from transpiler.regions import find_regions
+    from transpiler.hoisting import hoist_regions
 
     sources, depths = layout.python_files, layout.depths
     facts = project_facts(sources, {p: encode_source(p, t) for p, t in fixed.items()})
@@ -239,11 +239,14 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
             continue  # reported by the lint, copied as it is
         if text.startswith(GENERATED_HEADER):
             continue  # an earlier output used as input: its kernels are compiled already
-        regions = find_regions(
+        # Statements split so that their pointwise part fuses (hoisting.py): the regions are found in
+        # the split text; what the build reports shows them on the lines of `text`.
+        split = hoist_regions(
             tree, src.as_posix(), module_name(src), src.name == "__init__.py", text, set(facts.compiled), facts.tensor_params
         )
-        if regions:
-            compiled[src] = (regions, emit(text, regions, src.as_posix(), depths[src]), text)
+        if split.regions:
+            emitted = emit(split.text, split.regions, src.as_posix(), depths[src], split.origin)
+            compiled[src] = ([split.origin.region(r) for r in split.regions], emitted, text)
     return compiled
 
 
