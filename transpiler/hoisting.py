@@ -120,7 +120,7 @@ class _Planner:
         if not self._alone_on_its_lines(statement) or translate(statement, ctx, self.callees) is not None:
             return
         split = _split(statement, ctx, self.callees)
-        if split is not None and all(id(s.statement) != id(statement) for s in self.splits.get(function, ())):
+        if split is not None:
             self.splits.setdefault(function, []).append(split)
             self.taken.setdefault(function, _names_in(ctx.node))
 
@@ -175,14 +175,15 @@ def _split(statement: ast.stmt, ctx: Context, callees: dict[str, Callee]) -> _Sp
         )
         return is_value and ctx.kind(node) in _HOISTED_KINDS
 
-    roots, hoisted, names = [], [], []
+    roots, hoisted, names, eval_only = [], [], [], []
     for node, part in _pointwise_parts(statement.value, ctx, callees, hoistable):
         if node is statement.value and not part.opaque:
             return None  # nothing to hoist: the statement is not fusible for another reason
         roots.append(node)
         hoisted.append(tuple(sorted(part.opaque, key=_evaluation_order(node).index)))
         names.append("_".join(_SHORT_OPS.get(op, op) for op in dict.fromkeys(part.ops) if op not in TRIVIAL))
-    if not roots or not _keeps_call_order(statement.value, roots, hoisted):
+        eval_only.append(part.eval_only)
+    if not roots or not _keeps_call_order(statement.value, roots, hoisted, eval_only):
         return None
     return _Split(ctx.function.qualname, statement, tuple(roots), tuple(hoisted), tuple(names))
 
@@ -202,7 +203,7 @@ def _pointwise_parts(value: ast.expr, ctx: Context, callees: dict[str, Callee], 
     while pending:
         node = pending.pop()
         part = translate_part(node, ctx, callees, hoistable) if _may_be_root(node, ctx, callees) else None
-        if part is not None and cost(part.ops) >= MIN_OPS and not (part.eval_only and part.opaque):
+        if part is not None and cost(part.ops) >= MIN_OPS:
             yield node, part
             continue
         pending += reversed(_children(node))
@@ -219,14 +220,22 @@ def _may_be_root(node: ast.expr, ctx: Context, callees: dict[str, Callee]) -> bo
     return True
 
 
-def _keeps_call_order(value: ast.expr, roots: list[ast.expr], hoisted: list[tuple[ast.expr, ...]]) -> bool:
-    """Whether every hoisted subexpression ran before every call left in the statement: then the
-    calls still run in their order (only the pure pointwise ops move)."""
+def _keeps_call_order(value: ast.expr, roots: list[ast.expr], hoisted: list[tuple], eval_only: list[bool]) -> bool:
+    """Whether the calls of the statement still run in their order: every hoisted subexpression ran
+    before every call left in the statement (only pure pointwise ops move). A part that calls a
+    module pure only in eval mode (dropout draws random numbers in training) moves across no call."""
     order = _evaluation_order(value)
+    position = {id(n): i for i, n in enumerate(order)}
     inside = {id(n) for root in roots for n in ast.walk(root)}
-    last_hoisted = max((order.index(h) for found in hoisted for h in found), default=-1)
     outer = [i for i, n in enumerate(order) if isinstance(n, ast.Call) and id(n) not in inside]
-    return not outer or last_hoisted < min(outer)
+    last_hoisted = max((position[id(h)] for found in hoisted for h in found), default=-1)
+    if outer and last_hoisted > min(outer):
+        return False
+    for root, found, impure in zip(roots, hoisted, eval_only):
+        start = min(position[id(n)] for n in ast.walk(root) if id(n) in position)
+        if impure and (found or any(i < start for i in outer)):
+            return False
+    return True
 
 
 def _evaluation_order(node: ast.AST) -> list[ast.AST]:
