@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from transpiler.cli import main
+from tests.transpiled import importable
 from transpiler.ops import ACTIVATION_ATTRIBUTE, ACTIVATIONS
 
 torch = pytest.importorskip("torch")
@@ -72,15 +71,8 @@ def tree(tmp_path_factory) -> Path:
     source = base / "source"
     source.mkdir()
     (source / "block.py").write_text(BLOCK)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("TRANSPILE_CACHE_DIR", str(base / "cache"))
-        run = CliRunner().invoke(main, ["build", "--no-cache", str(source), "-o", str(base / PACKAGE)])
-        assert run.exit_code in (0, 1), run.output
-        sys.path.insert(0, str(base))
+    with importable(base, {source: base / PACKAGE}, (PACKAGE,)):
         yield base
-        sys.path.remove(str(base))
-        for name in [n for n in sys.modules if n.split(".")[0] == PACKAGE]:
-            del sys.modules[name]
 
 
 def blocks(act):
@@ -210,16 +202,10 @@ def test_every_table_entry_in_triton_through_the_interpreter(tree):
     assert counts == {"triton": 2 * len(ACTIVATIONS)}
 
 
-def test_gpt2_mlp_runs_its_activation_in_a_kernel(tmp_path, monkeypatch):
+def test_gpt2_mlp_runs_its_activation_in_a_kernel(tmp_path):
     """GPT-2 from transformers: `self.act = ACT2FN[config.activation_function]` (gelu_new) in GPT2MLP."""
-    monkeypatch.setenv("TRANSPILE_CACHE_DIR", str(tmp_path / "cache"))
     models = Path(transformers.__file__).parent / "models"
-    run = CliRunner().invoke(
-        main, ["build", "--no-cache", str(models / "gpt2"), "-o", str(tmp_path / "gpt2_act" / "gpt2")]
-    )
-    assert run.exit_code in (0, 1), run.output
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with importable(tmp_path, {models / "gpt2": tmp_path / "gpt2_act" / "gpt2"}, ("gpt2_act",)):
         compiled_class = importlib.import_module("gpt2_act.gpt2.modeling_gpt2").GPT2MLP
         runtime = importlib.import_module("gpt2_act.gpt2._transpile_runtime")
         config = transformers.GPT2Config(n_layer=1, n_embd=64, n_head=4, vocab_size=128, n_positions=64)
@@ -235,9 +221,6 @@ def test_gpt2_mlp_runs_its_activation_in_a_kernel(tmp_path, monkeypatch):
         assert "activation(" in region["ir"]
         (kernel,) = [k for k in runtime.KERNELS if k.name == region["name"]]
         assert dict(kernel.counts) == {"cpp": 1}
-    finally:
-        for name in [n for n in sys.modules if n.split(".")[0] == "gpt2_act"]:
-            del sys.modules[name]
 
 
 def test_an_activation_alone_runs_a_kernel_only_where_eager_runs_several(tree):

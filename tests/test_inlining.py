@@ -18,9 +18,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from transpiler.cli import main
+from tests.transpiled import importable
 from transpiler.ir import format_region
 from transpiler.regions import find_regions
 
@@ -138,15 +137,8 @@ def transpiled(tmp_path_factory) -> Path:
     (source / "__init__.py").write_text("")
     (source / "blocks.py").write_text(NORM + BLOCK)
     (base / "blocks_original.py").write_text(NORM + BLOCK)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("TRANSPILE_CACHE_DIR", str(base / "cache"))
-        run = CliRunner().invoke(main, ["build", "--no-cache", str(source), "-o", str(base / PACKAGE)])
-        assert run.exit_code in (0, 1), run.output
-        sys.path.insert(0, str(base))
+    with importable(base, {source: base / PACKAGE}, (PACKAGE, "blocks_original")):
         yield base
-        sys.path.remove(str(base))
-        for name in [n for n in sys.modules if n.split(".")[0] in (PACKAGE, "blocks_original")]:
-            del sys.modules[name]
 
 
 def models(transpiled: Path, dtype: torch.dtype, d: int = 32):
@@ -261,17 +253,8 @@ def llama(tmp_path_factory) -> Path:
     transformers = pytest.importorskip("transformers")
     base = tmp_path_factory.mktemp("llama")
     out = base / LLAMA_PACKAGE / "llama"
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("TRANSPILE_CACHE_DIR", str(base / "cache"))
-        run = CliRunner().invoke(
-            main, ["build", "--no-cache", str(Path(transformers.__file__).parent / "models" / "llama"), "-o", str(out)]
-        )
-        assert run.exit_code in (0, 1), run.output
-        sys.path.insert(0, str(base))
+    with importable(base, {Path(transformers.__file__).parent / "models" / "llama": out}, (LLAMA_PACKAGE,)):
         yield out
-        sys.path.remove(str(base))
-        for name in [n for n in sys.modules if n.split(".")[0] == LLAMA_PACKAGE]:
-            del sys.modules[name]
 
 
 def test_the_llama_decoder_layer_fuses_the_residual_add_with_its_rms_norm(llama):
