@@ -138,7 +138,9 @@ def test_the_transpiled_model_is_a_drop_in_for_the_original(transpiled, model, n
     ran = {k: {path: n - before.get(k, {}).get(path, 0) for path, n in c.items()} for k, c in after.items()}
     ran = {k: {path: n for path, n in c.items() if n} for k, c in ran.items() if any(c.values())}
     assert set(ran) <= {r["name"] for r in regions(out)}
-    assert all(path == "cpp" or path.startswith((INT_FALLBACK, LONE_ACTIVATION)) for c in ran.values() for path in c), ran
+    assert all(
+        path == "cpp" or path.startswith((INT_FALLBACK, LONE_ACTIVATION)) for c in ran.values() for path in c
+    ), ran
     assert any(c.get("cpp") for c in ran.values()) == (model != "resnet"), ran
 
 
