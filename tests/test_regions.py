@@ -164,7 +164,11 @@ def test_transpile_explain_prints_the_regions_of_a_file(monkeypatch):
     assert result.exit_code == 0, result.output
     assert "region fused_rms_norm (fixtures/models/layers.py:36-37, in fixtures.models.layers.RMSNorm.forward)" in result.output
     assert "  in  eps: scalar = self.eps\n" in result.output and "  variance = mean(t0, -1, True)  # line 36\n" in result.output
-    assert "fixtures/models/moe.py: no region" in result.output
+    # A split statement (transpiler/hoisting.py): the region on the line the file has, its temporary as input.
+    assert "region fused_sum (fixtures/models/moe.py:25, in fixtures.models.moe.Router.forward)" in result.output
+    assert "  _sum_div = div(weights, t0)  # line 25\n" in result.output
+    result = CliRunner().invoke(main, ["explain", "fixtures/models/__init__.py"])
+    assert result.exit_code == 0 and "fixtures/models/__init__.py: no region" in result.output, result.output
 
 
 def test_reductions_and_normalisations_join_the_pointwise_code_around_them():

@@ -338,7 +338,8 @@ def _explain(files: list[Path]) -> int:
     from transpiler.engine import project_facts
     from transpiler.fixer import read_source
     from transpiler.ir import format_region
-    from transpiler.regions import MIN_OPS, find_regions
+    from transpiler.hoisting import hoist_regions
+    from transpiler.regions import MIN_OPS
 
     facts = project_facts(files)
     for path in files:
@@ -347,13 +348,15 @@ def _explain(files: list[Path]) -> int:
             tree = ast.parse(text)
         except SyntaxError as error:
             _fail(f"{path}:{error.lineno}: cannot parse: {error.msg}")
-        regions = find_regions(
+        # The regions a build compiles: statements split so that their pointwise part fuses, shown
+        # on the lines of the file as it is.
+        split = hoist_regions(
             tree, path.as_posix(), module_name(path), path.name == "__init__.py", text, set(facts.compiled), facts.tensor_params
         )
-        if not regions:
+        if not split.regions:
             click.echo(f"{path}: no region (fusible runs of at least {MIN_OPS} ops in compiled code)\n")
-        for region in regions:
-            click.echo(format_region(region) + "\n")
+        for region in split.regions:
+            click.echo(format_region(split.origin.region(region)) + "\n")
     return EXIT_CLEAN
 
 
