@@ -92,6 +92,7 @@ class Names:
     """The C++ identifiers of a region's values, and of the pointers and strides derived from them."""
 
     values: dict[str, str]
+    scalars: frozenset[str] = frozenset()  # the values that are scalar inputs
     SUFFIXES: ClassVar[tuple[str, ...]] = tuple(
         "_ptr _out _strides _offset _row _step _nan _block _total _saved".split()
     )
@@ -218,7 +219,7 @@ def cpp_names(region: Region, reserved: frozenset[str] = frozenset()) -> Names:
         while name in claimed or name in chosen.values() or _is_derived(name, taken):
             name += "_"
         chosen[value] = name
-    return Names(chosen)
+    return Names(chosen, frozenset(item.name for item in region.scalar_inputs))
 
 
 def _is_derived(name: str, values: Iterable[str]) -> bool:
@@ -263,11 +264,19 @@ def _wanted_kind(node: Node, position: int, kinds: dict[str, Kind]) -> Kind:
     return Kind.FLOAT
 
 
+# torch's CPU pow special-cases a scalar exponent (2, 3, 0.5, ...: multiplications and roots) and
+# takes std::pow for a tensor exponent; they differ at -inf and -0.0 (`pow(-inf, 0.5)` is inf,
+# `sqrt(-inf)` NaN). A constant exponent folds `power_scalar`'s tests away.
+_SCALAR_POWER = "power_scalar<T>({0}, {1})"
+
+
 def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
     """One statement: `const C out = <the op's cpp template>;`."""
     if node.op == ACTIVATION.name:
         return _render_activation(node, names, kinds)
     template = node.definition.cpp
+    if node.op == "pow" and (1 in node.constants or node.operands[1] in names.scalars):
+        template = _SCALAR_POWER
     for position in node.constants:
         template = template.replace(f"C({{{position}}})", f"{{{position}}}")  # the literal is already a C(...)
     operands = [_render_operand(node, position, names, kinds) for position in range(len(node.operands))]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import dataclasses
 import math
 import re
 from collections.abc import Callable
@@ -200,7 +201,18 @@ def _cases() -> dict[str, Case]:
     # (casts_case); integer outputs are outside the model (test_unsupported_dtypes).
     cases += [one_node_case(CAST, constants={1: dtype}) for dtype in ("float32", "bool")]
     cases += [fused_gelu_tanh_case(), casts_case(), where_of_bools_case(), awkward_names_case()]
+    cases += [constant_power_case(exponent) for exponent in POWERS]
     return {case.region.name: case for case in cases}
+
+
+# The constant exponents torch's CPU pow special-cases (multiplications, roots), unlike a tensor exponent.
+POWERS = (2, 3, 0.5, -0.5, -1, -2)
+
+
+def constant_power_case(exponent: float) -> Case:
+    case = one_node_case(BY_NAME["pow"], constants={1: exponent})
+    name = f"op_pow_constant_{str(exponent).replace('-', 'minus_').replace('.', '_')}"
+    return Case(dataclasses.replace(case.region, name=name), case.reference, case.dtypes)
 
 
 CASES = _cases()
@@ -371,6 +383,17 @@ def test_fused_gelu_tanh(library, data):
     wide = torch.float64 if dtype == torch.float64 else torch.float32
     (expected,) = case.reference(*(t.to(wide) for t in tensors), *scalars)
     assert_matches((actual,), (expected.to(dtype),))
+
+
+@needs_compiler
+@pytest.mark.parametrize("exponent", POWERS)
+def test_pow_matches_torch_at_special_values(library, exponent):
+    """Where a root and std::pow disagree (-inf, -0.0): torch takes the root for a constant exponent only."""
+    base = torch.tensor([-0.0, 0.0, -math.inf, math.inf, -2.0, 3.0, math.nan, 1.5])
+    case = CASES[constant_power_case(exponent).region.name]
+    assert_matches(run(library, case, [base], []), (torch.pow(base, exponent),))
+    exponents = torch.full_like(base, exponent)
+    assert_matches(run(library, CASES["op_pow"], [base, exponents], []), (torch.pow(base, exponents),))
 
 
 @needs_compiler

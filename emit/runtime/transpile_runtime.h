@@ -147,22 +147,36 @@ inline C remainder(C a, C b) {
   return mod != C(0) && (b < C(0)) != (mod < C(0)) ? mod + b : mod;
 }
 
-// torch.pow: small constant exponents become multiplications and roots, as torch computes
-// them; after inlining, a constant exponent folds these tests away.
-template <typename C>
-inline C power(C base, C exponent) {
+// torch.pow with a scalar exponent: the exponents torch's CPU kernel special-cases become its
+// multiplications and roots (float16 storage takes std::pow's roots, which differ at -inf and -0.0).
+template <typename T, typename C>
+inline C power_scalar(C base, C exponent) {
+  const bool roots = !std::is_same<T, half>::value;
   if (exponent == C(2)) {
     return base * base;
   }
   if (exponent == C(3)) {
     return base * base * base;
   }
-  if (exponent == C(0.5)) {
-    return std::sqrt(base);
+  if (exponent == C(0.5) || exponent == C(-0.5)) {
+    // std::pow's root, written out: GCC's vectorised pow gives NaN for pow(-inf, 0.5).
+    const C infinity = std::numeric_limits<C>::infinity();
+    const C root = roots ? std::sqrt(base) : base == -infinity ? infinity : std::sqrt(base) + C(0);
+    return exponent == C(0.5) ? root : C(1) / root;
   }
   if (exponent == C(-1)) {
     return C(1) / base;
   }
+  if (exponent == C(-2)) {
+    return C(1) / (base * base);
+  }
+  return std::pow(base, exponent);
+}
+
+// torch.pow of two tensors: std::pow, as torch computes it. Constant exponents that torch
+// special-cases (2, 3, 0.5, ...) are rendered as its multiplications and roots instead (emit/cpp.py).
+template <typename C>
+inline C power(C base, C exponent) {
   return std::pow(base, exponent);
 }
 
