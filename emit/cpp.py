@@ -93,6 +93,9 @@ class Names:
 
     values: dict[str, str]
     scalars: frozenset[str] = frozenset()  # the values that are scalar inputs
+    # The one activation module's code (`self.act`): a template parameter ACT of the kernel, so that
+    # each instantiation keeps one op and its loops vectorise; None without exactly one.
+    activation: str | None = None
     SUFFIXES: ClassVar[tuple[str, ...]] = tuple(
         "_ptr _out _strides _offset _row _step _nan _block _total _saved".split()
     )
@@ -219,7 +222,9 @@ def cpp_names(region: Region, reserved: frozenset[str] = frozenset()) -> Names:
         while name in claimed or name in chosen.values() or _is_derived(name, taken):
             name += "_"
         chosen[value] = name
-    return Names(chosen, frozenset(item.name for item in region.scalar_inputs))
+    codes = {node.operands[1] for node in region.nodes if node.op == ACTIVATION.name}
+    activation = next(iter(codes)) if len(codes) == 1 else None
+    return Names(chosen, frozenset(item.name for item in region.scalar_inputs), activation)
 
 
 def _is_derived(name: str, values: Iterable[str]) -> bool:
@@ -286,7 +291,8 @@ def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
 
 def _render_activation(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
     """An activation module chosen at run time: a conditional over the ops of its possible codes (lines)."""
-    value, code = _render_operand(node, 0, names, kinds), names.value(node.operands[1])
+    value = _render_operand(node, 0, names, kinds)
+    code = "ACT" if node.operands[1] == names.activation else names.value(node.operands[1])
     cases = [f"    {code} == {n} ? {BY_NAME[op].cpp.format(value)} :  // {op}" for n, op in enumerate(ACTIVATION_OPS[:-1])]
     last = ACTIVATION_OPS[-1]
     return "\n".join(
@@ -321,12 +327,13 @@ def _data_parameters(region: Region, names: Names, kinds: dict[str, Kind], per_r
     return parameters
 
 
-def _signature(name: str, parameters: list[tuple[str, str]]) -> str:
+def _signature(name: str, parameters: list[tuple[str, str]], names: Names) -> str:
     """`static void name(` and the parameters, one a line, each with its comment."""
     declarations = [f"{d}," for d, _ in parameters[:-1]] + [f"{parameters[-1][0]}) {{"]
     width = max(len(d) for d in declarations)
     lines = "\n".join(f"    {d:<{width}}  // {comment}" for d, (_, comment) in zip(declarations, parameters))
-    return f"template <typename T, typename C>\nstatic void {name}(\n{lines}\n"
+    activation = ", int ACT" if names.activation else ""
+    return f"template <typename T, typename C{activation}>\nstatic void {name}(\n{lines}\n"
 
 
 def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
@@ -348,7 +355,7 @@ def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
     body = _render_element(region, names, kinds, source_lines)
     return (
         f"// {region.name}: {region.path}:{region.lines}, in {region.function}\n"
-        f"{_signature(region.name, parameters)}"
+        f"{_signature(region.name, parameters, names)}"
         "  // One element: load the inputs at their offsets, compute, store at the output index.\n"
         f"  const auto compute = [=]({offsets}) {{\n"
         f"{body}"
@@ -568,7 +575,7 @@ class _RowKernel:
         shared = self.nodes(before)
         return (
             f"// {region.name}: {region.path}:{region.lines}, in {region.function}\n"
-            f"{_signature(region.name, parameters)}"
+            f"{_signature(region.name, parameters, names)}"
             f"{_indent(['// Values shared by every row.', *shared] if shared else [], 2)}"
             "  // One row: `*_row` points at its first element in each tensor and `*_step` is the tensor's column\n"
             "  // stride (a compile-time 1 on the contiguous path, so that the column loops are unit-stride).\n"
@@ -793,11 +800,16 @@ def _entry_points(region: Region, names: Names, layout: list[str], layout_argume
         arguments += [names.value(s.name) for s in region.scalar_inputs]
         arguments += [f"static_cast<{cast[kinds[o.value]]}*>({names.value(o.value)})" for o in region.outputs]
         arguments += layout_arguments
-        functions.append(
-            f"void {region.name}_{dtype}(\n{_wrap(parameters, '    ')}) {{\n"
-            f"  transpile::{region.name}<{storage}, {compute}>(\n{_wrap(arguments, '      ')});\n"
-            "}\n"
-        )
+        call = f"transpile::{region.name}<{storage}, {compute}"
+        if names.activation is None:
+            body = f"  {call}>(\n{_wrap(arguments, '      ')});\n"
+        else:  # one instantiation per code: the kernel's op is known when it is compiled
+            cases = [
+                f"    case {code}:  // {op}\n      {call}, {code}>(\n{_wrap(arguments, ' ' * 10)});\n      break;\n"
+                for code, op in enumerate(ACTIVATION_OPS)
+            ]
+            body = f"  switch (static_cast<int>({names.value(names.activation)})) {{\n{''.join(cases)}  }}\n"
+        functions.append(f"void {region.name}_{dtype}(\n{_wrap(parameters, '    ')}) {{\n{body}}}\n")
     return (
         f"// {region.name}: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).\n"
         f'extern const char {region.name}_kinds[] = "{kinds_signature(region)}";\n\n' + "\n".join(functions)
