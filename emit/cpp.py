@@ -293,7 +293,9 @@ def _render_activation(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
     """An activation module chosen at run time: a conditional over the ops of its possible codes (lines)."""
     value = _render_operand(node, 0, names, kinds)
     code = "ACT" if node.operands[1] == names.activation else names.value(node.operands[1])
-    cases = [f"    {code} == {n} ? {BY_NAME[op].cpp.format(value)} :  // {op}" for n, op in enumerate(ACTIVATION_OPS[:-1])]
+    cases = [
+        f"    {code} == {n} ? {BY_NAME[op].cpp.format(value)} :  // {op}" for n, op in enumerate(ACTIVATION_OPS[:-1])
+    ]
     last = ACTIVATION_OPS[-1]
     return "\n".join(
         [f"const C {names.value(node.out)} =  // the op of {code}'s code in ACTIVATION_OPS (transpiler/ops.py)"]
