@@ -65,7 +65,7 @@ _CPP_KEYWORDS = frozenset(
 # names is renamed.
 _GENERATED_NAMES = frozenset(
     "T C n sizes contiguous compute index i d0 d1 d2 d3 size0 size1 size2 size3 row std transpile half bfloat16 "
-    "n_elements strides parallel_grain store load_bool".split()
+    "n_elements strides parallel_grain store load_bool ACT".split()
 ) | {name for op in BY_NAME.values() for name in re.findall(r"(?<![\w:])([A-Za-z_]\w*)\(", op.cpp)}
 # What row kernels and their entry points name besides (only their values are renamed for these).
 _ROW_KERNEL_NAMES = frozenset(
@@ -805,12 +805,13 @@ def _entry_points(region: Region, names: Names, layout: list[str], layout_argume
         call = f"transpile::{region.name}<{storage}, {compute}"
         if names.activation is None:
             body = f"  {call}>(\n{_wrap(arguments, '      ')});\n"
-        else:  # one instantiation per code: the kernel's op is known when it is compiled
-            cases = [
-                f"    case {code}:  // {op}\n      {call}, {code}>(\n{_wrap(arguments, ' ' * 10)});\n      break;\n"
-                for code, op in enumerate(ACTIVATION_OPS)
-            ]
-            body = f"  switch (static_cast<int>({names.value(names.activation)})) {{\n{''.join(cases)}  }}\n"
+        else:  # one instantiation per code of ACTIVATION_OPS: the kernel's op is known when it is compiled
+            code = f"static_cast<int>({names.value(names.activation)})"
+            body = (
+                f"  transpile::with_constant<{len(ACTIVATION_OPS)}>({code}, [&](auto ACT) {{\n"
+                f"    {call}, decltype(ACT)::value>(\n{_wrap(arguments, ' ' * 8)});\n"
+                "  });\n"
+            )
         functions.append(f"void {region.name}_{dtype}(\n{_wrap(parameters, '    ')}) {{\n{body}}}\n")
     return (
         f"// {region.name}: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).\n"

@@ -145,19 +145,7 @@ class Kernel:
         """The region's outputs computed by a kernel, or None to run the original code."""
         tensors, modules = args[: self.tensor_inputs], args[self.tensor_inputs :]
         scalars = modules if self.activations is None else _activation_codes(modules, *self.activations)
-        key = _signature(tensors, scalars) if type(scalars) is tuple else None
-        if type(scalars) is str:
-            plan = scalars
-        elif key is None:
-            plan = "fallback: an input is not a plain tensor"
-        elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            plan = "fallback: autograd needs the original code"
-        else:
-            plan = self._plans.get(key)
-            if plan is None:
-                if len(self._plans) >= MAX_PLANS:  # shapes that keep changing: keep the cache bounded
-                    self._plans.clear()
-                plan = self._plans[key] = self._plan(tensors, scalars, modules)
+        plan = scalars if isinstance(scalars, str) else self._plan_for(tensors, scalars, modules)
         if isinstance(plan, str):
             self.counts[plan] += 1
             return None
@@ -169,6 +157,20 @@ class Kernel:
         return outputs
 
     # -- planning, once per input signature -----------------------------------------------
+    def _plan_for(self, tensors: tuple, scalars: tuple, modules: tuple) -> Plan | str:
+        """The call's plan: the one kept for its signature, made on the signature's first call."""
+        key = _signature(tensors, scalars)
+        if key is None:
+            return "fallback: an input is not a plain tensor"
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return "fallback: autograd needs the original code"
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= MAX_PLANS:  # shapes that keep changing: keep the cache bounded
+                self._plans.clear()
+            plan = self._plans[key] = self._plan(tensors, scalars, modules)
+        return plan
+
     def _plan(self, tensors: tuple, scalars: tuple, modules: tuple) -> Plan | str:
         """How calls with this signature run: a Plan, or the reason they take the original code.
 

@@ -36,17 +36,15 @@ class Activations:
         self._by_class: dict[str, list[Activation]] = {}
         for entry in entries:
             self._by_class.setdefault(entry.cls, []).append(entry)
-
-    def code(self, module: object) -> int | None:
-        """The code of `module`'s op, or None when the kernel must not compute it."""
-        entry = self.entry(module)
-        return None if entry is None else entry.code
+        self._by_type: dict[type, list[Activation]] = {}  # the same, by class object: it runs on every call
 
     def entry(self, module: object) -> Activation | None:
         """`module`'s table entry, or None when the kernel must not compute it."""
         cls = type(module)
-        entries = self._by_class.get(f"{cls.__module__}.{cls.__qualname__}")
-        if entries is None or _hooked(module):
+        entries = self._by_type.get(cls)
+        if entries is None:
+            entries = self._by_type[cls] = self._by_class.get(f"{cls.__module__}.{cls.__qualname__}", [])
+        if not entries or _hooked(module):
             return None
         for entry in entries:
             if all(_same(getattr(module, name, _MISSING), value) for name, value in entry.attributes.items()):

@@ -310,4 +310,17 @@ constexpr int64_t sum_block = 1024;
 // element outputs for row kernels.
 inline const int64_t* strides_of(const int64_t* strides, int k) { return strides ? strides + 4 * k : nullptr; }
 
+// Calls `call(std::integral_constant<int, value>{})` for a `value` below N known only at run time,
+// so that the callee takes it as a template argument: one instantiation per value.
+template <int N, typename F>
+inline void with_constant(int value, F&& call) {
+  if constexpr (N > 0) {
+    if (value == N - 1) {
+      call(std::integral_constant<int, N - 1>{});
+    } else {
+      with_constant<N - 1>(value, call);
+    }
+  }
+}
+
 }  // namespace transpile
