@@ -82,6 +82,9 @@ from benchlib import (  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = ("eager", "compile", "transpiled")
+# CUDA graphs on both sides (opt-in, steady state only): torch.compile(mode="reduce-overhead") and the
+# transpiled model through its runtime's `cuda_graphs`. Compared with each other and with the defaults.
+GRAPH_VARIANTS = ("compile-graphs", "transpiled-graphs")
 TIMING_ROUNDS = 2
 # Sanity bound on the relative L2 difference from eager's output: reduction order (fp32),
 # and rounding of every intermediate through many layers (bf16).
@@ -200,7 +203,7 @@ def kernel_counters(model: Model, compiled: Path) -> dict[str, dict[str, int]]:
 
 def model_class(model: Model, variant: str, compiled: Path | None) -> type[nn.Module]:
     """The variant's class, its modeling module imported (transformers imports its own lazily, on this access)."""
-    if variant == "transpiled":
+    if variant.startswith("transpiled"):
         return getattr(transpiled_module(model, compiled), model.cls)
     return getattr(transformers, model.cls)
 
@@ -363,6 +366,8 @@ def steady_state(model: Model, args: argparse.Namespace) -> dict:
         counts = profiled_counts(call, args.device)
         result["profile"] = counts
         result["ops_per_forward"] = ops_per_forward(variant, counts, result.get("kernels", {}), args.device)
+        if call.graphs is not None:
+            result["graph_counts"] = dict(call.graphs.counts)
     return row
 
 
@@ -370,20 +375,30 @@ def measure_variant(
     model: Model, variant: str, eager: nn.Module, inputs: dict, args: argparse.Namespace
 ) -> tuple[dict, torch.Tensor, Callable[[], object]]:
     """A variant's first-call numbers, its first output, and the call to time."""
+    graphs = None
     if variant == "eager":
         module = eager
-    elif variant == "compile":
-        module = torch.compile(eager)
+    elif variant.startswith("compile"):
+        module = torch.compile(eager, mode="reduce-overhead" if variant == "compile-graphs" else "default")
     else:
         module = build(model_class(model, "transpiled", args.compiled), model, args)
         module.load_state_dict(eager.state_dict())  # the same weights as eager
-    transpiled = variant == "transpiled"
+        if variant == "transpiled-graphs":
+            runtime = importlib.import_module(f"{args.compiled.name}.{model.name}._transpile_runtime")
+            module = graphs = runtime.cuda_graphs(module)
+    transpiled = variant.startswith("transpiled")
     call = lambda: module(**inputs)  # noqa: E731
+    call.graphs = graphs  # its counts (replays, and why not) go into the result after the timings
     before = kernel_counters(model, args.compiled) if transpiled else {}
     start = time.perf_counter()
     output = primary_output(call(), model)
     synchronize(args.device)
     result: dict = {"first_call_in_process_s": time.perf_counter() - start}  # torch.compile compiles here
+    if variant in GRAPH_VARIANTS:  # check what the steady state runs: a replay, not the first (eager) call
+        del output
+        for _ in range(2):
+            output = primary_output(call(), model)
+        synchronize(args.device)
     delta = counters_delta(before, kernel_counters(model, args.compiled)) if transpiled else {}
     if transpiled:
         result["kernels"] = delta
@@ -432,7 +447,8 @@ def child(spec: dict) -> dict:
 
 def first_calls(model: Model, args: argparse.Namespace) -> list[dict]:
     """Fresh processes for eager, and for torch.compile and transpiled with cold then warm caches."""
-    runs = [("eager", "none")] + [(v, cache) for v in args.variants if v != "eager" for cache in ("cold", "warm")]
+    later = [v for v in args.variants if v not in ("eager", *GRAPH_VARIANTS)]  # a graph's first call is its warm-up
+    runs = [("eager", "none")] + [(v, cache) for v in later for cache in ("cold", "warm")]
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-caches-") as caches:
         for variant, cache in runs:
@@ -453,7 +469,7 @@ def first_calls(model: Model, args: argparse.Namespace) -> list[dict]:
 
 # -- report --------------------------------------------------------------------------------
 def markdown(report: dict) -> str:
-    tables = (_steady_table(report), _first_call_table(report), _kernels_table(report))
+    tables = (_steady_table(report), _graphs_table(report), _first_call_table(report), _kernels_table(report))
     return "\n\n".join(table for table in tables if table)
 
 
@@ -512,11 +528,37 @@ def _steady_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _graphs_table(report: dict) -> str:
+    """CUDA graphs on both sides, against the default modes (rows that ran a graph variant)."""
+    rows = [row for row in report["steady_state"] if set(row["variants"]) & set(GRAPH_VARIANTS)]
+    if not rows:
+        return ""
+    lines = [
+        "| model | dtype | torch.compile ms | transpiled ms | compile, reduce-overhead ms | transpiled, CUDA graphs ms "
+        "| transpiled graphs vs compile | transpiled graphs vs compile reduce-overhead "
+        "| peak extra MiB (compile ro / transpiled graphs) | rel L2 diff vs eager (compile ro / transpiled graphs) "
+        "| transpiled graph calls |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        v = row["variants"]
+        graphs, reduce_overhead = v.get("transpiled-graphs"), v.get("compile-graphs")
+        cells = [row["model"], row["dtype"]]
+        cells += [_cell(v.get(name), _ms, why=True) for name in ("compile", "transpiled", *GRAPH_VARIANTS)]
+        cells += [_ratio(v.get("compile"), graphs), _ratio(reduce_overhead, graphs)]
+        cells.append(" / ".join(_cell(v.get(name), _mib) for name in GRAPH_VARIANTS))
+        cells.append(" / ".join(_cell(v.get(name), _diff) for name in GRAPH_VARIANTS))
+        counts = (graphs or {}).get("graph_counts", {})
+        cells.append(", ".join(f"{why} x{n}" for why, n in sorted(counts.items())) or "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _kernels_table(report: dict) -> str:
     """Per model and variant, the device kernels taking the most time (CUDA runs only)."""
     lines = []
     for row in report["steady_state"]:
-        for variant in VARIANTS:
+        for variant in VARIANTS + GRAPH_VARIANTS:
             top = row["variants"].get(variant, {}).get("profile", {}).get("top_kernels")
             for rank, kernel in enumerate(top or []):
                 label = f"{row['model']} {row['dtype']} {variant}" if rank == 0 else ""
@@ -637,7 +679,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--models", default="all", help="steady-state models: names, all or none")
     parser.add_argument("--first-call", default="all", metavar="MODELS", help="models timed in fresh processes")
     parser.add_argument("--dtypes", default="bfloat16,float32", help="comma-separated (first call: the first)")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated, of {', '.join(VARIANTS + GRAPH_VARIANTS)} (the graph variants: steady state, CUDA)",
+    )
     parser.add_argument(
         "--attention", default="sdpa", help="transformers' attn_implementation (default sdpa, its own default)"
     )
@@ -648,10 +694,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.models = pick(parser, args.models, MODELS_BY_NAME, "model")
     args.first_call = pick(parser, args.first_call, MODELS_BY_NAME, "model")
     args.dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
-    args.variants = [v for v in VARIANTS if v in args.variants.split(",")]
+    args.variants = [v for v in VARIANTS + GRAPH_VARIANTS if v in args.variants.split(",")]
     if "eager" not in args.variants:
         parser.error("--variants needs eager: it is the reference and the baseline")
-    if "transpiled" in args.variants and not (args.prepare or args.tables or args.child):
+    if args.device != "cuda" and set(args.variants) & set(GRAPH_VARIANTS):
+        parser.error("the CUDA-graph variants need --device cuda")
+    if any(v.startswith("transpiled") for v in args.variants) and not (args.prepare or args.tables or args.child):
         if args.compiled is None:
             parser.error("the transpiled variant needs --compiled DIR (from --prepare DIR)")
         if not args.compiled.name.isidentifier():
@@ -675,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {**environment(args.device), "benchmark": "models", "attention": args.attention}
     report["versions"]["transformers"] = transformers.__version__
     report["float32_matmul_precision"] = torch.get_float32_matmul_precision()
-    if "transpiled" in args.variants:
+    if any(v.startswith("transpiled") for v in args.variants):
         report["prepared"] = check_prepared(args.compiled)
     report["steady_state"], report["first_call"] = [], []
     with torch.no_grad():  # inference: the transpiled kernels need no autograd (and would fall back for it)

@@ -1,0 +1,172 @@
+"""The opt-in CUDA-graph runtime mode (emit/runtime/graphs.py): when it replays, when it runs the original forward.
+
+Without a GPU only the decisions are tested (every CPU call runs the original forward,
+with its reason); the `gpu` tests record and replay, against eager on random inputs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from emit.runtime.graphs import CudaGraphs, _describe, _rebuild, _Snapshot, cuda_graphs
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+class Block(nn.Module):
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+        self.norm = nn.LayerNorm(width)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x, scale: float = 1.0, residual=None):
+        h = self.drop(torch.nn.functional.gelu(self.linear(self.norm(x)))) * scale
+        return {"out": h if residual is None else h + residual, "extra": (h.sum(-1), None)}
+
+
+def test_arguments_describe_and_rebuild_in_order():
+    x, y = torch.randn(2, 3), torch.randn(4)
+    tensors: list = []
+    key = _describe(((x, [y, 2]), {"flag": True, "none": None}), tensors)
+    assert tensors == [x, y]
+    hash(key)  # a dict key
+    other: list = []
+    assert _describe(((x.t(), [y, 2]), {"flag": True, "none": None}), other) != key  # strides are in the key
+    assert _describe(((x, [y, 3]), {"flag": True, "none": None}), []) != key  # plain values too
+    a, b = torch.zeros(2, 3), torch.zeros(4)
+    rebuilt = _rebuild(((x, [y, 2]), {"flag": True, "none": None}), iter([a, b]))
+    assert (
+        rebuilt[0][0] is a
+        and rebuilt[0][1][0] is b
+        and rebuilt[0][1][1] == 2
+        and rebuilt[1] == {"flag": True, "none": None}
+    )
+
+
+def test_snapshot_sees_replacements_moves_and_modes():
+    model = nn.Sequential(Block(), Block()).eval()
+    snapshot = _Snapshot(model)
+    assert snapshot.holds()
+    with torch.no_grad():
+        model[0].linear.weight.mul_(2)  # in place: the recorded kernels read the same memory
+    assert snapshot.holds()
+    model[0].linear.weight = nn.Parameter(torch.randn(16, 16))
+    assert not snapshot.holds()
+    snapshot = _Snapshot(model)
+    model[1].linear.weight.data = torch.randn(16, 16)  # same object, new memory
+    assert not snapshot.holds()
+    snapshot = _Snapshot(model)
+    model[1].norm = nn.LayerNorm(16)
+    assert not snapshot.holds()
+    snapshot = _Snapshot(model)
+    model.train()
+    assert not snapshot.holds()
+
+
+def test_cpu_calls_run_the_original_forward_with_the_reason():
+    torch.manual_seed(0)
+    model = Block().eval()
+    forward = cuda_graphs(model)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        out = forward(x, scale=0.5)
+    assert torch.equal(out["out"], model(x, scale=0.5)["out"])
+    assert forward.counts == {"original forward: no CUDA tensor among the inputs": 1}
+    forward(x)
+    assert forward.counts["original forward: autograd is on (graphs are for inference: use torch.no_grad())"] == 1
+
+
+class Half:
+    """A scale the forward accepts but a graph cannot key on."""
+
+    def __rmul__(self, other):
+        return other * 0.5
+
+
+def test_arguments_that_are_not_values_run_the_original_forward():
+    model = Block().eval()
+    forward = cuda_graphs(model)
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(forward(x, scale=Half())["out"], model(x, scale=0.5)["out"])
+    assert forward.counts == {"original forward: an argument of type Half (not a tensor or a plain value)": 1}
+
+
+def test_a_bound_forward_can_replace_the_module_forward():
+    model = Block().eval()
+    model.forward = cuda_graphs(model.forward)
+    assert model.forward.module is model
+    with torch.no_grad():
+        out = model(torch.randn(3, 16))["out"]  # through nn.Module.__call__, hooks included
+    assert out.shape == (3, 16)
+    assert set(model.forward.counts) == {"original forward: no CUDA tensor among the inputs"}
+    with pytest.raises(TypeError, match="module"):
+        CudaGraphs(lambda x: x)
+
+
+# -- on a GPU: record, replay, and against eager -------------------------------------------------
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("copy_outputs", [True, False])
+def test_replays_equal_eager_on_fresh_inputs(copy_outputs):
+    torch.manual_seed(0)
+    model = Block().cuda().eval()
+    forward = cuda_graphs(model, copy_outputs=copy_outputs)
+    with torch.no_grad():
+        results = []
+        for _ in range(4):
+            x, residual = torch.randn(8, 16, device="cuda"), torch.randn(8, 16, device="cuda")
+            out = forward(x, scale=0.25, residual=residual)
+            expected = model(x, scale=0.25, residual=residual)
+            torch.testing.assert_close(out["out"], expected["out"])
+            torch.testing.assert_close(out["extra"][0], expected["extra"][0])
+            assert out["extra"][1] is None
+            results.append((out["out"], expected["out"].clone()))
+    assert forward.counts == {"warm-up (original forward)": 1, "graph replay": 3}
+    earlier, expected = results[1]
+    if copy_outputs:  # results of earlier calls stay valid
+        torch.testing.assert_close(earlier, expected)
+    else:  # the graph's own tensors: the last replay wrote them
+        assert earlier.data_ptr() == results[3][0].data_ptr()
+
+
+@pytest.mark.gpu
+@cuda
+def test_a_new_signature_records_a_new_graph_and_changes_to_the_model_record_again():
+    torch.manual_seed(0)
+    model = Block().cuda().eval()
+    forward = cuda_graphs(model)
+    with torch.no_grad():
+        for rows in (4, 4, 4, 6, 6, 6):
+            x = torch.randn(rows, 16, device="cuda")
+            torch.testing.assert_close(forward(x)["out"], model(x)["out"])
+        assert forward.counts["graph replay"] == 4
+        model.linear.weight = nn.Parameter(torch.randn(16, 16, device="cuda"))  # a recording would read the old one
+        x = torch.randn(4, 16, device="cuda")
+        torch.testing.assert_close(forward(x)["out"], model(x)["out"])
+        assert forward.counts["warm-up (original forward)"] == 3
+        model.linear.weight.data.mul_(3)  # in place: the graph sees it
+        forward(x)
+        torch.testing.assert_close(forward(x)["out"], model(x)["out"])
+
+
+@pytest.mark.gpu
+@cuda
+def test_a_forward_that_syncs_with_the_host_is_not_recorded():
+    class Syncs(nn.Module):
+        def forward(self, x):
+            return x * x.sum().item()
+
+    model = Syncs()
+    forward = cuda_graphs(model)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(5, device="cuda")
+            torch.testing.assert_close(forward(x), model(x))
+        y = torch.randn(5, device="cuda")  # CUDA still works after the refused recording
+        torch.testing.assert_close(forward(y), y * y.sum().item())
+    (reason,) = [r for r in forward.counts if r.startswith("original forward: the forward cannot be recorded")]
+    assert forward.counts[reason] == 3
