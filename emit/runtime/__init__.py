@@ -11,16 +11,25 @@ geometry are worked out once per call signature (types, shapes, strides, dtypes)
 kept in a `Plan`: a call whose signature was seen before checks only autograd, then
 allocates the outputs and launches. Result dtypes come from torch itself, by running
 the region's eager reference on one-element tensors.
+
+A Triton kernel not compiled yet for a new signature compiles in the background: calls
+of that signature take the original code until it is ready (`wait_for_kernels()` blocks
+until every compile started has finished; `TRANSPILE_COMPILE=sync` compiles on the
+first call instead).
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import functools
 import importlib.util
 import math
 import os
+import queue
 import sys
+import threading
+import warnings
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -34,6 +43,9 @@ _SCALARS = (bool, int, float)
 # `TRANSPILE_BACKEND=triton` sends CPU tensors to Triton too (with TRITON_INTERPRET=1:
 # how the Triton kernels are tested without a GPU); `eager` turns every kernel off.
 _FORCED = os.environ.get("TRANSPILE_BACKEND", "")
+# `TRANSPILE_COMPILE=sync`: a Triton kernel compiles on its signature's first call, which waits for it.
+_BACKGROUND = os.environ.get("TRANSPILE_COMPILE", "background") != "sync"
+COMPILING = "fallback: compiling in the background"
 
 KERNELS: list["Kernel"] = []
 MAX_PLANS = 256  # call signatures remembered per kernel
@@ -50,6 +62,88 @@ class Plan(NamedTuple):
     device: torch.device
     launch: Callable[[tuple, tuple, tuple], None]  # (tensors, scalars, outputs): fills the outputs
     path: str  # the backend's name, for the counters
+
+
+class _Compiling(NamedTuple):
+    """A plan whose kernel compiles in the background: its calls take the original code meanwhile."""
+
+    plan: Plan
+
+    def settled(self, kernel: "Kernel") -> "Plan | str | _Compiling":
+        """The plan once its kernel is ready, the reason to fall back if it failed to compile, else self."""
+        try:
+            if not self.plan.launch.ready():
+                return self
+        except Exception as error:  # whatever the compiler raised, the original code is still right
+            warnings.warn(f"{kernel!r}: the kernel failed to compile, the original code runs: {error}", RuntimeWarning)
+            return f"fallback: the kernel failed to compile ({type(error).__name__})"
+        return self.plan
+
+
+class _Compiler:
+    """Threads that compile kernels, and the compiles not finished yet.
+
+    Daemon threads, not a ThreadPoolExecutor: the executor's workers are joined at exit, so
+    a short script would wait for every queued compile before exiting. A compile cut off by
+    the exit leaves no partial file: Triton writes its cache files atomically. Threads, not
+    processes: Triton's compile holds the GIL for most of its work (its Python front end
+    and MLIR passes; ptxas and gcc run as subprocesses), but a process would first import
+    torch and triton, seconds that a first call must not pay.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._workers: list[threading.Thread] = []
+        self._pending: set[concurrent.futures.Future] = set()
+
+    def submit(self, job: Callable[[], object]) -> concurrent.futures.Future:
+        """Run `job` on a compile thread; a Future of its result (Executor's interface, as Triton expects)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self._pending.add(future)
+            if len(self._workers) < self.threads:  # started on demand: a model without Triton kernels starts none
+                worker = threading.Thread(target=self._work, name="transpile-compile", daemon=True)
+                worker.start()
+                self._workers.append(worker)
+        future.add_done_callback(self._finished)
+        self._jobs.put((future, job))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            future, job = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(job())
+            except BaseException as error:  # a future left unset would hang wait_for_kernels
+                future.set_exception(error)
+
+    def _finished(self, future: concurrent.futures.Future) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def wait(self, timeout: float | None) -> bool:
+        with self._lock:
+            pending = list(self._pending)
+        return not concurrent.futures.wait(pending, timeout).not_done
+
+
+# Two threads: the GIL leaves little to gain from more (ptxas and gcc overlap), and the caller's
+# original code competes with them for it.
+_COMPILER = _Compiler(max(1, int(os.environ.get("TRANSPILE_COMPILE_THREADS", "2"))))
+
+
+def wait_for_kernels(timeout: float | None = None) -> bool:
+    """Block until every kernel compile started so far has finished; False if `timeout` seconds passed first.
+
+    A plan whose compile finished launches its kernel from its next call on (or falls back
+    for good, counted, if the compile failed). Call it before capturing a CUDA graph, and
+    where a first call must run the kernels: after one call that plans the signatures.
+    """
+    return _COMPILER.wait(timeout)
 
 
 def _signature(tensors: tuple, scalars: tuple) -> tuple | None:
@@ -150,7 +244,8 @@ class Kernel:
             self.counts[plan] += 1
             return None
         outputs = tuple(
-            torch.empty_strided(shape, strides, dtype=dtype, device=plan.device) for shape, strides, dtype in plan.outputs
+            torch.empty_strided(shape, strides, dtype=dtype, device=plan.device)
+            for shape, strides, dtype in plan.outputs
         )
         plan.launch(tensors, scalars, outputs)
         self.counts[plan.path] += 1
@@ -168,7 +263,11 @@ class Kernel:
         if plan is None:
             if len(self._plans) >= MAX_PLANS:  # shapes that keep changing: keep the cache bounded
                 self._plans.clear()
-            plan = self._plans[key] = self._plan(tensors, scalars, modules)
+            plan = self._plans[key] = _compile_in_background(self._plan(tensors, scalars, modules), tensors, scalars)
+        if type(plan) is _Compiling:
+            plan = self._plans[key] = plan.settled(self)
+            if type(plan) is _Compiling:
+                return COMPILING
         return plan
 
     def _plan(self, tensors: tuple, scalars: tuple, modules: tuple) -> Plan | str:
@@ -249,7 +348,9 @@ class Kernel:
             del reduced[dim]
         outputs = tuple(
             (size, tuple(_contiguous_strides(size)), dtype)
-            for size, dtype in ((torch.Size(reduced) if n in rows.row_outputs else shape, dtype) for n, dtype in enumerate(dtypes))
+            for size, dtype in (
+                (torch.Size(reduced) if n in rows.row_outputs else shape, dtype) for n, dtype in enumerate(dtypes)
+            )
         )
         if outputs and max(math.prod(s) for s, _, _ in outputs) >= 2**31:
             return "fallback: 2**31 elements or more"
@@ -295,6 +396,16 @@ class Kernel:
         return CppLibrary.for_file(self._cpp_file)
 
 
+def _compile_in_background(plan: Plan | str, tensors: tuple, scalars: tuple) -> Plan | str | _Compiling:
+    """`plan`, as `_Compiling` while its kernel compiles: launchers with a `compile` method can start one."""
+    if isinstance(plan, str) or not _BACKGROUND:
+        return plan
+    compile = getattr(plan.launch, "compile", None)
+    if compile is None or not compile(tensors, scalars, [dtype for _, _, dtype in plan.outputs], _COMPILER):
+        return plan
+    return _Compiling(plan)
+
+
 def broadcast(shapes) -> torch.Size:
     """The broadcast of `shapes` (torch's rules); ValueError when they do not broadcast."""
     ndim = max((len(s) for s in shapes), default=0)
@@ -320,7 +431,10 @@ def layout(tensors, shape) -> tuple[bool, tuple[int, ...] | None, list[tuple[int
     if all(t.shape == shape and t.is_contiguous() for t in tensors):
         return True, (), []
     ndim = len(shape)
-    strides = [[0] * (ndim - t.dim()) + [0 if size == 1 else stride for size, stride in zip(t.shape, t.stride())] for t in tensors]
+    strides = [
+        [0] * (ndim - t.dim()) + [0 if size == 1 else stride for size, stride in zip(t.shape, t.stride())]
+        for t in tensors
+    ]
     sizes = list(shape)
     merged_sizes, merged = _merge_dims(sizes, strides, [d for d in range(ndim) if sizes[d] != 1])
     if len(merged_sizes) > RANK:
@@ -341,7 +455,9 @@ def _shared_dense_strides(tensors, shape) -> tuple[int, ...] | None:
     if first.shape != shape or first.is_contiguous() or any(t.shape != shape or t.stride() != strides for t in tensors):
         return None
     expected = 1
-    for size, stride in sorted(((size, stride) for size, stride in zip(shape, strides) if size != 1), key=lambda d: d[1]):
+    for size, stride in sorted(
+        ((size, stride) for size, stride in zip(shape, strides) if size != 1), key=lambda d: d[1]
+    ):
         if stride != expected:
             return None
         expected *= size
@@ -392,7 +508,10 @@ def row_layout(tensors, shape, dim: int) -> tuple[tuple[int, int, int], list[tup
     """
     ndim = len(shape)
     output = _contiguous_strides(shape)
-    full = [[0] * (ndim - t.dim()) + [0 if size == 1 else stride for size, stride in zip(t.shape, t.stride())] for t in tensors]
+    full = [
+        [0] * (ndim - t.dim()) + [0 if size == 1 else stride for size, stride in zip(t.shape, t.stride())]
+        for t in tensors
+    ]
     full.append(output)
     merged_sizes, merged = _merge_dims(shape, full, [d for d in range(ndim) if d != dim and shape[d] != 1])
     if len(merged_sizes) > RANK - 1:

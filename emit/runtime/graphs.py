@@ -82,15 +82,24 @@ class _Graph:
         static_args, static_kwargs = _rebuild((args, kwargs), iter(self.inputs))
         # Warm up on a side stream, as the recording will run on one: libraries set up per-stream
         # state (cuBLAS workspaces) on their first call there, which must not happen while recording.
+        # Warm up on a side stream, as the recording will run on one: libraries set up per-stream
+        # state (cuBLAS workspaces) on their first call there, which must not happen while recording.
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             function(*static_args, **static_kwargs)
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        # thread_local: only this thread's work is recorded or refused, not a background compile's.
-        with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
-            output = function(*static_args, **static_kwargs)
+        # A forward that waits on the device (`.item()`, data-dependent shapes) cannot be recorded. torch's
+        # sync check raises before the wait, which ends the recording cleanly; CUDA's own refusal would
+        # leave torch's CUDA generator unusable. thread_local: a background compile's work is not refused.
+        debug_mode = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
+                output = function(*static_args, **static_kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode(debug_mode)
         self.outputs, self.spec = pytree.tree_flatten(output)
         for leaf in self.outputs:
             if not isinstance(leaf, (torch.Tensor, *_PLAIN)):
@@ -206,7 +215,7 @@ class CudaGraphs:
             graph: _Graph | str = _Graph(self.function, args, kwargs, tensors, self._pool)
         except _Unsupported as error:
             graph = f"original forward: {error}"
-        except RuntimeError as error:  # CUDA refused an operation while recording (a sync with the host)
+        except RuntimeError as error:  # the forward waits on the device, or CUDA refused an operation while recording
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             graph = f"original forward: the forward cannot be recorded ({first[:120]})"
         self._graphs[key] = graph

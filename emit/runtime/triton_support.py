@@ -12,6 +12,8 @@ This module is copied into every output tree: it imports only torch and triton.
 
 from __future__ import annotations
 
+import functools
+
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
@@ -38,6 +40,10 @@ SUPPORTED_DTYPES = frozenset(
     )
 )
 MAX_BLOCK_SIZE = 1024
+# Compiles can run in the background (see `Launcher.compile`) with Triton's AsyncCompileMode;
+# under the interpreter there is nothing to compile.
+_ASYNC = hasattr(triton, "AsyncCompileMode")  # not in older Tritons: compiles stay synchronous
+BACKGROUND = _ASYNC and not triton.knobs.runtime.interpret
 
 
 # -- loads and casts ------------------------------------------------------------------------------
@@ -417,6 +423,53 @@ class Launcher:
         self._direct = names[len(names) - len(constexprs) :] == list(constexprs)
         self._constexpr_values = tuple(constexprs.values())
         self._grid3 = (*grid, 1, 1)[:3]
+        self._compiling = None  # Triton's FutureKernel while `compile` runs in the background
+
+    def compile(self, tensors, scalars, output_dtypes, executor) -> bool:
+        """Start compiling the kernel this launcher launches, in `executor`; False if there is nothing to wait for.
+
+        `JITFunction.warmup` with the launch's own arguments (the outputs as their dtypes:
+        Triton's stand-ins are 16-byte aligned, as fresh allocations are) binds and
+        specialises them on this thread exactly as a launch would, so the launch later finds
+        the compiled kernel in the JIT's in-memory cache under the same key. Under an
+        AsyncCompileMode the JIT hands `triton.compile` (front end, LLVM, ptxas) to the
+        executor instead of running it. False: a kernel already in memory, or no
+        background compiles (interpreter, an older Triton, another AsyncCompileMode active).
+        """
+        if not BACKGROUND:
+            return False
+        try:
+            with _background_mode(tensors[0].device, executor):
+                compiled = self.kernel.warmup(
+                    *tensors,
+                    *scalars,
+                    *output_dtypes,
+                    *self.tail,
+                    grid=self.grid,
+                    num_warps=self.num_warps,
+                    **self.constexprs,
+                )
+        except Exception:  # the caller's own AsyncCompileMode, say: the first launch compiles, as in sync mode
+            return False
+        if not hasattr(compiled, "future"):  # compiled before (another plan with the same specialisation)
+            return False
+        self._compiling = compiled
+        return True
+
+    def ready(self) -> bool:
+        """Whether a launch runs without compiling; raises the error of a failed background compile.
+
+        Finishing the compile (`FutureKernel.result`) stores the kernel in the JIT's cache: on
+        the thread that launches, so Triton's cache dict is only written from there.
+        """
+        compiling = self._compiling
+        if compiling is None:
+            return True
+        if not compiling.future.done():
+            return False
+        compiling.result()
+        self._compiling = None
+        return True
 
     def __call__(self, tensors, scalars, outputs) -> None:
         compiled = self.compiled
@@ -443,6 +496,50 @@ class Launcher:
             *self.tail,
             *self._constexpr_values,
         )
+
+
+if _ASYNC:
+
+    class _BackgroundMode(triton.AsyncCompileMode):
+        """Triton's AsyncCompileMode, left without waiting: the runtime polls each compile instead.
+
+        One per device for the whole process, so that plans sharing a specialisation share
+        one compile (the mode keeps a FutureKernel per Triton cache key).
+        """
+
+        def __exit__(self, *exc_info):
+            self.raw_futures.clear()  # what the base class would wait for
+            return super().__exit__(*exc_info)
+
+
+@functools.lru_cache(maxsize=None)
+def _background_mode(device, executor) -> "_BackgroundMode":
+    return _BackgroundMode(_LoadingExecutor(executor, device))
+
+
+class _LoadingExecutor:
+    """Submits a compile to `executor`, followed in the same worker by loading it onto `device`.
+
+    Loading builds the kernel's C launcher (a gcc run where Triton's disk cache has none)
+    and loads the binary into the CUDA context: left to the first launch, both would run on
+    the calling thread. A failure to load (too much shared memory) fails the compile.
+    """
+
+    def __init__(self, executor, device) -> None:
+        self.executor = executor
+        self.device = device
+
+    def submit(self, compile_kernel):
+        return self.executor.submit(functools.partial(_compile_and_load, compile_kernel, self.device))
+
+
+def _compile_and_load(compile_kernel, device):
+    compiled = compile_kernel()
+    if device.type == "cuda":
+        # A new thread's current device is 0: Triton loads onto the current one.
+        with torch.cuda.device(device):
+            compiled._init_handles()
+    return compiled
 
 
 def _hooks_installed() -> bool:
