@@ -133,7 +133,8 @@ def test_the_transpiled_model_is_a_drop_in_for_the_original(transpiled, model, n
 
     # Kernels of this output ran, in C++ where their inputs are floating point; the only
     # fallbacks are the runtime's documented policies: integer inputs (clamped answer spans),
-    # and an activation alone that is one eager kernel already (ResNet's ReLUs: no kernel runs).
+    # and an activation alone that is one eager kernel already (ResNet's ReLU after the residual add;
+    # its conv layers' batch norm and activation run as kernels).
     after = run_counts(runtime)
     ran = {k: {path: n - before.get(k, {}).get(path, 0) for path, n in c.items()} for k, c in after.items()}
     ran = {k: {path: n for path, n in c.items() if n} for k, c in ran.items() if any(c.values())}
@@ -141,7 +142,7 @@ def test_the_transpiled_model_is_a_drop_in_for_the_original(transpiled, model, n
     assert all(
         path == "cpp" or path.startswith((INT_FALLBACK, LONE_ACTIVATION)) for c in ran.values() for path in c
     ), ran
-    assert any(c.get("cpp") for c in ran.values()) == (model != "resnet"), ran
+    assert any(c.get("cpp") for c in ran.values()), ran
 
 
 def test_regions_are_found_and_the_runtime_is_written_where_they_are(transpiled):

@@ -222,6 +222,39 @@ REDUCTIONS: tuple[Op, ...] = (
 # The dim every reduction above reduces along: operand 1, except layer_norm's last dim.
 LAST_DIM_OPS = frozenset({"layer_norm"})
 
+
+# -- per-channel ops ---------------------------------------------------------------------------
+# Batch norm in eval mode: pointwise, with operands 1-4 one value per channel, which the caller passes
+# as views broadcasting along dim 1 of the input (kernels read them like any broadcast input); the
+# module's conditions (regions.MODULE_CONDITIONS: eval mode, statistics present, the input's rank and
+# channels) guard the call. Computed as torch's CPU kernel does, in float32 for half and bfloat16:
+# y = x * alpha + beta, alpha = 1 / sqrt(var + eps) * weight, beta = bias - mean * alpha.
+# Not among OPS: the op tests draw arbitrary broadcasts, and these operands broadcast one way.
+def _batch_norm(module: str, dims: int) -> str:
+    """The spelling of `nn.BatchNorm{dims - 2}d`: its statistics and affine parameters viewed so that
+    they broadcast along dim 1 of a `dims`-d input (`[:, None, None]` for 4 dims), and its eps."""
+    view = "[:, " + ", ".join(["None"] * (dims - 2)) + "]"
+    tensors = ", ".join(f".{name}{view}" for name in ("running_mean", "running_var", "weight", "bias"))
+    return (
+        f"module:torch.nn.{module}(num_features=..., eps=..., momentum=..., affine=True, track_running_stats=True, "
+        f"device=..., dtype=...) -> input, {tensors}, .eps"
+    )
+
+
+def _scale_shift(alpha: str) -> str:
+    """`x * alpha + (bias - mean * alpha)` over the batch norm operands, for one backend's `alpha`."""
+    return f"{{0}} * {alpha} + ({{4}} - {{1}} * {alpha})"
+
+
+CHANNEL_OPS: tuple[Op, ...] = (
+    Op("batch_norm", 6,
+       f"{F}.batch_norm({{0}}, {{1}}.flatten(), {{2}}.flatten(), {{3}}.flatten(), {{4}}.flatten(), eps={{5}})",
+       _scale_shift("((1.0 / tl.sqrt_rn({2} + {5})) * {3})"),
+       _scale_shift("((C(1) / std::sqrt({2} + C({5}))) * {3})"),
+       (_batch_norm("BatchNorm2d", 4), _batch_norm("BatchNorm3d", 5)),
+       constant_operands=(5,)),
+)
+
 ROW_OPS: tuple[Op, ...] = (
     Op("row_sum", 1, "", "", "", kind=OpKind.ROW),
     Op("row_max", 1, "", "", "", kind=OpKind.ROW),
@@ -300,7 +333,7 @@ CAST_METHODS = {"float": "float32", "double": "float64", "half": "float16", "bfl
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
 DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32", "long": "int64", "short": "int16"}
 
-BY_NAME: dict[str, Op] = {op.name: op for op in (*OPS, CAST, CAST_LIKE, ACTIVATION, *REDUCTIONS, *ROW_OPS)}
+BY_NAME: dict[str, Op] = {op.name: op for op in (*OPS, CAST, CAST_LIKE, ACTIVATION, *REDUCTIONS, *CHANNEL_OPS, *ROW_OPS)}
 
 
 @dataclass(frozen=True)
@@ -314,7 +347,8 @@ class Spelling:
     operands: tuple[str, ...]  # parameters that become the op's operands, in operand order
     defaults: tuple[tuple[str, object], ...] = ()  # operand -> value when omitted
     # Modules only: the op's operands after `->`: `input` (the call's argument), a constructor
-    # parameter (its constant), or `.attr` (the module's attribute). Empty: the call's arguments.
+    # parameter (its constant), `.attr` (the module's attribute) or `.attr[...]` (a view of it, the
+    # caller evaluating the subscript). Empty: the call's arguments.
     module_operands: tuple[str, ...] = ()
 
 
@@ -337,7 +371,8 @@ def _parse(op: Op, text: str) -> Spelling:
     if callee.startswith("Tensor."):
         operands.insert(0, "self")
         params.insert(0, "self")
-    arrow = tuple(o.strip() for o in module_operands.split(",")) if module_operands else ()
+    # Split at commas outside brackets: an operand may be a view (`.weight[:, None, None]`).
+    arrow = tuple(o.strip() for o in re.split(r",(?![^\[]*\])", module_operands)) if module_operands else ()
     return Spelling(op, callee, tuple(params), tuple(pinned), tuple(operands), tuple(defaults), arrow)
 
 

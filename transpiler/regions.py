@@ -36,8 +36,27 @@ TRIVIAL = frozenset({"identity", "pos", "to", "to_like"})
 # An activation chosen at run time counts as MIN_OPS: its forward is often several eager kernels
 # (NewGELUActivation's is 8), so a kernel pays even for `h = self.act(h)` alone.
 _COST = {ACTIVATION.name: MIN_OPS}
-# Module classes that are the identity only in eval mode: the kernel also needs `not m.training`.
-EVAL_ONLY_MODULES = frozenset({"torch.nn.Dropout"})
+
+
+def _batch_norm_conditions(dims: int) -> tuple[str, ...]:
+    """`nn.BatchNorm{dims - 2}d`'s conditions (see MODULE_CONDITIONS)."""
+    present = tuple(f"{{m}}.{name} is not None" for name in ("running_mean", "running_var", "weight", "bias"))
+    return ("not {m}.training", *present, f"{{x}}.dim() == {dims}", "{x}.shape[1] == {m}.num_features")
+
+
+# What must hold at run time for a module's call to compute what its op says, checked by the caller
+# before the kernel (`{m}`: the module; `{x}`: its input, then a tensor the region reads, not one it
+# computes); otherwise the original code runs.
+MODULE_CONDITIONS: dict[str, tuple[str, ...]] = {
+    "torch.nn.Dropout": ("not {m}.training",),  # the identity only in eval mode
+    # Eval mode normalises with the running statistics; training uses the batch's and updates them.
+    # Statistics or parameters set to None since, and inputs the module rejects (rank, channels), take
+    # the original code, as does `track_running_stats=False` (no statistics), ruled out by the spelling.
+    "torch.nn.BatchNorm2d": _batch_norm_conditions(4),
+    "torch.nn.BatchNorm3d": _batch_norm_conditions(5),
+}
+# Modules that draw random numbers in training: a split statement moves no call across them (hoisting.py).
+RANDOM_IN_TRAINING = frozenset({"torch.nn.Dropout"})
 
 _OPERATORS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**",
@@ -104,6 +123,7 @@ class _Translator:
         self.opaque: dict[int, ast.expr] = {}
         self.nodes: list[tuple[str, tuple[Ref, ...], int]] = []
         self.conditions: list[str] = []
+        self.random: list[str] = []  # the modules called that are random in training (RANDOM_IN_TRAINING)
 
     def emit(self, op: str, operands: Iterable[Ref]) -> Ref:
         self.nodes.append((op, tuple(operands), self.line))
@@ -115,15 +135,15 @@ class _Translator:
     def expr(self, node: ast.expr) -> Ref:
         if self.hoist is None:
             return self._expr(node)
-        marks = len(self.nodes), len(self.conditions), len(self.opaque)
+        marks = len(self.nodes), len(self.conditions), len(self.random), len(self.opaque)
         try:
             return self._expr(node)
         except _NotFusible:
             if not self.hoist(node):
                 raise
         # Drop what the failed attempt translated or collected inside `node`: it is hoisted whole.
-        del self.nodes[marks[0] :], self.conditions[marks[1] :]
-        for key in list(self.opaque)[marks[2] :]:
+        del self.nodes[marks[0] :], self.conditions[marks[1] :], self.random[marks[2] :]
+        for key in list(self.opaque)[marks[3] :]:
             del self.opaque[key]
         self.opaque[id(node)] = node
         return ("leaf", Leaf(ast.unparse(node), True, _names(node)))
@@ -236,8 +256,14 @@ class _Translator:
                 refs = self.module_operands(spelling, attr, node.args, args, dict(kwargs))
                 if refs is None:
                     continue
-            if ctor in EVAL_ONLY_MODULES:
-                self.conditions.append(f"not self.{attr}.training")
+            conditions = MODULE_CONDITIONS.get(ctor, ())
+            argument = refs[spelling.module_operands.index("input") if spelling.module_operands else 0]
+            if any("{x}" in c for c in conditions) and not (argument[0] == "leaf" and argument[1].is_tensor):
+                raise _NotFusible  # the caller checks the input before the region: not a value the region computes
+            x = argument[1].source if argument[0] == "leaf" else None
+            self.conditions += [c.format(m=f"self.{attr}", x=x) for c in conditions]
+            if ctor in RANDOM_IN_TRAINING:
+                self.random.append(attr)
             return self.node(spelling.op.name, refs)
         raise _NotFusible
 
@@ -479,7 +505,7 @@ class Part:
 
     ops: tuple[str, ...]  # in the order they are computed
     opaque: tuple[ast.expr, ...]  # the subexpressions read as tensor leaves, in no particular order
-    eval_only: bool  # it calls a module that is pure only in eval mode (dropout)
+    eval_only: bool  # it calls a module that draws random numbers in training (dropout)
 
 
 def translate_part(
@@ -494,8 +520,7 @@ def translate_part(
         return None
     if result[0] != "tmp":
         return None
-    eval_only = any(c.endswith(".training") for c in translator.conditions)
-    return Part(tuple(op for op, _, _ in translator.nodes), tuple(translator.opaque.values()), eval_only)
+    return Part(tuple(op for op, _, _ in translator.nodes), tuple(translator.opaque.values()), bool(translator.random))
 
 
 def cost(ops: Iterable[str]) -> int:
@@ -520,6 +545,8 @@ class _Builder:
         leaves = [r[1] for _, operands, _ in fragment.nodes for r in operands if r[0] == "leaf"]
         if any(not leaf.is_tensor and leaf.names & set(self.env) for leaf in leaves):
             return False  # a scalar expression reading a name the region rebinds
+        if any(_names(ast.parse(c, mode="eval")) & set(self.env) for c in fragment.conditions):
+            return False  # a condition the caller checks before the region, on a name the region rebinds
         if fragment.inplace and self.env.get(fragment.target) not in self.fresh:
             return False  # mutates a tensor made outside the region: others may alias it
         if fragment.result[0] == "leaf" and fragment.result[1].source not in self.env:
@@ -571,8 +598,10 @@ class _Builder:
         if leaf.source in self.env and not leaf.dtype_line:
             return self.env[leaf.source]
         if leaf.source not in self.inputs:
-            dotted = re.fullmatch(r"(self\.)?\w+(\.\w+)*", leaf.source)
-            base = leaf.source.removeprefix("self.").replace(".", "_") if dotted else "scalar"
+            # A view of a tensor is named after it (`self.bn.weight[:, None, None]`: `bn_weight`); a shape's element is not.
+            dotted = re.fullmatch(r"(?:self\.)?(\w+(?:\.\w+)*)(\[.*\])?", leaf.source)
+            named = dotted is not None and (leaf.is_tensor or dotted.group(2) is None)
+            base = dotted.group(1).replace(".", "_") if named else "scalar"
             self.inputs[leaf.source] = Input(self.name(base, exact=True), leaf.source, leaf.is_tensor)
         return self.inputs[leaf.source].name
 

@@ -9,6 +9,72 @@
 
 namespace transpile {
 
+// fused_batch_norm_relu: fixtures/models/vision.py:26, in fixtures.models.vision.ConvBlock.forward
+template <typename T, typename C>
+static void fused_batch_norm_relu(
+    const T* _conv1_ptr,                      // input _conv1
+    const T* bn1_running_mean_ptr,            // input self.bn1.running_mean[:, None, None]
+    const T* bn1_running_var_ptr,             // input self.bn1.running_var[:, None, None]
+    const T* bn1_weight_ptr,                  // input self.bn1.weight[:, None, None]
+    const T* bn1_bias_ptr,                    // input self.bn1.bias[:, None, None]
+    C bn1_eps,                                // scalar self.bn1.eps
+    T* out_out,                               // output out
+    int64_t n,                                // number of output elements
+    const int64_t* sizes,                     // strided path: 4 sizes, padded on the left with 1s
+    const int64_t* _conv1_strides,            // strided path: 4 element strides of _conv1
+    const int64_t* bn1_running_mean_strides,  // strided path: 4 element strides of self.bn1.running_mean[:, None, None]
+    const int64_t* bn1_running_var_strides,   // strided path: 4 element strides of self.bn1.running_var[:, None, None]
+    const int64_t* bn1_weight_strides,        // strided path: 4 element strides of self.bn1.weight[:, None, None]
+    const int64_t* bn1_bias_strides,          // strided path: 4 element strides of self.bn1.bias[:, None, None]
+    bool contiguous) {                        // every input is contiguous with the output's shape
+  // One element: load the inputs at their offsets, compute, store at the output index.
+  const auto compute = [=](
+      int64_t index, int64_t _conv1_offset, int64_t bn1_running_mean_offset, int64_t bn1_running_var_offset,
+      int64_t bn1_weight_offset, int64_t bn1_bias_offset) {
+    // Load the inputs.
+    const C _conv1 = static_cast<C>(_conv1_ptr[_conv1_offset]);
+    const C bn1_running_mean = static_cast<C>(bn1_running_mean_ptr[bn1_running_mean_offset]);
+    const C bn1_running_var = static_cast<C>(bn1_running_var_ptr[bn1_running_var_offset]);
+    const C bn1_weight = static_cast<C>(bn1_weight_ptr[bn1_weight_offset]);
+    const C bn1_bias = static_cast<C>(bn1_bias_ptr[bn1_bias_offset]);
+    // line 26: out = F.relu(self.bn1(self.conv1(x)))
+    const C t0 = _conv1 * ((C(1) / std::sqrt(bn1_running_var + C(bn1_eps))) * bn1_weight) + (bn1_bias - bn1_running_mean * ((C(1) / std::sqrt(bn1_running_var + C(bn1_eps))) * bn1_weight));
+    const C out = relu(t0);
+    // Store the outputs.
+    store(out_out, index, out);
+  };
+  if (contiguous) {
+    // Contiguous path: element i of every tensor is at offset i.
+#pragma omp parallel for simd schedule(static) if (parallel: n >= parallel_grain)
+    for (int64_t i = 0; i < n; ++i) {
+      compute(i, i, i, i, i, i);
+    }
+    return;
+  }
+  // Strided path: threads share the three outer dimensions, the last one is a vector loop.
+  const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];
+#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)
+  for (int64_t d0 = 0; d0 < size0; ++d0) {
+    for (int64_t d1 = 0; d1 < size1; ++d1) {
+      for (int64_t d2 = 0; d2 < size2; ++d2) {
+        const int64_t row = ((d0 * size1 + d1) * size2 + d2) * size3;
+        const int64_t _conv1_row = d0 * _conv1_strides[0] + d1 * _conv1_strides[1] + d2 * _conv1_strides[2];
+        const int64_t bn1_running_mean_row = d0 * bn1_running_mean_strides[0] + d1 * bn1_running_mean_strides[1] + d2 * bn1_running_mean_strides[2];
+        const int64_t bn1_running_var_row = d0 * bn1_running_var_strides[0] + d1 * bn1_running_var_strides[1] + d2 * bn1_running_var_strides[2];
+        const int64_t bn1_weight_row = d0 * bn1_weight_strides[0] + d1 * bn1_weight_strides[1] + d2 * bn1_weight_strides[2];
+        const int64_t bn1_bias_row = d0 * bn1_bias_strides[0] + d1 * bn1_bias_strides[1] + d2 * bn1_bias_strides[2];
+#pragma omp simd
+        for (int64_t d3 = 0; d3 < size3; ++d3) {
+          compute(
+              row + d3, _conv1_row + d3 * _conv1_strides[3], bn1_running_mean_row + d3 * bn1_running_mean_strides[3],
+              bn1_running_var_row + d3 * bn1_running_var_strides[3], bn1_weight_row + d3 * bn1_weight_strides[3],
+              bn1_bias_row + d3 * bn1_bias_strides[3]);
+        }
+      }
+    }
+  }
+}
+
 // fused_relu: fixtures/models/vision.py:28, in fixtures.models.vision.ConvBlock.forward
 template <typename T, typename C>
 static void fused_relu(
@@ -121,6 +187,57 @@ static void fused_amax_eq(
 }  // namespace transpile
 
 extern "C" {
+
+// fused_batch_norm_relu: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
+extern const char fused_batch_norm_relu_kinds[] = "_conv1:T bn1_running_mean:T bn1_running_var:T bn1_weight:T bn1_bias:T -> out:T";
+
+void fused_batch_norm_relu_float32(
+    const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
+    const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
+    int contiguous) {
+  transpile::fused_batch_norm_relu<float, float>(
+      static_cast<const float*>(_conv1), static_cast<const float*>(bn1_running_mean),
+      static_cast<const float*>(bn1_running_var), static_cast<const float*>(bn1_weight),
+      static_cast<const float*>(bn1_bias), bn1_eps, static_cast<float*>(out), n_elements, sizes,
+      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
+      transpile::strides_of(strides, 3), transpile::strides_of(strides, 4), contiguous != 0);
+}
+
+void fused_batch_norm_relu_float64(
+    const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
+    const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
+    int contiguous) {
+  transpile::fused_batch_norm_relu<double, double>(
+      static_cast<const double*>(_conv1), static_cast<const double*>(bn1_running_mean),
+      static_cast<const double*>(bn1_running_var), static_cast<const double*>(bn1_weight),
+      static_cast<const double*>(bn1_bias), bn1_eps, static_cast<double*>(out), n_elements, sizes,
+      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
+      transpile::strides_of(strides, 3), transpile::strides_of(strides, 4), contiguous != 0);
+}
+
+void fused_batch_norm_relu_float16(
+    const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
+    const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
+    int contiguous) {
+  transpile::fused_batch_norm_relu<transpile::half, float>(
+      static_cast<const transpile::half*>(_conv1), static_cast<const transpile::half*>(bn1_running_mean),
+      static_cast<const transpile::half*>(bn1_running_var), static_cast<const transpile::half*>(bn1_weight),
+      static_cast<const transpile::half*>(bn1_bias), bn1_eps, static_cast<transpile::half*>(out), n_elements, sizes,
+      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
+      transpile::strides_of(strides, 3), transpile::strides_of(strides, 4), contiguous != 0);
+}
+
+void fused_batch_norm_relu_bfloat16(
+    const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
+    const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
+    int contiguous) {
+  transpile::fused_batch_norm_relu<transpile::bfloat16, float>(
+      static_cast<const transpile::bfloat16*>(_conv1), static_cast<const transpile::bfloat16*>(bn1_running_mean),
+      static_cast<const transpile::bfloat16*>(bn1_running_var), static_cast<const transpile::bfloat16*>(bn1_weight),
+      static_cast<const transpile::bfloat16*>(bn1_bias), bn1_eps, static_cast<transpile::bfloat16*>(out), n_elements,
+      sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
+      transpile::strides_of(strides, 3), transpile::strides_of(strides, 4), contiguous != 0);
+}
 
 // fused_relu: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
 extern const char fused_relu_kinds[] = "out:T _shortcut:T -> t1:T";

@@ -19,6 +19,31 @@ _TRITON_FILE = Path(__file__).with_name("_vision_triton.py")
 _CPP_FILE = Path(__file__).with_name("_vision_kernels.cpp")
 
 
+def fused_batch_norm_relu_reference(_conv1, bn1_running_mean, bn1_running_var, bn1_weight, bn1_bias, bn1_eps):
+    """fixtures/models/vision.py:26 in eager PyTorch."""
+    t0 = torch.nn.functional.batch_norm(
+        _conv1,
+        bn1_running_mean.flatten(),
+        bn1_running_var.flatten(),
+        bn1_weight.flatten(),
+        bn1_bias.flatten(),
+        eps=bn1_eps,
+    )
+    out = torch.relu(t0)
+    return (out,)
+
+
+fused_batch_norm_relu = Kernel(
+    "fused_batch_norm_relu",
+    fused_batch_norm_relu_reference,
+    tensor_inputs=5,
+    depends=((0, 1, 2, 3, 4),),
+    source="fixtures/models/vision.py:26",
+    triton=(_TRITON_FILE, "fused_batch_norm_relu_kernel"),
+    cpp=_CPP_FILE,
+)
+
+
 def fused_relu_reference(out, _shortcut):
     """fixtures/models/vision.py:28 in eager PyTorch."""
     t0 = out + _shortcut

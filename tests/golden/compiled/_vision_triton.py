@@ -6,6 +6,103 @@ from _transpile_runtime.triton_support import accumulate_max, relu, row_max, wid
 
 
 @triton.jit
+def fused_batch_norm_relu_kernel(
+    _conv1_ptr,  # input _conv1
+    bn1_running_mean_ptr,  # input self.bn1.running_mean[:, None, None]
+    bn1_running_var_ptr,  # input self.bn1.running_var[:, None, None]
+    bn1_weight_ptr,  # input self.bn1.weight[:, None, None]
+    bn1_bias_ptr,  # input self.bn1.bias[:, None, None]
+    bn1_eps,  # scalar input self.bn1.eps
+    out_out_ptr,  # output out
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _conv1_stride0,
+    _conv1_stride1,
+    _conv1_stride2,
+    _conv1_stride3,
+    bn1_running_mean_stride0,
+    bn1_running_mean_stride1,
+    bn1_running_mean_stride2,
+    bn1_running_mean_stride3,
+    bn1_running_var_stride0,
+    bn1_running_var_stride1,
+    bn1_running_var_stride2,
+    bn1_running_var_stride3,
+    bn1_weight_stride0,
+    bn1_weight_stride1,
+    bn1_weight_stride2,
+    bn1_weight_stride3,
+    bn1_bias_stride0,
+    bn1_bias_stride1,
+    bn1_bias_stride2,
+    bn1_bias_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
+    """fixtures.models.vision.ConvBlock.forward in fixtures/models/vision.py:26."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _conv1_offsets = offsets
+        bn1_running_mean_offsets = offsets
+        bn1_running_var_offsets = offsets
+        bn1_weight_offsets = offsets
+        bn1_bias_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _conv1_offsets = index3 * _conv1_stride3
+        bn1_running_mean_offsets = index3 * bn1_running_mean_stride3
+        bn1_running_var_offsets = index3 * bn1_running_var_stride3
+        bn1_weight_offsets = index3 * bn1_weight_stride3
+        bn1_bias_offsets = index3 * bn1_bias_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _conv1_offsets += index2 * _conv1_stride2
+            bn1_running_mean_offsets += index2 * bn1_running_mean_stride2
+            bn1_running_var_offsets += index2 * bn1_running_var_stride2
+            bn1_weight_offsets += index2 * bn1_weight_stride2
+            bn1_bias_offsets += index2 * bn1_bias_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _conv1_offsets += index1 * _conv1_stride1
+            bn1_running_mean_offsets += index1 * bn1_running_mean_stride1
+            bn1_running_var_offsets += index1 * bn1_running_var_stride1
+            bn1_weight_offsets += index1 * bn1_weight_stride1
+            bn1_bias_offsets += index1 * bn1_bias_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _conv1_offsets += index0 * _conv1_stride0
+            bn1_running_mean_offsets += index0 * bn1_running_mean_stride0
+            bn1_running_var_offsets += index0 * bn1_running_var_stride0
+            bn1_weight_offsets += index0 * bn1_weight_stride0
+            bn1_bias_offsets += index0 * bn1_bias_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _conv1 = widen(tl.load(_conv1_ptr + _conv1_offsets, mask=mask))
+    bn1_running_mean = widen(tl.load(bn1_running_mean_ptr + bn1_running_mean_offsets, mask=mask))
+    bn1_running_var = widen(tl.load(bn1_running_var_ptr + bn1_running_var_offsets, mask=mask))
+    bn1_weight = widen(tl.load(bn1_weight_ptr + bn1_weight_offsets, mask=mask))
+    bn1_bias = widen(tl.load(bn1_bias_ptr + bn1_bias_offsets, mask=mask))
+    # Compute
+    # fixtures/models/vision.py:26  out = F.relu(self.bn1(self.conv1(x)))
+    t0 = _conv1 * ((1.0 / tl.sqrt_rn(bn1_running_var + bn1_eps)) * bn1_weight) + (
+        bn1_bias - bn1_running_mean * ((1.0 / tl.sqrt_rn(bn1_running_var + bn1_eps)) * bn1_weight)
+    )
+    out = relu(t0)
+    # Store the outputs, converted to their dtypes
+    tl.store(out_out_ptr + offsets, out.to(out_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def fused_relu_kernel(
     out_ptr,  # input out
     _shortcut_ptr,  # input _shortcut

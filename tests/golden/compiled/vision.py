@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch import nn
 
 try:  # the output tree imported as a package
-    from ._vision_kernels import fused_amax_eq, fused_relu
+    from ._vision_kernels import fused_amax_eq, fused_batch_norm_relu, fused_relu
 except ImportError:  # the output directory itself on sys.path
-    from _vision_kernels import fused_amax_eq, fused_relu
+    from _vision_kernels import fused_amax_eq, fused_batch_norm_relu, fused_relu
 
 
 class ConvBlock(nn.Module):
@@ -31,7 +31,33 @@ class ConvBlock(nn.Module):
             self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
 
     def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
+        _conv1 = self.conv1(x)
+        # fixtures/models/vision.py:26
+        #     out = F.relu(self.bn1(_conv1))
+        if (
+            not torch.compiler.is_compiling()
+            and not self.bn1.training
+            and self.bn1.running_mean is not None
+            and self.bn1.running_var is not None
+            and self.bn1.weight is not None
+            and self.bn1.bias is not None
+            and _conv1.dim() == 4
+            and _conv1.shape[1] == self.bn1.num_features
+            and (
+                fused := fused_batch_norm_relu(
+                    _conv1,
+                    self.bn1.running_mean[:, None, None],
+                    self.bn1.running_var[:, None, None],
+                    self.bn1.weight[:, None, None],
+                    self.bn1.bias[:, None, None],
+                    self.bn1.eps,
+                )
+            )
+            is not None
+        ):
+            (out,) = fused
+        else:
+            out = F.relu(self.bn1(_conv1))
         out = self.bn2(self.conv2(out))
         _shortcut = self.shortcut(x)
         # fixtures/models/vision.py:28
