@@ -23,10 +23,12 @@ sys.path.
 
 Steady state, per model and dtype, in this one process, on the same inputs: eager, then
 `torch.compile(eager model)` (default mode), then the transpiled class built from the
-same config with the eager model's state_dict. Each variant: one checking call (its
-primary output, `logits` or `last_hidden_state`, against eager's: max abs difference and
-relative L2), the transpiled kernels' counters over that call (`_transpile_runtime.counters()`:
-calls per kernel and path), a timing (benchlib: warm-up, then a budget of iterations,
+same config with the eager model's state_dict; with `--variants ...,compile-graphs,transpiled-graphs`
+(CUDA) also torch.compile's reduce-overhead mode and the transpiled model through its runtime's
+`cuda_graphs`. Each variant: a first call, then one checking call of what the steady state runs (the
+transpiled kernels once their background compiles finished; a graph replay): its primary output,
+`logits` or `last_hidden_state`, against eager's (max abs difference and relative L2), the transpiled
+kernels' counters over it (`_transpile_runtime.counters()`: calls per kernel and path), a timing (benchlib: warm-up, then a budget of iterations,
 median; CUDA events), the peak memory one forward needs above what is live before it
 (CUDA `max_memory_allocated` after a reset; CPU the resident set's high water mark), and
 one forward under torch.profiler: on CUDA the device kernels it launched (Memcpy/Memset
@@ -193,12 +195,18 @@ def transpiled_module(model: Model, compiled: Path) -> ModuleType:
     return importlib.import_module(f"{compiled.name}.{model.name}.modeling_{model.name}")
 
 
-def kernel_counters(model: Model, compiled: Path) -> dict[str, dict[str, int]]:
-    """The transpiled tree's `_transpile_runtime.counters()` (calls per kernel and path so far); empty where
-    transpile compiled no region of the package, and wrote no runtime."""
+def transpiled_runtime(model: Model, compiled: Path) -> ModuleType | None:
+    """The transpiled tree's `_transpile_runtime`; None where transpile compiled no region of the package,
+    and wrote no runtime."""
     if not (compiled / model.name / "_transpile_runtime").is_dir():
-        return {}
-    return importlib.import_module(f"{compiled.name}.{model.name}._transpile_runtime").counters()
+        return None
+    return importlib.import_module(f"{compiled.name}.{model.name}._transpile_runtime")
+
+
+def kernel_counters(model: Model, compiled: Path) -> dict[str, dict[str, int]]:
+    """The transpiled tree's `_transpile_runtime.counters()`: calls per kernel and path so far."""
+    runtime = transpiled_runtime(model, compiled)
+    return {} if runtime is None else runtime.counters()
 
 
 def model_class(model: Model, variant: str, compiled: Path | None) -> type[nn.Module]:
@@ -384,26 +392,32 @@ def measure_variant(
         module = build(model_class(model, "transpiled", args.compiled), model, args)
         module.load_state_dict(eager.state_dict())  # the same weights as eager
         if variant == "transpiled-graphs":
-            runtime = importlib.import_module(f"{args.compiled.name}.{model.name}._transpile_runtime")
-            module = graphs = runtime.cuda_graphs(module)
+            module = graphs = transpiled_runtime(model, args.compiled).cuda_graphs(module)
     transpiled = variant.startswith("transpiled")
     call = lambda: module(**inputs)  # noqa: E731
     call.graphs = graphs  # its counts (replays, and why not) go into the result after the timings
-    before = kernel_counters(model, args.compiled) if transpiled else {}
     start = time.perf_counter()
     output = primary_output(call(), model)
     synchronize(args.device)
     result: dict = {"first_call_in_process_s": time.perf_counter() - start}  # torch.compile compiles here
-    if variant in GRAPH_VARIANTS:  # check what the steady state runs: a replay, not the first (eager) call
-        del output
-        for _ in range(2):
-            output = primary_output(call(), model)
-        synchronize(args.device)
-    delta = counters_delta(before, kernel_counters(model, args.compiled)) if transpiled else {}
+    # Check and count what the steady state runs. Transpiled: the kernels, once the compiles the first call
+    # started in the background are done (docs/compiler.md); graphs: a replay, not the first (eager) call.
     if transpiled:
-        result["kernels"] = delta
+        runtime = transpiled_runtime(model, args.compiled)
+        if runtime is not None:
+            runtime.wait_for_kernels()
+        before = kernel_counters(model, args.compiled)
+        del output
+        output = primary_output(call(), model)  # transpiled-graphs: this call records
+        synchronize(args.device)
+        result["kernels"] = delta = counters_delta(before, kernel_counters(model, args.compiled))
         if not delta or any(path.startswith("fallback") for paths in delta.values() for path in paths):
             print(f"{model.name} {args.dtype}: transpiled kernels off their fast path: {delta}", file=sys.stderr)
+    if variant in GRAPH_VARIANTS:
+        del output
+        for _ in range(1 if transpiled else 2):  # reduce-overhead records on its second call
+            output = primary_output(call(), model)
+        synchronize(args.device)
     return result, output, call
 
 
