@@ -227,6 +227,7 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
     from emit.module import GENERATED_HEADER, emit
     from transpiler.engine import project_facts
     from transpiler.hoisting import hoist_regions
+    from transpiler.linears import route_linears
 
     sources, depths = layout.python_files, layout.depths
     facts = project_facts(sources, {p: encode_source(p, t) for p, t in fixed.items()})
@@ -246,6 +247,10 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
         )
         if split.regions:
             emitted = emit(split.text, split.regions, src.as_posix(), depths[src], split.origin)
+            module = route_linears(
+                emitted[0].text, module_name(src), src.name == "__init__.py", set(facts.compiled), depths[src]
+            )
+            emitted[0] = replace(emitted[0], text=module)
             compiled[src] = ([split.origin.region(r) for r in split.regions], emitted, text)
     return compiled
 

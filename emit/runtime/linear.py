@@ -1,0 +1,92 @@
+"""`nn.Linear` layers whose output rows are not 16-byte aligned (GPT-2's LM head, 50257 wide), padded on CUDA.
+
+A contiguous [rows, 50257] half-precision output has a row stride that is not a multiple of
+8 elements, so cuBLAS can only pick its `align1` kernels (scalar loads and stores): 3.31 ms
+for GPT-2's head at 4096 rows on an H100, where torch.compile, which pads N, takes 0.45 ms.
+`linear(module, x)` computes into a padded width instead and copies the columns out, so
+the result is the same contiguous tensor `module(x)` returns. Anything else runs
+`module(x)` itself. This file may import only torch: it is copied into every output tree.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import torch
+
+from .activations import _hooked
+
+# cuBLAS's vectorised kernels need the output's row stride and N to be multiples of 16 bytes;
+# 8 elements covers float16 and bfloat16 (torch.compile's pad_mm pads to the same).
+ALIGN = 8
+DTYPES = (torch.float16, torch.bfloat16)  # float32: not measured to pay yet (gpu_results/linear_pad.py times it)
+# When padding pays, from a roofline of the H100 (3 TB/s; GPT-2's head: 95 TFLOP/s in align1, 700 aligned).
+# Per call the padded path adds a copy of the weight (read and write: 4*N*K bytes) and of the output
+# (4*rows*N bytes); per row it saves N*K*2*(1/95e12 - 1/700e12) seconds. Break-even is ~80 rows for
+# any K over ~100 and any N; below 128 rows (decoding) the weight copy dominates. The work threshold
+# (2**31 multiply-adds, ~45 us in align1) keeps the three extra kernel launches small beside what they
+# save. gpu_results/linear_pad.py measures both.
+MIN_ROWS = 128
+MIN_WORK = 1 << 31
+FORCE = False  # tests only: pad tensors of any device, dtype and size (the rest of the checks still hold)
+_OFF = os.environ.get("TRANSPILE_BACKEND", "") == "eager"  # every transpile kernel off, this one too
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+counts: collections.Counter[str] = collections.Counter()  # "padded": calls that took the padded path
+
+
+def linear(module: torch.nn.Module, input: torch.Tensor) -> torch.Tensor:
+    """`module(input)`, computed into a padded width when `module` is a plain unaligned `nn.Linear` on CUDA."""
+    # The checks a call fails most often come first: aligned layers and CPU tensors pay ~0.3 us.
+    if (
+        type(module) is torch.nn.Linear
+        and module.out_features % ALIGN
+        and (input.is_cuda or FORCE)
+        and not _OFF
+        and not torch.compiler.is_compiling()  # Dynamo traces `module(input)`; Inductor pads by itself
+        and _pays(module, input)
+        and not _hooked(module)  # module and global forward (pre-)hooks must run: module(input) runs them
+        and "forward" not in vars(module)  # a forward replaced on the instance (the `kernels` library)
+    ):
+        counts["padded"] += 1
+        return padded_linear(input, module.weight, module.bias)
+    return module(input)
+
+
+def _pays(module: torch.nn.Linear, input: torch.Tensor) -> bool:
+    """Plain tensors of one device and dtype, no autograd, shapes `F.linear` takes, and enough work."""
+    weight, bias = module.weight, module.bias
+    if not (
+        type(input) in _PLAIN
+        and type(weight) in _PLAIN
+        and (bias is None or type(bias) in _PLAIN)
+        and (input.dtype in DTYPES or FORCE)
+        and weight.dtype == input.dtype
+        and weight.device == input.device
+        and (bias is None or (bias.dtype == input.dtype and bias.device == input.device))
+        and input.shape[-1:] == weight.shape[1:]
+    ):
+        return False  # module(input) computes it, or raises its own error
+    if torch.is_grad_enabled() and (
+        input.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    ):
+        return False  # training keeps autograd's graph of the original layer
+    numel = input.numel()
+    return FORCE or (numel >= MIN_ROWS * weight.shape[1] and numel * weight.shape[0] >= MIN_WORK)
+
+
+def padded_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`F.linear(input, weight, bias)` through a weight padded to a multiple of ALIGN rows: contiguous, N wide.
+
+    The padded weight is made per call, not cached: a cache could not see every update
+    (`weight.data.copy_(...)` bumps no version counter) and would hold a second copy of the
+    weight, while the copy costs ~0.05 ms for GPT-2's 77 MB head. The pad rows stay
+    uninitialised: output column j reads only weight row j, and the pad columns are dropped.
+    """
+    n = weight.shape[0]
+    padded = weight.new_empty((n + -n % ALIGN, weight.shape[1]))
+    padded[:n].copy_(weight)
+    if bias is not None:
+        bias = torch.cat((bias, bias.new_empty(-n % ALIGN)))
+    return torch.nn.functional.linear(input, padded, bias)[..., :n].contiguous()

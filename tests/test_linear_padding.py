@@ -1,0 +1,251 @@
+"""Unaligned linear layers (transpiler/linears.py, emit/runtime/linear.py): which calls are rewritten into
+`_transpile_linear(self.<layer>, x)`, and the runtime's padded path against `module(x)`. The padded path is
+forced on CPU tensors (`FORCE`) for the numerics and the fallbacks; a GPU test checks it in bfloat16 on
+CUDA; a small tree is transpiled and run beside its original.
+"""
+
+from __future__ import annotations
+
+import importlib
+import textwrap
+
+import pytest
+
+from emit.runtime import linear as runtime
+from tests.transpiled import importable
+from transpiler.linears import route_linears
+
+torch = pytest.importorskip("torch")
+
+PACKAGE = "transpiled_linears"
+MODEL = """
+import torch
+from torch import nn
+
+
+class Head(nn.Module):
+    def __init__(self, d=16, vocab=45):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, x):
+        h = x * torch.sigmoid(x) + 1.0
+        return self.lm_head(self.norm(h))
+"""
+
+
+def rewrite(body: str, init: str = "self.head = nn.Linear(d, vocab)", compiled=("m.M.forward",), depth=0) -> str:
+    """The module M, with `init` in its __init__ and `body` as its forward, after the pass."""
+    source = f"""
+import torch
+from torch import nn
+
+
+class M(nn.Module):
+    def __init__(self, d, vocab):
+        super().__init__()
+        {init}
+
+    def forward(self, x):
+        {body}
+"""
+    return route_linears(textwrap.dedent(source).lstrip(), "m", False, set(compiled), depth)
+
+
+# -- the rewrite -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "init, body, expected",
+    [
+        ("self.head = nn.Linear(d, vocab)", "return self.head(x)", "return _transpile_linear(self.head, x)"),
+        (
+            "self.head = nn.Linear(d, config.num_labels)",
+            "return self.head(x)",
+            "return _transpile_linear(self.head, x)",
+        ),
+        ("self.head = nn.Linear(d, n_classes)", "return self.head(x)", "return _transpile_linear(self.head, x)"),
+        (
+            "self.head = torch.nn.Linear(d, 1001)",
+            "return self.head(x) + 1",
+            "return _transpile_linear(self.head, x) + 1",
+        ),
+        (
+            "self.head = nn.Linear(in_features=d, out_features=vocab, bias=False)",
+            "return self.head(x)",
+            "return _transpile_linear(self.head, x)",
+        ),
+        (
+            "self.head = nn.Linear(d, vocab)",
+            "return self.head(self.head(x).relu())",
+            "return _transpile_linear(self.head, _transpile_linear(self.head, x).relu())",
+        ),
+    ],
+)
+def test_calls_of_unaligned_linears_are_rewritten(init, body, expected):
+    text = rewrite(body, init)
+    assert expected in text
+    assert "from ._transpile_runtime.linear import linear as _transpile_linear" in text
+    assert "from _transpile_runtime.linear import linear as _transpile_linear" in text
+    compile(text, "m.py", "exec")
+
+
+@pytest.mark.parametrize(
+    "init, body",
+    [
+        ("self.head = nn.Linear(d, 768)", "return self.head(x)"),  # a literal multiple of 8: aligned already
+        ("self.head = nn.Linear(d, 4 * d)", "return self.head(x)"),  # a width a designer chose
+        ("self.head = nn.Linear(d, config.intermediate_size)", "return self.head(x)"),
+        ("self.head = nn.Linear(d, out_features=4096)", "return self.head(x)"),
+        ("self.head = nn.Conv1d(d, vocab, 1)", "return self.head(x)"),  # not nn.Linear
+        ("self.head = nn.Linear(d, vocab) if d else nn.Identity()", "return self.head(x)"),  # not sure to be one
+        ("self.head = nn.Linear(d, vocab)\n        self.head = nn.Identity()", "return self.head(x)"),
+        ("self.head = nn.Linear(d, vocab)", "return self.head(*x)"),  # not one positional argument
+        ("self.head = nn.Linear(d, vocab)", "return self.head(input=x)"),
+        ("self.head = nn.Linear(d, vocab)", "return self.head.weight @ x"),  # no call of the module
+    ],
+)
+def test_other_calls_are_left_alone(init, body):
+    assert "_transpile_linear" not in rewrite(body, init)
+
+
+def test_only_functions_that_run_under_forward_are_rewritten():
+    assert "_transpile_linear" not in rewrite("return self.head(x)", compiled=())
+    assert "_transpile_linear(self.head, x)" in rewrite("return self.head(x)", compiled=("m.M.forward",))
+
+
+def test_a_module_using_the_name_already_is_left_alone():
+    assert "_transpile_linear(self.head" not in rewrite("_transpile_linear = 1\n        return self.head(x)")
+
+
+def test_a_layer_of_a_base_class_of_the_file_is_rewritten_and_the_import_is_relative_to_the_depth():
+    source = textwrap.dedent("""
+        from torch import nn
+
+
+        class Base(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = nn.Linear(8, 50257)
+
+
+        class M(Base):
+            def forward(self, x):
+                return self.head(x)
+        """).lstrip()
+    text = route_linears(source, "pkg.models.m", False, {"pkg.models.m.M.forward"}, depth=2)
+    assert "return _transpile_linear(self.head, x)" in text
+    assert "from ..._transpile_runtime.linear import linear as _transpile_linear" in text
+
+
+# -- the runtime -------------------------------------------------------------------------------------------
+@pytest.fixture
+def forced(monkeypatch):
+    """The padded path for CPU tensors of any dtype and size; the calls that took it, counted from here."""
+    monkeypatch.setattr(runtime, "FORCE", True)
+    monkeypatch.setattr(runtime, "counts", runtime.counts.__class__())
+    return runtime.counts
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, {}), (torch.bfloat16, {"rtol": 2e-2, "atol": 2e-2})])
+@pytest.mark.parametrize(
+    "shape, layout",
+    [((7, 24), "contiguous"), ((2, 5, 24), "contiguous"), ((24, 7), "transposed"), ((2, 24, 5), "transposed")],
+)
+def test_the_padded_path_computes_what_the_module_does(forced, bias, dtype, tolerance, shape, layout):
+    torch.manual_seed(0)
+    module = torch.nn.Linear(24, 45, bias=bias).to(dtype)
+    x = torch.randn(shape, dtype=dtype)
+    if layout == "transposed":
+        x = x.transpose(-1, -2)
+        assert not x.is_contiguous()
+    with torch.no_grad():
+        expected, got = module(x), runtime.linear(module, x)
+    assert forced["padded"] == 1
+    assert got.shape == expected.shape and got.dtype == expected.dtype and got.is_contiguous()
+    torch.testing.assert_close(got, expected, **tolerance)
+
+
+def test_aligned_layers_and_autograd_take_the_module(forced):
+    x = torch.randn(4, 8)
+    aligned = torch.nn.Linear(8, 16)
+    with torch.no_grad():
+        runtime.linear(aligned, x)
+    odd = torch.nn.Linear(8, 13)
+    out = runtime.linear(odd, x)  # grad mode on, the weight requires grad
+    assert out.grad_fn is not None and forced["padded"] == 0
+    out.sum().backward()
+    assert odd.weight.grad is not None
+    with torch.no_grad():
+        runtime.linear(odd, x)
+    assert forced["padded"] == 1  # the control
+
+
+def test_hooks_subclasses_and_replaced_forwards_take_the_module(forced):
+    x = torch.randn(4, 8)
+    hooked = torch.nn.Linear(8, 13)
+    hooked.register_forward_hook(lambda module, args, out: out * 0)
+    pre_hooked = torch.nn.Linear(8, 13, bias=False)  # zero input, zero output
+    pre_hooked.register_forward_pre_hook(lambda module, args: (args[0] * 0,))
+    replaced = torch.nn.Linear(8, 13)
+    replaced.forward = lambda input: torch.zeros(4, 13)
+
+    class Sub(torch.nn.Linear):
+        def forward(self, input):
+            return super().forward(input) * 0
+
+    with torch.no_grad():
+        for module in (hooked, pre_hooked, replaced, Sub(8, 13)):
+            assert not runtime.linear(module, x).any()  # zero: the hook or the forward ran
+        with torch.nn.modules.module.register_module_forward_hook(lambda module, args, out: out * 0):
+            assert not runtime.linear(torch.nn.Linear(8, 13), x).any()
+    assert forced["padded"] == 0
+    with torch.no_grad():
+        assert runtime.linear(torch.nn.Linear(8, 13), x).any()
+    assert forced["padded"] == 1  # the control
+
+
+def test_without_force_cpu_tensors_take_the_module(monkeypatch):
+    monkeypatch.setattr(runtime, "counts", runtime.counts.__class__())
+    module = torch.nn.Linear(64, 1001).to(torch.bfloat16)
+    x = torch.randn(256, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        torch.testing.assert_close(runtime.linear(module, x), module(x), rtol=0, atol=0)
+    assert runtime.counts["padded"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpt2s_lm_head_is_padded_on_cuda_in_bfloat16(monkeypatch):
+    monkeypatch.setattr(runtime, "counts", runtime.counts.__class__())
+    torch.manual_seed(0)
+    head = torch.nn.Linear(768, 50257, bias=False).to("cuda", torch.bfloat16)
+    x = torch.randn(2, 512, 768, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        expected, got = head(x), runtime.linear(head, x)
+        decoding = runtime.linear(head, x[:, :4])  # 8 rows: the weight's copy would cost more than it saves
+    assert runtime.counts["padded"] == 1
+    assert got.shape == expected.shape and got.dtype == torch.bfloat16 and got.is_contiguous()
+    torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(decoding, expected[:, :4], rtol=2e-2, atol=2e-2)
+
+
+# -- transpiled and run ------------------------------------------------------------------------------------
+def test_a_transpiled_head_runs_the_padded_path_and_matches_the_original(tmp_path, monkeypatch):
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "__init__.py").write_text("")
+    (source / "head.py").write_text(MODEL)
+    (tmp_path / "head_original.py").write_text(MODEL)
+    with importable(tmp_path, {source: tmp_path / PACKAGE}, (PACKAGE, "head_original")):
+        assert "return _transpile_linear(self.lm_head, self.norm(h))" in (tmp_path / PACKAGE / "head.py").read_text()
+        emitted = importlib.import_module(f"{PACKAGE}._transpile_runtime.linear")
+        monkeypatch.setattr(emitted, "FORCE", True)
+        torch.manual_seed(0)
+        original = importlib.import_module("head_original").Head().eval()
+        model = importlib.import_module(f"{PACKAGE}.head").Head().eval()
+        model.load_state_dict(original.state_dict(), strict=True)
+        x = torch.randn(2, 5, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), original(x))
+        assert emitted.counts["padded"] == 1

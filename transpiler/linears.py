@@ -1,0 +1,137 @@
+"""Unaligned linear layers: `self.lm_head(x)` of an `nn.Linear` becomes `_transpile_linear(self.lm_head, x)`.
+
+The runtime's `linear` (emit/runtime/linear.py) pads the layer on CUDA where its output rows
+are not 16-byte aligned and the problem is big enough, and calls the module otherwise. Calls
+are rewritten in the emitted module, in the functions that run under `forward`, where every
+assignment of the attribute in its class is an `nn.Linear(...)` whose `out_features` is a
+literal not a multiple of 8 (`nn.Linear(d, 1001)`) or names a vocabulary or a label count
+(`nn.Linear(d, config.vocab_size)`, `nn.Linear(d, num_classes)`). Other layers keep their
+calls: the runtime's check costs ~0.3 us of Python a call and would find them aligned.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from emit.module import _after_imports, _format
+from transpiler.checker import Checker, Context
+from transpiler.symbols import Names, module_level
+
+LINEAR_CLASSES = frozenset({"torch.nn.Linear", "torch.nn.modules.linear.Linear"})
+ALIGN = 8  # the runtime's ALIGN: an out_features that is a multiple of it needs no padding
+NAME = "_transpile_linear"  # the runtime's `linear` in the emitted module
+# Sizes the data decides: vocabularies (GPT-2's 50257, BERT's 30522, a LLaMA with an added token's 32001)
+# and label counts (ImageNet-21k's 21843). Widths a designer chose (`config.intermediate_size`, `3 * dim`)
+# are multiples of 8 as a rule (those of GPT-2, BERT, LLaMA and ViT all are): their calls stay as they are.
+DATA_SIZE = re.compile(r"vocab|label|class", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class _Site:
+    """The callee `self.<attr>` of one call: its line and UTF-8 offsets, as `ast` gives them."""
+
+    line: int
+    col: int
+    end_col: int
+
+
+class _LinearCalls:
+    """A checker pass that collects the call sites to rewrite."""
+
+    def __init__(self, compiled: set[str] | None, linears: dict[str, set[str]]) -> None:
+        self.compiled = compiled
+        self.linears = linears  # per class qualname, its unaligned nn.Linear attributes
+        self.sites: list[_Site] = []
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        if ctx.cls is None or (self.compiled is not None and ctx.function.qualname not in self.compiled):
+            return
+        attr = ctx.self_attr(node.func)
+        if attr is None or attr not in self.linears.get(ctx.cls.qualname, ()):
+            return
+        # One positional argument: the runtime passes it on as it came, to whatever module is there.
+        one = len(node.args) == 1 and not isinstance(node.args[0], ast.Starred) and not node.keywords
+        if one and node.func.lineno == node.func.end_lineno:
+            self.sites.append(_Site(node.func.lineno, node.func.col_offset, node.func.end_col_offset))
+
+    def check_function(self, findings, ctx: Context) -> None:
+        pass
+
+
+def route_linears(text: str, module: str, is_package: bool, compiled: set[str] | None, depth: int) -> str:
+    """`text`, an emitted module, with its unaligned `nn.Linear` calls going through the runtime's `linear`.
+
+    `depth`: directories between the output root and the module (for the relative import of
+    the runtime). Returns `text` itself when there is nothing to rewrite.
+    """
+    tree = ast.parse(text)
+    if any(isinstance(n, ast.Name) and n.id == NAME for n in ast.walk(tree)):
+        return text  # the name is the user's (or the module was rewritten already)
+    finder = _LinearCalls(compiled, _unaligned_linears(tree, module, is_package))
+    if not finder.linears:
+        return text
+    Checker([finder]).check(tree, module, is_package, text)
+    if not finder.sites:
+        return text
+    lines = [line.encode() for line in text.splitlines(keepends=True)]
+    for site in sorted(finder.sites, key=lambda s: (s.line, s.col), reverse=True):  # bottom up: offsets stay valid
+        _rewrite(lines, site)
+    rewritten = b"".join(lines).decode()
+    insert_at = _after_imports(ast.parse(rewritten))
+    prefix = "." * (depth + 1)
+    imports = (
+        "# nn.Linear layers whose output rows may not be 16-byte aligned: padded on CUDA (docs/compiler.md)\n"
+        "try:  # the output tree imported as a package\n"
+        f"    from {prefix}_transpile_runtime.linear import linear as {NAME}\n"
+        "except ImportError:  # the output directory itself on sys.path\n"
+        f"    from _transpile_runtime.linear import linear as {NAME}\n"
+    )
+    out = rewritten.splitlines(keepends=True)
+    out[insert_at:insert_at] = ["\n", imports, "\n"]
+    return _format("".join(out))
+
+
+def _unaligned_linears(tree: ast.Module, module: str, is_package: bool) -> dict[str, set[str]]:
+    """Per class qualname: the attributes every assignment in the class (or a base class of the file) makes an
+    `nn.Linear` whose `out_features` is not a literal multiple of ALIGN."""
+    names = Names(tree, module, is_package)
+    found: dict[str, set[str]] = {}
+    for cls in (n for n in module_level(tree) if isinstance(n, ast.ClassDef)):
+        assigned: dict[str, list[bool]] = {}
+        for base in cls.bases:  # attributes of base classes defined above, as the checker inherits them
+            for attr in found.get(f"{module}.{ast.unparse(base)}", ()):
+                assigned[attr] = [True]
+        for node in ast.walk(cls):
+            for target in node.targets if isinstance(node, ast.Assign) else ():
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                ):
+                    assigned.setdefault(target.attr, []).append(_is_unaligned_linear(node.value, names))
+        found[f"{module}.{cls.name}"] = {attr for attr, each in assigned.items() if all(each)}
+    return {cls: attrs for cls, attrs in found.items() if attrs}
+
+
+def _is_unaligned_linear(value: ast.expr, names: Names) -> bool:
+    """`nn.Linear(...)` with an `out_features` that is a literal not a multiple of ALIGN, or that names a size
+    the data decides (DATA_SIZE)."""
+    if not (isinstance(value, ast.Call) and names.resolve(value.func) in LINEAR_CLASSES):
+        return False
+    keywords = {k.arg: k.value for k in value.keywords}
+    out_features = value.args[1] if len(value.args) > 1 else keywords.get("out_features")
+    if isinstance(out_features, ast.Constant):
+        return isinstance(out_features.value, int) and out_features.value % ALIGN != 0
+    return out_features is not None and DATA_SIZE.search(ast.unparse(out_features)) is not None
+
+
+def _rewrite(lines: list[bytes], site: _Site) -> None:
+    """`self.<attr>(x)` -> `NAME(self.<attr>, x)`: the callee and the `(` right after it (black's
+    layout; anything else is left alone) become `NAME(self.<attr>, `."""
+    line = lines[site.line - 1]
+    if line[site.end_col : site.end_col + 1] == b"(":
+        lines[site.line - 1] = (
+            line[: site.col] + f"{NAME}(".encode() + line[site.col : site.end_col] + b", " + line[site.end_col + 1 :]
+        )
