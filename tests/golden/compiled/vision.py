@@ -13,6 +13,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# nn.Linear layers whose output rows may not be 16-byte aligned: padded on CUDA (docs/compiler.md)
+try:  # the output tree imported as a package
+    from ._transpile_runtime.linear import linear as _transpile_linear
+except ImportError:  # the output directory itself on sys.path
+    from _transpile_runtime.linear import linear as _transpile_linear
+
+
 try:  # the output tree imported as a package
     from ._vision_kernels import fused_amax_eq, fused_batch_norm_relu, fused_relu
 except ImportError:  # the output directory itself on sys.path
@@ -92,6 +99,6 @@ class TinyResNet(nn.Module):
             self.mean_activation = alive.mean()
         # NumPy on tensors is traced by Dynamo (trace_numpy=True): not a break
         scale = np.sqrt(pooled.shape[1])
-        logits = self.head(pooled) / scale
+        logits = _transpile_linear(self.head, pooled) / scale
         self.logit_hist = np.histogram(logits.detach().cpu().numpy(), bins=4)[0]
         return logits
