@@ -166,6 +166,48 @@ def test_the_padded_path_computes_what_the_module_does(forced, bias, dtype, tole
     torch.testing.assert_close(got, expected, **tolerance)
 
 
+@pytest.mark.parametrize(
+    "rows, most, blocks",  # rows of x: 2 * rows; most: rows BLOCK_BYTES holds; blocks: the rows of each block
+    [
+        (7, 14, [14]),  # one block: the whole input
+        (6, 4, [4, 4, 4]),  # blocks that divide the rows
+        (5, 4, [4, 4, 2]),  # a last partial block
+        (7, 6, [5, 5, 4]),  # evened out: 14 rows in three blocks of at most 6, not 6, 6, 2
+        (3, 1, [1] * 6),  # a block a row
+    ],
+)
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_blocked_padded_path_computes_what_the_module_does(forced, monkeypatch, rows, most, blocks, bias):
+    torch.manual_seed(0)
+    module = torch.nn.Linear(24, 45, bias=bias)
+    x = torch.randn(2, 24, rows).transpose(1, 2)  # [2, rows, 24], not contiguous
+    with torch.no_grad():
+        expected = module(x)
+    monkeypatch.setattr(runtime, "MIN_BLOCK_ROWS", 1)
+    monkeypatch.setattr(runtime, "BLOCK_BYTES", most * 48 * x.element_size())  # most padded rows
+    linear, seen = torch.nn.functional.linear, []
+
+    def recording(input, weight, bias=None):
+        seen.append(input.shape[0])
+        return linear(input, weight, bias)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", recording)
+    with torch.no_grad():
+        got = runtime.linear(module, x)
+    assert seen == blocks
+    assert got.shape == expected.shape and got.is_contiguous()
+    torch.testing.assert_close(got, expected)
+
+
+def test_blocks_hold_at_most_block_bytes_or_min_block_rows_and_are_even():
+    gpt2 = 50264 * 2  # GPT-2's head padded, bf16: 667 rows in 64 MiB
+    assert runtime.block_rows(256, gpt2) == 256  # one block
+    assert runtime.block_rows(667, gpt2) == 667
+    assert runtime.block_rows(4096, gpt2) == 586  # 7 blocks of 586 rows, not 6 of 667 and one of 94
+    assert runtime.block_rows(4096, 256008 * 2) == 512  # a 256k vocabulary: MIN_BLOCK_ROWS rows, 250 MiB
+    assert runtime.block_rows(0, gpt2) == 1  # no rows: no block, and a step range() takes
+
+
 def test_aligned_layers_and_autograd_take_the_module(forced):
     x = torch.randn(4, 8)
     aligned = torch.nn.Linear(8, 16)
@@ -228,6 +270,15 @@ def test_gpt2s_lm_head_is_padded_on_cuda_in_bfloat16(monkeypatch):
     assert got.shape == expected.shape and got.dtype == torch.bfloat16 and got.is_contiguous()
     torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(decoding, expected[:, :4], rtol=2e-2, atol=2e-2)
+    del expected, got
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        out = runtime.linear(head, x)
+    # The output, the padded weight and one block (1024 rows: two of 512), not a second, padded output.
+    bound = out.nbytes + 50264 * 768 * 2 + runtime.block_rows(1024, 50264 * 2) * 50264 * 2
+    assert torch.cuda.max_memory_allocated() - base <= bound + (1 << 20)
 
 
 # -- transpiled and run ------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ A contiguous [rows, 50257] half-precision output has a row stride that is not a 
 8 elements, so cuBLAS can only pick its `align1` kernels (scalar loads and stores): 3.31 ms
 for GPT-2's head at 4096 rows on an H100, where torch.compile, which pads N, takes 0.45 ms.
 `linear(module, x)` computes into a padded width instead and copies the columns out, so
-the result is the same contiguous tensor `module(x)` returns. Anything else runs
+the result is the same contiguous tensor `module(x)` returns; it does so over blocks of rows
+so that the padded copy never holds more than BLOCK_BYTES beside the output. Anything else runs
 `module(x)` itself. This file may import only torch: it is copied into every output tree.
 """
 
@@ -29,6 +30,14 @@ DTYPES = (torch.float16, torch.bfloat16)  # float32: not measured to pay yet (gp
 # save. gpu_results/linear_pad.py measures both.
 MIN_ROWS = 128
 MIN_WORK = 1 << 31
+# Memory: the padded output is computed a block of rows at a time into the contiguous output, so a call
+# holds the output, the padded weight and one block, not a second, padded output (393 MiB for GPT-2's head
+# at 4096 rows). A block holds at most BLOCK_BYTES, or MIN_BLOCK_ROWS rows where those are more (vocabularies
+# over 64k in bf16), and the blocks of a call are evened out, so each holds over half of that. 512 rows keep
+# each matmul efficient (GPT-2's head: ~40 GFLOP, ~60 us aligned on the H100, cuBLAS tiles 64-256 rows) and
+# the launches (two a block, a few us of host time each) few: GPT-2's head at 4096 rows runs 7 blocks.
+BLOCK_BYTES = 64 << 20
+MIN_BLOCK_ROWS = 512
 FORCE = False  # tests only: pad tensors of any device, dtype and size (the rest of the checks still hold)
 _OFF = os.environ.get("TRANSPILE_BACKEND", "") == "eager"  # every transpile kernel off, this one too
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -83,10 +92,29 @@ def padded_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     (`weight.data.copy_(...)` bumps no version counter) and would hold a second copy of the
     weight, while the copy costs ~0.05 ms for GPT-2's 77 MB head. The pad rows stay
     uninitialised: output column j reads only weight row j, and the pad columns are dropped.
+    All blocks share the padded weight and bias.
     """
-    n = weight.shape[0]
-    padded = weight.new_empty((n + -n % ALIGN, weight.shape[1]))
+    n, k = weight.shape
+    width = n + -n % ALIGN
+    padded = weight.new_empty((width, k))
     padded[:n].copy_(weight)
     if bias is not None:
-        bias = torch.cat((bias, bias.new_empty(-n % ALIGN)))
-    return torch.nn.functional.linear(input, padded, bias)[..., :n].contiguous()
+        bias = torch.cat((bias, bias.new_empty(width - n)))
+    rows = input.reshape(-1, k)
+    out = input.new_empty((*input.shape[:-1], n))
+    flat = out.view(-1, n)
+    step = block_rows(rows.shape[0], width * input.element_size())
+    for start in range(0, rows.shape[0], step):
+        # One statement, so that the block's padded output is freed before the next block is allocated.
+        flat[start : start + step].copy_(torch.nn.functional.linear(rows[start : start + step], padded, bias)[:, :n])
+    return out
+
+
+def block_rows(rows: int, row_bytes: int) -> int:
+    """Rows per block for `rows` rows of `row_bytes` padded bytes: as few blocks as BLOCK_BYTES allows, of even size.
+
+    Even blocks (4096 rows of at most 667: 7 of 586, not 6 of 667 and one of 94) keep every matmul large.
+    """
+    most = max(MIN_BLOCK_ROWS, BLOCK_BYTES // row_bytes, 1)
+    blocks = max(1, -(-rows // most))
+    return max(1, -(-rows // blocks))
