@@ -22,14 +22,12 @@ from .activations import _hooked
 # 8 elements covers float16 and bfloat16 (torch.compile's pad_mm pads to the same).
 ALIGN = 8
 DTYPES = (torch.float16, torch.bfloat16)  # float32: not measured to pay yet (gpu_results/linear_pad.py times it)
-# When padding pays, from a roofline of the H100 (3 TB/s; GPT-2's head: 95 TFLOP/s in align1, 700 aligned).
-# Per call the padded path adds a copy of the weight (read and write: 4*N*K bytes) and of the output
-# (4*rows*N bytes); per row it saves N*K*2*(1/95e12 - 1/700e12) seconds. Break-even is ~80 rows for
-# any K over ~100 and any N; below 128 rows (decoding) the weight copy dominates. The work threshold
-# (2**31 multiply-adds, ~45 us in align1) keeps the three extra kernel launches small beside what they
-# save. gpu_results/linear_pad.py measures both.
+# When padding pays, measured on the H100 (gpu_results/linear_pad.py, bf16, device time): GPT-2's head
+# (768 -> 50257) at 4096 rows 3285 -> 1009 us, at 512 rows 420 -> 190 us; 4096 -> 32001 at 64 rows 290 -> 288
+# us (even); 768 -> 1001 loses at every row count up to 4096 (66 -> 100 us): the padded path's extra copies and
+# launches cost ~100 us. Break-even sits near 2**33 multiply-adds (align1 runs ~95 TFLOP/s: ~180 us).
 MIN_ROWS = 128
-MIN_WORK = 1 << 31
+MIN_WORK = 1 << 33
 # Memory: the padded output is computed a block of rows at a time into the contiguous output, so a call
 # holds the output, the padded weight and one block, not a second, padded output (393 MiB for GPT-2's head
 # at 4096 rows). A block holds at most BLOCK_BYTES, or MIN_BLOCK_ROWS rows where those are more (vocabularies
