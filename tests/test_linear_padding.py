@@ -200,11 +200,12 @@ def test_the_blocked_padded_path_computes_what_the_module_does(forced, monkeypat
 
 
 def test_blocks_hold_at_most_block_bytes_or_min_block_rows_and_are_even():
-    gpt2 = 50264 * 2  # GPT-2's head padded, bf16: 667 rows in 64 MiB
+    gpt2 = 50264 * 2  # GPT-2's head padded, bf16: 2670 rows in 256 MiB
     assert runtime.block_rows(256, gpt2) == 256  # one block
     assert runtime.block_rows(667, gpt2) == 667
-    assert runtime.block_rows(4096, gpt2) == 586  # 7 blocks of 586 rows, not 6 of 667 and one of 94
-    assert runtime.block_rows(4096, 256008 * 2) == 512  # a 256k vocabulary: MIN_BLOCK_ROWS rows, 250 MiB
+    assert runtime.block_rows(4096, gpt2) == 2048  # 2 blocks of 2048 rows, not 2670 and 1426
+    assert runtime.block_rows(16384, gpt2) == 2341  # 7 blocks, the last of 2338
+    assert runtime.block_rows(4096, 256008 * 2) == 512  # a 256k vocabulary: 524 rows in 256 MiB, evened
     assert runtime.block_rows(0, gpt2) == 1  # no rows: no block, and a step range() takes
 
 

@@ -30,11 +30,11 @@ MIN_ROWS = 128
 MIN_WORK = 1 << 33
 # Memory: the padded output is computed a block of rows at a time into the contiguous output, so a call
 # holds the output, the padded weight and one block, not a second, padded output (393 MiB for GPT-2's head
-# at 4096 rows). A block holds at most BLOCK_BYTES, or MIN_BLOCK_ROWS rows where those are more (vocabularies
-# over 64k in bf16), and the blocks of a call are evened out, so each holds over half of that. 512 rows keep
-# each matmul efficient (GPT-2's head: ~40 GFLOP, ~60 us aligned on the H100, cuBLAS tiles 64-256 rows) and
-# the launches (two a block, a few us of host time each) few: GPT-2's head at 4096 rows runs 7 blocks.
-BLOCK_BYTES = 64 << 20
+# at 4096 rows). A block holds at most BLOCK_BYTES, or MIN_BLOCK_ROWS rows where those are more, and the
+# blocks of a call are evened out. Each block costs host time (a matmul and a copy; the models are
+# host-bound): on the H100, GPT-2's head at 4096 rows took 623 us of host time in 7 blocks of 64 MiB,
+# 207 us in 2 (1023 us of device time, the unblocked path's) and 138 us unblocked, so 256 MiB.
+BLOCK_BYTES = 256 << 20
 MIN_BLOCK_ROWS = 512
 FORCE = False  # tests only: pad tensors of any device, dtype and size (the rest of the checks still hold)
 _OFF = os.environ.get("TRANSPILE_BACKEND", "") == "eager"  # every transpile kernel off, this one too
@@ -111,7 +111,7 @@ def padded_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 def block_rows(rows: int, row_bytes: int) -> int:
     """Rows per block for `rows` rows of `row_bytes` padded bytes: as few blocks as BLOCK_BYTES allows, of even size.
 
-    Even blocks (4096 rows of at most 667: 7 of 586, not 6 of 667 and one of 94) keep every matmul large.
+    Even blocks (4096 rows of at most 2670: 2 of 2048, not one of 2670 and one of 1426) keep every matmul large.
     """
     most = max(MIN_BLOCK_ROWS, BLOCK_BYTES // row_bytes, 1)
     blocks = max(1, -(-rows // most))
