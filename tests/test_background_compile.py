@@ -202,3 +202,23 @@ def test_callers_on_several_threads_get_the_original_code_or_the_kernel(make_ker
         if result is not None:
             torch.testing.assert_close(result[0], expected)
     assert kernel.triton_kernel.compiled_at_launch == 0
+
+
+def test_exit_cancels_queued_compiles_and_finishes_the_running_one():
+    compiler = runtime._Compiler(threads=1)
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    def slow():
+        started.set()
+        release.wait(10)
+        ran.append("slow")
+        return "slow"
+
+    running = compiler.submit(slow)
+    queued = compiler.submit(lambda: ran.append("queued"))
+    assert started.wait(10)
+    threading.Timer(0.2, release.set).start()  # the running compile ends while shutdown waits for it
+    compiler.shutdown()
+    assert running.done() and running.result() == "slow"
+    assert queued.cancelled() and ran == ["slow"]
+    assert compiler.wait(timeout=1)  # nothing left pending

@@ -20,6 +20,7 @@ first call instead).
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
 import functools
@@ -85,8 +86,10 @@ class _Compiler:
     """Threads that compile kernels, and the compiles not finished yet.
 
     Daemon threads, not a ThreadPoolExecutor: the executor's workers are joined at exit, so
-    a short script would wait for every queued compile before exiting. A compile cut off by
-    the exit leaves no partial file: Triton writes its cache files atomically. Threads, not
+    a short script would wait for every queued compile before exiting. At exit the queued
+    compiles are cancelled and the running ones (at most one a thread) finished: a thread
+    cut off inside Triton's native code or its gcc run crashed the exiting interpreter on
+    the H100 ("FATAL: exception not rethrown", a launcher's .so half linked). Threads, not
     processes: Triton's compile holds the GIL for most of its work (its Python front end
     and MLIR passes; ptxas and gcc run as subprocesses), but a process would first import
     torch and triton, seconds that a first call must not pay.
@@ -131,10 +134,19 @@ class _Compiler:
             pending = list(self._pending)
         return not concurrent.futures.wait(pending, timeout).not_done
 
+    def shutdown(self) -> None:
+        """Cancel the compiles not started yet and wait for those running (at exit)."""
+        with self._lock:
+            pending = list(self._pending)
+        running = [future for future in pending if not future.cancel()]
+        concurrent.futures.wait(running, timeout=EXIT_WAIT_S)
+
 
 # Two threads: the GIL leaves little to gain from more (ptxas and gcc overlap), and the caller's
 # original code competes with them for it.
 _COMPILER = _Compiler(max(1, int(os.environ.get("TRANSPILE_COMPILE_THREADS", "2"))))
+EXIT_WAIT_S = 60.0  # a compile takes ~1 s; a hung one must not keep the process from exiting
+atexit.register(_COMPILER.shutdown)
 
 
 def wait_for_kernels(timeout: float | None = None) -> bool:
