@@ -62,8 +62,8 @@ def emit(
     module = _module_text(text, list(zip(regions, shown)), source_path, kernels_module)
     kernels = [kernel_view(r)[0] for r in shown]
     files = [
-        EmittedFile(Path(source_path).name, _format(module)),
-        EmittedFile(f"{kernels_module}.py", _format(_kernels_text(shown, source_path, stem, depth))),
+        EmittedFile(Path(source_path).name, format_source(module)),
+        EmittedFile(f"{kernels_module}.py", format_source(_kernels_text(shown, source_path, stem, depth))),
         EmittedFile(
             f"_{stem}_triton.py",
             render_triton_file(kernels, source_lines, runtime_import=f"{RUNTIME}.triton_support", header=_triton_header(source_path)),
@@ -78,8 +78,25 @@ def runtime_files() -> list[tuple[str, bytes]]:
     return [(p.name, p.read_bytes()) for p in sorted(RUNTIME_SOURCE.iterdir()) if p.suffix in (".py", ".h")]
 
 
-def _format(text: str) -> str:
+def format_source(text: str) -> str:
     return black.format_str(text, mode=_BLACK)
+
+
+def fallback_import(dots: int, module: str, names: str, root: str) -> list[str]:
+    """Lines importing `names` from `module` relative to the emitted file (`dots` leading dots), or absolutely
+    where the output is not imported as a package but `root` (the directory holding `module`) is on sys.path."""
+    return [
+        "try:  # the output tree imported as a package\n",
+        f"    from {'.' * dots}{module} import {names}\n",
+        f"except ImportError:  # {root} on sys.path\n",
+        f"    from {module} import {names}\n",
+    ]
+
+
+def runtime_import(depth: int, module: str, names: str) -> list[str]:
+    """`fallback_import` of `names` from `_transpile_runtime` (`module`: its submodule, or "") in a file
+    `depth` directories below the output root."""
+    return fallback_import(depth + 1, f"{RUNTIME}.{module}" if module else RUNTIME, names, "the output root")
 
 
 # -- the module ----------------------------------------------------------------------
@@ -93,14 +110,9 @@ def _module_text(text: str, regions: list[tuple[Region, Region]], source_path: s
     for region, shown in sorted(regions, key=lambda r: r[0].first_line, reverse=True):  # bottom up: lines stay valid
         original = lines[region.first_line - 1 : region.last_line]
         lines[region.first_line - 1 : region.last_line] = _guarded(region, shown.lines, original, source_path, result_name)
-    insert_at = _after_imports(tree)
+    insert_at = after_imports(tree)
     names = ", ".join(sorted(r.name for r, _ in regions))
-    imports = [
-        "try:  # the output tree imported as a package\n",
-        f"    from .{kernels_module} import {names}\n",
-        "except ImportError:  # the output directory itself on sys.path\n",
-        f"    from {kernels_module} import {names}\n",
-    ]
+    imports = fallback_import(1, kernels_module, names, "the output directory itself")
     if not _imports_torch(tree):
         imports.insert(0, "import torch\n")
     lines[insert_at:insert_at] = ["\n", *imports, "\n"]
@@ -139,7 +151,7 @@ def _select(region: Region, assigned) -> str:
     return f"[{positions[0]}:{positions[-1] + 1}]"
 
 
-def _after_imports(tree: ast.Module) -> int:
+def after_imports(tree: ast.Module) -> int:
     """Line index after the module's leading docstring and imports."""
     end = 0
     for index, node in enumerate(tree.body):
@@ -170,10 +182,8 @@ def _kernels_text(regions: list[Region], source_path: str, stem: str, depth: int
         'original statements. The `_reference` functions are the regions in eager PyTorch: they give the\n'
         'result dtypes (torch\'s promotion rules) and are what the kernels are tested against.\n"""\n\n',
         "import functools\nimport math\n" * activations + "from pathlib import Path\n\nimport torch\n\n",
-        "try:  # the output tree imported as a package\n",
-        f"    from {'.' * (depth + 1)}{RUNTIME} import {imported}\n",
-        "except ImportError:  # the output root on sys.path\n",
-        f"    from {RUNTIME} import {imported}\n\n",
+        *runtime_import(depth, "", imported),
+        "\n",
         f'_TRITON_FILE = Path(__file__).with_name("_{stem}_triton.py")\n',
         f'_CPP_FILE = Path(__file__).with_name("_{stem}_kernels.cpp")\n\n',
         _activation_table() if activations else "",

@@ -170,3 +170,16 @@ def test_a_forward_that_syncs_with_the_host_is_not_recorded():
         torch.testing.assert_close(forward(y), y * y.sum().item())
     (reason,) = [r for r in forward.counts if r.startswith("original forward: the forward cannot be recorded")]
     assert forward.counts[reason] == 3
+
+
+def test_warm_up_counts_stay_bounded_when_shapes_never_repeat(monkeypatch):
+    import emit.runtime.graphs as graphs
+
+    monkeypatch.setattr(graphs, "SEEN_LIMIT", 4)
+    forward = cuda_graphs(Block().eval())
+    forward._why_not = lambda args, kwargs: ((args[0].shape,), [args[0]])  # as a CUDA call would be keyed
+    with torch.no_grad():
+        for rows in range(1, 11):
+            forward(torch.randn(rows, 16))
+    assert forward.counts == {"warm-up (original forward)": 10}
+    assert len(forward._seen) <= 4

@@ -15,7 +15,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from emit.module import _after_imports, _format
+from emit.module import after_imports, format_source, runtime_import
 from transpiler.checker import Checker, Context
 from transpiler.symbols import Names, module_level
 
@@ -79,18 +79,14 @@ def route_linears(text: str, module: str, is_package: bool, compiled: set[str] |
     for site in sorted(finder.sites, key=lambda s: (s.line, s.col), reverse=True):  # bottom up: offsets stay valid
         _rewrite(lines, site)
     rewritten = b"".join(lines).decode()
-    insert_at = _after_imports(ast.parse(rewritten))
-    prefix = "." * (depth + 1)
-    imports = (
-        "# nn.Linear layers whose output rows may not be 16-byte aligned: padded on CUDA (docs/compiler.md)\n"
-        "try:  # the output tree imported as a package\n"
-        f"    from {prefix}_transpile_runtime.linear import linear as {NAME}\n"
-        "except ImportError:  # the output directory itself on sys.path\n"
-        f"    from _transpile_runtime.linear import linear as {NAME}\n"
-    )
+    insert_at = after_imports(ast.parse(rewritten))
+    imports = [
+        "# nn.Linear layers whose output rows may not be 16-byte aligned: padded on CUDA (docs/compiler.md)\n",
+        *runtime_import(depth, "linear", f"linear as {NAME}"),
+    ]
     out = rewritten.splitlines(keepends=True)
-    out[insert_at:insert_at] = ["\n", imports, "\n"]
-    return _format("".join(out))
+    out[insert_at:insert_at] = ["\n", *imports, "\n"]
+    return format_source("".join(out))
 
 
 def _unaligned_linears(tree: ast.Module, module: str, is_package: bool) -> dict[str, set[str]]:

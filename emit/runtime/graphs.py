@@ -39,6 +39,7 @@ from torch.utils import _pytree as pytree
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout)
 WARMUP_CALLS = 1  # eager calls of a signature before it is recorded: lazy initialisation happens there
+SEEN_LIMIT = 1024  # signatures whose warm-up calls are counted
 
 
 class _Unsupported(Exception):
@@ -170,6 +171,8 @@ class CudaGraphs:
         key, tensors = reason
         graph = self._graphs.get(key)
         if graph is None:
+            if len(self._seen) >= SEEN_LIMIT:  # shapes that never repeat: keep the warm-up counts bounded
+                self._seen.clear()
             self._seen[key] += 1
             if self._seen[key] <= WARMUP_CALLS:
                 self.counts["warm-up (original forward)"] += 1

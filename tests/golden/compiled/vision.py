@@ -16,7 +16,7 @@ from torch import nn
 # nn.Linear layers whose output rows may not be 16-byte aligned: padded on CUDA (docs/compiler.md)
 try:  # the output tree imported as a package
     from ._transpile_runtime.linear import linear as _transpile_linear
-except ImportError:  # the output directory itself on sys.path
+except ImportError:  # the output root on sys.path
     from _transpile_runtime.linear import linear as _transpile_linear
 
 
