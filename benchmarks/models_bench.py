@@ -85,8 +85,10 @@ from benchlib import (  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = ("eager", "compile", "transpiled")
 # CUDA graphs on both sides (opt-in, steady state only): torch.compile(mode="reduce-overhead") and the
-# transpiled model through its runtime's `cuda_graphs`. Compared with each other and with the defaults.
-GRAPH_VARIANTS = ("compile-graphs", "transpiled-graphs")
+# transpiled model through its runtime's `cuda_graphs` (the whole forward) or `cuda_graph_blocks` (each
+# block of its layer lists, the glue eager). Compared with each other and with the defaults.
+TRANSPILED_GRAPHS = ("transpiled-graphs", "transpiled-block-graphs")
+GRAPH_VARIANTS = ("compile-graphs", *TRANSPILED_GRAPHS)
 TIMING_ROUNDS = 2
 # Sanity bound on the relative L2 difference from eager's output: reduction order (fp32),
 # and rounding of every intermediate through many layers (bf16).
@@ -393,6 +395,8 @@ def measure_variant(
         module.load_state_dict(eager.state_dict())  # the same weights as eager
         if variant == "transpiled-graphs":
             module = graphs = transpiled_runtime(model, args.compiled).cuda_graphs(module)
+        elif variant == "transpiled-block-graphs":
+            graphs = transpiled_runtime(model, args.compiled).cuda_graph_blocks(module)
     transpiled = variant.startswith("transpiled")
     call = lambda: module(**inputs)  # noqa: E731
     call.graphs = graphs  # its counts (replays, and why not) go into the result after the timings
@@ -408,7 +412,7 @@ def measure_variant(
             runtime.wait_for_kernels()
         before = kernel_counters(model, args.compiled)
         del output
-        output = primary_output(call(), model)  # transpiled-graphs: this call records
+        output = primary_output(call(), model)  # transpiled graphs: this call records
         synchronize(args.device)
         result["kernels"] = delta = counters_delta(before, kernel_counters(model, args.compiled))
         if not delta or any(path.startswith("fallback") for paths in delta.values() for path in paths):
@@ -547,23 +551,29 @@ def _graphs_table(report: dict) -> str:
     rows = [row for row in report["steady_state"] if set(row["variants"]) & set(GRAPH_VARIANTS)]
     if not rows:
         return ""
-    lines = [
-        "| model | dtype | torch.compile ms | transpiled ms | compile, reduce-overhead ms | transpiled, CUDA graphs ms "
-        "| transpiled graphs vs compile | transpiled graphs vs compile reduce-overhead "
-        "| peak extra MiB (compile ro / transpiled graphs) | rel L2 diff vs eager (compile ro / transpiled graphs) "
-        "| transpiled graph calls |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+    names = {
+        "transpiled-graphs": "transpiled, whole-forward graph",
+        "transpiled-block-graphs": "transpiled, block graphs",
+    }
+    header = ["model", "dtype", "torch.compile ms", "transpiled ms", "compile, reduce-overhead ms"]
+    header += [f"{names[variant]} ms" for variant in TRANSPILED_GRAPHS]
+    header += [
+        f"{names[variant]} vs {versus}" for variant in TRANSPILED_GRAPHS for versus in ("compile", "reduce-overhead")
     ]
+    header += ["peak extra MiB (compile ro / whole / blocks)", "rel L2 diff vs eager (compile ro / whole / blocks)"]
+    header += [f"{names[variant]}: calls" for variant in TRANSPILED_GRAPHS]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         v = row["variants"]
-        graphs, reduce_overhead = v.get("transpiled-graphs"), v.get("compile-graphs")
         cells = [row["model"], row["dtype"]]
         cells += [_cell(v.get(name), _ms, why=True) for name in ("compile", "transpiled", *GRAPH_VARIANTS)]
-        cells += [_ratio(v.get("compile"), graphs), _ratio(reduce_overhead, graphs)]
+        for variant in TRANSPILED_GRAPHS:
+            cells += [_ratio(v.get("compile"), v.get(variant)), _ratio(v.get("compile-graphs"), v.get(variant))]
         cells.append(" / ".join(_cell(v.get(name), _mib) for name in GRAPH_VARIANTS))
         cells.append(" / ".join(_cell(v.get(name), _diff) for name in GRAPH_VARIANTS))
-        counts = (graphs or {}).get("graph_counts", {})
-        cells.append(", ".join(f"{why} x{n}" for why, n in sorted(counts.items())) or "-")
+        for variant in TRANSPILED_GRAPHS:
+            counts = (v.get(variant) or {}).get("graph_counts", {})
+            cells.append(", ".join(f"{why} x{n}" for why, n in sorted(counts.items())) or "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

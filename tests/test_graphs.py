@@ -6,11 +6,13 @@ with its reason); the `gpu` tests record and replay, against eager on random inp
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
 
-from emit.runtime.graphs import CudaGraphs, _describe, _rebuild, _Snapshot, cuda_graphs
+from emit.runtime.graphs import CudaGraphs, _describe, _rebuild, _Snapshot, cuda_graph_blocks, cuda_graphs
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -183,3 +185,68 @@ def test_warm_up_counts_stay_bounded_when_shapes_never_repeat(monkeypatch):
             forward(torch.randn(rows, 16))
     assert forward.counts == {"warm-up (original forward)": 10}
     assert len(forward._seen) <= 4
+
+
+class Stack(nn.Module):
+    """A transformer-shaped model: glue that asks whether it is being recorded (as transformers'
+    mask set-up does), a list of blocks, and a nested list inside one block that is not a block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(16, 16)
+        self.layers = nn.ModuleList(Block() for _ in range(3))
+        self.layers[1].inner = nn.ModuleList([nn.Identity()])
+        self.head = nn.Linear(16, 4)
+        self.masked_calls = 0
+
+    def forward(self, x):
+        if (
+            torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+        ):  # the path a recording of the whole forward would take
+            self.masked_calls += 1
+        h = self.embed(x)
+        for layer in self.layers:
+            h = layer(h, scale=0.5, residual=h)["out"]
+        return self.head(h)
+
+
+def test_block_graphs_wrap_the_outermost_list_and_come_off_again():
+    model = Stack().eval()
+    blocks = cuda_graph_blocks(model)
+    assert list(blocks.blocks) == ["layers.0", "layers.1", "layers.2"]  # not layers.1.inner.0
+    assert model.layers[0].forward is blocks.blocks["layers.0"]
+    with torch.no_grad():
+        x = torch.randn(2, 16)
+        out = model(x)
+        assert blocks.counts == {"original forward: no CUDA tensor among the inputs": 3}
+        with pytest.raises(ValueError, match="layers.0 has its own forward already"):
+            cuda_graph_blocks(model)
+        blocks.remove()
+        assert "forward" not in vars(model.layers[0]) and blocks.counts == {}
+        torch.testing.assert_close(model(x), out)
+        assert set(model.state_dict()) == set(Stack().state_dict())
+    with pytest.raises(ValueError, match="no nn.ModuleList"):
+        cuda_graph_blocks(Block())
+
+
+@pytest.mark.gpu
+@cuda
+def test_block_graphs_replay_the_blocks_and_leave_the_glue_eager():
+    torch.manual_seed(0)
+    model = Stack().cuda().eval()
+    eager = copy.deepcopy(model)
+    blocks = cuda_graph_blocks(model)
+    with torch.no_grad():
+        results = []
+        for _ in range(4):
+            x = torch.randn(8, 16, device="cuda")
+            out = model(x)
+            torch.testing.assert_close(out, eager(x))
+            results.append((out, out.clone()))
+    assert blocks.counts == {"warm-up (original forward)": 3, "graph replay": 9}
+    assert model.masked_calls == 0  # the glue never ran inside a recording
+    for out, expected in results:  # one pool for all blocks, outputs copied out: earlier results stay valid
+        torch.testing.assert_close(out, expected)
+    pools = {id(wrapper._pool) for wrapper in blocks.blocks.values()}
+    blocks.reset()
+    assert len(pools) == 1 and {id(wrapper._pool) for wrapper in blocks.blocks.values()} != pools

@@ -37,7 +37,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from .activations import Activation, Activations
-from .graphs import CudaGraphs, cuda_graphs
+from .graphs import CudaGraphs, GraphedBlocks, cuda_graph_blocks, cuda_graphs
 
 RANK = 4  # strided kernels index a broadcast iteration space of at most this many dims
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)

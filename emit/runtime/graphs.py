@@ -83,8 +83,6 @@ class _Graph:
         static_args, static_kwargs = _rebuild((args, kwargs), iter(self.inputs))
         # Warm up on a side stream, as the recording will run on one: libraries set up per-stream
         # state (cuBLAS workspaces) on their first call there, which must not happen while recording.
-        # Warm up on a side stream, as the recording will run on one: libraries set up per-stream
-        # state (cuBLAS workspaces) on their first call there, which must not happen while recording.
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -142,10 +140,28 @@ class _Snapshot:
         )
 
 
+class _Pool:
+    """The memory pool graphs record into, made on first use (it needs CUDA).
+
+    Graphs may share one when they never run at once: each recording reuses the memory of the
+    intermediates earlier ones freed, and keeps its own outputs alive until it is forgotten.
+    """
+
+    def __init__(self) -> None:
+        self._handle = None
+
+    def handle(self):
+        if self._handle is None:
+            self._handle = torch.cuda.graph_pool_handle()
+        return self._handle
+
+
 class CudaGraphs:
     """A callable that runs `function` (a module or a module's bound forward) through CUDA graphs."""
 
-    def __init__(self, function: Callable, copy_outputs: bool = True, max_graphs: int = 16) -> None:
+    def __init__(
+        self, function: Callable, copy_outputs: bool = True, max_graphs: int = 16, pool: _Pool | None = None
+    ) -> None:
         module = function if isinstance(function, torch.nn.Module) else getattr(function, "__self__", None)
         if not isinstance(module, torch.nn.Module):
             raise TypeError("cuda_graphs takes a torch.nn.Module or a module's bound method")
@@ -153,6 +169,7 @@ class CudaGraphs:
         self.module = module
         self.copy_outputs = copy_outputs
         self.max_graphs = max_graphs
+        self._shared_pool = pool
         self.counts: collections.Counter[str] = collections.Counter()
         self.reset()
 
@@ -160,7 +177,7 @@ class CudaGraphs:
         """Forget every recorded graph (and the memory they hold): the next calls record afresh."""
         self._graphs: dict[tuple, _Graph | str] = {}
         self._seen: collections.Counter[tuple] = collections.Counter()
-        self._pool = None
+        self._pool = self._shared_pool or _Pool()  # one pool: the graphs of one callable never overlap
         self._state = None
 
     def __call__(self, *args, **kwargs):
@@ -212,10 +229,8 @@ class CudaGraphs:
         from . import wait_for_kernels  # kernels still compiling would be recorded as the original code
 
         wait_for_kernels()
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()  # one pool: the graphs of one callable never overlap
         try:
-            graph: _Graph | str = _Graph(self.function, args, kwargs, tensors, self._pool)
+            graph: _Graph | str = _Graph(self.function, args, kwargs, tensors, self._pool.handle())
         except _Unsupported as error:
             graph = f"original forward: {error}"
         except RuntimeError as error:  # the forward waits on the device, or CUDA refused an operation while recording
@@ -228,3 +243,64 @@ class CudaGraphs:
 def cuda_graphs(function: Callable, copy_outputs: bool = True, max_graphs: int = 16) -> CudaGraphs:
     """`function` (a module, or a module's bound forward) replayed through CUDA graphs; see the module docstring."""
     return CudaGraphs(function, copy_outputs=copy_outputs, max_graphs=max_graphs)
+
+
+class GraphedBlocks:
+    """The blocks of a model's layer lists, each replayed through CUDA graphs; see `cuda_graph_blocks`."""
+
+    def __init__(self, model: torch.nn.Module, copy_outputs: bool = True, max_graphs: int = 16) -> None:
+        self.pool = _Pool()
+        self.blocks: dict[str, CudaGraphs] = {}  # a block's qualified name -> the forward installed on it
+        lists: list[str] = []
+        for name, module in model.named_modules():
+            if not isinstance(module, torch.nn.ModuleList) or any(_inside(name, outer) for outer in lists):
+                continue
+            lists.append(name)
+            for index, block in enumerate(module):
+                if "forward" in vars(block):
+                    raise ValueError(f"block {_qualified(name, index)} has its own forward already (graphed twice?)")
+                wrapper = CudaGraphs(block.forward, copy_outputs=copy_outputs, max_graphs=max_graphs, pool=self.pool)
+                block.forward = wrapper  # an instance attribute: nn.Module.__call__ (and its hooks) calls it
+                self.blocks[_qualified(name, index)] = wrapper
+        if not self.blocks:
+            raise ValueError(
+                f"{type(model).__name__} holds no nn.ModuleList of blocks: graph the whole forward with cuda_graphs"
+            )
+
+    @property
+    def counts(self) -> collections.Counter[str]:
+        """What the blocks' calls ran (replays, warm-ups, and why the original forward), summed over blocks."""
+        return sum((wrapper.counts for wrapper in self.blocks.values()), collections.Counter())
+
+    def reset(self) -> None:
+        """Forget every block's graphs and their memory: the next calls record afresh."""
+        self.pool = _Pool()
+        for wrapper in self.blocks.values():
+            wrapper._shared_pool = self.pool
+            wrapper.reset()
+
+    def remove(self) -> None:
+        """Give every block its own forward back."""
+        for wrapper in self.blocks.values():
+            del wrapper.module.forward
+        self.blocks.clear()
+
+
+def _inside(name: str, outer: str) -> bool:
+    return outer == "" or name.startswith(outer + ".")
+
+
+def _qualified(name: str, index: int) -> str:
+    return f"{name}.{index}" if name else str(index)
+
+
+def cuda_graph_blocks(model: torch.nn.Module, copy_outputs: bool = True, max_graphs: int = 16) -> GraphedBlocks:
+    """Replay each block of `model`'s layer lists through CUDA graphs, and run the code around them as it is.
+
+    The blocks are the elements of every outermost `nn.ModuleList` (a transformer's layers, a
+    ResNet's stages); each gets a `cuda_graphs` forward, and all share one memory pool, as
+    they run one after another. The code between them (embeddings, mask set-up, the head)
+    runs eagerly, so a library that asks whether it is being recorded, or reads a padding
+    mask on the host, behaves as without graphs: see docs/compiler.md.
+    """
+    return GraphedBlocks(model, copy_outputs=copy_outputs, max_graphs=max_graphs)
