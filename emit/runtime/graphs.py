@@ -105,8 +105,8 @@ class _Graph:
                 raise _Unsupported(f"an output of type {type(leaf).__name__} (not a tensor or a plain value)")
 
     def replay(self, tensors: list, copy_outputs: bool) -> Any:
-        for static, tensor in zip(self.inputs, tensors):
-            static.copy_(tensor)
+        # One call for all inputs: one dispatch, and one kernel for tensors of one dtype and layout.
+        torch._foreach_copy_(self.inputs, tensors)
         self.graph.replay()
         outputs = [leaf.clone() if copy_outputs and isinstance(leaf, torch.Tensor) else leaf for leaf in self.outputs]
         return pytree.tree_unflatten(outputs, self.spec)

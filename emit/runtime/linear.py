@@ -21,8 +21,8 @@ from .activations import _hooked
 # cuBLAS's vectorised kernels need the output's row stride and N to be multiples of 16 bytes;
 # 8 elements covers float16 and bfloat16 (torch.compile's pad_mm pads to the same).
 ALIGN = 8
-DTYPES = (torch.float16, torch.bfloat16)  # float32: not measured to pay yet (gpu_results/linear_pad.py times it)
-# When padding pays, measured on the H100 (gpu_results/linear_pad.py, bf16, device time): GPT-2's head
+DTYPES = (torch.float16, torch.bfloat16)  # float32: not measured to pay yet (benchmarks/linear_pad.py times it)
+# When padding pays, measured on the H100 (benchmarks/linear_pad.py, bf16, device time): GPT-2's head
 # (768 -> 50257) at 4096 rows 3285 -> 1009 us, at 512 rows 420 -> 190 us; 4096 -> 32001 at 64 rows 290 -> 288
 # us (even); 768 -> 1001 loses at every row count up to 4096 (66 -> 100 us): the padded path's extra copies and
 # launches cost ~100 us. Break-even sits near 2**33 multiply-adds (align1 runs ~95 TFLOP/s: ~180 us).
