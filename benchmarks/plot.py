@@ -15,17 +15,28 @@ import argparse
 import json
 from pathlib import Path
 
-VARIANTS = (("transpiled", "transpiled", "tab:blue"), ("compile", "torch.compile", "tab:orange"))
+VARIANTS = (
+    ("transpiled", "transpiled", "tab:blue"),
+    ("compile", "torch.compile", "tab:orange"),
+    # CUDA graphs, opt-in on both sides: plotted where a run measured them (models_bench.py --variants)
+    ("transpiled-block-graphs", "transpiled, CUDA graph per block", "tab:cyan"),
+    ("compile-graphs", "torch.compile reduce-overhead", "tab:red"),
+)
+
+
+def plotted(report: dict) -> list[tuple[str, str, str]]:
+    """The variants some row of the report ran."""
+    return [v for v in VARIANTS if any(v[0] in row["variants"] for row in report["steady_state"])]
 
 
 def speedups(report: dict) -> tuple[list[str], dict[str, list[float]]]:
     """Bar labels and, per variant, eager time over the variant's time (NaN where it was not run)."""
     labels = []
-    values: dict[str, list[float]] = {name: [] for name, _, _ in VARIANTS}
+    values: dict[str, list[float]] = {name: [] for name, _, _ in plotted(report)}
     for row in report["steady_state"]:
         labels.append(label(row))
         eager = row["variants"]["eager"].get("seconds", float("nan"))
-        for name, _, _ in VARIANTS:
+        for name in values:
             seconds = row["variants"].get(name, {}).get("seconds")
             values[name].append(eager / seconds if seconds else float("nan"))
     return labels, values
@@ -40,10 +51,11 @@ def label(row: dict) -> str:
 
 def panel(axis, report: dict) -> None:
     labels, values = speedups(report)
-    width = 0.8 / len(VARIANTS)
+    variants = plotted(report)
+    width = 0.8 / len(variants)
     positions = range(len(labels))
-    for index, (name, legend, color) in enumerate(VARIANTS):
-        offsets = [p + (index - (len(VARIANTS) - 1) / 2) * width for p in positions]
+    for index, (name, legend, color) in enumerate(variants):
+        offsets = [p + (index - (len(variants) - 1) / 2) * width for p in positions]
         bars = axis.bar(offsets, values[name], width, label=legend, color=color)
         axis.bar_label(bars, fmt="%.3g", fontsize=7, padding=1)
     finite = [v for series in values.values() for v in series if v == v and v > 0]
