@@ -64,9 +64,11 @@ def main() -> None:
         block_name, wrapper = next(iter(blocks.blocks.items()))
         block = wrapper.module
         caught = {}
-        handle = block.register_forward_pre_hook(
-            lambda m, a, k: caught.setdefault("call", (a, k)) and None, with_kwargs=True
-        )
+
+        def catch(_module, call_args, call_kwargs):  # the first call's arguments; None: the call goes on unchanged
+            caught.setdefault("call", (call_args, call_kwargs))
+
+        handle = block.register_forward_pre_hook(catch, with_kwargs=True)
         with torch.no_grad():
             for _ in range(3):  # warm-up, record, replay
                 module(**inputs)

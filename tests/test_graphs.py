@@ -200,9 +200,8 @@ class Stack(nn.Module):
         self.masked_calls = 0
 
     def forward(self, x):
-        if (
-            torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-        ):  # the path a recording of the whole forward would take
+        # The path a recording of the whole forward would take.
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             self.masked_calls += 1
         h = self.embed(x)
         for layer in self.layers:
@@ -247,6 +246,11 @@ def test_block_graphs_replay_the_blocks_and_leave_the_glue_eager():
     assert model.masked_calls == 0  # the glue never ran inside a recording
     for out, expected in results:  # one pool for all blocks, outputs copied out: earlier results stay valid
         torch.testing.assert_close(out, expected)
-    pools = {id(wrapper._pool) for wrapper in blocks.blocks.values()}
+    assert {wrapper._pool for wrapper in blocks.blocks.values()} == {blocks.pool}  # one pool for all blocks
+    recorded_into = blocks.pool.handle()
     blocks.reset()
-    assert len(pools) == 1 and {id(wrapper._pool) for wrapper in blocks.blocks.values()} != pools
+    with torch.no_grad():
+        for _ in range(3):  # warm-up, then record and replay, then replay: into a new pool
+            x = torch.randn(8, 16, device="cuda")
+            torch.testing.assert_close(model(x), eager(x))
+    assert blocks.counts["graph replay"] == 9 + 6 and blocks.pool.handle() != recorded_into

@@ -1,4 +1,5 @@
-"""Opt-in CUDA graphs: replay a whole forward as one launch.
+"""Opt-in CUDA graphs: replay a whole forward as one launch (`cuda_graphs`), or each block of a model's
+layer lists as one (`cuda_graph_blocks`, at the end of this file).
 
 A transpiled model keeps its source's Python: the module calls, the mask set-up and the
 ops left in eager run on every forward, and a batch-size-1-ish bf16 transformer spends
@@ -155,6 +156,10 @@ class _Pool:
             self._handle = torch.cuda.graph_pool_handle()
         return self._handle
 
+    def release(self) -> None:
+        """Record into a new pool from now on; the old one is freed with the last graph that holds it."""
+        self._handle = None
+
 
 class CudaGraphs:
     """A callable that runs `function` (a module or a module's bound forward) through CUDA graphs."""
@@ -169,7 +174,7 @@ class CudaGraphs:
         self.module = module
         self.copy_outputs = copy_outputs
         self.max_graphs = max_graphs
-        self._shared_pool = pool
+        self._pool = pool or _Pool()  # one pool: the graphs of one callable never overlap
         self.counts: collections.Counter[str] = collections.Counter()
         self.reset()
 
@@ -177,7 +182,7 @@ class CudaGraphs:
         """Forget every recorded graph (and the memory they hold): the next calls record afresh."""
         self._graphs: dict[tuple, _Graph | str] = {}
         self._seen: collections.Counter[tuple] = collections.Counter()
-        self._pool = self._shared_pool or _Pool()  # one pool: the graphs of one callable never overlap
+        self._pool.release()
         self._state = None
 
     def __call__(self, *args, **kwargs):
@@ -273,10 +278,8 @@ class GraphedBlocks:
         return sum((wrapper.counts for wrapper in self.blocks.values()), collections.Counter())
 
     def reset(self) -> None:
-        """Forget every block's graphs and their memory: the next calls record afresh."""
-        self.pool = _Pool()
+        """Forget every block's graphs and their memory: the next calls record afresh, into a new shared pool."""
         for wrapper in self.blocks.values():
-            wrapper._shared_pool = self.pool
             wrapper.reset()
 
     def remove(self) -> None:
