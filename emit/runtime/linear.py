@@ -3,10 +3,11 @@
 A contiguous [rows, 50257] half-precision output has a row stride that is not a multiple of
 8 elements, so cuBLAS can only pick its `align1` kernels (scalar loads and stores): 3.31 ms
 for GPT-2's head at 4096 rows on an H100, where torch.compile, which pads N, takes 0.45 ms.
-`linear(module, x)` computes into a padded width instead and copies the columns out, so
-the result is the same contiguous tensor `module(x)` returns; it does so over blocks of rows
-so that the padded copy never holds more than BLOCK_BYTES beside the output. Anything else runs
-`module(x)` itself. This file may import only torch: it is copied into every output tree.
+`linear(module, x)` computes into a padded width instead and returns the first N columns of it:
+`module(x)`'s values and shape, as a view whose rows are ALIGN-padded, which is the layout
+torch.compile returns for the same layer. Copying those columns into a contiguous tensor, as this
+did before, cost 0.52 ms of a 3.4 ms GPT-2 forward (bf16, H100). Anything else runs `module(x)` itself. This file may import only torch: it is
+copied into every output tree.
 """
 
 from __future__ import annotations
@@ -25,17 +26,9 @@ DTYPES = (torch.float16, torch.bfloat16)  # float32: not measured to pay yet (be
 # When padding pays, measured on the H100 (benchmarks/linear_pad.py, bf16, device time): GPT-2's head
 # (768 -> 50257) at 4096 rows 3285 -> 1009 us, at 512 rows 420 -> 190 us; 4096 -> 32001 at 64 rows 290 -> 288
 # us (even); 768 -> 1001 loses at every row count up to 4096 (66 -> 100 us): the padded path's extra copies and
-# launches cost ~100 us. Break-even sits near 2**33 multiply-adds (align1 runs ~95 TFLOP/s: ~180 us).
+# launches cost ~100 us. (Measured when the path also copied the output out; benchmarks/linear_pad.py re-measures.) Break-even sits near 2**33 multiply-adds (align1 runs ~95 TFLOP/s: ~180 us).
 MIN_ROWS = 128
 MIN_WORK = 1 << 33
-# Memory: the padded output is computed a block of rows at a time into the contiguous output, so a call
-# holds the output, the padded weight and one block, not a second, padded output (393 MiB for GPT-2's head
-# at 4096 rows). A block holds at most BLOCK_BYTES, or MIN_BLOCK_ROWS rows where those are more, and the
-# blocks of a call are evened out. Each block costs host time (a matmul and a copy; the models are
-# host-bound): on the H100, GPT-2's head at 4096 rows took 623 us of host time in 7 blocks of 64 MiB,
-# 207 us in 2 (1023 us of device time, the unblocked path's) and 138 us unblocked, so 256 MiB.
-BLOCK_BYTES = 256 << 20
-MIN_BLOCK_ROWS = 512
 FORCE = False  # tests only: pad tensors of any device, dtype and size (the rest of the checks still hold)
 _OFF = os.environ.get("TRANSPILE_BACKEND", "") == "eager"  # every transpile kernel off, this one too
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -84,13 +77,15 @@ def _pays(module: torch.nn.Linear, input: torch.Tensor) -> bool:
 
 
 def padded_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """`F.linear(input, weight, bias)` through a weight padded to a multiple of ALIGN rows: contiguous, N wide.
+    """`F.linear(input, weight, bias)` through a weight padded to a multiple of ALIGN rows: its first N columns.
 
-    The padded weight is made per call, not cached: a cache could not see every update
-    (`weight.data.copy_(...)` bumps no version counter) and would hold a second copy of the
-    weight, while the copy costs ~0.05 ms for GPT-2's 77 MB head. The pad rows stay
-    uninitialised: output column j reads only weight row j, and the pad columns are dropped.
-    All blocks share the padded weight and bias.
+    The result is a view of the padded output, so it holds the memory F.linear's output would (and
+    the pad columns): the row stride is the padded width, as in torch.compile's output, and
+    `.contiguous()` gives F.linear's layout at the cost of a copy. The padded weight is made per
+    call, not cached: a cache could not see every update (`weight.data.copy_(...)` bumps no version
+    counter) and would hold a second copy of the weight, while the copy costs ~0.05 ms for GPT-2's
+    77 MB head. The pad rows stay uninitialised: output column j reads only weight row j, and the pad
+    columns are outside the view.
     """
     n, k = weight.shape
     width = n + -n % ALIGN
@@ -98,21 +93,4 @@ def padded_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     padded[:n].copy_(weight)
     if bias is not None:
         bias = torch.cat((bias, bias.new_empty(width - n)))
-    rows = input.reshape(-1, k)
-    out = input.new_empty((*input.shape[:-1], n))
-    flat = out.view(-1, n)
-    step = block_rows(rows.shape[0], width * input.element_size())
-    for start in range(0, rows.shape[0], step):
-        # One statement, so that the block's padded output is freed before the next block is allocated.
-        flat[start : start + step].copy_(torch.nn.functional.linear(rows[start : start + step], padded, bias)[:, :n])
-    return out
-
-
-def block_rows(rows: int, row_bytes: int) -> int:
-    """Rows per block for `rows` rows of `row_bytes` padded bytes: as few blocks as BLOCK_BYTES allows, of even size.
-
-    Even blocks (4096 rows of at most 2670: 2 of 2048, not one of 2670 and one of 1426) keep every matmul large.
-    """
-    most = max(MIN_BLOCK_ROWS, BLOCK_BYTES // row_bytes, 1)
-    blocks = max(1, -(-rows // most))
-    return max(1, -(-rows // blocks))
+    return torch.nn.functional.linear(input, padded, bias)[..., :n]
