@@ -88,3 +88,16 @@ def format_region(region: Region) -> str:
     for condition in region.conditions:
         lines.append(f"  when {condition}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """`target = self.<activation>(value)` right after `value = self.<layer>(argument)`: one matmul whose
+    epilogue applies the activation (transpiler/linears.py), on lines first..last of the source."""
+
+    first: int
+    last: int
+    target: str
+    layer: str
+    activation: str
+    argument: str  # Python source

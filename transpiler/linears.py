@@ -15,8 +15,12 @@ import ast
 import re
 from dataclasses import dataclass
 
-from emit.module import after_imports, format_source, runtime_import
+from emit.module import EPILOGUE, EPILOGUE_OPS, after_imports, format_source, runtime_import
+from transpiler.ir import Epilogue, Region
 from transpiler.checker import Checker, Context
+from transpiler.kinds import Kind
+from transpiler.ops import ACTIVATION_ATTRIBUTE, ACTIVATIONS
+from transpiler.regions import _bodies, _live_after
 from transpiler.symbols import Names, module_level
 
 LINEAR_CLASSES = frozenset({"torch.nn.Linear", "torch.nn.modules.linear.Linear"})
@@ -131,3 +135,105 @@ def _rewrite(lines: list[bytes], site: _Site) -> None:
         lines[site.line - 1] = (
             line[: site.col] + f"{NAME}(".encode() + line[site.col : site.end_col] + b", " + line[site.end_col + 1 :]
         )
+
+
+# -- linear + activation: the activation in cuBLASLt's epilogue ------------------------------------------
+# Layers whose forward is one matmul with a bias: nn.Linear, and transformers' `Conv1D` (GPT-2's MLP),
+# `torch.addmm(bias, x, weight)` with the weight stored transposed; imported relatively, it resolves to a
+# tail of its qualified name (`pytorch_utils.Conv1D`). The runtime checks the exact class.
+CONV1D = "transformers.pytorch_utils.Conv1D"
+
+
+def epilogue_sites(
+    tree: ast.Module, module: str, is_package: bool, text: str, compiled: set[str] | None, regions: list[Region]
+) -> list[Epilogue]:
+    """Each `h = self.fc(x)` followed by `h = self.act(h)` (or `h = self.act(self.fc(x))`) of an `nn.Linear` or
+    `Conv1D` layer and an activation module, in the functions that run under `forward`. The emitted module
+    calls the runtime's `LinearActivation` there and keeps the statements as its fallback (emit/module.py).
+
+    Not where the activation's statement shares a region with others: that region is one kernel already,
+    and the epilogue would split it.
+    """
+    if any(isinstance(n, ast.Name) and n.id == EPILOGUE for n in ast.walk(tree)):
+        return []  # the name is the user's
+    finder = _EpilogueSites(compiled)
+    Checker([finder]).check(tree, module, is_package, text)
+    return [
+        site
+        for site in finder.sites
+        if all(
+            r.last_line < site.first
+            or r.first_line > site.last
+            or site.first <= r.first_line <= r.last_line <= site.last
+            for r in regions
+        )
+    ]
+
+
+class _EpilogueSites:
+    """A checker pass that collects linear + activation pairs in the functions that run under `forward`."""
+
+    def __init__(self, compiled: set[str] | None) -> None:
+        self.compiled = compiled
+        self.sites: list[Epilogue] = []
+
+    def check_function(self, findings, ctx: Context) -> None:
+        if ctx.cls is None or (self.compiled is not None and ctx.function.qualname not in self.compiled):
+            return
+        for body in _bodies(ctx.node):
+            for index, statement in enumerate(body):
+                site = self._site(body[index : index + 2], ctx)
+                if site:
+                    self.sites.append(site)
+
+    def _site(self, statements: list[ast.stmt], ctx: Context):
+        first = _assigned_call(statements[0], ctx)
+        if first is None:
+            return None
+        target, attr, argument = first
+        if self._is_activation(attr, ctx) and (inner := _call_of(argument, ctx)) and self._is_linear(inner[0], ctx):
+            return Epilogue(
+                statements[0].lineno, statements[0].end_lineno, target, inner[0], attr, ast.unparse(inner[1])
+            )
+        second = _assigned_call(statements[1], ctx) if len(statements) == 2 else None
+        if not (second and self._is_linear(attr, ctx) and self._is_activation(second[1], ctx)):
+            return None
+        if not (isinstance(second[2], ast.Name) and second[2].id == target):
+            return None
+        # The layer's output is no longer bound: nothing else may read it, unless the activation rebinds the name.
+        if second[0] != target and target in _live_after(ctx.node, statements[0].lineno, statements[1].end_lineno):
+            return None
+        return Epilogue(
+            statements[0].lineno, statements[1].end_lineno, second[0], attr, second[1], ast.unparse(argument)
+        )
+
+    @staticmethod
+    def _is_linear(attr: str, ctx: Context) -> bool:
+        ctor = ctx.cls.attr_ctors.get(attr, "")
+        return ctor in LINEAR_CLASSES or (ctor != "" and f".{CONV1D}".endswith(f".{ctor}"))
+
+    @staticmethod
+    def _is_activation(attr: str, ctx: Context) -> bool:
+        """An activation module chosen at run time (`ACT2FN[...]`) or built from a class of EPILOGUE_OPS."""
+        ctor = ctx.cls.attr_ctors.get(attr)
+        if ctor is None:
+            return ctx.cls.attrs.get(attr) is Kind.MODULE and ACTIVATION_ATTRIBUTE.fullmatch(attr) is not None
+        name = ctor.rpartition(".")[2]
+        return any(entry.op in EPILOGUE_OPS and entry.cls.rpartition(".")[2] == name for entry in ACTIVATIONS)
+
+
+def _assigned_call(statement: ast.stmt, ctx: Context) -> tuple[str, str, ast.expr] | None:
+    """`target = self.<attr>(argument)`: (target, attr, argument)."""
+    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+        return None
+    target = statement.targets[0]
+    call = _call_of(statement.value, ctx)
+    return (target.id, *call) if isinstance(target, ast.Name) and call else None
+
+
+def _call_of(node: ast.expr, ctx: Context) -> tuple[str, ast.expr] | None:
+    """`self.<attr>(argument)` with one positional argument: (attr, argument)."""
+    if not (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords):
+        return None
+    attr = ctx.self_attr(node.func)
+    return (attr, node.args[0]) if attr and not isinstance(node.args[0], ast.Starred) else None

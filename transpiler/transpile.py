@@ -227,7 +227,7 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
     from emit.module import GENERATED_HEADER, emit
     from transpiler.engine import project_facts
     from transpiler.hoisting import hoist_regions
-    from transpiler.linears import route_linears
+    from transpiler.linears import epilogue_sites, route_linears
 
     sources, depths = layout.python_files, layout.depths
     facts = project_facts(sources, {p: encode_source(p, t) for p, t in fixed.items()})
@@ -246,7 +246,11 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
             tree, src.as_posix(), module_name(src), src.name == "__init__.py", text, set(facts.compiled), facts.tensor_params
         )
         if split.regions:
-            emitted = emit(split.text, split.regions, src.as_posix(), depths[src], split.origin)
+            # Linear layers followed by an activation, run as one matmul where the runtime can (linears.py).
+            epilogues = epilogue_sites(
+                ast.parse(split.text), module_name(src), src.name == "__init__.py", split.text, set(facts.compiled), split.regions
+            )
+            emitted = emit(split.text, split.regions, src.as_posix(), depths[src], split.origin, epilogues)
             module = route_linears(
                 emitted[0].text, module_name(src), src.name == "__init__.py", set(facts.compiled), depths[src]
             )
