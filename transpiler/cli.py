@@ -338,8 +338,8 @@ def _explain(files: list[Path]) -> int:
     from transpiler.engine import project_facts
     from transpiler.fixer import read_source
     from transpiler.ir import format_region
-    from transpiler.hoisting import hoist_regions
     from transpiler.regions import MIN_OPS
+    from transpiler.tails import fuse_across_ifs
 
     facts = project_facts(files)
     for path in files:
@@ -348,9 +348,9 @@ def _explain(files: list[Path]) -> int:
             tree = ast.parse(text)
         except SyntaxError as error:
             _fail(f"{path}:{error.lineno}: cannot parse: {error.msg}")
-        # The regions a build compiles: statements split so that their pointwise part fuses, shown
-        # on the lines of the file as it is.
-        split = hoist_regions(
+        # The regions a build compiles: statements split so that their pointwise part fuses, and copied
+        # across an `if` where that fuses them, shown on the lines of the file as it is.
+        split = fuse_across_ifs(
             tree, path.as_posix(), module_name(path), path.name == "__init__.py", text, set(facts.compiled), facts.tensor_params
         )
         if not split.regions:

@@ -117,7 +117,7 @@ class _Planner:
         function = ctx.function.qualname
         if self.compiled is not None and function not in self.compiled:
             return
-        if not self._alone_on_its_lines(statement) or translate(statement, ctx, self.callees) is not None:
+        if not alone_on_its_lines(statement, self.lines) or translate(statement, ctx, self.callees) is not None:
             return
         split = _split(statement, ctx, self.callees)
         if split is not None:
@@ -129,11 +129,13 @@ class _Planner:
     def check_function(self, findings, ctx: Context) -> None:
         pass
 
-    def _alone_on_its_lines(self, statement: ast.stmt) -> bool:
-        """Only blanks before it on its first line, only blanks or a comment after it on its last."""
-        before = self.lines[statement.lineno - 1][: statement.col_offset]
-        after = self.lines[statement.end_lineno - 1][statement.end_col_offset :].strip()
-        return not before.strip() and (not after or after.startswith(b"#"))
+
+def alone_on_its_lines(statement: ast.stmt, lines: list[bytes]) -> bool:
+    """Only blanks before it on its first line, only blanks or a comment after it on its last (`lines`:
+    the text's lines, encoded, as `ast` columns are UTF-8 offsets)."""
+    before = lines[statement.lineno - 1][: statement.col_offset]
+    after = lines[statement.end_lineno - 1][statement.end_col_offset :].strip()
+    return not before.strip() and (not after or after.startswith(b"#"))
 
 
 def _plan(tree, path, module, is_package, text, compiled, tensor_params) -> tuple[list[_Split], dict]:

@@ -226,8 +226,8 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
 
     from emit.module import GENERATED_HEADER, emit
     from transpiler.engine import project_facts
-    from transpiler.hoisting import hoist_regions
     from transpiler.linears import epilogue_sites, route_linears
+    from transpiler.tails import fuse_across_ifs
 
     sources, depths = layout.python_files, layout.depths
     facts = project_facts(sources, {p: encode_source(p, t) for p, t in fixed.items()})
@@ -240,9 +240,10 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
             continue  # reported by the lint, copied as it is
         if text.startswith(GENERATED_HEADER):
             continue  # an earlier output used as input: its kernels are compiled already
-        # Statements split so that their pointwise part fuses (hoisting.py): the regions are found in
-        # the split text; what the build reports shows them on the lines of `text`.
-        split = hoist_regions(
+        # Statements split so that their pointwise part fuses (hoisting.py), and copied into both branches
+        # of an `if` where that fuses them across it (tails.py): the regions are found in the rewritten
+        # text; what the build reports shows them on the lines of `text`.
+        split = fuse_across_ifs(
             tree, src.as_posix(), module_name(src), src.name == "__init__.py", text, set(facts.compiled), facts.tensor_params
         )
         if split.regions:
