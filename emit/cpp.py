@@ -61,12 +61,12 @@ _CPP_KEYWORDS = frozenset(
     "virtual void volatile wchar_t while xor xor_eq".split()
 )
 # Names the generated code uses itself, and the runtime helpers that templates call
-# unqualified (a local variable `gelu` would hide `gelu(...)`): a value with one of these
-# names is renamed.
+# unqualified (a local variable `gelu` would hide `gelu(...)`, `rotate_half` would hide
+# `rotate_half<C>(...)`): a value with one of these names is renamed.
 _GENERATED_NAMES = frozenset(
     "T C n sizes contiguous compute index i d0 d1 d2 d3 size0 size1 size2 size3 row std transpile half bfloat16 "
     "n_elements strides parallel_grain store load_bool ACT".split()
-) | {name for op in BY_NAME.values() for name in re.findall(r"(?<![\w:])([A-Za-z_]\w*)\(", op.cpp)}
+) | {name for op in BY_NAME.values() for name in re.findall(r"(?<![\w:])([A-Za-z_]\w*)(?:<\w+>)?\(", op.cpp)}
 # What row kernels and their entry points name besides (only their values are renamed for these).
 _ROW_KERNEL_NAMES = frozenset(
     "R n_rows row_size outer_sizes compute_row unit unit_columns col start o0 o1 o2 block block_end sum_block scratch".split()

@@ -74,6 +74,9 @@ def reduction_keepdim(node: Node) -> bool | None:
 
 def lower(region: Region) -> RowRegion:
     """The region with its reductions rewritten into row primitives (raises NotLowerable)."""
+    if any(n.definition.kind is OpKind.SHIFTED for n in region.nodes):
+        # Row kernels index rows by columns: nothing there locates an element's neighbour along the last dim.
+        raise NotLowerable("a kernel with reductions reads no input at shifted elements")
     reductions = [n for n in region.nodes if n.definition.kind is OpKind.REDUCTION]
     dims = {reduction_dim(n) for n in reductions}
     keepdims = {k for k in map(reduction_keepdim, reductions) if k is not None}

@@ -39,6 +39,9 @@ class OpKind(Enum):
     # The primitives reductions lower to: a sum, max or min over each row of the
     # iteration space, and the row's length. Backends render them structurally.
     ROW = "row"
+    # An element op that reads its tensor operand, a region input, at another element of the same
+    # row of the last dim: its templates name the input's pointer and offsets, not a loaded value.
+    SHIFTED = "shifted"
 
 
 class Domain(Enum):
@@ -255,6 +258,22 @@ CHANNEL_OPS: tuple[Op, ...] = (
        constant_operands=(5,)),
 )
 
+# -- ops that read their input at other elements --------------------------------------------
+# Rotary embeddings' `rotate_half(x)`: out[..., j] = -x[..., j + h] for j < h, x[..., j - h] for j >= h,
+# with h = D // 2 of x's last dim D. Operand 0 is a tensor the region reads (the kernels load it at the
+# shifted coordinate), operand 1 is h, which the caller passes (`x.shape[-1] // 2`). The caller checks
+# regions.SHIFTED_CONDITIONS first: an even D (the original code handles odd ones), read at stride 1,
+# so that the shifted element is h elements away and j is the output's linear index modulo D. No
+# spellings: regions.py recognises a function of the file whose body is transformers' `rotate_half`,
+# and the same `torch.cat` written inline. Not among OPS: their tests draw arbitrary operands.
+SHIFTED_OPS: tuple[Op, ...] = (
+    Op("rotate_half", 2,
+       "torch.cat((-{0}[..., {0}.shape[-1] // 2 :], {0}[..., : {0}.shape[-1] // 2]), dim=-1)",
+       "rotate_half({0}_ptr, {0}_offsets, offsets, {1}, mask)",
+       "rotate_half<C>({0}_ptr, {0}_offset, index, {1})",
+       domain=Domain.NUMERIC, kind=OpKind.SHIFTED),
+)
+
 ROW_OPS: tuple[Op, ...] = (
     Op("row_sum", 1, "", "", "", kind=OpKind.ROW),
     Op("row_max", 1, "", "", "", kind=OpKind.ROW),
@@ -333,7 +352,7 @@ CAST_METHODS = {"float": "float32", "double": "float64", "half": "float16", "bfl
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
 DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32", "long": "int64", "short": "int16"}
 
-BY_NAME: dict[str, Op] = {op.name: op for op in (*OPS, CAST, CAST_LIKE, ACTIVATION, *REDUCTIONS, *CHANNEL_OPS, *ROW_OPS)}
+BY_NAME: dict[str, Op] = {op.name: op for op in (*OPS, CAST, CAST_LIKE, ACTIVATION, *REDUCTIONS, *CHANNEL_OPS, *SHIFTED_OPS, *ROW_OPS)}
 
 
 @dataclass(frozen=True)

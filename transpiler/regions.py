@@ -57,6 +57,12 @@ MODULE_CONDITIONS: dict[str, tuple[str, ...]] = {
 }
 # Modules that draw random numbers in training: a split statement moves no call across them (hoisting.py).
 RANDOM_IN_TRAINING = frozenset({"torch.nn.Dropout"})
+# What the kernels of an op reading its input at other elements (ops.SHIFTED_OPS) need, checked by the
+# caller before the region (`{x}`: the input, a tensor the region reads): rotate_half's halves are
+# equal (an odd last dim takes the original code) and one element apart is one element of memory.
+SHIFTED_CONDITIONS: dict[str, tuple[str, ...]] = {
+    "rotate_half": ("{x}.dim() > 0", "{x}.shape[-1] % 2 == 0", "{x}.stride(-1) == 1"),
+}
 
 _OPERATORS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**",
@@ -85,6 +91,7 @@ class Leaf:
     # between that line and the region.
     dtype_line: int = 0
     rebound: tuple[int, ...] = ()
+    name: str = ""  # the region input's name, where its source does not give one (`q.shape[-1] // 2`: `q_half`)
 
 
 # An operand inside a fragment: ("tmp", index), ("leaf", Leaf) or ("const", value).
@@ -103,12 +110,24 @@ class Fragment:
     conditions: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class OpFunction:
+    """A module-level function of the file that computes one op of the table: a call of it is that op."""
+
+    op: str
+
+
+# In-tree callables whose calls a region sees through: classes whose forward is inlined (by the
+# qualified name of the class), functions that are one op (by the function's).
+Callees = dict[str, "Callee | OpFunction"]
+
+
 class _Translator:
     def __init__(
         self,
         ctx: Context,
         line: int,
-        callees: dict[str, Callee],
+        callees: Callees,
         tensors: frozenset[str] = frozenset(),
         hoist: Callable[[ast.expr], bool] | None = None,
     ) -> None:
@@ -201,7 +220,28 @@ class _Translator:
         qualname = self.ctx.qualname(func)
         if qualname is None:
             raise _NotFusible
+        function = self.callees.get(qualname)
+        if isinstance(function, OpFunction):
+            if len(node.args) != 1 or node.keywords:
+                raise _NotFusible
+            return self.shifted(function.op, node.args[0])
+        rotated = rotated_operand(node, self.ctx)
+        if rotated is not None:
+            return self.shifted("rotate_half", rotated)
         return self.bind(spellings_of(qualname), node.args, node.keywords)
+
+    def shifted(self, op: str, operand: ast.expr) -> Ref:
+        """`op` of ops.SHIFTED_OPS on `operand`, which must be a tensor the region reads, named: the kernels
+        load it at other elements, and the caller checks it first (SHIFTED_CONDITIONS)."""
+        if not (isinstance(operand, ast.Name) or self.ctx.self_attr(operand) is not None):
+            raise _NotFusible
+        x = self.expr(operand)
+        if not (x[0] == "leaf" and x[1].is_tensor):
+            raise _NotFusible
+        source = x[1].source
+        self.conditions += [c.format(x=source) for c in SHIFTED_CONDITIONS[op]]
+        half = Leaf(f"{source}.shape[-1] // 2", False, x[1].names, name=f"{source.removeprefix('self.')}_half")
+        return self.node(op, [x, ("leaf", half)])
 
     def cast(self, func: ast.Attribute, node: ast.Call) -> Ref | None:
         if func.attr in CAST_METHODS and not node.args and not node.keywords:
@@ -242,7 +282,7 @@ class _Translator:
 
     def module_call(self, attr: str, node: ast.Call) -> Ref:
         ctor = self.ctx.cls.attr_ctors[attr]
-        if ctor in self.callees:
+        if isinstance(self.callees.get(ctor), Callee):
             return self.inline(self.callees[ctor], attr, node)
         args, kwargs = self.ctx.cls.attr_ctor_args.get(attr, ((NON_LITERAL,), ()))
         for spelling in spellings_of(f"module:{ctor}"):
@@ -460,11 +500,93 @@ def _names(node: ast.expr) -> frozenset[str]:
     return frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
 
 
+# -- ops recognised from their source ------------------------------------------------------------
+_CAT = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
+
+
+def op_function(ctx: Context) -> OpFunction | None:
+    """The module-level function `ctx` checks as an op, when its body is transformers' `rotate_half`:
+
+        def rotate_half(x):
+            x1 = x[..., : x.shape[-1] // 2]
+            x2 = x[..., x.shape[-1] // 2 :]
+            return torch.cat((-x2, x1), dim=-1)
+
+    (any names, the halves bound in either order or written inline, a list for the tuple, `dim`
+    given as `-1` or `<tensor>.ndim - 1`); one parameter, no decorator, a docstring at most besides.
+    """
+    node, args = ctx.node, ctx.node.args
+    if not isinstance(node, ast.FunctionDef) or node.decorator_list or args.posonlyargs or args.vararg:
+        return None
+    if args.kwonlyargs or args.kwarg or args.defaults or len(args.args) != 1:
+        return None
+    param = args.args[0].arg
+    body = node.body[1:] if ast.get_docstring(node, clean=False) is not None else node.body
+    halves: dict[str, ast.expr] = {}
+    for statement in body[:-1]:
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+            return None
+        target = statement.targets[0]
+        if not isinstance(target, ast.Name) or target.id in (param, *halves) or _half_of(statement.value) is None:
+            return None
+        halves[target.id] = statement.value
+    if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None:
+        return None
+    rotated = rotated_operand(body[-1].value, ctx, halves)
+    return OpFunction("rotate_half") if isinstance(rotated, ast.Name) and rotated.id == param else None
+
+
+def rotated_operand(node: ast.expr, ctx: Context, halves: Mapping[str, ast.expr] | None = None) -> ast.expr | None:
+    """`x` where `node` is `torch.cat((-x[..., h:], x[..., :h]), dim=-1)` with `h = x.shape[-1] // 2`,
+    i.e. rotate_half(x); None otherwise. `halves`: local names bound to such halves (a function's body)."""
+    halves = halves or {}
+    if not isinstance(node, ast.Call) or ctx.qualname(node.func) not in _CAT:
+        return None
+    keywords = {k.arg: k.value for k in node.keywords}
+    if len(node.args) == 2 and not keywords:
+        tensors, dim = node.args
+    elif len(node.args) == 1 and set(keywords) == {"dim"}:
+        tensors, dim = node.args[0], keywords["dim"]
+    else:
+        return None  # no dim: torch.cat joins along dim 0
+    if not isinstance(tensors, (ast.Tuple, ast.List)) or len(tensors.elts) != 2:
+        return None
+    negated, kept = tensors.elts
+    if not (isinstance(negated, ast.UnaryOp) and isinstance(negated.op, ast.USub)):
+        return None
+    second, first = (_half_of(halves.get(getattr(n, "id", None), n)) for n in (negated.operand, kept))
+    if second is None or first is None or second[1] != "second" or first[1] != "first":
+        return None
+    x = second[0]
+    if ast.unparse(x) != ast.unparse(first[0]):
+        return None
+    ranks = "|".join(re.escape(name) for name in (ast.unparse(x), *halves))
+    literal = _constant(dim)
+    last = re.fullmatch(rf"(?:{ranks})\.(?:ndim|dim\(\)) - 1", ast.unparse(dim))  # x1 and x2 have x's ndim
+    return x if (type(literal) is int and literal == -1) or last else None
+
+
+def _half_of(node: ast.expr) -> tuple[ast.expr, str] | None:
+    """(x, "first") for `x[..., : x.shape[-1] // 2]`, (x, "second") for `x[..., x.shape[-1] // 2 :]`, else None."""
+    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) == 2):
+        return None
+    dots, part = node.slice.elts
+    if not (isinstance(dots, ast.Constant) and dots.value is Ellipsis and isinstance(part, ast.Slice)):
+        return None
+    half = f"{ast.unparse(node.value)}.shape[-1] // 2"
+    if part.step is not None or (part.lower is None) == (part.upper is None):
+        return None
+    bound = part.upper if part.lower is None else part.lower
+    if ast.unparse(bound) != half:
+        return None
+    return node.value, "first" if part.lower is None else "second"
+
+
 def translate(
-    statement: ast.stmt, ctx: Context, callees: dict[str, Callee] | None = None, tensors: frozenset[str] = frozenset()
+    statement: ast.stmt, ctx: Context, callees: Callees | None = None, tensors: frozenset[str] = frozenset()
 ) -> Fragment | None:
     """The statement as a fragment, or None when it is not fusible. `callees`: classes whose calls are
-    inlined; `tensors`: names holding tensors whatever the analysis says (temporaries of split statements)."""
+    inlined, functions that are one op; `tensors`: names holding tensors whatever the analysis says (temporaries of split statements)."""
     line = statement.lineno
     translator = _Translator(ctx, line, callees or {}, tensors)
     inplace = False
@@ -509,7 +631,7 @@ class Part:
 
 
 def translate_part(
-    node: ast.expr, ctx: Context, callees: dict[str, Callee], hoist: Callable[[ast.expr], bool]
+    node: ast.expr, ctx: Context, callees: Callees, hoist: Callable[[ast.expr], bool]
 ) -> Part | None:
     """`node` translated with the subexpressions that `hoist` accepts and the op table does not know
     read as tensor leaves; None when something else is not fusible or `node` computes nothing."""
@@ -551,6 +673,8 @@ class _Builder:
             return False  # mutates a tensor made outside the region: others may alias it
         if fragment.result[0] == "leaf" and fragment.result[1].source not in self.env:
             return False  # `residual = x` of an input: only names of values the region computes are carried along
+        if self.fragments and _independent_shifted(fragment, self.nodes, self.env):
+            return False  # q's and k's rotations: under grouped-query attention their shapes differ
         first = (self.fragments[0] if self.fragments else fragment).statement.lineno
         for leaf in leaves:
             if leaf.dtype_line and any(leaf.dtype_line < line < first for line in leaf.rebound):
@@ -601,7 +725,7 @@ class _Builder:
             # A view of a tensor is named after it (`self.bn.weight[:, None, None]`: `bn_weight`); a shape's element is not.
             dotted = re.fullmatch(r"(?:self\.)?(\w+(?:\.\w+)*)(\[.*\])?", leaf.source)
             named = dotted is not None and (leaf.is_tensor or dotted.group(2) is None)
-            base = dotted.group(1).replace(".", "_") if named else "scalar"
+            base = leaf.name.replace(".", "_") or (dotted.group(1).replace(".", "_") if named else "scalar")
             self.inputs[leaf.source] = Input(self.name(base, exact=True), leaf.source, leaf.is_tensor)
         return self.inputs[leaf.source].name
 
@@ -615,6 +739,17 @@ class _Builder:
         name = f"{base}{n}" if base == "t" else f"{base}_{n}"
         self.taken.add(name)
         return name
+
+
+def _independent_shifted(fragment: Fragment, nodes: list[Node], env: dict[str, str]) -> bool:
+    """Whether `fragment` reads no tensor the region computed while it or the region reads an input at
+    shifted elements (ops.SHIFTED_OPS): one kernel's iteration space holds both only where their shapes
+    agree, which LLaMA's `q_embed` and `k_embed` do not under grouped-query attention (fewer key heads)."""
+    shifted = [op for op, _, _ in fragment.nodes] + [n.op for n in nodes]
+    if not any(BY_NAME[op].kind is OpKind.SHIFTED for op in shifted):
+        return False
+    refs = [fragment.result] + [r for _, operands, _ in fragment.nodes for r in operands]
+    return not any(r[0] == "leaf" and r[1].is_tensor and r[1].source in env for r in refs)
 
 
 def _live_after(function: ast.AST, first: int, last: int) -> set[str]:
@@ -637,7 +772,7 @@ def _live_after(function: ast.AST, first: int, last: int) -> set[str]:
 
 
 # Names of well-known computations, for kernel names: the ops that identify each.
-_PATTERNS = {"rms_norm": {"mean", "rsqrt"}}
+_PATTERNS = {"rms_norm": {"mean", "rsqrt"}, "rotary": {"rotate_half"}}
 
 
 def _kernel_name(nodes: list[Node]) -> str:
@@ -658,13 +793,14 @@ class RegionFinder:
         self,
         path: str,
         compiled: set[str] | None = None,
-        callees: dict[str, Callee] | None = None,
+        callees: Callees | None = None,
         temporaries: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self.path = path
         self.compiled = compiled  # qualified names of compiled functions; None: all
-        # Classes of the file whose forward can be inlined, by qualified name, as the walk meets them.
-        self.callees: dict[str, Callee] = {} if callees is None else callees
+        # Classes of the file whose forward can be inlined and functions that are one op, by qualified
+        # name, as the walk meets them.
+        self.callees: Callees = {} if callees is None else callees
         self.temporaries = temporaries or {}  # per function, the tensor temporaries of split statements
         self.regions: list[Region] = []
         self._fragments: dict[int, Fragment | None] = {}
@@ -680,6 +816,12 @@ class RegionFinder:
         callee = callee_of(ctx, lambda statement: self._fragments.get(id(statement)))
         if callee is not None:
             self.callees[ctx.cls.qualname] = callee
+        if ctx.cls is None:  # a module-level function: calls below it may compute it as one op
+            function = op_function(ctx)
+            if function is not None:
+                self.callees[ctx.function.qualname] = function
+            else:  # a later definition of the name: calls below it run this one
+                self.callees.pop(ctx.function.qualname, None)
         if self.compiled is not None and ctx.function.qualname not in self.compiled:
             return
         for body in _bodies(ctx.node):

@@ -268,6 +268,22 @@ inline C gelu_tanh(C x) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Inputs read at other elements (transpiler/ops.py SHIFTED_OPS).
+// ---------------------------------------------------------------------------------------------
+
+// torch.cat((-x[..., half:], x[..., :half]), dim=-1) at output element `index`, where x's element at
+// the same coordinates is x[offset]. x's last dim has size 2 * half and stride 1 (the caller checks),
+// so coordinate j of that dim is index % (2 * half) (the output is contiguous, or shares x's dense
+// layout), and x[..., j +- half] is `half` elements away. `half` is a scalar input: C holds it exactly.
+template <typename C, typename T>
+inline C rotate_half(const T* x, int64_t offset, int64_t index, C half) {
+  const int64_t h = static_cast<int64_t>(half);
+  const bool first = index % (2 * h) < h;
+  const C value = static_cast<C>(x[offset + (first ? h : -h)]);
+  return first ? -value : value;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Kernel plumbing.
 // ---------------------------------------------------------------------------------------------
 

@@ -283,6 +283,20 @@ def round_half_even(x):
         return x
 
 
+# -- inputs read at other elements (ops.SHIFTED_OPS) -------------------------------------------
+@triton.jit
+def rotate_half(x_ptr, x_offsets, offsets, half, mask):
+    """torch.cat((-x[..., half:], x[..., :half]), dim=-1) at the output's elements `offsets`.
+
+    `x_offsets` locate x's elements at the same coordinates; x's last dim has size 2 * half and
+    stride 1 (the caller checks), so coordinate j of that dim is `offsets % (2 * half)` (the output is
+    contiguous, or shares x's dense layout) and x[..., j +- half] is `half` elements away.
+    """
+    first = offsets % (2 * half) < half
+    x = widen(tl.load(x_ptr + x_offsets + tl.where(first, half, -half), mask=mask))
+    return tl.where(first, -x, x)
+
+
 # -- row reductions: a [ROWS, RBLOCK] tile reduced along its columns to [ROWS, 1] ----------
 # Lanes outside `mask` hold garbage (masked loads, and values computed from them):
 # they contribute the reduction's identity. Floats are summed in float32 (loads are
