@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import os
+import sys
 
 import pytest
+import torch
+
+# Triton reads TRITON_INTERPRET when it is first imported (it decorates its library functions then), and
+# many test modules import it on the way (torch._dynamo does): without CUDA, turn the interpreter on here,
+# before any of them, so that the modules running Triton kernels in-process (test_triton_backend and the
+# modules importing its INTERPRET) run in the whole suite, not only alone. On CUDA machines they compile.
+if "triton" not in sys.modules and not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+INTERPRETER_ON_FIRST = "triton" not in sys.modules and os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import INTERPRETER_ON_FIRST
+
 # Triton decorates its own library functions (tl.sigmoid, ...) when it is first imported,
-# so the interpreter must be on before that: CPU runs interpret, the GPU check turns it off.
-_IMPORTED_BEFORE = "triton" in sys.modules
+# so the interpreter must be on before that (conftest turns it on first where there is no
+# CUDA): CPU runs interpret, the GPU check turns it off.
+_IMPORTED_BEFORE = "triton" in sys.modules and not INTERPRETER_ON_FIRST
 os.environ.setdefault("TRITON_INTERPRET", "1")
 INTERPRET = os.environ["TRITON_INTERPRET"] == "1"
 if _IMPORTED_BEFORE and INTERPRET:
