@@ -128,24 +128,20 @@ def _module_text(
     tree = ast.parse(text)
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     result_name = next(n for n in ("fused", "fused_out", "_fused") if n not in taken)
-    # Bottom up, so that the lines above stay valid; an epilogue encloses the region of its activation's
-    # statement (linears.epilogue_sites), which is replaced first: `grown` is how many lines that added.
-    grown = 0
+    # Bottom up, so that the lines above stay valid. An epilogue encloses the region of its activation's
+    # statement where there is one (linears.epilogue_sites), replaced first: `added` holds the lines each
+    # region's replacement added, so that the epilogue takes all of it.
+    added: dict[int, int] = {}
     changes = [(r.first_line, 1, r, shown) for r, shown in regions] + [(e.first, 0, e, None) for e in epilogues]
     for first, _, change, shown in sorted(changes, key=lambda c: c[:2], reverse=True):
         if isinstance(change, Region):
             original = lines[change.first_line - 1 : change.last_line]
             replacement = _guarded(change, shown.lines, original, source_path, result_name)
             lines[change.first_line - 1 : change.last_line] = replacement
-            grown = len(replacement) - len(original)
+            added[first] = len(replacement) - len(original)
         else:
-            end = (
-                change.last + grown
-                if any(change.first <= r.first_line <= change.last for r, _ in regions)
-                else change.last
-            )
+            end = change.last + sum(n for line, n in added.items() if first <= line <= change.last)
             lines[first - 1 : end] = _epilogue(change, lines[first - 1 : end], result_name)
-            grown = 0
     insert_at = after_imports(tree)
     names = ", ".join(sorted(r.name for r, _ in regions) + [EPILOGUE] * bool(epilogues))
     imports = fallback_import(1, kernels_module, names, "the output directory itself")
@@ -191,7 +187,7 @@ def _epilogue(site: Epilogue, original: list[str], result: str) -> list[str]:
     indent = re.match(r"[ \t]*", original[0]).group()
     call = f"{EPILOGUE}(self.{site.layer}, self.{site.activation}, {site.argument})"
     lines = [
-        f"{indent}# the activation in the matmul's epilogue on CUDA (ReLU, tanh-GELU), else the statements below\n",
+        f"{indent}# transpile: the activation in the matmul's epilogue on CUDA (ReLU, tanh-GELU), else the statements below\n",
         f"{indent}if not torch.compiler.is_compiling() and ({result} := {call}) is not None:\n",
         f"{indent}    {site.target} = {result}\n",
         f"{indent}else:\n",
@@ -264,7 +260,8 @@ def _kernels_text(regions: list[Region], source_path: str, stem: str, depth: int
         (
             (
                 "# Linear layers followed by an activation module (transpiler/linears.py): on CUDA, ReLU and tanh-GELU\n"
-                "# run in the matmul's epilogue; for anything else it returns None and the caller runs the statements.\n"
+                "# run in the matmul's epilogue (the third field: 0 ReLU, 1 tanh-GELU); for anything else it returns\n"
+                "# None and the caller runs the statements.\n"
                 f"{EPILOGUE} = LinearActivation({_activation_table(EPILOGUE_OPS)})\n\n"
             )
             if epilogue

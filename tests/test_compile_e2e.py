@@ -28,6 +28,7 @@ CASES = {
     "layers.MLP": ((16, 32, True), lambda: (torch.randn(2, 5, 16),)),
     "layers.ResidualMLP": ((16, 32), lambda: (torch.randn(2, 5, 16),)),
     "clean.GatedMLP": ((), lambda: (torch.randn(2, 5, 16),)),
+    "clean.DecoderBlock": ((), lambda: (torch.randn(2, 5, 16),)),
     "transformer.TinyTransformer": ((), lambda: (torch.randint(0, 64, (2, 8)),)),
 }
 

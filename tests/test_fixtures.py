@@ -176,9 +176,10 @@ MODELS = {
     "PatchEmbed": (lambda m: m.PatchEmbed(), lambda: (torch.randn(2, 3, 10, 10),)),
     "GatedMLP": (lambda m: m.GatedMLP(), lambda: (torch.randn(2, 5, 16),)),
     "MaskedMeanPool": (lambda m: m.MaskedMeanPool(), lambda: (torch.randn(2, 5, 16), torch.rand(2, 5) > 0.2)),
+    "DecoderBlock": (lambda m: m.DecoderBlock(), lambda: (torch.randn(2, 5, 16), torch.randn(2, 5, 16))),
 }
 ABSTRACT = {"BaseBlock"}  # `mix` is left to subclasses
-CLEAN = ["PatchEmbed", "GatedMLP", "MaskedMeanPool"]
+CLEAN = ["PatchEmbed", "GatedMLP", "MaskedMeanPool", "DecoderBlock"]
 
 
 def model_modules():

@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 
 from emit.module import EPILOGUE, EPILOGUE_OPS, after_imports, format_source, runtime_import
-from transpiler.ir import Epilogue, Region
 from transpiler.checker import Checker, Context
+from transpiler.ir import Epilogue, Region
 from transpiler.kinds import Kind
 from transpiler.ops import ACTIVATION_ATTRIBUTE, ACTIVATIONS
 from transpiler.regions import _bodies, _live_after

@@ -6,8 +6,8 @@ for GPT-2's head at 4096 rows on an H100, where torch.compile, which pads N, tak
 `linear(module, x)` computes into a padded width instead and returns the first N columns of it:
 `module(x)`'s values and shape, as a view whose rows are ALIGN-padded, which is the layout
 torch.compile returns for the same layer. Copying those columns into a contiguous tensor, as this
-did before, cost 0.52 ms of a 3.4 ms GPT-2 forward (bf16, H100). Anything else runs `module(x)` itself. This file may import only torch: it is
-copied into every output tree.
+did before, cost 0.52 ms of a 3.4 ms GPT-2 forward (bf16, H100). Anything else runs `module(x)`
+itself. This file may import only torch: it is copied into every output tree.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ DTYPES = (torch.float16, torch.bfloat16)  # float32: not measured to pay yet (be
 # When padding pays, measured on the H100 (benchmarks/linear_pad.py, bf16, device time): GPT-2's head
 # (768 -> 50257) at 4096 rows 3285 -> 1009 us, at 512 rows 420 -> 190 us; 4096 -> 32001 at 64 rows 290 -> 288
 # us (even); 768 -> 1001 loses at every row count up to 4096 (66 -> 100 us): the padded path's extra copies and
-# launches cost ~100 us. (Measured when the path also copied the output out; benchmarks/linear_pad.py re-measures.) Break-even sits near 2**33 multiply-adds (align1 runs ~95 TFLOP/s: ~180 us).
+# launches cost ~100 us (measured when the path also copied the output out; benchmarks/linear_pad.py measures
+# again). Break-even sits near 2**33 multiply-adds (align1 runs ~95 TFLOP/s: ~180 us).
 MIN_ROWS = 128
 MIN_WORK = 1 << 33
 FORCE = False  # tests only: pad tensors of any device, dtype and size (the rest of the checks still hold)
@@ -113,9 +114,10 @@ class LinearActivation:
 
     def __call__(self, layer: torch.nn.Module, activation: torch.nn.Module, input: torch.Tensor) -> torch.Tensor | None:
         if type(input) in _PLAIN and (input.is_cuda or FORCE) and not _OFF:
-            mat2 = _epilogue_operand(layer, input)
-            entry = self.table.entry(activation) if mat2 is not None else None
-            if entry is not None:
+            # The activation first: a class lookup, and what rejects most calls (BERT's exact GELU, SiLU).
+            entry = self.table.entry(activation)
+            mat2 = _epilogue_operand(layer, input) if entry is not None else None
+            if mat2 is not None:
                 counts["epilogue"] += 1
                 out = torch._addmm_activation(
                     layer.bias, input.reshape(-1, input.shape[-1]), mat2, use_gelu=entry.code == 1
@@ -137,7 +139,6 @@ def _epilogue_operand(layer: torch.nn.Module, input: torch.Tensor) -> torch.Tens
         bias is not None
         and type(bias) in _PLAIN
         and type(mat2) in _PLAIN
-        and type(input) in _PLAIN
         and (input.dtype in DTYPES or FORCE)
         and mat2.dtype == bias.dtype == input.dtype
         and mat2.device == input.device == bias.device

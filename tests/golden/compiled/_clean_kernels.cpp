@@ -9,7 +9,7 @@
 
 namespace transpile {
 
-// fused_silu: fixtures/models/clean.py:43, in fixtures.models.clean.GatedMLP.forward
+// fused_silu: fixtures/models/clean.py:45, in fixtures.models.clean.GatedMLP.forward
 template <typename T, typename C>
 static void fused_silu(
     const T* gate_ptr,            // input gate
@@ -25,7 +25,7 @@ static void fused_silu(
     // Load the inputs.
     const C gate = static_cast<C>(gate_ptr[gate_offset]);
     const C up = static_cast<C>(up_ptr[up_offset]);
-    // line 43: h = F.silu(gate) * up
+    // line 45: h = F.silu(gate) * up
     const C t0 = gate * sigmoid(gate);
     const C h = t0 * up;
     // Store the outputs.
@@ -57,7 +57,7 @@ static void fused_silu(
   }
 }
 
-// fused_sum_clamp_min: fixtures/models/clean.py:60-61, in fixtures.models.clean.MaskedMeanPool.forward
+// fused_sum_clamp_min: fixtures/models/clean.py:62-63, in fixtures.models.clean.MaskedMeanPool.forward
 template <typename T, typename C>
 static void fused_sum_clamp_min(
     const T* x_ptr,                  // input x
@@ -83,7 +83,7 @@ static void fused_sum_clamp_min(
       for (int64_t col = block; col < block_end; ++col) {
         const C x = static_cast<C>(x_row[col * x_step]);
         const C weights = static_cast<C>(weights_row[col * weights_step]);
-        // line 60: total = (x * weights).sum(dim=1)
+        // line 62: total = (x * weights).sum(dim=1)
         const C t0 = x * weights;
         total_block += t0;
         t1_block += weights;
@@ -93,7 +93,7 @@ static void fused_sum_clamp_min(
     }
     const C total = C(total_total);
     const C t1 = C(t1_total);
-    // line 61: return total / weights.sum(dim=1).clamp(min=1.0)
+    // line 63: return total / weights.sum(dim=1).clamp(min=1.0)
     const C t2 = clamp_min(t1, C(1.0));
     const C t3 = total / t2;
     // The row outputs: one value per row.
@@ -126,6 +126,250 @@ static void fused_sum_clamp_min(
           compute_row(row, x_row, unit, weights_row, unit);
         } else {
           compute_row(row, x_row, x_strides[3], weights_row, weights_strides[3]);
+        }
+      }
+    }
+  }
+}
+
+// fused_rotary: fixtures/models/clean.py:91, in fixtures.models.clean.DecoderBlock.forward
+template <typename T, typename C>
+static void fused_rotary(
+    const T* q_ptr,              // input q
+    const T* cos_ptr,            // input cos
+    const T* sin_ptr,            // input sin
+    C q_half,                    // scalar q.shape[-1] // 2
+    T* q_1_out,                  // output q (q_1)
+    int64_t n,                   // number of output elements
+    const int64_t* sizes,        // strided path: 4 sizes, padded on the left with 1s
+    const int64_t* q_strides,    // strided path: 4 element strides of q
+    const int64_t* cos_strides,  // strided path: 4 element strides of cos
+    const int64_t* sin_strides,  // strided path: 4 element strides of sin
+    bool contiguous) {           // every input is contiguous with the output's shape
+  // One element: load the inputs at their offsets, compute, store at the output index.
+  const auto compute = [=](int64_t index, int64_t q_offset, int64_t cos_offset, int64_t sin_offset) {
+    // Load the inputs.
+    const C q = static_cast<C>(q_ptr[q_offset]);
+    const C cos = static_cast<C>(cos_ptr[cos_offset]);
+    const C sin = static_cast<C>(sin_ptr[sin_offset]);
+    // line 91: q = (q * cos) + (rotate_half(q) * sin)
+    const C t0 = q * cos;
+    const C t1 = rotate_half<C>(q_ptr, q_offset, index, q_half);
+    const C t2 = t1 * sin;
+    const C q_1 = t0 + t2;
+    // Store the outputs.
+    store(q_1_out, index, q_1);
+  };
+  if (contiguous) {
+    // Contiguous path: element i of every tensor is at offset i.
+#pragma omp parallel for simd schedule(static) if (parallel: n >= parallel_grain)
+    for (int64_t i = 0; i < n; ++i) {
+      compute(i, i, i, i);
+    }
+    return;
+  }
+  // Strided path: threads share the three outer dimensions, the last one is a vector loop.
+  const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];
+#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)
+  for (int64_t d0 = 0; d0 < size0; ++d0) {
+    for (int64_t d1 = 0; d1 < size1; ++d1) {
+      for (int64_t d2 = 0; d2 < size2; ++d2) {
+        const int64_t row = ((d0 * size1 + d1) * size2 + d2) * size3;
+        const int64_t q_row = d0 * q_strides[0] + d1 * q_strides[1] + d2 * q_strides[2];
+        const int64_t cos_row = d0 * cos_strides[0] + d1 * cos_strides[1] + d2 * cos_strides[2];
+        const int64_t sin_row = d0 * sin_strides[0] + d1 * sin_strides[1] + d2 * sin_strides[2];
+#pragma omp simd
+        for (int64_t d3 = 0; d3 < size3; ++d3) {
+          compute(row + d3, q_row + d3 * q_strides[3], cos_row + d3 * cos_strides[3], sin_row + d3 * sin_strides[3]);
+        }
+      }
+    }
+  }
+}
+
+// fused_rotary_2: fixtures/models/clean.py:92, in fixtures.models.clean.DecoderBlock.forward
+template <typename T, typename C>
+static void fused_rotary_2(
+    const T* k_ptr,              // input k
+    const T* cos_ptr,            // input cos
+    const T* sin_ptr,            // input sin
+    C k_half,                    // scalar k.shape[-1] // 2
+    T* k_1_out,                  // output k (k_1)
+    int64_t n,                   // number of output elements
+    const int64_t* sizes,        // strided path: 4 sizes, padded on the left with 1s
+    const int64_t* k_strides,    // strided path: 4 element strides of k
+    const int64_t* cos_strides,  // strided path: 4 element strides of cos
+    const int64_t* sin_strides,  // strided path: 4 element strides of sin
+    bool contiguous) {           // every input is contiguous with the output's shape
+  // One element: load the inputs at their offsets, compute, store at the output index.
+  const auto compute = [=](int64_t index, int64_t k_offset, int64_t cos_offset, int64_t sin_offset) {
+    // Load the inputs.
+    const C k = static_cast<C>(k_ptr[k_offset]);
+    const C cos = static_cast<C>(cos_ptr[cos_offset]);
+    const C sin = static_cast<C>(sin_ptr[sin_offset]);
+    // line 92: k = (k * cos) + (rotate_half(k) * sin)
+    const C t0 = k * cos;
+    const C t1 = rotate_half<C>(k_ptr, k_offset, index, k_half);
+    const C t2 = t1 * sin;
+    const C k_1 = t0 + t2;
+    // Store the outputs.
+    store(k_1_out, index, k_1);
+  };
+  if (contiguous) {
+    // Contiguous path: element i of every tensor is at offset i.
+#pragma omp parallel for simd schedule(static) if (parallel: n >= parallel_grain)
+    for (int64_t i = 0; i < n; ++i) {
+      compute(i, i, i, i);
+    }
+    return;
+  }
+  // Strided path: threads share the three outer dimensions, the last one is a vector loop.
+  const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];
+#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)
+  for (int64_t d0 = 0; d0 < size0; ++d0) {
+    for (int64_t d1 = 0; d1 < size1; ++d1) {
+      for (int64_t d2 = 0; d2 < size2; ++d2) {
+        const int64_t row = ((d0 * size1 + d1) * size2 + d2) * size3;
+        const int64_t k_row = d0 * k_strides[0] + d1 * k_strides[1] + d2 * k_strides[2];
+        const int64_t cos_row = d0 * cos_strides[0] + d1 * cos_strides[1] + d2 * cos_strides[2];
+        const int64_t sin_row = d0 * sin_strides[0] + d1 * sin_strides[1] + d2 * sin_strides[2];
+#pragma omp simd
+        for (int64_t d3 = 0; d3 < size3; ++d3) {
+          compute(row + d3, k_row + d3 * k_strides[3], cos_row + d3 * cos_strides[3], sin_row + d3 * sin_strides[3]);
+        }
+      }
+    }
+  }
+}
+
+// fused_layer_norm: fixtures/models/clean.py:94-98, in fixtures.models.clean.DecoderBlock.forward
+template <typename T, typename C>
+static void fused_layer_norm(
+    const T* attn_ptr,                   // input attn
+    const T* x_ptr,                      // input x
+    const T* ln_2_weight_ptr,            // input self.ln_2.weight
+    const T* ln_2_bias_ptr,              // input self.ln_2.bias
+    C ln_2_eps,                          // scalar self.ln_2.eps
+    T* h_1_out,                          // output h (h_1)
+    T* h_out,                            // output residual (h)
+    int64_t n_rows,                      // number of rows
+    int64_t R,                           // row length: the size of the reduced dim, at least 1
+    const int64_t* outer_sizes,          // strided path: the 3 row dims, padded on the left with 1s
+    const int64_t* attn_strides,         // strided path: element strides of attn (row dims, reduced dim)
+    const int64_t* x_strides,            // strided path: element strides of x (row dims, reduced dim)
+    const int64_t* ln_2_weight_strides,  // strided path: element strides of self.ln_2.weight (row dims, reduced dim)
+    const int64_t* ln_2_bias_strides,    // strided path: element strides of self.ln_2.bias (row dims, reduced dim)
+    const int64_t* h_1_strides,          // strided path: element strides of h (row dims, reduced dim)
+    const int64_t* h_strides,            // strided path: element strides of residual (row dims, reduced dim)
+    bool contiguous) {                   // element (row, col) of every tensor is at row * R + col
+  // Values shared by every row.
+  // line 98: h = self.ln_2(h)
+  const C row_size0 = C(R);
+  // One row: `*_row` points at its first element in each tensor and `*_step` is the tensor's column
+  // stride (a compile-time 1 on the contiguous path, so that the column loops are unit-stride).
+  const auto compute_row = [=](
+      int64_t row, const T* attn_row, auto attn_step, const T* x_row, auto x_step, const T* ln_2_weight_row,
+      auto ln_2_weight_step, const T* ln_2_bias_row, auto ln_2_bias_step, T* h_1_row, auto h_1_step, T* h_row,
+      auto h_step) {
+    // Values that later passes reuse: a row of C each, per thread (kept from call to call).
+    thread_local std::vector<C> scratch;
+    scratch.resize(2 * R);
+    C* const h_saved = scratch.data() + 0 * R;
+    C* const sub0_saved = scratch.data() + 1 * R;
+    // Pass 1: the row sum of h.
+    double row_sum0_total = 0;
+    for (int64_t block = 0; block < R; block += sum_block) {
+      const int64_t block_end = std::min(R, block + sum_block);
+      C row_sum0_block = C(0);
+#pragma omp simd reduction(+: row_sum0_block)
+      for (int64_t col = block; col < block_end; ++col) {
+        const C attn = static_cast<C>(attn_row[col * attn_step]);
+        const C x = static_cast<C>(x_row[col * x_step]);
+        // line 94: h = attn + x
+        const C h = attn + x;
+        h_saved[col] = h;
+        row_sum0_block += h;
+      }
+      row_sum0_total += row_sum0_block;
+    }
+    const C row_sum0 = C(row_sum0_total);
+    // line 98: h = self.ln_2(h)
+    const C div0 = row_sum0 / row_size0;
+    // Pass 2: the row sum of mul0.
+    double row_sum1_total = 0;
+    for (int64_t block = 0; block < R; block += sum_block) {
+      const int64_t block_end = std::min(R, block + sum_block);
+      C row_sum1_block = C(0);
+#pragma omp simd reduction(+: row_sum1_block)
+      for (int64_t col = block; col < block_end; ++col) {
+        const C h = h_saved[col];
+        // line 98: h = self.ln_2(h)
+        const C sub0 = h - div0;
+        const C mul0 = sub0 * sub0;
+        sub0_saved[col] = sub0;
+        row_sum1_block += mul0;
+      }
+      row_sum1_total += row_sum1_block;
+    }
+    const C row_sum1 = C(row_sum1_total);
+    // line 98: h = self.ln_2(h)
+    const C div1 = row_sum1 / row_size0;
+    const C add0 = div1 + ln_2_eps;
+    const C rsqrt0 = C(1) / std::sqrt(add0);
+    // Pass 3: compute and store the element outputs.
+#pragma omp simd
+    for (int64_t col = 0; col < R; ++col) {
+      const C ln_2_weight = static_cast<C>(ln_2_weight_row[col * ln_2_weight_step]);
+      const C ln_2_bias = static_cast<C>(ln_2_bias_row[col * ln_2_bias_step]);
+      const C h = h_saved[col];
+      const C sub0 = sub0_saved[col];
+      // line 98: h = self.ln_2(h)
+      const C mul1 = sub0 * rsqrt0;
+      const C mul2 = mul1 * ln_2_weight;
+      const C h_1 = mul2 + ln_2_bias;
+      store(h_1_row, col * h_1_step, h_1);
+      store(h_row, col * h_step, h);
+    }
+  };
+  const std::integral_constant<int64_t, 1> unit;
+  if (contiguous) {
+    // Contiguous path: element (row, col) of every tensor is at row * R + col.
+#pragma omp parallel for schedule(static) if (n_rows > 1 && n_rows * R >= parallel_grain)
+    for (int64_t row = 0; row < n_rows; ++row) {
+      const int64_t start = row * R;
+      compute_row(
+          row, attn_ptr + start, unit, x_ptr + start, unit, ln_2_weight_ptr + start, unit, ln_2_bias_ptr + start, unit,
+          h_1_out + start, unit, h_out + start, unit);
+    }
+    return;
+  }
+  // Strided path: threads share the rows, each tensor steps by its own strides. Where every column
+  // stride is 1 (rows that are not contiguous with each other, a layer norm weight broadcast over
+  // the rows), the rows take the unit-stride code.
+  const bool unit_columns =
+      attn_strides[3] == 1 && x_strides[3] == 1 && ln_2_weight_strides[3] == 1 && ln_2_bias_strides[3] == 1
+      && h_1_strides[3] == 1 && h_strides[3] == 1;
+  const int64_t size0 = outer_sizes[0], size1 = outer_sizes[1], size2 = outer_sizes[2];
+#pragma omp parallel for collapse(3) schedule(static) if (n_rows > 1 && n_rows * R >= parallel_grain)
+  for (int64_t o0 = 0; o0 < size0; ++o0) {
+    for (int64_t o1 = 0; o1 < size1; ++o1) {
+      for (int64_t o2 = 0; o2 < size2; ++o2) {
+        const int64_t row = (o0 * size1 + o1) * size2 + o2;
+        const T* attn_row = attn_ptr + o0 * attn_strides[0] + o1 * attn_strides[1] + o2 * attn_strides[2];
+        const T* x_row = x_ptr + o0 * x_strides[0] + o1 * x_strides[1] + o2 * x_strides[2];
+        const T* ln_2_weight_row =
+            ln_2_weight_ptr + o0 * ln_2_weight_strides[0] + o1 * ln_2_weight_strides[1] + o2 * ln_2_weight_strides[2];
+        const T* ln_2_bias_row =
+            ln_2_bias_ptr + o0 * ln_2_bias_strides[0] + o1 * ln_2_bias_strides[1] + o2 * ln_2_bias_strides[2];
+        T* h_1_row = h_1_out + o0 * h_1_strides[0] + o1 * h_1_strides[1] + o2 * h_1_strides[2];
+        T* h_row = h_out + o0 * h_strides[0] + o1 * h_strides[1] + o2 * h_strides[2];
+        if (unit_columns) {
+          compute_row(
+              row, attn_row, unit, x_row, unit, ln_2_weight_row, unit, ln_2_bias_row, unit, h_1_row, unit, h_row, unit);
+        } else {
+          compute_row(
+              row, attn_row, attn_strides[3], x_row, x_strides[3], ln_2_weight_row, ln_2_weight_strides[3],
+              ln_2_bias_row, ln_2_bias_strides[3], h_1_row, h_1_strides[3], h_row, h_strides[3]);
         }
       }
     }
@@ -208,6 +452,137 @@ void fused_sum_clamp_min_bfloat16(
       static_cast<const transpile::bfloat16*>(x), static_cast<const transpile::bfloat16*>(weights),
       static_cast<transpile::bfloat16*>(t3), n_rows, row_size, outer_sizes, transpile::strides_of(strides, 0),
       transpile::strides_of(strides, 1), contiguous != 0);
+}
+
+// fused_rotary: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
+extern const char fused_rotary_kinds[] = "q:T cos:T sin:T -> q_1:T";
+
+void fused_rotary_float32(
+    const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
+    const int64_t* strides, int contiguous) {
+  transpile::fused_rotary<float, float>(
+      static_cast<const float*>(q), static_cast<const float*>(cos), static_cast<const float*>(sin), q_half,
+      static_cast<float*>(q_1), n_elements, sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
+      transpile::strides_of(strides, 2), contiguous != 0);
+}
+
+void fused_rotary_float64(
+    const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
+    const int64_t* strides, int contiguous) {
+  transpile::fused_rotary<double, double>(
+      static_cast<const double*>(q), static_cast<const double*>(cos), static_cast<const double*>(sin), q_half,
+      static_cast<double*>(q_1), n_elements, sizes, transpile::strides_of(strides, 0),
+      transpile::strides_of(strides, 1), transpile::strides_of(strides, 2), contiguous != 0);
+}
+
+void fused_rotary_float16(
+    const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
+    const int64_t* strides, int contiguous) {
+  transpile::fused_rotary<transpile::half, float>(
+      static_cast<const transpile::half*>(q), static_cast<const transpile::half*>(cos),
+      static_cast<const transpile::half*>(sin), q_half, static_cast<transpile::half*>(q_1), n_elements, sizes,
+      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
+      contiguous != 0);
+}
+
+void fused_rotary_bfloat16(
+    const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
+    const int64_t* strides, int contiguous) {
+  transpile::fused_rotary<transpile::bfloat16, float>(
+      static_cast<const transpile::bfloat16*>(q), static_cast<const transpile::bfloat16*>(cos),
+      static_cast<const transpile::bfloat16*>(sin), q_half, static_cast<transpile::bfloat16*>(q_1), n_elements, sizes,
+      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
+      contiguous != 0);
+}
+
+// fused_rotary_2: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
+extern const char fused_rotary_2_kinds[] = "k:T cos:T sin:T -> k_1:T";
+
+void fused_rotary_2_float32(
+    const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
+    const int64_t* strides, int contiguous) {
+  transpile::fused_rotary_2<float, float>(
+      static_cast<const float*>(k), static_cast<const float*>(cos), static_cast<const float*>(sin), k_half,
+      static_cast<float*>(k_1), n_elements, sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
+      transpile::strides_of(strides, 2), contiguous != 0);
+}
+
+void fused_rotary_2_float64(
+    const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
+    const int64_t* strides, int contiguous) {
+  transpile::fused_rotary_2<double, double>(
+      static_cast<const double*>(k), static_cast<const double*>(cos), static_cast<const double*>(sin), k_half,
+      static_cast<double*>(k_1), n_elements, sizes, transpile::strides_of(strides, 0),
+      transpile::strides_of(strides, 1), transpile::strides_of(strides, 2), contiguous != 0);
+}
+
+void fused_rotary_2_float16(
+    const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
+    const int64_t* strides, int contiguous) {
+  transpile::fused_rotary_2<transpile::half, float>(
+      static_cast<const transpile::half*>(k), static_cast<const transpile::half*>(cos),
+      static_cast<const transpile::half*>(sin), k_half, static_cast<transpile::half*>(k_1), n_elements, sizes,
+      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
+      contiguous != 0);
+}
+
+void fused_rotary_2_bfloat16(
+    const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
+    const int64_t* strides, int contiguous) {
+  transpile::fused_rotary_2<transpile::bfloat16, float>(
+      static_cast<const transpile::bfloat16*>(k), static_cast<const transpile::bfloat16*>(cos),
+      static_cast<const transpile::bfloat16*>(sin), k_half, static_cast<transpile::bfloat16*>(k_1), n_elements, sizes,
+      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
+      contiguous != 0);
+}
+
+// fused_layer_norm: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
+extern const char fused_layer_norm_kinds[] = "attn:T x:T ln_2_weight:T ln_2_bias:T -> h_1:T h:T";
+
+void fused_layer_norm_float32(
+    const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
+    void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
+  transpile::fused_layer_norm<float, float>(
+      static_cast<const float*>(attn), static_cast<const float*>(x), static_cast<const float*>(ln_2_weight),
+      static_cast<const float*>(ln_2_bias), ln_2_eps, static_cast<float*>(h_1), static_cast<float*>(h), n_rows,
+      row_size, outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
+      transpile::strides_of(strides, 2), transpile::strides_of(strides, 3), transpile::strides_of(strides, 4),
+      transpile::strides_of(strides, 5), contiguous != 0);
+}
+
+void fused_layer_norm_float64(
+    const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
+    void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
+  transpile::fused_layer_norm<double, double>(
+      static_cast<const double*>(attn), static_cast<const double*>(x), static_cast<const double*>(ln_2_weight),
+      static_cast<const double*>(ln_2_bias), ln_2_eps, static_cast<double*>(h_1), static_cast<double*>(h), n_rows,
+      row_size, outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
+      transpile::strides_of(strides, 2), transpile::strides_of(strides, 3), transpile::strides_of(strides, 4),
+      transpile::strides_of(strides, 5), contiguous != 0);
+}
+
+void fused_layer_norm_float16(
+    const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
+    void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
+  transpile::fused_layer_norm<transpile::half, float>(
+      static_cast<const transpile::half*>(attn), static_cast<const transpile::half*>(x),
+      static_cast<const transpile::half*>(ln_2_weight), static_cast<const transpile::half*>(ln_2_bias), ln_2_eps,
+      static_cast<transpile::half*>(h_1), static_cast<transpile::half*>(h), n_rows, row_size, outer_sizes,
+      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
+      transpile::strides_of(strides, 3), transpile::strides_of(strides, 4), transpile::strides_of(strides, 5),
+      contiguous != 0);
+}
+
+void fused_layer_norm_bfloat16(
+    const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
+    void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
+  transpile::fused_layer_norm<transpile::bfloat16, float>(
+      static_cast<const transpile::bfloat16*>(attn), static_cast<const transpile::bfloat16*>(x),
+      static_cast<const transpile::bfloat16*>(ln_2_weight), static_cast<const transpile::bfloat16*>(ln_2_bias),
+      ln_2_eps, static_cast<transpile::bfloat16*>(h_1), static_cast<transpile::bfloat16*>(h), n_rows, row_size,
+      outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
+      transpile::strides_of(strides, 2), transpile::strides_of(strides, 3), transpile::strides_of(strides, 4),
+      transpile::strides_of(strides, 5), contiguous != 0);
 }
 
 }  // extern "C"

@@ -6,21 +6,71 @@ original statements. The `_reference` functions are the regions in eager PyTorch
 result dtypes (torch's promotion rules) and are what the kernels are tested against.
 """
 
+import functools
+import math
 from pathlib import Path
 
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel, Rows
+    from ._transpile_runtime import Kernel, Rows, Activation, Activations
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel, Rows
+    from _transpile_runtime import Kernel, Rows, Activation, Activations
+try:  # the output tree imported as a package
+    from ._transpile_runtime.linear import LinearActivation
+except ImportError:  # the output root on sys.path
+    from _transpile_runtime.linear import LinearActivation
 
 _TRITON_FILE = Path(__file__).with_name("_clean_triton.py")
 _CPP_FILE = Path(__file__).with_name("_clean_kernels.cpp")
 
+# Linear layers followed by an activation module (transpiler/linears.py): on CUDA, ReLU and tanh-GELU
+# run in the matmul's epilogue (the third field: 0 ReLU, 1 tanh-GELU); for anything else it returns
+# None and the caller runs the statements.
+_transpile_linear_activation = LinearActivation(
+    Activations(
+        Activation(
+            "torch.nn.modules.activation.GELU",
+            {"approximate": "tanh"},
+            1,
+            lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+            1,
+        ),
+        Activation("torch.nn.modules.activation.ReLU", {"inplace": False}, 0, lambda x: torch.relu(x), 1),
+        Activation(
+            "transformers.activations.GELUTanh",
+            {"act": functools.partial(torch.nn.functional.gelu, approximate="tanh")},
+            1,
+            lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+            1,
+        ),
+        Activation(
+            "transformers.activations.NewGELUActivation",
+            {},
+            1,
+            lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+            8,
+        ),
+        Activation(
+            "transformers.activations.FastGELUActivation",
+            {},
+            1,
+            lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+            7,
+        ),
+        Activation(
+            "transformers.activations.AccurateGELUActivation",
+            {"precomputed_constant": math.sqrt(2 / math.pi)},
+            1,
+            lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+            7,
+        ),
+    )
+)
+
 
 def fused_silu_reference(gate, up):
-    """fixtures/models/clean.py:43 in eager PyTorch."""
+    """fixtures/models/clean.py:45 in eager PyTorch."""
     t0 = torch.nn.functional.silu(gate)
     h = t0 * up
     return (h,)
@@ -31,14 +81,14 @@ fused_silu = Kernel(
     fused_silu_reference,
     tensor_inputs=2,
     depends=((0, 1),),
-    source="fixtures/models/clean.py:43",
+    source="fixtures/models/clean.py:45",
     triton=(_TRITON_FILE, "fused_silu_kernel"),
     cpp=_CPP_FILE,
 )
 
 
 def fused_sum_clamp_min_reference(x, weights):
-    """fixtures/models/clean.py:60-61 in eager PyTorch."""
+    """fixtures/models/clean.py:62-63 in eager PyTorch."""
     t0 = x * weights
     total = torch.sum(t0, dim=1, keepdim=False)
     t1 = torch.sum(weights, dim=1, keepdim=False)
@@ -52,8 +102,70 @@ fused_sum_clamp_min = Kernel(
     fused_sum_clamp_min_reference,
     tensor_inputs=2,
     depends=((0, 1),),
-    source="fixtures/models/clean.py:60-61",
+    source="fixtures/models/clean.py:62-63",
     triton=(_TRITON_FILE, "fused_sum_clamp_min_kernel"),
     cpp=_CPP_FILE,
     rows=Rows(dim=1, keepdim=False, row_outputs=(0,), reduced=((0, 1), (1,))),
+)
+
+
+def fused_rotary_reference(q, cos, sin, q_half):
+    """fixtures/models/clean.py:91 in eager PyTorch."""
+    t0 = q * cos
+    t1 = torch.cat((-q[..., q.shape[-1] // 2 :], q[..., : q.shape[-1] // 2]), dim=-1)
+    t2 = t1 * sin
+    q_1 = t0 + t2
+    return (q_1,)
+
+
+fused_rotary = Kernel(
+    "fused_rotary",
+    fused_rotary_reference,
+    tensor_inputs=3,
+    depends=((0, 1, 2),),
+    source="fixtures/models/clean.py:91",
+    triton=(_TRITON_FILE, "fused_rotary_kernel"),
+    cpp=_CPP_FILE,
+)
+
+
+def fused_rotary_2_reference(k, cos, sin, k_half):
+    """fixtures/models/clean.py:92 in eager PyTorch."""
+    t0 = k * cos
+    t1 = torch.cat((-k[..., k.shape[-1] // 2 :], k[..., : k.shape[-1] // 2]), dim=-1)
+    t2 = t1 * sin
+    k_1 = t0 + t2
+    return (k_1,)
+
+
+fused_rotary_2 = Kernel(
+    "fused_rotary_2",
+    fused_rotary_2_reference,
+    tensor_inputs=3,
+    depends=((0, 1, 2),),
+    source="fixtures/models/clean.py:92",
+    triton=(_TRITON_FILE, "fused_rotary_2_kernel"),
+    cpp=_CPP_FILE,
+)
+
+
+def fused_layer_norm_reference(attn, x, ln_2_weight, ln_2_bias, ln_2_eps):
+    """fixtures/models/clean.py:94-98 in eager PyTorch."""
+    h = attn + x
+    h_1 = torch.nn.functional.layer_norm(h, ln_2_weight.shape, ln_2_weight, ln_2_bias, ln_2_eps)
+    return (
+        h_1,
+        h,
+    )
+
+
+fused_layer_norm = Kernel(
+    "fused_layer_norm",
+    fused_layer_norm_reference,
+    tensor_inputs=4,
+    depends=((0, 1, 2, 3), (0, 1)),
+    source="fixtures/models/clean.py:94-98",
+    triton=(_TRITON_FILE, "fused_layer_norm_kernel"),
+    cpp=_CPP_FILE,
+    rows=Rows(dim=-1, keepdim=True, row_outputs=(), reduced=((0, 1),)),
 )

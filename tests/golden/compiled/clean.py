@@ -7,7 +7,9 @@ Exercises the negatives: branches on shapes, `dim()`, `len()`, `is None`,
 `self.training` and Python flags, `torch.where` instead of a tensor `if`, an
 assert on a tensor with a literal message, and a print behind
 `torch.compiler.is_compiling()`. `transpile lint` must report nothing here,
-and every model compiles with `fullgraph=True`.
+and every model compiles with `fullgraph=True`. `DecoderBlock` also exercises
+the compiler's model patterns: transformers' `rotate_half`, a residual add and
+norm around an `if x is not None:`, and a linear layer feeding a tanh-GELU.
 """
 
 import torch
@@ -15,9 +17,23 @@ import torch.nn.functional as F
 from torch import nn
 
 try:  # the output tree imported as a package
-    from ._clean_kernels import fused_silu, fused_sum_clamp_min
+    from ._clean_kernels import (
+        fused_layer_norm,
+        fused_rotary,
+        fused_rotary_2,
+        fused_silu,
+        fused_sum_clamp_min,
+        _transpile_linear_activation,
+    )
 except ImportError:  # the output directory itself on sys.path
-    from _clean_kernels import fused_silu, fused_sum_clamp_min
+    from _clean_kernels import (
+        fused_layer_norm,
+        fused_rotary,
+        fused_rotary_2,
+        fused_silu,
+        fused_sum_clamp_min,
+        _transpile_linear_activation,
+    )
 
 
 class PatchEmbed(nn.Module):
@@ -48,7 +64,7 @@ class GatedMLP(nn.Module):
 
     def forward(self, x):
         gate, up = self.gate_up(x).chunk(2, dim=-1)
-        # fixtures/models/clean.py:43
+        # fixtures/models/clean.py:45
         #     h = F.silu(gate) * up
         if not torch.compiler.is_compiling() and (fused := fused_silu(gate, up)) is not None:
             (h,) = fused
@@ -70,7 +86,7 @@ class MaskedMeanPool(nn.Module):
         assert len(mask) == len(x), "mask and input batch sizes differ"
         assert (mask.sum(dim=1) > 0).all(), "every row needs a valid position"  # literal message
         weights = torch.where(mask, 1.0, 0.0).unsqueeze(-1)
-        # fixtures/models/clean.py:60-61
+        # fixtures/models/clean.py:62-63
         #     total = (x * weights).sum(dim=1)
         #     return total / weights.sum(dim=1).clamp(min=1.0)
         if not torch.compiler.is_compiling() and (fused := fused_sum_clamp_min(x, weights)) is not None:
@@ -78,3 +94,85 @@ class MaskedMeanPool(nn.Module):
         else:
             total = (x * weights).sum(dim=1)
             return total / weights.sum(dim=1).clamp(min=1.0)
+
+
+def rotate_half(x):
+    """Rotates half the hidden dims of the input (transformers' form: two slices and a cat)."""
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class DecoderBlock(nn.Module):
+    """A GPT-2/LLaMA-style block: rotary embeddings on the queries and keys, a residual add and layer
+    norm around an optional cross input, and an up-projection into a tanh-GELU."""
+
+    def __init__(self, dim=16, hidden=32):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.ln_2 = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, hidden)
+        self.act = nn.GELU(approximate="tanh")
+        self.down = nn.Linear(hidden, dim)
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(dim) / dim), persistent=False)
+
+    def forward(self, x, cross=None):
+        angles = torch.arange(x.shape[-2], device=x.device, dtype=x.dtype)[:, None] * self.inv_freq
+        cos, sin = angles.cos(), angles.sin()
+        q, k, v = self.qkv(self.ln_1(x)).chunk(3, dim=-1)
+        # fixtures/models/clean.py:91
+        #     q = (q * cos) + (rotate_half(q) * sin)
+        if (
+            not torch.compiler.is_compiling()
+            and q.dim() > 0
+            and q.shape[-1] % 2 == 0
+            and q.stride(-1) == 1
+            and (fused := fused_rotary(q, cos, sin, q.shape[-1] // 2)) is not None
+        ):
+            (q,) = fused
+        else:
+            q = (q * cos) + (rotate_half(q) * sin)
+        # fixtures/models/clean.py:92
+        #     k = (k * cos) + (rotate_half(k) * sin)
+        if (
+            not torch.compiler.is_compiling()
+            and k.dim() > 0
+            and k.shape[-1] % 2 == 0
+            and k.stride(-1) == 1
+            and (fused := fused_rotary_2(k, cos, sin, k.shape[-1] // 2)) is not None
+        ):
+            (k,) = fused
+        else:
+            k = (k * cos) + (rotate_half(k) * sin)
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # transpile: line 94 and lines 97-98 copied into both branches to fuse (docs/compiler.md: "Fusing across an if")
+        if cross is not None:
+            h = attn + x
+            h = h + cross
+            residual = h
+            h = self.ln_2(h)
+        else:
+            # fixtures/models/clean.py:94-98
+            #     h = attn + x
+            #     residual = h
+            #     h = self.ln_2(h)
+            if (
+                not torch.compiler.is_compiling()
+                and (fused := fused_layer_norm(attn, x, self.ln_2.weight, self.ln_2.bias, self.ln_2.eps)) is not None
+            ):
+                h, residual = fused
+            else:
+                h = attn + x
+                residual = h
+                h = self.ln_2(h)
+        # transpile: the activation in the matmul's epilogue on CUDA (ReLU, tanh-GELU), else the statements below
+        if (
+            not torch.compiler.is_compiling()
+            and (fused := _transpile_linear_activation(self.up, self.act, h)) is not None
+        ):
+            h = fused
+        else:
+            h = self.up(h)
+            h = self.act(h)
+        return residual + self.down(h)
