@@ -174,6 +174,8 @@ def _guarded(region: Region, shown: str, original: list[str], source_path: str, 
         lines.append(
             f"{indent}    {targets}{',' if len(assigned) == 1 else ''} = {result}{_select(region, assigned)}\n"
         )
+    # Names that hold the same value as an output (`residual = hidden_states`) hold the same tensor, as in eager.
+    lines += [f"{indent}    {alias} = {o.target}\n" for o in assigned for alias in o.aliases]
     for position, output in enumerate(region.outputs):
         if output.target == RETURN:
             lines.append(f"{indent}    return {result}[{position}]\n")

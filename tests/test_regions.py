@@ -230,3 +230,26 @@ def test_aliases_of_values_the_region_computed_carry_them_out():
     assert {(o.target, o.value) for o in region.outputs} == {("h", "h_1"), ("residual", "h")}
     (region,) = regions_of("residual = x\nh = self.ln(x) * 2\nreturn h + residual", init="self.ln = nn.LayerNorm(8)")
     assert region.first_line == 13  # an alias of an input stays before the region
+
+
+def test_names_holding_one_value_share_one_output():
+    """A post-norm block (`h = norm(h); residual = h`): one kernel output, the other name aliases it."""
+    (region,) = regions_of(
+        "h = x + y\nh = self.ln(h)\nresidual = h\nh = self.fc(h)\nreturn h + residual",
+        init="self.ln = nn.LayerNorm(8)\nself.fc = nn.Linear(8, 8)",
+    )
+    assert [(o.value, o.target, o.aliases) for o in region.outputs] == [("h_1", "h", ("residual",))]
+    assert format_region(region).endswith("out h = residual = h_1")
+
+
+def test_an_in_place_update_of_a_value_another_name_holds_ends_the_region():
+    """`r = h; h.mul_(2)` changes r too in eager: the update is not computed as a new value."""
+    (region,) = regions_of("h = x * y + 1.0\nr = h\nh.mul_(2.0)\nreturn self.fc(h), r", init="self.fc = nn.Linear(8, 8)")
+    assert [n.op for n in region.nodes] == ["mul", "add"]
+    assert [(o.target, o.aliases) for o in region.outputs] == [("h", ("r",))]
+
+
+def test_a_name_deleted_after_the_region_is_an_output():
+    """`del logits` needs logits bound: the kernel path must assign it (reformer)."""
+    (region,) = regions_of("a = x * 2.0 + y\nlogits = a.exp()\nz = self.fc(a)\ndel logits\nreturn z", init="self.fc = nn.Linear(8, 8)")
+    assert {o.target for o in region.outputs} == {"a", "logits"}

@@ -32,6 +32,8 @@ class Node:
     # Which operands are constants: a constant may be a string (a dtype name), so
     # type alone cannot tell a value name from a constant.
     constants: tuple[int, ...] = ()
+    # Updates operand 0 in place (`t.add_(b)`, `t += b`): the result keeps its shape and dtype.
+    inplace: bool = False
 
     @property
     def definition(self) -> Op:
@@ -40,11 +42,17 @@ class Node:
     def values(self) -> list[str]:
         return [o for i, o in enumerate(self.operands) if i not in self.constants]
 
+    def shaping(self) -> list[str]:
+        """The values whose shapes broadcast into the result's (not those read only for their dtype)."""
+        dtype_only = self.definition.dtype_operands
+        return [o for i, o in enumerate(self.operands) if i not in self.constants and i not in dtype_only]
+
 
 @dataclass(frozen=True)
 class Output:
     value: str  # the region value
     target: str  # the Python name it is assigned to after the region
+    aliases: tuple[str, ...] = ()  # other names bound to the same value: assigned `alias = target`
 
 
 @dataclass(frozen=True)
@@ -82,9 +90,9 @@ def format_region(region: Region) -> str:
         lines.append(f"  in  {item.name}: {kind} = {item.source}")
     for node in region.nodes:
         args = ", ".join(repr(o) if i in node.constants else str(o) for i, o in enumerate(node.operands))
-        lines.append(f"  {node.out} = {node.op}({args})  # line {node.line}")
+        lines.append(f"  {node.out} = {node.op}{'_' * node.inplace}({args})  # line {node.line}")
     for output in region.outputs:
-        lines.append(f"  out {output.target} = {output.value}")
+        lines.append(f"  out {' = '.join((output.target, *output.aliases))} = {output.value}")
     for condition in region.conditions:
         lines.append(f"  when {condition}")
     return "\n".join(lines)

@@ -671,6 +671,8 @@ class _Builder:
             return False  # a condition the caller checks before the region, on a name the region rebinds
         if fragment.inplace and self.env.get(fragment.target) not in self.fresh:
             return False  # mutates a tensor made outside the region: others may alias it
+        if fragment.inplace and list(self.env.values()).count(self.env[fragment.target]) > 1:
+            return False  # mutates a tensor another name holds too (`r = h; h += x`): r must see it
         if fragment.result[0] == "leaf" and fragment.result[1].source not in self.env:
             return False  # `residual = x` of an input: only names of values the region computes are carried along
         if self.fragments and _independent_shifted(fragment, self.nodes, self.env):
@@ -764,8 +766,8 @@ def _live_after(function: ast.AST, first: int, last: int) -> set[str]:
         lineno = getattr(node, "lineno", 0)
         if first <= lineno <= last or (lineno < first and not in_loop):
             continue
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            live.add(node.id)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Load, ast.Del)):
+            live.add(node.id)  # `del x` needs x bound as much as a read does
         elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             live.add(node.target.id)
     return live
@@ -852,7 +854,7 @@ class RegionFinder:
         first = builder.fragments[0].statement.lineno
         last = builder.fragments[-1].statement.end_lineno
         live = _live_after(ctx.node, first, last)
-        outputs = tuple(Output(value, name) for name, value in builder.env.items() if name in live or name == RETURN)
+        outputs = _outputs(builder.env, live)
         if not outputs:
             return
         region = Region(
@@ -865,6 +867,23 @@ class RegionFinder:
             except NotLowerable:
                 return
         self.regions.append(region)
+
+
+def _outputs(env: Mapping[str, str], live: set[str]) -> tuple[Output, ...]:
+    """One output per value that a live name (or the return) holds after the region, in binding order.
+
+    Names bound to the same value (`h = norm(h); residual = h`) share one output: the first
+    is assigned the kernel's tensor and the others alias it, as they do in eager (one tensor,
+    so an in-place update through one name is seen through the others)."""
+    outputs: dict[str, Output] = {}
+    for name, value in env.items():
+        if name not in live and name != RETURN:
+            continue
+        if value in outputs:
+            outputs[value] = replace(outputs[value], aliases=(*outputs[value].aliases, name))
+        else:
+            outputs[value] = Output(value, name)
+    return tuple(outputs.values())
 
 
 def _bodies(function: ast.AST) -> Iterable[list[ast.stmt]]:
