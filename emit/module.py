@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,33 +59,67 @@ def emit(
     depth: int,
     origin: Origin | None = None,
     epilogues: Sequence[Epilogue] = (),
+    stem: str | None = None,
 ) -> list[EmittedFile]:
     """The module (first) and its kernel files. `depth`: directories between the output root and the module.
+    `stem`: of the kernel files' names (`_{stem}_kernels.py`), from `kernel_stems` (default: the module's).
 
     `origin`: where the lines of `text` come from when statements were split (hoisting.py); the
     comments and docstrings then name the lines of the source before the split. `epilogues`: linear
     layers and their activations to run as one matmul (transpiler/linears.py)."""
-    stem = Path(source_path).stem
+    stem = stem or kernel_stem(Path(source_path).stem)
     kernels_module = f"_{stem}_kernels"
     lines = (origin.source if origin else text).splitlines(keepends=True)
-    source_lines = {n: line.rstrip("\n") for n, line in enumerate(lines, 1)}
+    source_lines = {n: line.rstrip("\r\n") for n, line in enumerate(lines, 1)}
     shown = [origin.region(r) for r in regions] if origin else regions
     module = _module_text(text, list(zip(regions, shown)), source_path, kernels_module, epilogues)
     kernels = [kernel_view(r)[0] for r in shown]
+    kernels_file, triton_file, cpp_file = kernel_file_names(stem)
     files = [
         EmittedFile(Path(source_path).name, format_source(module)),
+        EmittedFile(kernels_file, format_source(_kernels_text(shown, source_path, stem, depth, bool(epilogues)))),
         EmittedFile(
-            f"{kernels_module}.py", format_source(_kernels_text(shown, source_path, stem, depth, bool(epilogues)))
-        ),
-        EmittedFile(
-            f"_{stem}_triton.py",
+            triton_file,
             render_triton_file(
                 kernels, source_lines, runtime_import=f"{RUNTIME}.triton_support", header=_triton_header(source_path)
             ),
         ),
-        EmittedFile(f"_{stem}_kernels.cpp", render_cpp_file(kernels, source_lines, _cpp_header(source_path))),
+        EmittedFile(cpp_file, render_cpp_file(kernels, source_lines, _cpp_header(source_path))),
     ]
     return files
+
+
+def kernel_stem(stem: str) -> str:
+    """A module's stem as an ASCII identifier, for the names of its kernel files: `my-model` -> `my_model`
+    (`from ._my-model_kernels import ...` would not parse; a non-ASCII name would be NFKC-normalised by the
+    import and could miss the file)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in stem)
+
+
+def kernel_stems(files: Iterable[Path]) -> dict[Path, str]:
+    """Per Python file of `files` (the files of one output tree), the stem of its kernel files: `kernel_stem`,
+    numbered (`my_model_2`) where its kernel files would take the name of a file of the same directory or
+    of another module's kernel files (`my-model.py` beside `my_model.py`). The files are sorted first, so
+    a name never depends on the order they come in."""
+    files = sorted(files)
+    taken: dict[Path, set[str]] = {}
+    for file in files:
+        taken.setdefault(file.parent, set()).add(file.name)
+    stems = {}
+    for file in (f for f in files if f.suffix == ".py"):
+        base = name = kernel_stem(file.stem)
+        count = 1
+        while not taken[file.parent].isdisjoint(kernel_file_names(name)):
+            count += 1
+            name = f"{base}_{count}"
+        taken[file.parent].update(kernel_file_names(name))
+        stems[file] = name
+    return stems
+
+
+def kernel_file_names(stem: str) -> tuple[str, str, str]:
+    """The kernel files of a module whose kernel stem is `stem`: its Kernels, its Triton kernels, its C++ kernels."""
+    return f"_{stem}_kernels.py", f"_{stem}_triton.py", f"_{stem}_kernels.cpp"
 
 
 def runtime_files() -> list[tuple[str, bytes]]:
@@ -153,7 +187,37 @@ def _module_text(
         "# Triton on CUDA tensors and C++ on CPU tensors, with the original code as the fallback.\n",
         "# Edit the source, not this file.\n",
     ]
-    return "".join(header + lines)
+    preamble = _preamble(lines)
+    return "".join(lines[:preamble] + header + lines[preamble:])
+
+
+# PEP 263: a comment on line 1 or 2 naming the file's encoding.
+_CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
+
+
+def _preamble(lines: list[str]) -> int:
+    """How many leading lines must stay first: a shebang (line 1) and a coding cookie (line 1 or 2), which
+    mean something only there."""
+    count = 0
+    for number, line in enumerate(lines[:2]):
+        if (number == 0 and line.startswith("#!")) or _CODING.match(line):
+            count = number + 1
+        elif not line.lstrip().startswith("#"):
+            break  # the cookie may follow a comment line only
+    return count
+
+
+def is_generated(text: str) -> bool:
+    """Whether `text` is a module this tool emitted (its header follows the preamble, if any)."""
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[_preamble(lines) :]).startswith(GENERATED_HEADER)
+
+
+def newlines_like(text: str, source: str) -> str:
+    """`text` (emitted with "\\n") with the line endings of `source` where that used "\\r\\n", so that the
+    emitted module diffs against its source line by line."""
+    first = source.find("\n")
+    return text.replace("\n", "\r\n") if first > 0 and source[first - 1] == "\r" else text
 
 
 def _guarded(region: Region, shown: str, original: list[str], source_path: str, result: str) -> list[str]:

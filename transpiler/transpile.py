@@ -224,13 +224,15 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
     text the regions' lines are lines of (the rewritten source, before statements were split)."""
     import ast
 
-    from emit.module import GENERATED_HEADER, emit
+    from emit.module import emit, is_generated, kernel_stems, newlines_like
     from transpiler.engine import project_facts
     from transpiler.linears import epilogue_sites, route_linears
     from transpiler.tails import fuse_across_ifs
 
     sources, depths = layout.python_files, layout.depths
     facts = project_facts(sources, {p: encode_source(p, t) for p, t in fixed.items()})
+    stems = kernel_stems(layout.files)  # by destination: names unique in each output directory
+    destinations = {src: dst for dst, src in layout.files.items()}
     compiled = {}
     for src in sources:
         try:
@@ -238,7 +240,7 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
             tree = ast.parse(text)
         except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
             continue  # reported by the lint, copied as it is
-        if text.startswith(GENERATED_HEADER):
+        if is_generated(text):
             continue  # an earlier output used as input: its kernels are compiled already
         # Statements split so that their pointwise part fuses (hoisting.py), and copied into both branches
         # of an `if` where that fuses them across it (tails.py): the regions are found in the rewritten
@@ -251,11 +253,13 @@ def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[R
             epilogues = epilogue_sites(
                 ast.parse(split.text), module_name(src), src.name == "__init__.py", split.text, set(facts.compiled), split.regions
             )
-            emitted = emit(split.text, split.regions, src.as_posix(), depths[src], split.origin, epilogues)
+            emitted = emit(
+                split.text, split.regions, src.as_posix(), depths[src], split.origin, epilogues, stems[destinations[src]]
+            )
             module = route_linears(
                 emitted[0].text, module_name(src), src.name == "__init__.py", set(facts.compiled), depths[src]
             )
-            emitted[0] = replace(emitted[0], text=module)
+            emitted[0] = replace(emitted[0], text=newlines_like(module, text))  # the source's line endings
             compiled[src] = ([split.origin.region(r) for r in split.regions], emitted, text)
     return compiled
 

@@ -1,0 +1,177 @@
+"""Bad inputs and bad settings: each gives a clear error or a correct output, the rest of the tree is still
+written, and no input is modified (every test compares the source bytes before and after).
+
+Builds run in-process through click's CliRunner; the emitted modules are imported and run in a subprocess
+(each output tree has its own `_transpile_runtime`, which must not meet another's in one interpreter), where
+the runtime's counters prove that the C++ kernel ran and the result is compared with the original's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from transpiler.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A module with one region whose ops round exactly as eager does (x * 2.0 is exact, so a fused multiply-add
+# of `x * 2.0 + 1.0` rounds once, as eager's two ops do), so kernel and original agree bit for bit.
+MODEL = '''\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    """Caf\u00e9: a docstring that is not ASCII."""
+
+    def forward(self, x):
+        y = torch.relu(x * 2.0 + 1.0)
+        return y * x
+'''
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRANSPILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRANSPILE_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+    def invoke(*args: object) -> Run:
+        result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, prog_name="transpile")
+        return Run(result.exit_code, result.stdout, result.stderr)
+
+    return invoke
+
+
+def write(root: Path, files: dict[str, bytes]) -> Path:
+    for relative, data in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_bytes(data)
+    return root
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every regular file under `root` and its bytes."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+# Loads each (original, transpiled) pair of files by path, runs both `Net`s on the same input and prints whether
+# they agree, then the runtime's counters. Modules are loaded under made-up names: a file name with `-` or a
+# space is no module name, and the emitted module finds its kernels through the output directory on sys.path.
+_RUN = """
+import importlib.util, json, sys
+import torch
+
+out = sys.argv[1]
+sys.path.insert(0, out)
+import _transpile_runtime as runtime
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+equal = {}
+for n, (original, transpiled) in enumerate(zip(sys.argv[2::2], sys.argv[3::2])):
+    x = torch.randn(3, 5)
+    expected = load(original, f"original_{n}").Net()(x)
+    equal[transpiled] = torch.equal(load(transpiled, f"transpiled_{n}").Net()(x), expected)
+print(json.dumps({"equal": equal, "counters": runtime.counters()}))
+"""
+
+
+def run_side_by_side(src: Path, out: Path, names: list[str], tmp_path: Path) -> dict:
+    """Runs each named file of `src` and its output in `out` on one input; returns equality and counters."""
+    pairs = [str(p) for name in names for p in (src / name, out / name)]
+    env = {**os.environ, "TRANSPILE_CACHE_DIR": str(tmp_path / "kernels")}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN, str(out), *pairs], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def kernel_paths(counters: dict) -> dict[str, set[str]]:
+    """Per source file named in the counters, the paths its kernels ran on."""
+    paths: dict[str, set[str]] = {}
+    for kernel, counts in counters.items():
+        source = kernel.split(" (", 1)[1].rsplit(":", 1)[0]
+        paths.setdefault(source, set()).update(counts)
+    return paths
+
+
+# --- encodings and line endings ------------------------------------------------------
+
+
+def test_coding_cookie_and_shebang_stay_first_and_crlf_is_kept(cli, tmp_path):
+    """A latin-1 file with a PEP 263 cookie (alone, or after a shebang) gets kernels: the generated header
+    goes below the cookie, which means something on lines 1-2 only; a CRLF file comes back CRLF."""
+    src = write(
+        tmp_path / "src",
+        {
+            "latin.py": ("# -*- coding: latin-1 -*-\n" + MODEL).encode("latin-1"),
+            "script.py": ("#!/usr/bin/env python\n# vim: set fileencoding=latin-1 :\n" + MODEL).encode("latin-1"),
+            "windows.py": MODEL.replace("\n", "\r\n").encode(),
+        },
+    )
+    before = snapshot(src)
+    result = cli("build", src, "-o", tmp_path / "out")
+    assert result.code == 0, result.err + result.out
+    out = tmp_path / "out"
+    assert snapshot(src) == before
+    latin = (out / "latin.py").read_bytes().split(b"\n")
+    assert latin[0] == b"# -*- coding: latin-1 -*-" and latin[1].startswith(b"# Generated by transpile")
+    assert "Caf\u00e9".encode("latin-1") in (out / "latin.py").read_bytes()  # still latin-1
+    script = (out / "script.py").read_bytes().split(b"\n")
+    assert script[:2] == [b"#!/usr/bin/env python", b"# vim: set fileencoding=latin-1 :"]
+    windows = (out / "windows.py").read_bytes()
+    assert b"fused_" in windows and windows.count(b"\n") == windows.count(b"\r\n") > 10
+    ran = run_side_by_side(src, out, ["latin.py", "script.py", "windows.py"], tmp_path)
+    assert all(ran["equal"].values()), ran
+    assert kernel_paths(ran["counters"]) == {str(src / n): {"cpp"} for n in ("latin.py", "script.py", "windows.py")}
+    # The output used as input again is recognised as generated (after its cookie) and copied as it is.
+    again = cli("build", out, "-o", tmp_path / "again")
+    assert again.code == 0, again.err + again.out
+    assert (tmp_path / "again" / "latin.py").read_bytes() == (out / "latin.py").read_bytes()
+
+
+# --- file names ----------------------------------------------------------------------
+
+
+def test_file_names_that_are_no_identifiers_get_kernel_modules_that_are(cli, tmp_path):
+    """`my-model.py` and `my model.py` hold regions: their kernel modules are named by identifiers made
+    from the stem (`_my_model_kernels`), numbered apart from each other and from a file already called so."""
+    model = MODEL.encode()
+    src = write(tmp_path / "src", {"my-model.py": model, "my model.py": model, "_my_model_2_kernels.py": b"x = 1\n"})
+    before = snapshot(src)
+    result = cli("build", src, "-o", tmp_path / "out")
+    assert result.code == 0, result.err + result.out
+    assert snapshot(src) == before
+    out = tmp_path / "out"
+    # Sorted by path, "my model.py" comes first; "_2" is taken by the user's own file, copied unchanged.
+    assert sorted(p.name for p in out.glob("_*_kernels.py")) == [
+        "_my_model_2_kernels.py", "_my_model_3_kernels.py", "_my_model_kernels.py"
+    ]
+    assert (out / "_my_model_2_kernels.py").read_bytes() == b"x = 1\n"
+    assert "from ._my_model_kernels import" in (out / "my model.py").read_text()
+    assert "from ._my_model_3_kernels import" in (out / "my-model.py").read_text()
+    ran = run_side_by_side(src, out, ["my-model.py", "my model.py"], tmp_path)
+    assert all(ran["equal"].values()), ran
+    assert kernel_paths(ran["counters"]) == {str(src / n): {"cpp"} for n in ("my-model.py", "my model.py")}
