@@ -175,3 +175,41 @@ def test_file_names_that_are_no_identifiers_get_kernel_modules_that_are(cli, tmp
     ran = run_side_by_side(src, out, ["my-model.py", "my model.py"], tmp_path)
     assert all(ran["equal"].values()), ran
     assert kernel_paths(ran["counters"]) == {str(src / n): {"cpp"} for n in ("my-model.py", "my model.py")}
+
+
+# --- settings ------------------------------------------------------------------------
+
+PRINT_MODEL = b"""\
+from torch import nn
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        print(x)
+        return x
+"""
+
+
+@pytest.mark.parametrize("option", ["--select", "--extend-select", "--ignore"])
+@pytest.mark.parametrize("command", ["lint", "build"])
+def test_unknown_rule_code_on_the_command_line_is_a_usage_error(cli, tmp_path, option, command):
+    """`--select TP999` selected nothing and printed "All checks passed!": a typo in a pre-commit config
+    switched the hook off. A code or prefix that no rule has is an error naming it and where it came from;
+    the output tree is not written."""
+    src = write(tmp_path / "src", {"model.py": PRINT_MODEL})
+    target = ["-o", tmp_path / "out"] if command == "build" else []
+    result = cli(command, option, "TP1,TP999", src, *target)
+    assert result.code == 2, result.out
+    assert f"command line: {option}: unknown rule code or prefix 'TP999'" in result.err
+    assert result.out == "" and not (tmp_path / "out").exists()
+    # A prefix that some rule has is fine: TP101 is found in the model (and rewritten by the build).
+    selected = cli(command, option.replace("ignore", "select"), "TP1", src, *target)
+    assert selected.code == (1 if command == "lint" else 0) and "TP101" in selected.out
+
+
+@pytest.mark.parametrize("key", ["select", "extend-select", "ignore"])
+def test_unknown_rule_code_in_pyproject_is_a_configuration_error(cli, tmp_path, key):
+    write(tmp_path, {"pyproject.toml": f'[tool.transpile]\n{key} = ["TP1", "TP8"]\n'.encode(), "model.py": PRINT_MODEL})
+    result = cli("lint", "model.py")
+    assert result.code == 2, result.out
+    assert f"{tmp_path / 'pyproject.toml'}: {key}: unknown rule code or prefix 'TP8'" in result.err

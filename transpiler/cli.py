@@ -150,8 +150,12 @@ class _Output:
 
 def _settings(paths: list[Path], overrides: dict) -> Settings:
     """The settings of the nearest configuration above all of `paths`, with `overrides`."""
+    from transpiler import engine
+    from transpiler.rule import REGISTRY
+
+    engine.load_rules()  # selectors must name rules that exist
     start = Path(os.path.commonpath([os.path.abspath(p) for p in paths]))
-    return load_settings(start if start.is_dir() else start.parent, overrides)
+    return load_settings(start if start.is_dir() else start.parent, overrides, REGISTRY.keys())
 
 
 def _linter(settings: Settings, files: list[Path], no_cache: bool, jobs: int | None):

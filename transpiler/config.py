@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 PYPROJECT = "pyproject.toml"
 
@@ -255,21 +255,42 @@ def _convert(source: str, raw: Mapping[str, object], *, kebab: bool) -> dict[str
     return converted
 
 
-def load_settings(start: Path, overrides: Mapping[str, object] | None = None) -> Settings:
+def load_settings(
+    start: Path, overrides: Mapping[str, object] | None = None, codes: Collection[str] | None = None
+) -> Settings:
     """Settings from the nearest [tool.transpile] at or above `start`, then `overrides`.
 
     `overrides` uses Settings field names (snake_case); a None value means "not given"
     and keeps the file's value, anything else replaces it (so `exclude` replaces the
     defaults and `extend_exclude` adds to them, as in ruff). `root` is the directory
-    of the pyproject.toml, or the current directory when there is none.
+    of the pyproject.toml, or the current directory when there is none. With `codes`
+    (the rule codes that exist), a selector that matches none of them is an error.
     """
     found = _find_table(start)
     if found is None:
         settings = Settings()  # root defaults to the current directory
     else:
         path, table = found
-        settings = Settings(root=path.parent, **_convert(str(path), table, kebab=True))
-    return replace(settings, **_convert("command line", overrides or {}, kebab=False))
+        settings = Settings(root=path.parent, **_checked(str(path), _convert(str(path), table, kebab=True), codes, "{}"))
+    converted = _checked("command line", _convert("command line", overrides or {}, kebab=False), codes, "--{}")
+    return replace(settings, **converted)
+
+
+def _checked(source: str, converted: dict[str, Any], codes: Collection[str] | None, key: str) -> dict[str, Any]:
+    """`converted`, once every selector in it matches a code of `codes` (unless None): a typo such as
+    `TP999` would otherwise select nothing, and a pre-commit hook would pass on every commit, as ruff
+    refuses too. `key` spells the option's name (`{}` its kebab-case field name) in the error."""
+    if codes is None:
+        return converted
+    for name in ("select", "extend_select", "ignore"):
+        unknown = [s for s in converted.get(name, ()) if s != "ALL" and not any(c.startswith(s) for c in codes)]
+        if unknown:
+            raise ConfigError(
+                source,
+                f"unknown rule code or prefix {', '.join(map(repr, unknown))} (`transpile rules` lists the codes)",
+                key=key.format(name.replace("_", "-")),
+            )
+    return converted
 
 
 def settings_fingerprint(settings: Settings) -> str:
