@@ -213,3 +213,68 @@ def test_unknown_rule_code_in_pyproject_is_a_configuration_error(cli, tmp_path, 
     result = cli("lint", "model.py")
     assert result.code == 2, result.out
     assert f"{tmp_path / 'pyproject.toml'}: {key}: unknown rule code or prefix 'TP8'" in result.err
+
+
+# --- what is not a regular file, or cannot be listed ---------------------------------
+
+CLI = [sys.executable, "-m", "transpiler"]
+
+
+def run(*args: object, cwd: Path, timeout: float = 120) -> Run:
+    """The real command in a subprocess: a hang (reading a FIFO blocks forever) fails the test instead of hanging it."""
+    env = {**os.environ, "TRANSPILE_CACHE_DIR": str(cwd / "cache")}
+    proc = subprocess.run([*CLI, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def test_fifos_are_skipped_with_a_diagnostic_by_lint_and_build(tmp_path):
+    """A FIFO named `*.py` hung both commands (opening it for reading waits for a writer); so did any FIFO in
+    a tree the build copies. They are reported (TP902) and skipped; everything else is linted and written."""
+    src = write(tmp_path / "src", {"model.py": PRINT_MODEL, "sub/data.txt": b"data\n"})
+    os.mkfifo(src / "pipe.py")
+    os.mkfifo(src / "sub" / "stream")
+    before = snapshot(src)
+    lint = run("lint", "--no-cache", "src", cwd=tmp_path)
+    assert lint.code == 1, lint.err
+    assert "src/pipe.py:1:1: TP902 not a regular file (a named pipe); skipped" in lint.out
+    assert "src/model.py:6:9: TP101" in lint.out
+    named = run("lint", "--no-cache", "src/pipe.py", cwd=tmp_path)
+    assert (named.code, named.out.splitlines()[0]) == (1, "src/pipe.py:1:1: TP902 not a regular file (a named pipe); skipped")
+    build = run("build", "--no-kernels", "src", "-o", "out", cwd=tmp_path)
+    assert build.code == 1, build.err
+    assert "src/pipe.py:1:1: TP902 not a regular file (a named pipe); not copied" in build.out
+    assert "src/sub/stream:1:1: TP902 not a regular file (a named pipe); not copied" in build.out
+    assert "4 files into out: 1 rewritten, 1 copied unchanged, 2 unreadable (not copied)" in build.out
+    out = tmp_path / "out"
+    assert (out / "sub" / "data.txt").read_bytes() == b"data\n" and b"is_compiling" in (out / "model.py").read_bytes()
+    assert not (out / "pipe.py").exists() and not (out / "sub" / "stream").exists()
+    assert snapshot(src) == before
+
+
+def test_a_directory_that_cannot_be_listed_is_reported_and_its_earlier_output_kept(cli, tmp_path, monkeypatch):
+    """An unreadable subdirectory was silently missing from OUT. The tests run as root, whom `chmod 000` does
+    not stop, so listing that one directory is made to fail in-process (os.scandir raises PermissionError, as
+    it does for a user without read permission); the walk must report it, lint and build the rest, and keep
+    what an earlier build wrote from it (its files may well still exist)."""
+    src = write(tmp_path / "src", {"model.py": PRINT_MODEL, "locked/inner.py": PRINT_MODEL, "open/data.txt": b"x\n"})
+    before = snapshot(src)
+    assert cli("build", "--no-kernels", "src", "-o", "out").code == 0
+    written = (tmp_path / "out" / "locked" / "inner.py").read_bytes()
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if Path(path) == Path("src/locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    lint = cli("lint", "--no-cache", "src")
+    assert lint.code == 1
+    assert "src/locked:1:1: TP902 cannot list the directory: Permission denied; skipped" in lint.out
+    assert "src/model.py:6:9: TP101" in lint.out
+    build = cli("build", "--no-kernels", "src", "-o", "out")
+    assert build.code == 1
+    assert "src/locked:1:1: TP902 cannot list the directory: Permission denied; not copied" in build.out
+    assert (tmp_path / "out" / "locked" / "inner.py").read_bytes() == written
+    assert (tmp_path / "out" / "open" / "data.txt").read_bytes() == b"x\n"
+    assert snapshot(src) == before

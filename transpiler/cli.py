@@ -181,7 +181,8 @@ def _lint(paths: list[Path], overrides: dict, output: _Output, no_cache: bool, j
     from transpiler.formats import render
 
     settings = _settings(paths, overrides)
-    files = discover(paths, settings.is_excluded, settings.is_excluded_entry, force_exclude=settings.force_exclude)
+    found = discover(paths, settings.is_excluded, settings.is_excluded_entry, force_exclude=settings.force_exclude)
+    files = found.files
     lint_files = _linter(settings, files, no_cache, jobs)
     fixed = None
     if mode is None:
@@ -196,6 +197,7 @@ def _lint(paths: list[Path], overrides: dict, output: _Output, no_cache: bool, j
             sys.stdout.write(_diff(fixed.sources))
             return EXIT_FINDINGS if fixed.sources else EXIT_CLEAN
         _write_fixes(fixed.sources)
+    diagnostics = diagnostics + [s.diagnostic("skipped") for s in found.skipped if settings.is_selected("TP902")]
     color = output.fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     rules = engine.rule_infos() if output.fmt == "sarif" else None
     count = len(fixed.applied) if fixed else 0

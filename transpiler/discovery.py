@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from transpiler.diagnostics import Diagnostic
 
 
 class DiscoveryError(Exception):
     """A path the user named does not exist or cannot be read."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An entry that is not read: not a regular file (reading a FIFO blocks forever, a device may never
+    end), or a directory that cannot be listed (its files would be silently missing otherwise)."""
+
+    path: Path
+    reason: str  # "not a regular file (a named pipe)", "cannot list the directory: Permission denied"
+
+    def diagnostic(self, consequence: str) -> Diagnostic:
+        """The TP902 finding that reports it; `consequence` says what the run did ("skipped", "not copied")."""
+        from transpiler.rule import REGISTRY
+
+        return Diagnostic(str(self.path), 1, 1, 1, 1, "TP902", REGISTRY["TP902"].name, f"{self.reason}; {consequence}")
+
+
+@dataclass(frozen=True)
+class Found:
+    """The files to read, and what was skipped on the way."""
+
+    files: list[Path]
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 def discover(
@@ -18,7 +46,7 @@ def discover(
     is_excluded_entry: Callable[[Path], bool],
     *,
     force_exclude: bool = False,
-) -> list[Path]:
+) -> Found:
     """Python files under `paths`, sorted and without duplicates.
 
     Directories are walked, pruning entries that `is_excluded_entry` matches.
@@ -27,35 +55,94 @@ def discover(
     with `--force-exclude` the configured excludes still apply to them.
     """
     found: dict[str, Path] = {}  # keyed by absolute path: `m.py` and `/abs/m.py` are one file
+    skipped: list[Skipped] = []
     for path in paths:
-        if not path.exists():
-            raise DiscoveryError(f"{path}: No such file or directory")
+        check_exists(path)
         if path.is_dir():
             if force_exclude and is_excluded(path):
                 continue
-            for file in _walk(path, is_excluded_entry):
+            for file in _walk(path, is_excluded_entry, ".py", skipped):
                 found.setdefault(os.path.abspath(file), file)
         elif path.suffix == ".py" and not (force_exclude and is_excluded(path)):
-            found.setdefault(os.path.abspath(path), path)
-    return sorted(found.values())
+            if (kind := not_regular(path)) is not None:
+                skipped.append(Skipped(path, kind))
+            else:
+                found.setdefault(os.path.abspath(path), path)
+    return Found(sorted(found.values()), sorted(skipped, key=lambda s: s.path))
 
 
-def tree_files(root: Path, is_excluded_entry: Callable[[Path], bool]) -> list[Path]:
+def check_exists(path: Path) -> None:
+    """Raises DiscoveryError saying why `path`, named by the user, cannot be used: missing, a symlink loop,
+    a broken symlink, not permitted."""
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise DiscoveryError(f"{path}: symlink loop (a symbolic link that leads back to itself)") from None
+        if err.errno == errno.ENOENT and os.path.islink(path):
+            raise DiscoveryError(f"{path}: broken symlink (to {os.readlink(path)}, which does not exist)") from None
+        raise DiscoveryError(f"{path}: {err.strerror or err}") from None
+
+
+def not_regular(path: Path) -> str | None:
+    """Why `path` is not read as a file (a FIFO, a socket, a device), or None for a regular file and for
+    what cannot be looked at (a broken symlink): reading that reports the error."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else f"not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'special file')})"
+
+
+_KINDS = {
+    stat.S_IFIFO: "a named pipe",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a directory",
+}
+
+
+def tree_files(root: Path, is_excluded_entry: Callable[[Path], bool]) -> Found:
     """Every file under `root` (Python or not), pruning excluded entries as `discover` does:
     the files a copy of the source tree needs."""
-    return _walk(root, is_excluded_entry, suffix="")
+    skipped: list[Skipped] = []
+    return Found(_walk(root, is_excluded_entry, "", skipped), skipped)
 
 
-def _walk(root: Path, is_excluded: Callable[[Path], bool], suffix: str = ".py") -> list[Path]:
+def _walk(root: Path, is_excluded: Callable[[Path], bool], suffix: str, skipped: list[Skipped]) -> list[Path]:
+    """The files named `*suffix` under `root`, top down in name order, appending to `skipped` the directories
+    that cannot be listed and the entries that are not regular files. Symlinks to directories are not
+    followed (a loop would never end), as `os.walk` does."""
     files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if not is_excluded(here / d))
-        files.extend(
-            here / name
-            for name in filenames
-            if name.endswith(suffix) and not is_excluded(here / name)
-        )
+    pending = [root]
+    while pending:
+        here = pending.pop()
+        try:
+            with os.scandir(here) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError as err:
+            skipped.append(Skipped(here, f"cannot list the directory: {err.strerror or err}"))
+            continue
+        directories = []
+        for entry in entries:
+            path = here / entry.name
+            if is_excluded(path):
+                continue
+            try:  # both answered from the directory listing, without a stat, for what is not a symlink
+                is_dir, is_file = entry.is_dir(), entry.is_file()
+            except OSError:  # a symlink loop: reading it reports the error
+                is_dir, is_file = False, True
+            if is_dir:
+                if not entry.is_symlink():
+                    directories.append(path)
+            elif entry.name.endswith(suffix):
+                kind = None if is_file else not_regular(path)
+                if kind is None:
+                    files.append(path)
+                else:
+                    skipped.append(Skipped(path, kind))
+        pending.extend(reversed(directories))
     return files
 
 

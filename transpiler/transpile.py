@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from transpiler.diagnostics import Diagnostic
-from transpiler.discovery import DiscoveryError, module_name, tree_files
+from transpiler.discovery import DiscoveryError, Skipped, check_exists, module_name, not_regular, tree_files
 from transpiler.fixer import SideEffects, encode_source, fix_project, read_source
 from transpiler.imports import ImportRewrite, plan_imports
 from transpiler.ir import Region
@@ -49,6 +49,8 @@ class Plan:
 
     out: Path
     files: dict[Path, Path]
+    # Entries of the sources not read (special files, directories that cannot be listed), by destination.
+    skipped: dict[Path, Skipped] = field(default_factory=dict)
 
     @property
     def python_files(self) -> list[Path]:
@@ -72,6 +74,7 @@ def plan(sources: list[Path], out: Path, is_excluded_entry: Callable[[Path], boo
     if out.exists() and not out.is_dir():
         raise LayoutError(f"output {out} exists and is not a directory")
     files: dict[Path, Path] = {}
+    skipped: dict[Path, Skipped] = {}
     for src in _outermost(sources):
         src_real = _real(src)
         if src.is_dir() and _within(out_real, src_real):
@@ -82,21 +85,25 @@ def plan(sources: list[Path], out: Path, is_excluded_entry: Callable[[Path], boo
         if src.is_dir():
             # The manifest and reports of an earlier output used as input are ours, not the user's.
             ours = {src / MANIFEST, src / "transpile-report.html", src / "transpile-report.json"}
-            mapped = [(f, out / f.relative_to(src)) for f in tree_files(src, is_excluded_entry) if f not in ours]
+            found = tree_files(src, is_excluded_entry)
+            skipped.update((out / s.path.relative_to(src), s) for s in found.skipped)
+            mapped = [(f, out / f.relative_to(src)) for f in found.files if f not in ours]
+        elif (kind := not_regular(src)) is not None:
+            skipped[out / src.name] = Skipped(src, kind)
+            continue
         else:
             mapped = [(src, out / src.name)]
         for file, dst in mapped:
             if dst in files and _real(files[dst]) != _real(file):
                 raise LayoutError(f"{files[dst]} and {file} would both be written to {dst}")
             files[dst] = file
-    return Plan(out, files)
+    return Plan(out, files, skipped)
 
 
 def _outermost(sources: list[Path]) -> list[Path]:
     """The sources not inside another source directory (those are mirrored with it)."""
     for src in sources:
-        if not src.exists():
-            raise DiscoveryError(f"{src}: No such file or directory")
+        check_exists(src)
     dirs = [_real(s) for s in sources if s.is_dir()]
     kept, seen = [], set()
     for src in sources:
@@ -157,12 +164,19 @@ def build(
     fixed = fix_project(layout.python_files, lint_round, unsafe, side_effects)
     sources = imports.apply(fixed.sources)
     result = BuildResult(
-        layout.out, len(layout.files), found=list(rounds[0]), applied=fixed.applied, imports=imports.rewrites
+        layout.out, len(layout.files) + len(layout.skipped), found=list(rounds[0]), applied=fixed.applied,
+        imports=imports.rewrites,
     )
     previous = _read_manifest(layout.out)
     written: dict[str, tuple[int, int]] = {}
     output_of: dict[str, str] = {}
     errors: list[Diagnostic] = []
+    for dst, skipped in sorted(layout.skipped.items()):
+        result.unreadable.append(skipped.path)
+        errors.append(skipped.diagnostic("not copied"))
+        # What an earlier run wrote from there is not stale: its source may still exist.
+        rel = dst.relative_to(layout.out).as_posix()
+        written.update((r, signature) for r, signature in previous.items() if r == rel or r.startswith(f"{rel}/"))
     compiled = _compile(layout, sources) if kernels else {}
     for dst, src in sorted(layout.files.items()):
         rel = dst.relative_to(layout.out).as_posix()
