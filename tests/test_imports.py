@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from transpiler.cli import main
-from transpiler.imports import absolute_imports
+from transpiler.imports import SHARED_HEADER, absolute_imports
 
 # `top` is a package; only `top/sub` is transpiled, so `..` and above leave the tree.
 TOP = {
@@ -103,12 +103,19 @@ def transpile(tmp_path, monkeypatch):
 
 @pytest.fixture
 def importable(tmp_path):
-    """`tmp_path/src` and `tmp_path/build` on sys.path, and every module imported from them forgotten after."""
-    sys.path[:0] = [str(tmp_path / "src"), str(tmp_path / "build")]
-    yield
-    sys.path.remove(str(tmp_path / "src"))
-    sys.path.remove(str(tmp_path / "build"))
-    for name in [n for n in sys.modules if n.split(".")[0] in ("top", "outpkg")]:
+    """Calling it puts `tmp_path/src` and `tmp_path/build` on sys.path; every module imported from them
+    is forgotten after. While the sources are not importable, the build shares no module with them."""
+    paths = [str(tmp_path / "src"), str(tmp_path / "build")]
+
+    def enable() -> None:
+        sys.path[:0] = paths
+        importlib.invalidate_caches()  # `build` did not exist when the finders last looked
+
+    yield enable
+    for path in paths:
+        if path in sys.path:
+            sys.path.remove(path)
+    for name in [n for n in sys.modules if n.split(".")[0] in ("top", "outpkg", "lib")]:
         del sys.modules[name]
 
 
@@ -137,7 +144,7 @@ def test_imports_leaving_the_tree_become_absolute_and_the_rest_stay(tmp_path, tr
     }
 
     # Imported as a package, the output reaches its own modules and the original package's.
-    importlib.invalidate_caches()  # `build` did not exist when it joined sys.path
+    importable()
     mod = importlib.import_module("outpkg.mod")
     assert mod.sibling.__name__ == "outpkg.sibling" and mod.VALUE == "sibling"
     assert mod.helper() == "original util" and mod.helper.__module__ == "top.util"
@@ -192,3 +199,61 @@ def test_an_import_with_no_absolute_name_is_an_error(tmp_path, transpile, packag
         f"{src / 'm.py'}:3: `from ...elsewhere import ...` leaves the output tree {why.format(src=src)}" in run.stderr
     )
     assert not out.exists()  # nothing written half-way
+
+
+# An installed package's subpackage: the build changes modeling_fam (a kernel) and nothing else.
+LIB = {
+    "lib/__init__.py": "",
+    "lib/fam/__init__.py": "",
+    "lib/fam/configuration_fam.py": "class FamConfig:\n    width = 4\n",
+    "lib/fam/util.py": "from .configuration_fam import FamConfig\n",  # imports only what is shared
+    "lib/fam/heads.py": "from .modeling_fam import Fam\n\n\nclass Head(Fam):\n    pass\n",  # imports a changed module
+    "lib/fam/modeling_fam.py": """\
+import torch
+from torch import nn
+
+from .configuration_fam import FamConfig
+
+
+class Fam(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        if not isinstance(config, FamConfig):  # transformers' composite models check their sub-configs so
+            raise TypeError(f"expected FamConfig, got {type(config)}")
+
+    def forward(self, x):
+        y = x * 2.0 + 1.0
+        return torch.exp(y) - 1.0
+""",
+}
+
+
+def test_modules_the_build_leaves_as_they_are_are_the_originals(tmp_path, transpile, importable):
+    """A drop-in accepts the original's objects: the unchanged configuration module is imported from the
+    installed package, so a config made there passes the transpiled model's isinstance check."""
+    write_tree(tmp_path / "src", LIB)
+    importable()  # the source is an installed package: Python imports `lib.fam.*` from these files
+    out = tmp_path / "build" / "outpkg"
+    run = transpile(tmp_path / "src" / "lib" / "fam", "-o", out)
+    assert run.exit_code == 0, run.output
+    for name in ("configuration_fam", "util"):
+        assert (out / f"{name}.py").read_text().startswith(SHARED_HEADER)
+    for name in ("heads.py", "__init__.py"):  # imports a compiled module; a package must find its submodules here
+        assert (out / name).read_bytes() == (tmp_path / "src/lib/fam" / name).read_bytes()
+    assert "fused_" in (out / "modeling_fam.py").read_text()
+
+    importlib.invalidate_caches()
+    original = importlib.import_module("lib.fam.configuration_fam")
+    compiled = importlib.import_module("outpkg.modeling_fam")
+    assert importlib.import_module("outpkg.configuration_fam") is original
+    assert importlib.import_module("outpkg.util").FamConfig is original.FamConfig
+    assert importlib.import_module("outpkg.heads").Head.__bases__ == (compiled.Fam,)
+    compiled.Fam(original.FamConfig())  # the original's config object is accepted
+
+
+def test_a_tree_python_does_not_import_from_its_files_shares_nothing(tmp_path, transpile):
+    write_tree(tmp_path / "src", LIB)  # `lib` is not on sys.path
+    out = tmp_path / "build" / "outpkg"
+    assert transpile(tmp_path / "src" / "lib" / "fam", "-o", out).exit_code == 0
+    for name in ("configuration_fam.py", "util.py"):
+        assert (out / name).read_bytes() == (tmp_path / "src/lib/fam" / name).read_bytes()

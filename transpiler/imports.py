@@ -14,10 +14,12 @@ parses 100 times slower, and a whole library has every file to rewrite.)
 from __future__ import annotations
 
 import ast
+import importlib.machinery
 import io
+import os
 import re
 import tokenize
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,3 +143,96 @@ def _why_not(src: Path, line: int, relative: str, package: list[str]) -> str:
             " transpile the package that contains it, or make the import absolute"
         )
     return f"{where} and climbs above the top-level package `{package[0]}`; Python cannot import it either"
+
+
+# -- modules shared with the original ----------------------------------------------------------
+SHARED_HEADER = "# transpile: shared with the original module"
+
+
+def shared_modules(depths: Mapping[Path, int], changed: Collection[Path]) -> dict[Path, str]:
+    """The modules of a build that its output imports from the original package instead of its copy,
+    by source file: module -> its original's absolute name.
+
+    A drop-in must accept the original's objects: transformers' `AlignModel` checks
+    `isinstance(config.text_config, AlignTextConfig)`, which a config made by `transformers`
+    fails against a copy of the class. So where the tree is a copy of an installed package's
+    modules (Python imports each of them from this very file under its module name), a module
+    the build leaves as it is (`changed`: the files it fixes or compiles; making outward imports
+    absolute changes nothing) and that imports nothing the build changes (transitively, inside
+    the tree) is the original module: its classes keep their identity, and it computes the same.
+    Packages (`__init__.py`) are never shared: their submodules must be found under OUT.
+    """
+    names = {module_name(src): src for src in depths if src.suffix == ".py"}
+    shared = {
+        src: name
+        for name, src in names.items()
+        if src.name != "__init__.py" and src not in changed and _imported_from(name) == _real(src)
+    }
+    if not shared:
+        return {}
+    needs = {src: _tree_imports(src, depths[src], names) for src in shared}
+    # Greatest fixpoint: drop a module while it imports one of the tree that is neither shared nor an unchanged package.
+    while True:
+        blocked = [
+            src for src, targets in needs.items()
+            if src in shared and any(t not in shared and (t.name != "__init__.py" or t in changed) for t in targets)
+        ]
+        if not blocked:
+            return shared
+        for src in blocked:
+            del shared[src]
+
+
+def shared_module_text(name: str) -> str:
+    """The output file of a module shared with the original `name`: it makes itself that module."""
+    return (
+        f"{SHARED_HEADER} `{name}` (docs/compiler.md, \"Modules shared with the original\"):\n"
+        "# the build left this file as it is, so it is imported from there and its classes stay the original's.\n"
+        "import importlib\n"
+        "import sys\n\n"
+        f"sys.modules[__name__] = importlib.import_module({name!r})\n"
+    )
+
+
+def _imported_from(name: str) -> Path | None:
+    """The file Python imports for the module `name` here, found without running any package's code
+    (the top-level package on sys.path, then directories), or None."""
+    top, *rest = name.split(".")
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations or spec.origin is None:
+        return None  # not found, or a namespace package: no single directory to look in
+    path = Path(spec.origin).parent.joinpath(*rest)
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return _real(candidate)
+    return None
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _tree_imports(src: Path, depth: int, names: Mapping[str, Path]) -> set[Path]:
+    """The files of the tree (`names`: module name -> file) that `src`'s imports load."""
+    try:
+        tree = ast.parse(read_source(src))
+    except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
+        return set()
+    package = _package_of(src)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level > depth + 1 or node.level - 1 > len(package):
+                continue  # leaves the tree: the original package's module either way
+            base = package[: len(package) - (node.level - 1)] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            candidates = [module] + [f"{module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        found |= {names[c] for c in candidates if c in names}
+    return found

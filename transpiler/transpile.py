@@ -26,7 +26,7 @@ from pathlib import Path
 from transpiler.diagnostics import Diagnostic
 from transpiler.discovery import DiscoveryError, Skipped, check_exists, module_name, not_regular, tree_files
 from transpiler.fixer import SideEffects, encode_source, fix_project, read_source
-from transpiler.imports import ImportRewrite, plan_imports
+from transpiler.imports import ImportRewrite, plan_imports, shared_module_text, shared_modules
 from transpiler.ir import Region
 from transpiler.rule import REGISTRY
 from transpiler.writing import write_atomic
@@ -178,6 +178,7 @@ def build(
         rel = dst.relative_to(layout.out).as_posix()
         written.update((r, signature) for r, signature in previous.items() if r == rel or r.startswith(f"{rel}/"))
     compiled = _compile(layout, sources) if kernels else {}
+    shared = shared_modules(layout.depths, {*compiled, *fixed.sources})  # imported from the original package
     for dst, src in sorted(layout.files.items()):
         rel = dst.relative_to(layout.out).as_posix()
         if src in compiled:
@@ -193,7 +194,9 @@ def build(
             if src in sources:
                 result.rewritten.append(dst)
             continue
-        if src in sources:
+        if src in shared:
+            _write_if_changed(dst, shared_module_text(shared[src]).encode(), like=src)
+        elif src in sources:
             _write_if_changed(dst, encode_source(src, sources[src]), like=src)
             result.rewritten.append(dst)
         else:
