@@ -24,8 +24,8 @@ from emit.triton import render_triton_file
 from transpiler.hoisting import Origin
 from transpiler.inlining import kernel_view
 from transpiler.ir import Epilogue, Region
-from transpiler.lowering import ROW_REDUCTIONS, Level, has_reductions, lower
-from transpiler.ops import ACTIVATION, ACTIVATION_OPS, ACTIVATIONS, BY_NAME, CAST
+from transpiler.lowering import Level, has_reductions, lower, reduction_dim, reduction_keepdim
+from transpiler.ops import ACTIVATION, ACTIVATION_OPS, ACTIVATIONS, BY_NAME, CAST, OpKind
 from transpiler.regions import RETURN
 
 VERSION = "0.1.0"
@@ -300,6 +300,8 @@ def _kernels_text(regions: list[Region], source_path: str, stem: str, depth: int
     imported = ", ".join(
         ["Kernel"]
         + ["Rows"] * any(has_reductions(r) for r in regions)
+        + ["Shapes", "Step"]
+        + ["inplace"] * any(n.inplace for r in regions for n in r.nodes)
         + ["Activation", "Activations"] * (activations or epilogue)
     )
     parts = [
@@ -339,20 +341,29 @@ def _kernels_text(regions: list[Region], source_path: str, stem: str, depth: int
         parts.append(_reference(region, source_path, [value for value, _ in checks]))
         parts.append(
             f'{region.name} = Kernel("{region.name}", {region.name}_reference, tensor_inputs={len(region.tensor_inputs)}, '
-            f"depends={tuple(_depends(kernel)[o.value] for o in region.outputs)!r}, "
+            f"shapes={shape_program(kernel)}, "
             f'source="{source_path}:{region.lines}", triton=(_TRITON_FILE, "{region.name}_kernel"), cpp=_CPP_FILE'
             f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)})\n\n"
         )
     return "".join(parts)
 
 
-def _depends(region: Region) -> dict[str, tuple[int, ...]]:
-    """Per value, the positions of the tensor inputs it is computed from (its shape broadcasts theirs)."""
-    position = {i.name: n for n, i in enumerate(region.tensor_inputs)}
-    reads: dict[str, set[int]] = {name: {n} for name, n in position.items()}
+def shape_program(region: Region) -> str:
+    """The kernel's `Shapes`: per node, the values whose shapes broadcast into its own, and what a reduction,
+    an in-place update or a layer norm adds to that."""
+    tensors = {i.name for i in region.tensor_inputs}
+    steps = []
     for node in region.nodes:
-        reads[node.out] = set().union(*(reads.get(v, set()) for v in node.values()))
-    return {value: tuple(sorted(inputs)) for value, inputs in reads.items()}
+        reads = tuple(v for v in node.shaping() if v in tensors)  # scalar inputs have no shape
+        extra = []
+        if node.definition.kind is OpKind.REDUCTION:
+            extra += [f"dim={reduction_dim(node)}", f"keepdim={reduction_keepdim(node)}"]
+        extra += ["inplace=True"] * node.inplace + ["affine=True"] * (node.op == "layer_norm")
+        steps.append(f"Step({', '.join([repr(node.out), repr(reads), *extra])})")
+        tensors.add(node.out)
+    inputs = tuple(i.name for i in region.tensor_inputs)
+    outputs = tuple(o.value for o in region.outputs)
+    return f"Shapes(inputs={inputs!r}, steps=({''.join(f'{s}, ' for s in steps)}), outputs={outputs!r})"
 
 
 def _activation_table(ops: tuple[str, ...] = ACTIVATION_OPS) -> str:
@@ -387,12 +398,8 @@ def _rows(region: Region) -> str:
     if not has_reductions(region):
         return ""
     lowered = lower(region)
-    depends = _depends(lowered.region)
     row_outputs = tuple(n for n, o in enumerate(region.outputs) if lowered.levels[o.value] is Level.ROW)
-    reduced = tuple(dict.fromkeys(depends[n.values()[0]] for n in lowered.region.nodes if n.op in ROW_REDUCTIONS))
-    return (
-        f", rows=Rows(dim={lowered.dim}, keepdim={lowered.keepdim}, row_outputs={row_outputs!r}, reduced={reduced!r})"
-    )
+    return f", rows=Rows(dim={lowered.dim}, keepdim={lowered.keepdim}, row_outputs={row_outputs!r})"
 
 
 def _reference(region: Region, source_path: str, checked: list[str]) -> str:
@@ -404,7 +411,10 @@ def _reference(region: Region, source_path: str, checked: list[str]) -> str:
             (str(o) if node.op == CAST.name else literal(o)) if i in node.constants else str(o)
             for i, o in enumerate(node.operands)
         ]
-        body.append(f"    {node.out} = {node.definition.eager.format(*operands)}\n")
+        value = node.definition.eager.format(*operands)
+        if node.inplace:  # eager keeps the updated tensor's dtype, and raises where the result cannot be cast to it
+            value = f"inplace({value}, {operands[0]})"
+        body.append(f"    {node.out} = {value}\n")
     outputs = "".join(f"{value}, " for value in [*(o.value for o in region.outputs), *checked])
     return (
         f"def {region.name}_reference({params}):\n"

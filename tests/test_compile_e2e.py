@@ -203,7 +203,7 @@ def test_outputs_keep_a_dense_layout_the_inputs_share(compiled, monkeypatch, tmp
 def test_zero_dim_inputs_torch_would_round_take_the_original_code(compiled, monkeypatch):
     monkeypatch.syspath_prepend(str(compiled.parent))
     runtime = importlib.import_module(f"{OUT_NAME}._transpile_runtime")
-    kernel = runtime.Kernel("rem", lambda x, y: (x % y,), 2, ((0, 1),), "test.py:1")
+    kernel = runtime.Kernel("rem", lambda x, y: (x % y,), 2, runtime.Shapes(("x", "y"), (runtime.Step("z", ("x", "y")),), ("z",)), "test.py:1")
     x = torch.tensor([1.5390625], dtype=torch.bfloat16)
     assert kernel(x, torch.tensor(1.541)) is None  # torch computes x % bfloat16(1.541) == 0
     assert kernel.counts == {"fallback: a 0-dim tensor of a wider float dtype (torch rounds it first)": 1}

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from emit.cpp import Kind, render_cpp_file, value_kinds
 from emit.runtime import Kernel, layout
 from emit.runtime.cpp_support import NO_COMPILER, CppBuildError, CppLibrary, find_compiler, unsupported
+from tests.transpiled import shapes_of
 from transpiler.ir import Input, Node, Output, Region
 from transpiler.ops import BY_NAME, CAST, OPS, Op
 
@@ -412,7 +413,7 @@ def test_runtime_kernel_runs_cpp(kernel_files, cache_dir):
     """Through the runtime's Kernel: the C++ path runs and agrees with the region's eager code."""
     case = CASES["fused_gelu_tanh_scale"]
     part = list(CASES).index(case.region.name) % BUILD_JOBS
-    kernel = Kernel(case.region.name, case.reference, 1, ((0,),) * len(case.region.outputs), "test.py:1-2", cpp=kernel_files[part])
+    kernel = Kernel(case.region.name, case.reference, 1, shapes_of(case.region), "test.py:1-2", cpp=kernel_files[part])
     h = torch.randn(64, 33)[:, 1:]
     (out,) = kernel(h, 0.5)
     assert_matches((out,), case.reference(h, 0.5))
@@ -521,7 +522,7 @@ def test_missing_compiler_warns_and_falls_back(tmp_path, monkeypatch):
     source.write_text(render_cpp_file([case.region], {}, "No compiler."))
     with pytest.warns(RuntimeWarning, match=re.escape(NO_COMPILER)):
         assert CppLibrary.load(source) is None
-    kernel = Kernel(case.region.name, case.reference, 2, ((0, 1),) * len(case.region.outputs), "test.py:1", cpp=source)
+    kernel = Kernel(case.region.name, case.reference, 2, shapes_of(case.region), "test.py:1", cpp=source)
     with pytest.warns(RuntimeWarning, match=re.escape(NO_COMPILER)):
         assert kernel(torch.ones(3), torch.ones(3)) is None
     assert dict(kernel.counts) == {"fallback: no C++ compiler": 1}

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from emit.cpp import ROW_REDUCTIONS, render_cpp_file
 from emit.runtime import Kernel, Rows, broadcast, row_layout
 from emit.runtime.cpp_support import CppLibrary, find_compiler
+from tests.transpiled import shapes_of
 from transpiler.ir import Input, Node, Output, Region
 from transpiler import lowering
 from transpiler.lowering import Level, lower
@@ -418,11 +419,10 @@ def test_through_the_runtime(libraries, kernel_files, keepdim):
     part = list(CASES).index(case.region.name) % BUILD_JOBS
     lowered = lower(case.region)
     row_outputs = tuple(n for n, o in enumerate(case.region.outputs) if lowered.levels[o.value] is Level.ROW)
-    rows = Rows(dim=-1, keepdim=keepdim, row_outputs=row_outputs, reduced=((0, 1),) if keepdim else ((0,),))
+    rows = Rows(dim=-1, keepdim=keepdim, row_outputs=row_outputs)
     tensors, _ = case.inputs(96, torch.float32, True, generator(7))
-    depends = tuple(tuple(range(len(tensors))) for _ in case.region.outputs)
     kernel = Kernel(
-        case.region.name, case.reference, len(tensors), depends, "model.py:1-3", cpp=kernel_files[part], rows=rows
+        case.region.name, case.reference, len(tensors), shapes_of(case.region), "model.py:1-3", cpp=kernel_files[part], rows=rows
     )
     outputs = kernel(*tensors)
     assert dict(kernel.counts) == {"cpp": 1}

@@ -107,10 +107,21 @@ def test_functional_spellings_with_keywords():
 
 def test_in_place_ops_only_on_tensors_the_region_made():
     (text,) = ir("h = x * y\nh += 1\nh.relu_()\nreturn h")
-    assert "relu(" in text
+    assert "add_(h, 1)" in text and "relu_(h_1)" in text  # marked in place: eager keeps h's shape and dtype
     # `x` comes from the caller: mutating it in place must stay as it is
     texts = ir("x += y\nreturn x.exp() * 2")
-    assert all("add(x, y)" not in t for t in texts)
+    assert all("add(x, y)" not in t and "add_(x, y)" not in t for t in texts)
+    # Nor through an op that may return its operand itself (`x.float()` of a float32 x is x)
+    assert all("mul_" not in t for t in ir("h = x.float()\nh.mul_(2.0)\nreturn h + x"))
+    # An in-place call inside an expression updates its tensor too: not fusible
+    assert all("add" not in t for t in ir("h = x * y\nz = h.add_(1) * 2\nreturn z + h"))
+
+
+def test_no_output_is_a_tensor_the_caller_holds():
+    """Eager returns the caller's tensor itself from `x.float()` of a float32 x, a kernel a new one."""
+    assert ir("h = x.float()\ny = (h * 2).exp()\nreturn h, y") == []
+    assert ir("h = x * 1.0\ny = (h * 2).exp()\nreturn h, y") != []  # h is a new tensor in eager too
+    assert ir("h = (x * 2).exp()\nreturn h.float()") != []  # a tensor the region made
 
 
 def test_casts_and_dtype_names():

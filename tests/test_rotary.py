@@ -29,7 +29,7 @@ from emit.cpp import render_cpp_file  # noqa: E402
 from emit.runtime import Kernel  # noqa: E402
 from emit.runtime.cpp_support import CppLibrary, find_compiler  # noqa: E402
 from emit.triton import render_triton_file  # noqa: E402
-from tests.transpiled import importable  # noqa: E402
+from tests.transpiled import importable, shapes_of  # noqa: E402
 from transpiler.ir import Node, Output, Region  # noqa: E402
 from transpiler.lowering import NotLowerable, lower  # noqa: E402
 from transpiler.ops import BY_NAME  # noqa: E402
@@ -259,7 +259,7 @@ def kernel(request, kernel_files, monkeypatch) -> Kernel:
     emit.runtime._backend.cache_clear()
     cpp, triton = kernel_files
     name = ROTARY_REGION.name
-    yield Kernel(name, reference(ROTARY_REGION), 3, ((0, 1, 2),), "m.py:1", triton=(triton, f"{name}_kernel"), cpp=cpp)
+    yield Kernel(name, reference(ROTARY_REGION), 3, shapes_of(ROTARY_REGION), "m.py:1", triton=(triton, f"{name}_kernel"), cpp=cpp)
     emit.runtime._backend.cache_clear()
 
 

@@ -29,3 +29,11 @@ def importable(base: Path, builds: dict[Path, Path], packages: tuple[str, ...]) 
             sys.path.remove(str(base))
             for name in [n for n in sys.modules if n.split(".")[0] in packages]:
                 del sys.modules[name]
+
+
+def shapes_of(region):
+    """The `Shapes` a kernel file gives the runtime's Kernel for `region` (emit.module.shape_program)."""
+    from emit.module import shape_program
+    from emit.runtime import Shapes, Step
+
+    return eval(shape_program(region), {"Shapes": Shapes, "Step": Step})

@@ -167,9 +167,17 @@ class _Lowering:
         return self.op("div", self.op("row_sum", x), self.size())
 
     def centered_square_mean(self, x: str, correction: int) -> tuple[str, str]:
-        """(x - mean(x), sum((x - mean(x))**2) / (n - correction)): two-pass variance."""
+        """(x - mean(x), sum((x - mean(x))**2) / (n - correction)): two-pass variance.
+
+        The variance is the corrected two-pass form, sum(d**2) - sum(d)**2 / n over d = x - mean(x)
+        (Chan, Golub and LeVeque): the second term removes the rounding error of the mean, which
+        plain two-pass keeps (33 copies of 123456789.0 in float32 gave 64, not 0).
+        """
         centered = self.op("sub", x, self.mean(x))
         squares = self.op("row_sum", self.op("mul", centered, centered))
+        drift = self.op("row_sum", centered)
+        squares = self.op("sub", squares, self.op("div", self.op("mul", drift, drift), self.size()))
+        squares = self.op("clamp_min", squares, (0.0,))  # rounding may leave it a hair below 0: sqrt would give NaN
         denominator = self.size() if correction == 0 else self.op("sub", self.size(), (correction,))
         return centered, self.op("div", squares, denominator)
 

@@ -67,6 +67,11 @@ class Op:
     constant_operands: tuple[int, ...] = ()
     # Result is bool regardless of inputs (comparisons, isnan).
     returns_bool: bool = False
+    # Tensor operands read only for their dtype (`x.to(y.dtype)`): they take no part in the result's shape.
+    dtype_operands: tuple[int, ...] = ()
+    # Eager may return operand 0 itself, not a new tensor (`x.float()` of a float32 x, `nn.Identity`): an
+    # in-place update of the result then updates the operand too.
+    may_alias: bool = False
 
 
 def _unary(name: str, torch_fn: str, triton: str, cpp: str, *extra: str, domain: Domain = Domain.FLOAT, method: bool = True) -> Op:
@@ -102,7 +107,7 @@ OPS: tuple[Op, ...] = (
     _binary("remainder", "%", "remainder", "remainder({0}, {1})", "remainder({0}, {1})"),
     _binary("pow", "**", "pow", "power({0}, {1})", "power({0}, {1})", domain=Domain.FLOAT),
     Op("neg", 1, "-{0}", "-{0}", "-{0}", ("-a", "torch.neg(input)", "torch.negative(input)", "Tensor.neg()", "Tensor.neg_()"), Domain.NUMERIC),
-    Op("pos", 1, "+{0}", "{0}", "{0}", ("+a",), Domain.NUMERIC),
+    Op("pos", 1, "+{0}", "{0}", "{0}", ("+a",), Domain.NUMERIC, may_alias=True),
     _unary("reciprocal", "reciprocal", "1.0 / {0}", "C(1) / {0}"),
     _unary("abs", "abs", "tl.abs({0})", "std::abs({0})", domain=Domain.NUMERIC),
     _unary("sign", "sign", "sign({0})", "sign({0})", domain=Domain.NUMERIC),
@@ -113,7 +118,8 @@ OPS: tuple[Op, ...] = (
     Op("addcmul", 4, "torch.addcmul({0}, {1}, {2}, value={3})", "{0} + {3} * {1} * {2}", "{0} + C({3}) * {1} * {2}",
        ("torch.addcmul(input, tensor1, tensor2, value:=1)", "Tensor.addcmul(tensor1, tensor2, value:=1)", "Tensor.addcmul_(tensor1, tensor2, value:=1)"),
        constant_operands=(3,)),
-    Op("addcdiv", 4, "torch.addcdiv({0}, {1}, {2}, value={3})", "{0} + {3} * ({1} / {2})", "{0} + C({3}) * ({1} / {2})",
+    # (value * tensor1) / tensor2, in torch's order: value * (tensor1 / tensor2) overflows elsewhere.
+    Op("addcdiv", 4, "torch.addcdiv({0}, {1}, {2}, value={3})", "{0} + {3} * {1} / {2}", "{0} + C({3}) * {1} / {2}",
        ("torch.addcdiv(input, tensor1, tensor2, value:=1)", "Tensor.addcdiv(tensor1, tensor2, value:=1)", "Tensor.addcdiv_(tensor1, tensor2, value:=1)"),
        constant_operands=(3,)),
     # -- comparisons and logic -----------------------------------------------------------
@@ -163,7 +169,8 @@ OPS: tuple[Op, ...] = (
        (f"{F}.mish(input, inplace=False)", "module:torch.nn.Mish(inplace=False)")),
     Op("softplus", 1, f"{F}.softplus({{0}})", "softplus({0})", "softplus({0})",
        (f"{F}.softplus(input, beta=1, threshold=20)", "module:torch.nn.Softplus(beta=1, threshold=20)")),
-    Op("identity", 1, "{0}", "{0}", "{0}", ("module:torch.nn.Identity()", "module:torch.nn.Dropout(p=..., inplace=False)"), Domain.ANY),
+    Op("identity", 1, "{0}", "{0}", "{0}", ("module:torch.nn.Identity()", "module:torch.nn.Dropout(p=..., inplace=False)"), Domain.ANY,
+       may_alias=True),
     # No spellings of their own: activation modules chosen at run time map to them (ACTIVATIONS below).
     Op("quick_gelu", 1, "{0} * torch.sigmoid(1.702 * {0})", "{0} * tl.sigmoid(1.702 * {0})", "{0} * sigmoid(C(1.702) * {0})"),
     Op("relu_squared", 1, "torch.square(torch.relu({0}))", "relu({0}) * relu({0})", "relu({0}) * relu({0})"),
@@ -287,13 +294,14 @@ CAST = Op(
     "to", 2, "{0}.to(torch.{1})", "cast({0}, tl.{1})", "static_cast<{1}>({0})",
     ("Tensor.to(dtype)", "Tensor.type(dtype)", "Tensor.float()", "Tensor.double()", "Tensor.half()",
      "Tensor.bfloat16()", "Tensor.int()", "Tensor.long()", "Tensor.bool()"),
-    Domain.ANY, constant_operands=(1,),
+    Domain.ANY, constant_operands=(1,), may_alias=True,
 )
 
 # `x.to(other.dtype)`, also through a variable (`dtype = x.dtype` ... `y.to(dtype)`): a cast to
 # the storage dtype of tensor input {1}, which the kernels know from its pointer (Triton) or T (C++).
 CAST_LIKE = Op(
     "to_like", 2, "{0}.to({1}.dtype)", "cast({0}, {1}_ptr.dtype.element_ty)", "C(T({0}))", (), Domain.FLOAT,
+    dtype_operands=(1,), may_alias=True,
 )
 
 # -- activations chosen at run time ---------------------------------------------------------

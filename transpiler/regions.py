@@ -143,6 +143,8 @@ class _Translator:
         self.nodes: list[tuple[str, tuple[Ref, ...], int]] = []
         self.conditions: list[str] = []
         self.random: list[str] = []  # the modules called that are random in training (RANDOM_IN_TRAINING)
+        # The call of a statement `t.add_(b)`: the one in-place call a fragment may hold (it updates `t`).
+        self.inplace_root: ast.Call | None = None
 
     def emit(self, op: str, operands: Iterable[Ref]) -> Ref:
         self.nodes.append((op, tuple(operands), self.line))
@@ -205,6 +207,8 @@ class _Translator:
             raise _NotFusible
         func = node.func
         if isinstance(func, ast.Attribute) and self.kind(func.value).is_tensor:
+            if _mutates(func.attr) and node is not self.inplace_root:
+                raise _NotFusible  # `y = t.add_(b)` updates t too, which the region would not
             cast = self.cast(func, node)
             if cast is not None:
                 return cast
@@ -218,8 +222,8 @@ class _Translator:
             module = ("leaf", Leaf(f"self.{attr}", False, frozenset({"self"})))
             return self.node(ACTIVATION.name, [self.expr(node.args[0]), module])
         qualname = self.ctx.qualname(func)
-        if qualname is None:
-            raise _NotFusible
+        if qualname is None or _mutates(qualname):
+            raise _NotFusible  # `torch.relu_(x)` updates x
         function = self.callees.get(qualname)
         if isinstance(function, OpFunction):
             if len(node.args) != 1 or node.keywords:
@@ -381,6 +385,11 @@ def _chosen_at_run_time(cls: ClassInfo, attr: str) -> bool:
 
 # A reduction's dim, keepdim and correction shape the kernel: they must be literals of these types.
 _REDUCTION_CONSTANTS = {"dim": int, "keepdim": bool, "correction": int}
+
+
+def _mutates(name: str) -> bool:
+    """Whether a method or function name is torch's in-place spelling (`add_`, `torch.relu_`)."""
+    return name.endswith("_") and not name.endswith("__")
 
 
 def _check_reduction_constants(spelling: Spelling, refs: list[Ref]) -> None:
@@ -610,6 +619,7 @@ def translate(
             and isinstance(statement.value.func.value, ast.Name)
         ):
             target, inplace = statement.value.func.value.id, True
+            translator.inplace_root = statement.value
             result = translator.expr(statement.value)
         else:
             return None
@@ -658,6 +668,9 @@ class _Builder:
         self.fragments: list[Fragment] = []
         self.env: dict[str, str] = {}  # Python name -> SSA value holding it now
         self.fresh: set[str] = set()  # SSA values computed by the region (safe to mutate)
+        # Values an op may have returned as its operand's very tensor (ops.Op.may_alias: `h = x.float()`
+        # of a float32 x is x): the value they may be, followed to a value no such op made.
+        self.roots: dict[str, str] = {}
         self.inputs: dict[str, Input] = {}  # by source text
         self.nodes: list[Node] = []
         self.taken: set[str] = set()
@@ -669,10 +682,10 @@ class _Builder:
             return False  # a scalar expression reading a name the region rebinds
         if any(_names(ast.parse(c, mode="eval")) & set(self.env) for c in fragment.conditions):
             return False  # a condition the caller checks before the region, on a name the region rebinds
-        if fragment.inplace and self.env.get(fragment.target) not in self.fresh:
-            return False  # mutates a tensor made outside the region: others may alias it
-        if fragment.inplace and list(self.env.values()).count(self.env[fragment.target]) > 1:
-            return False  # mutates a tensor another name holds too (`r = h; h += x`): r must see it
+        if fragment.inplace and self.root(self.env.get(fragment.target)) not in self.fresh:
+            return False  # mutates a tensor made outside the region (maybe through `h = x.float()`): others see it
+        if fragment.inplace and [self.root(v) for v in self.env.values()].count(self.root(self.env[fragment.target])) > 1:
+            return False  # mutates a tensor another name holds too (`r = h; h += x`, `h = r.float()`): r must see it
         if fragment.result[0] == "leaf" and fragment.result[1].source not in self.env:
             return False  # `residual = x` of an input: only names of values the region computes are carried along
         if self.fragments and _independent_shifted(fragment, self.nodes, self.env):
@@ -715,10 +728,22 @@ class _Builder:
             last = len(values) == len(fragment.nodes) - 1
             out = self.name(fragment.target if last and fragment.target != RETURN else "t")
             values.append(out)
-            self.nodes.append(Node(op, tuple(resolved), out, line, tuple(constants)))
+            self.nodes.append(Node(op, tuple(resolved), out, line, tuple(constants), inplace=fragment.inplace and last))
             self.fresh.add(out)
+            if BY_NAME[op].may_alias and 0 not in constants:
+                self.roots[out] = self.root(resolved[0])
         self.env[fragment.target] = self.env[fragment.result[1].source] if fragment.result[0] == "leaf" else values[fragment.result[1]]
         self.conditions += [c for c in fragment.conditions if c not in self.conditions]
+
+    def root(self, value: str | None) -> str | None:
+        """The value whose tensor `value` may be (itself unless an op may have returned its operand)."""
+        return self.roots.get(value, value)
+
+    def aliases_outside(self, outputs: Iterable[Output]) -> bool:
+        """Whether an output may be a tensor the caller holds (`return x.float()`), or two outputs may be
+        one tensor: eager returns that tensor itself, a kernel a new one."""
+        roots = [self.root(o.value) for o in outputs]
+        return any(r not in self.fresh for r in roots) or len(set(roots)) < len(roots)
 
     def leaf(self, leaf: Leaf) -> str:
         if leaf.source in self.env and not leaf.dtype_line:
@@ -855,7 +880,7 @@ class RegionFinder:
         last = builder.fragments[-1].statement.end_lineno
         live = _live_after(ctx.node, first, last)
         outputs = _outputs(builder.env, live)
-        if not outputs:
+        if not outputs or builder.aliases_outside(outputs):
             return
         region = Region(
             _kernel_name(builder.nodes), self.path, ctx.function.qualname, first, last, tuple(builder.inputs.values()),

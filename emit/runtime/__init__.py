@@ -206,6 +206,14 @@ def _rounds_zero_dim(tensors) -> bool:
     )
 
 
+def inplace(result: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
+    """What `tensor.op_(...)` leaves in `tensor`, given `result` of the out-of-place op: eager casts it to the
+    tensor's dtype, and raises where torch does not cast that way (a float result into an int tensor)."""
+    if not torch.can_cast(result.dtype, tensor.dtype):
+        raise RuntimeError(f"result type {result.dtype} can't be cast to the desired output type {tensor.dtype}")
+    return result.to(tensor.dtype)
+
+
 def _nothing(tensors, scalars, outputs) -> None:
     """The launch of a plan whose outputs are empty."""
 
@@ -218,7 +226,7 @@ class Kernel:
         name: str,
         reference,
         tensor_inputs: int,
-        depends: tuple[tuple[int, ...], ...],
+        shapes: Shapes,
         source: str,
         triton: tuple[Path, str] | None = None,
         cpp: Path | None = None,
@@ -229,7 +237,10 @@ class Kernel:
         self.name = name
         self.reference = reference  # the region in eager PyTorch: (tensors..., scalars...) -> tuple
         self.tensor_inputs = tensor_inputs  # the first arguments are tensors, the rest Python scalars
-        self.depends = depends  # per output, the tensor inputs it is computed from
+        self.shapes = shapes  # how each value's shape follows from the inputs', as in eager
+        # Tensor inputs no step reads for its shape (read for their dtype only): they join no broadcast.
+        read = {r for step in shapes.steps for r in step.reads}
+        self.dtype_only = frozenset(n for n, name in enumerate(shapes.inputs) if name not in read)
         self.source = source  # `path:first-last` of the statements it replaces
         self._triton_file = triton
         self._cpp_file = cpp
@@ -297,16 +308,22 @@ class Kernel:
         device = tensors[0].device
         if any(t.device != device for t in tensors):
             return "fallback: inputs on several devices"
-        if _rounds_zero_dim(tensors):
+        if _rounds_zero_dim([t for i, t in enumerate(tensors) if i not in self.dtype_only]):
             return "fallback: a 0-dim tensor of a wider float dtype (torch rounds it first)"
         signature = tuple((t.shape, t.dtype) for t in tensors) + tuple(type(s) for s in scalars)
         try:
-            shape, dtypes = self._signature_plans(signature, modules)
-        except (RuntimeError, TypeError, ValueError) as error:  # torch would raise: let the original code do it
+            values, dtypes = self._signature_plans(signature, modules)
+        except (RuntimeError, TypeError, ValueError, IndexError) as error:  # torch would raise: the original code does
             return f"fallback: {type(error).__name__} from torch"
-        if shape is None:
-            return "fallback: an output is smaller than the broadcast inputs"
-        dtypes, computed = dtypes[: len(self.depends)], dtypes[len(self.depends) :]
+        read = [t for i, t in enumerate(tensors) if i not in self.dtype_only]
+        try:
+            shape = broadcast([t.shape for t in read])
+        except ValueError:
+            return "fallback: values of shapes that do not broadcast together"
+        outputs = [values[v] for v in self.shapes.outputs]
+        # Only the inputs read for their values are indexed; a dtype-only input stands in as 0-dim.
+        tensors = tuple(t.new_empty(()) if i in self.dtype_only else t for i, t in enumerate(tensors))
+        dtypes, computed = dtypes[: len(outputs)], dtypes[len(outputs) :]
         if any(dtype != tensors[i].dtype for dtype, i in zip(computed, self.like_inputs, strict=True)):
             return "fallback: a cast to the dtype of a computed value other than its input's"
         backend = _backend(device)
@@ -316,7 +333,9 @@ class Kernel:
         if reason is not None:
             return f"fallback: {reason}"
         if self.rows is not None:
-            return self._plan_rows(backend, tensors, shape, dtypes)
+            return self._plan_rows(backend, tensors, shape, values, dtypes)
+        if any(s != shape for s in outputs):
+            return "fallback: an output is smaller than the broadcast inputs"
         dense = _shared_dense_strides(tensors, shape)
         if dense is not None:  # e.g. all channels_last: one linear index over the memory serves every tensor
             contiguous, sizes, strides = True, (), []
@@ -335,8 +354,10 @@ class Kernel:
                 return f"fallback: {launch}"
         return Plan(tuple((shape, dense, dtype) for dtype in dtypes), device, launch, backend.name)
 
-    def _plan_rows(self, backend, tensors, shape, dtypes) -> Plan | str:
-        """A kernel with reductions: the rows of the iteration space `shape` along `rows.dim`."""
+    def _plan_rows(self, backend, tensors, shape, values, dtypes) -> Plan | str:
+        """A kernel with reductions: the rows of the iteration space `shape` along `rows.dim`.
+
+        `values`: the shape of every value, by name, as eager computes them."""
         rows = self.rows
         dim = rows.dim + len(shape) if rows.dim < 0 else rows.dim
         if not 0 <= dim < len(shape):
@@ -346,10 +367,14 @@ class Kernel:
         row_size = shape[dim]
         if row_size == 0:
             return "fallback: reduction over an empty dim"
-        for inputs in rows.reduced:  # a reduced value broadcast along the dim would be counted R times
-            operand = broadcast([tensors[i].shape for i in inputs])
-            if _size_at(operand, dim, len(shape)) != row_size:
-                return "fallback: a reduced value is broadcast along the reduced dim"
+        for step in self.shapes.steps:
+            if step.dim is None:
+                continue
+            # Every reduction reduces the iteration space's dim over all of it, as its operand does in eager:
+            # an operand with fewer dims could name another dim, one broadcast along it would count R times.
+            operand = values[step.reads[0]]
+            if len(operand) != len(shape) or operand[dim] != row_size:
+                return "fallback: a reduction's operand does not span the iteration space's reduced dim"
         plan = row_layout(tensors, shape, dim)
         if plan is None:
             return f"fallback: more than {RANK - 1} row dims after merging"
@@ -359,6 +384,9 @@ class Kernel:
             reduced[dim] = 1
         else:
             del reduced[dim]
+        expected = [torch.Size(reduced) if n in rows.row_outputs else shape for n in range(len(dtypes))]
+        if expected != [values[v] for v in self.shapes.outputs]:
+            return "fallback: an output's shape is not the kernel's (an input that does not span the reduced dim)"
         outputs = tuple(
             (size, tuple(_contiguous_strides(size)), dtype)
             for size, dtype in (
@@ -379,22 +407,18 @@ class Kernel:
                 return f"fallback: {launch}"
         return Plan(outputs, device=tensors[0].device, launch=launch, path=backend.name)
 
-    def _signature_plan(self, signature: tuple, scalars: tuple) -> tuple[torch.Size | None, tuple[torch.dtype, ...]]:
-        """Output shape and dtypes for one input signature, as torch computes them.
+    def _signature_plan(self, signature: tuple, scalars: tuple) -> tuple[dict[str, torch.Size], tuple[torch.dtype, ...]]:
+        """Every value's shape and the outputs' dtypes for one input signature, as torch computes them.
 
-        Shapes: every op is pointwise, so an output's shape broadcasts the inputs it is
-        computed from. Dtypes: the eager reference run on one-element CPU tensors of the
-        input dtypes (0-dim where an input is 0-dim, since that changes promotion). Meta
-        tensors would do the same, but their first use imports torch's Python meta
-        kernels (and `torch.broadcast_shapes` imports sympy): seconds that a first call
-        must not pay.
+        Shapes: by the kernel's shape program (`value_shapes`), which raises where eager
+        would. Dtypes: the eager reference run on one-element CPU tensors of the input
+        dtypes (0-dim where an input is 0-dim, since that changes promotion). Meta tensors
+        would do both, but their first use imports torch's Python meta kernels and sympy:
+        a second that a first call must not pay.
         """
-        shapes = [shape for shape, _ in signature[: self.tensor_inputs]]
-        shape = broadcast(shapes)
-        if any(broadcast([shapes[i] for i in inputs]) != shape for inputs in self.depends):
-            return None, ()
+        values = value_shapes(self.shapes, [shape for shape, _ in signature[: self.tensor_inputs]])
         samples = [torch.ones((1,) * len(s), dtype=dtype) for s, dtype in signature[: self.tensor_inputs]]
-        return shape, tuple(r.dtype for r in self.reference(*samples, *scalars))
+        return values, tuple(r.dtype for r in self.reference(*samples, *scalars))
 
     # -- kernels, loaded on first use ---------------------------------------------------
     @functools.cached_property
@@ -404,6 +428,7 @@ class Kernel:
 
     @functools.cached_property
     def cpp_library(self):
+        """The kernel file's CppLibrary, or why its kernels fall back (warned once, never built again)."""
         from _transpile_runtime.cpp_support import CppLibrary
 
         return CppLibrary.for_file(self._cpp_file)
@@ -494,19 +519,59 @@ def _merge_dims(sizes, strides, dims: list[int]) -> tuple[list[int], list[list[i
     return merged_sizes, merged
 
 
+class Step(NamedTuple):
+    """How one value of a region gets its shape in eager PyTorch: a step of a kernel's shape program."""
+
+    value: str  # its name in the region
+    reads: tuple[str, ...]  # the values whose shapes broadcast into its own: tensor inputs, earlier steps'
+    dim: int | None = None  # a reduction's or softmax's dim, as written
+    keepdim: bool | None = None  # a reduction keeps its dim (size 1) or drops it; None: the operand's shape
+    inplace: bool = False  # updates reads[0] in place: its shape must be the broadcast (eager raises otherwise)
+    affine: bool = False  # layer norm: reads[1:] are its weight and bias, one value per element of the last dim
+
+
+class Shapes(NamedTuple):
+    """A kernel's shape program: its tensor inputs, a step per region node, and the value of each output."""
+
+    inputs: tuple[str, ...]
+    steps: tuple[Step, ...]
+    outputs: tuple[str, ...]
+
+
+def value_shapes(shapes: Shapes, inputs) -> dict[str, torch.Size]:
+    """The shapes of the tensor inputs and of each step's value, by name, as eager computes them.
+
+    Raises ValueError (shapes that do not broadcast, an in-place update that would grow its
+    tensor, a layer norm whose weight does not fit) or IndexError (a dim out of range) where
+    eager raises; the caller then runs the original code, which raises the same error.
+    """
+    values = {name: torch.Size(s) for name, s in zip(shapes.inputs, inputs, strict=True)}
+    for step in shapes.steps:
+        operands = [values[r] for r in step.reads]
+        shape = broadcast(operands)
+        if step.inplace and shape != operands[0]:
+            raise ValueError(f"an in-place update of a {tuple(operands[0])} tensor by {tuple(shape)} values")
+        if step.affine and any(tuple(p) != tuple(operands[0][-1:]) for p in operands[1:]):
+            raise ValueError("a layer norm weight or bias that is not one value per element of the last dim")
+        if step.dim is not None:
+            ndim = len(operands[0])
+            if not -max(ndim, 1) <= step.dim < max(ndim, 1):
+                raise IndexError(f"dim {step.dim} of a {ndim}-d tensor")
+            if step.keepdim is not None and ndim:
+                dim = step.dim % ndim
+                shape = torch.Size(
+                    [*operands[0][:dim], *([1] if step.keepdim else []), *operands[0][dim + 1 :]]
+                )
+        values[step.value] = shape
+    return values
+
+
 class Rows(NamedTuple):
     """What a kernel with reductions needs besides a pointwise kernel's facts."""
 
     dim: int  # the reduced dim, as written (negative: from the end)
     keepdim: bool  # row outputs keep the reduced dim (size 1) or drop it
     row_outputs: tuple[int, ...]  # positions of the outputs with one value per row
-    reduced: tuple[tuple[int, ...], ...]  # per reduction, the tensor inputs its operand is computed from
-
-
-def _size_at(shape, dim: int, ndim: int) -> int:
-    """Size of `shape` (right-aligned in `ndim` dims) at `dim`; 1 where it has no such dim."""
-    d = dim - (ndim - len(shape))
-    return shape[d] if d >= 0 else 1
 
 
 def row_layout(tensors, shape, dim: int) -> tuple[tuple[int, int, int], list[tuple[int, ...]], bool] | None:
@@ -605,8 +670,8 @@ class _Cpp(_Backend):
     @staticmethod
     def _launcher(kernel: Kernel, dtypes, layout):
         library = kernel.cpp_library
-        if library is None:
-            return "no C++ compiler"
+        if isinstance(library, str):  # no compiler, a failed build, an unusable cache
+            return library
         return library.launcher(kernel.name, dtypes, layout)
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel
+    from ._transpile_runtime import Kernel, Shapes, Step
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel
+    from _transpile_runtime import Kernel, Shapes, Step
 
 _TRITON_FILE = Path(__file__).with_name("_attention_triton.py")
 _CPP_FILE = Path(__file__).with_name("_attention_kernels.cpp")
@@ -30,7 +30,14 @@ fused_mul_add = Kernel(
     "fused_mul_add",
     fused_mul_add_reference,
     tensor_inputs=2,
-    depends=((0, 1),),
+    shapes=Shapes(
+        inputs=("_rotate_half", "q"),
+        steps=(
+            Step("t0", ("_rotate_half",)),
+            Step("q_1", ("q", "t0")),
+        ),
+        outputs=("q_1",),
+    ),
     source="fixtures/models/attention.py:33",
     triton=(_TRITON_FILE, "fused_mul_add_kernel"),
     cpp=_CPP_FILE,

@@ -295,12 +295,14 @@ static void fused_layer_norm(
     const C row_sum0 = C(row_sum0_total);
     // line 98: h = self.ln_2(h)
     const C div0 = row_sum0 / row_size0;
-    // Pass 2: the row sum of mul0.
+    // Pass 2: the row sum of mul0 and the row sum of sub0.
     double row_sum1_total = 0;
+    double row_sum2_total = 0;
     for (int64_t block = 0; block < R; block += sum_block) {
       const int64_t block_end = std::min(R, block + sum_block);
       C row_sum1_block = C(0);
-#pragma omp simd reduction(+: row_sum1_block)
+      C row_sum2_block = C(0);
+#pragma omp simd reduction(+: row_sum1_block) reduction(+: row_sum2_block)
       for (int64_t col = block; col < block_end; ++col) {
         const C h = h_saved[col];
         // line 98: h = self.ln_2(h)
@@ -308,13 +310,20 @@ static void fused_layer_norm(
         const C mul0 = sub0 * sub0;
         sub0_saved[col] = sub0;
         row_sum1_block += mul0;
+        row_sum2_block += sub0;
       }
       row_sum1_total += row_sum1_block;
+      row_sum2_total += row_sum2_block;
     }
     const C row_sum1 = C(row_sum1_total);
+    const C row_sum2 = C(row_sum2_total);
     // line 98: h = self.ln_2(h)
-    const C div1 = row_sum1 / row_size0;
-    const C add0 = div1 + ln_2_eps;
+    const C mul1 = row_sum2 * row_sum2;
+    const C div1 = mul1 / row_size0;
+    const C sub1 = row_sum1 - div1;
+    const C clamp_min0 = clamp_min(sub1, C(0.0));
+    const C div2 = clamp_min0 / row_size0;
+    const C add0 = div2 + ln_2_eps;
     const C rsqrt0 = C(1) / std::sqrt(add0);
     // Pass 3: compute and store the element outputs.
 #pragma omp simd
@@ -324,9 +333,9 @@ static void fused_layer_norm(
       const C h = h_saved[col];
       const C sub0 = sub0_saved[col];
       // line 98: h = self.ln_2(h)
-      const C mul1 = sub0 * rsqrt0;
-      const C mul2 = mul1 * ln_2_weight;
-      const C h_1 = mul2 + ln_2_bias;
+      const C mul2 = sub0 * rsqrt0;
+      const C mul3 = mul2 * ln_2_weight;
+      const C h_1 = mul3 + ln_2_bias;
       store(h_1_row, col * h_1_step, h_1);
       store(h_row, col * h_step, h);
     }

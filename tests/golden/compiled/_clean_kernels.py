@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel, Rows, Activation, Activations
+    from ._transpile_runtime import Kernel, Rows, Shapes, Step, Activation, Activations
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel, Rows, Activation, Activations
+    from _transpile_runtime import Kernel, Rows, Shapes, Step, Activation, Activations
 try:  # the output tree imported as a package
     from ._transpile_runtime.linear import LinearActivation
 except ImportError:  # the output root on sys.path
@@ -80,7 +80,14 @@ fused_silu = Kernel(
     "fused_silu",
     fused_silu_reference,
     tensor_inputs=2,
-    depends=((0, 1),),
+    shapes=Shapes(
+        inputs=("gate", "up"),
+        steps=(
+            Step("t0", ("gate",)),
+            Step("h", ("t0", "up")),
+        ),
+        outputs=("h",),
+    ),
     source="fixtures/models/clean.py:45",
     triton=(_TRITON_FILE, "fused_silu_kernel"),
     cpp=_CPP_FILE,
@@ -101,11 +108,21 @@ fused_sum_clamp_min = Kernel(
     "fused_sum_clamp_min",
     fused_sum_clamp_min_reference,
     tensor_inputs=2,
-    depends=((0, 1),),
+    shapes=Shapes(
+        inputs=("x", "weights"),
+        steps=(
+            Step("t0", ("x", "weights")),
+            Step("total", ("t0",), dim=1, keepdim=False),
+            Step("t1", ("weights",), dim=1, keepdim=False),
+            Step("t2", ("t1",)),
+            Step("t3", ("total", "t2")),
+        ),
+        outputs=("t3",),
+    ),
     source="fixtures/models/clean.py:62-63",
     triton=(_TRITON_FILE, "fused_sum_clamp_min_kernel"),
     cpp=_CPP_FILE,
-    rows=Rows(dim=1, keepdim=False, row_outputs=(0,), reduced=((0, 1), (1,))),
+    rows=Rows(dim=1, keepdim=False, row_outputs=(0,)),
 )
 
 
@@ -122,7 +139,16 @@ fused_rotary = Kernel(
     "fused_rotary",
     fused_rotary_reference,
     tensor_inputs=3,
-    depends=((0, 1, 2),),
+    shapes=Shapes(
+        inputs=("q", "cos", "sin"),
+        steps=(
+            Step("t0", ("q", "cos")),
+            Step("t1", ("q",)),
+            Step("t2", ("t1", "sin")),
+            Step("q_1", ("t0", "t2")),
+        ),
+        outputs=("q_1",),
+    ),
     source="fixtures/models/clean.py:91",
     triton=(_TRITON_FILE, "fused_rotary_kernel"),
     cpp=_CPP_FILE,
@@ -142,7 +168,16 @@ fused_rotary_2 = Kernel(
     "fused_rotary_2",
     fused_rotary_2_reference,
     tensor_inputs=3,
-    depends=((0, 1, 2),),
+    shapes=Shapes(
+        inputs=("k", "cos", "sin"),
+        steps=(
+            Step("t0", ("k", "cos")),
+            Step("t1", ("k",)),
+            Step("t2", ("t1", "sin")),
+            Step("k_1", ("t0", "t2")),
+        ),
+        outputs=("k_1",),
+    ),
     source="fixtures/models/clean.py:92",
     triton=(_TRITON_FILE, "fused_rotary_2_kernel"),
     cpp=_CPP_FILE,
@@ -163,9 +198,16 @@ fused_layer_norm = Kernel(
     "fused_layer_norm",
     fused_layer_norm_reference,
     tensor_inputs=4,
-    depends=((0, 1, 2, 3), (0, 1)),
+    shapes=Shapes(
+        inputs=("attn", "x", "ln_2_weight", "ln_2_bias"),
+        steps=(
+            Step("h", ("attn", "x")),
+            Step("h_1", ("h", "ln_2_weight", "ln_2_bias"), dim=-1, keepdim=None, affine=True),
+        ),
+        outputs=("h_1", "h"),
+    ),
     source="fixtures/models/clean.py:94-98",
     triton=(_TRITON_FILE, "fused_layer_norm_kernel"),
     cpp=_CPP_FILE,
-    rows=Rows(dim=-1, keepdim=True, row_outputs=(), reduced=((0, 1),)),
+    rows=Rows(dim=-1, keepdim=True, row_outputs=()),
 )

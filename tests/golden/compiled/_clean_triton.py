@@ -399,12 +399,17 @@ def fused_layer_norm_kernel(
         sub0 = h - div0
         mul0 = sub0 * sub0
         row_sum1 = row_sum(mul0, mask)
-        div1 = row_sum1 / row_size0
-        add0 = div1 + ln_2_eps
+        row_sum2 = row_sum(sub0, mask)
+        mul1 = row_sum2 * row_sum2
+        div1 = mul1 / row_size0
+        sub1 = row_sum1 - div1
+        clamp_min0 = clamp_min(sub1, 0.0)
+        div2 = clamp_min0 / row_size0
+        add0 = div2 + ln_2_eps
         rsqrt0 = 1.0 / tl.sqrt_rn(add0)
-        mul1 = sub0 * rsqrt0
-        mul2 = mul1 * ln_2_weight
-        h_1 = mul2 + ln_2_bias
+        mul2 = sub0 * rsqrt0
+        mul3 = mul2 * ln_2_weight
+        h_1 = mul3 + ln_2_bias
         # Store the element outputs, converted to their dtypes
         tl.store(h_1_out_ptr + h_1_out_row + col * h_1_out_stride, h_1.to(h_1_out_ptr.dtype.element_ty), mask=mask)
         tl.store(h_out_ptr + h_out_row + col * h_out_stride, h.to(h_out_ptr.dtype.element_ty), mask=mask)
@@ -427,8 +432,9 @@ def fused_layer_norm_kernel(
         # fixtures/models/clean.py:98  h = self.ln_2(h)
         row_sum0 = row_sum(row_sum0_partial, row_mask)
         div0 = row_sum0 / row_size0
-        # Pass 2: the row sum of mul0
+        # Pass 2: the row sum of mul0, the row sum of sub0
         row_sum1_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
+        row_sum2_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
         start = 0
         while start < R:
             col = start + cols
@@ -441,11 +447,17 @@ def fused_layer_norm_kernel(
             sub0 = h - div0
             mul0 = sub0 * sub0
             row_sum1_partial = accumulate_sum(row_sum1_partial, mul0, mask)
+            row_sum2_partial = accumulate_sum(row_sum2_partial, sub0, mask)
             start += RBLOCK
         # fixtures/models/clean.py:98  h = self.ln_2(h)
         row_sum1 = row_sum(row_sum1_partial, row_mask)
-        div1 = row_sum1 / row_size0
-        add0 = div1 + ln_2_eps
+        row_sum2 = row_sum(row_sum2_partial, row_mask)
+        mul1 = row_sum2 * row_sum2
+        div1 = mul1 / row_size0
+        sub1 = row_sum1 - div1
+        clamp_min0 = clamp_min(sub1, 0.0)
+        div2 = clamp_min0 / row_size0
+        add0 = div2 + ln_2_eps
         rsqrt0 = 1.0 / tl.sqrt_rn(add0)
         # Pass 3: the element outputs
         start = 0
@@ -460,9 +472,9 @@ def fused_layer_norm_kernel(
             h = attn + x
             # fixtures/models/clean.py:98  h = self.ln_2(h)
             sub0 = h - div0
-            mul1 = sub0 * rsqrt0
-            mul2 = mul1 * ln_2_weight
-            h_1 = mul2 + ln_2_bias
+            mul2 = sub0 * rsqrt0
+            mul3 = mul2 * ln_2_weight
+            h_1 = mul3 + ln_2_bias
             # Store the element outputs, converted to their dtypes
             tl.store(h_1_out_ptr + h_1_out_row + col * h_1_out_stride, h_1.to(h_1_out_ptr.dtype.element_ty), mask=mask)
             tl.store(h_out_ptr + h_out_row + col * h_out_stride, h.to(h_out_ptr.dtype.element_ty), mask=mask)

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel, Rows
+    from ._transpile_runtime import Kernel, Rows, Shapes, Step
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel, Rows
+    from _transpile_runtime import Kernel, Rows, Shapes, Step
 
 _TRITON_FILE = Path(__file__).with_name("_layers_triton.py")
 _CPP_FILE = Path(__file__).with_name("_layers_kernels.cpp")
@@ -36,7 +36,20 @@ fused_tanh = Kernel(
     "fused_tanh",
     fused_tanh_reference,
     tensor_inputs=1,
-    depends=((0,),),
+    shapes=Shapes(
+        inputs=("x",),
+        steps=(
+            Step("t0", ("x",)),
+            Step("t1", ("x",)),
+            Step("t2", ("t1",)),
+            Step("t3", ("x", "t2")),
+            Step("t4", ("t3",)),
+            Step("t5", ("t4",)),
+            Step("t6", ("t5",)),
+            Step("t7", ("t0", "t6")),
+        ),
+        outputs=("t7",),
+    ),
     source="fixtures/models/layers.py:26",
     triton=(_TRITON_FILE, "fused_tanh_kernel"),
     cpp=_CPP_FILE,
@@ -58,9 +71,20 @@ fused_rms_norm = Kernel(
     "fused_rms_norm",
     fused_rms_norm_reference,
     tensor_inputs=2,
-    depends=((0, 1),),
+    shapes=Shapes(
+        inputs=("x", "weight"),
+        steps=(
+            Step("t0", ("x",)),
+            Step("variance", ("t0",), dim=-1, keepdim=True),
+            Step("t1", ("variance",)),
+            Step("t2", ("t1",)),
+            Step("t3", ("x", "t2")),
+            Step("t4", ("t3", "weight")),
+        ),
+        outputs=("t4",),
+    ),
     source="fixtures/models/layers.py:36-37",
     triton=(_TRITON_FILE, "fused_rms_norm_kernel"),
     cpp=_CPP_FILE,
-    rows=Rows(dim=-1, keepdim=True, row_outputs=(), reduced=((0,),)),
+    rows=Rows(dim=-1, keepdim=True, row_outputs=()),
 )

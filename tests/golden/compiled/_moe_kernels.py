@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel, Rows
+    from ._transpile_runtime import Kernel, Rows, Shapes, Step
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel, Rows
+    from _transpile_runtime import Kernel, Rows, Shapes, Step
 
 _TRITON_FILE = Path(__file__).with_name("_moe_triton.py")
 _CPP_FILE = Path(__file__).with_name("_moe_kernels.cpp")
@@ -30,11 +30,18 @@ fused_sum = Kernel(
     "fused_sum",
     fused_sum_reference,
     tensor_inputs=1,
-    depends=((0,),),
+    shapes=Shapes(
+        inputs=("weights",),
+        steps=(
+            Step("t0", ("weights",), dim=-1, keepdim=True),
+            Step("_sum_div", ("weights", "t0")),
+        ),
+        outputs=("_sum_div",),
+    ),
     source="fixtures/models/moe.py:25",
     triton=(_TRITON_FILE, "fused_sum_kernel"),
     cpp=_CPP_FILE,
-    rows=Rows(dim=-1, keepdim=True, row_outputs=(), reduced=((0,),)),
+    rows=Rows(dim=-1, keepdim=True, row_outputs=()),
 )
 
 
@@ -49,7 +56,14 @@ fused_lt = Kernel(
     "fused_lt",
     fused_lt_reference,
     tensor_inputs=2,
-    depends=((0, 1),),
+    shapes=Shapes(
+        inputs=("_slot_positions", "weights"),
+        steps=(
+            Step("t0", ("_slot_positions",)),
+            Step("weights_1", ("weights", "t0")),
+        ),
+        outputs=("weights_1",),
+    ),
     source="fixtures/models/moe.py:40",
     triton=(_TRITON_FILE, "fused_lt_kernel"),
     cpp=_CPP_FILE,

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel, Rows
+    from ._transpile_runtime import Kernel, Rows, Shapes, Step
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel, Rows
+    from _transpile_runtime import Kernel, Rows, Shapes, Step
 
 _TRITON_FILE = Path(__file__).with_name("_vision_triton.py")
 _CPP_FILE = Path(__file__).with_name("_vision_kernels.cpp")
@@ -37,7 +37,14 @@ fused_batch_norm_relu = Kernel(
     "fused_batch_norm_relu",
     fused_batch_norm_relu_reference,
     tensor_inputs=5,
-    depends=((0, 1, 2, 3, 4),),
+    shapes=Shapes(
+        inputs=("_conv1", "bn1_running_mean", "bn1_running_var", "bn1_weight", "bn1_bias"),
+        steps=(
+            Step("t0", ("_conv1", "bn1_running_mean", "bn1_running_var", "bn1_weight", "bn1_bias")),
+            Step("out", ("t0",)),
+        ),
+        outputs=("out",),
+    ),
     source="fixtures/models/vision.py:26",
     triton=(_TRITON_FILE, "fused_batch_norm_relu_kernel"),
     cpp=_CPP_FILE,
@@ -55,7 +62,14 @@ fused_relu = Kernel(
     "fused_relu",
     fused_relu_reference,
     tensor_inputs=2,
-    depends=((0, 1),),
+    shapes=Shapes(
+        inputs=("out", "_shortcut"),
+        steps=(
+            Step("t0", ("out", "_shortcut")),
+            Step("t1", ("t0",)),
+        ),
+        outputs=("t1",),
+    ),
     source="fixtures/models/vision.py:28",
     triton=(_TRITON_FILE, "fused_relu_kernel"),
     cpp=_CPP_FILE,
@@ -73,9 +87,16 @@ fused_amax_eq = Kernel(
     "fused_amax_eq",
     fused_amax_eq_reference,
     tensor_inputs=1,
-    depends=((0,),),
+    shapes=Shapes(
+        inputs=("pooled",),
+        steps=(
+            Step("t0", ("pooled",), dim=0, keepdim=False),
+            Step("_amax_eq", ("t0",)),
+        ),
+        outputs=("_amax_eq",),
+    ),
     source="fixtures/models/vision.py:43",
     triton=(_TRITON_FILE, "fused_amax_eq_kernel"),
     cpp=_CPP_FILE,
-    rows=Rows(dim=0, keepdim=False, row_outputs=(0,), reduced=((0,),)),
+    rows=Rows(dim=0, keepdim=False, row_outputs=(0,)),
 )
