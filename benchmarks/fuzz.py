@@ -1,0 +1,72 @@
+"""The differential fuzzer's long run: random modules transpiled and compared with eager PyTorch.
+
+    python benchmarks/fuzz.py --cases N --backend cpp|triton --seed S --jobs J [--no-minimise]
+
+Seeds S .. S+N-1, each one program (tests/fuzzing.py draws it); batches of cases share a
+transpiled tree and a worker process, J batches at a time. Prints the counts issue 15 asks
+for (cases, compiled-region cases, the share whose kernel ran, each class of failure), the
+fallback reasons, and each failing seed's minimised reproducer. One seed again:
+
+    python benchmarks/fuzz.py --cases 1 --seed 1234 --backend cpp
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests import fuzzing  # noqa: E402
+
+BATCH = 48  # cases per transpiled tree: a tree's transpile and C++ builds are paid once
+
+
+def run(seeds: list[int], backend: str, jobs: int, work: Path) -> list[fuzzing.Result]:
+    batches = [seeds[k : k + BATCH] for k in range(0, len(seeds), BATCH)]
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:  # threads wait on the worker processes
+        done = pool.map(lambda b: fuzzing.run_cases([fuzzing.generate(s, backend) for s in b], backend, work), batches)
+        return [result for batch in done for result in batch]
+
+
+def minimise(failures: list[fuzzing.Result], backend: str, jobs: int, work: Path) -> list[fuzzing.Result]:
+    groups = [failures[k::jobs] for k in range(jobs) if failures[k::jobs]]
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        return [r for group in pool.map(lambda g: fuzzing.minimise(g, backend, work), groups) for r in group]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=200)
+    parser.add_argument("--backend", choices=fuzzing.BACKENDS, default="cpp")
+    parser.add_argument("--seed", type=int, default=0, help="the first seed")
+    parser.add_argument("--jobs", type=int, default=1, help="batches run at once")
+    parser.add_argument("--no-minimise", action="store_true", help="print failing programs as drawn")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="transpile_fuzz_") as work:
+        results = run(list(range(args.seed, args.seed + args.cases)), args.backend, args.jobs, Path(work))
+        failures = [r for r in results if r.outcome in fuzzing.FAILURES]
+        if failures and not args.no_minimise:
+            failures = minimise(failures, args.backend, args.jobs, Path(work))
+    counts = fuzzing.summary(results)
+    compiled = counts["compiled-region cases"]
+    print(f"backend {args.backend}, seeds {args.seed}..{args.seed + args.cases - 1}, {time.perf_counter() - start:.0f} s")
+    for name, value in counts.items():
+        share = f" ({100 * value / compiled:.1f}% of compiled-region cases)" if name == "kernel ran" and compiled else ""
+        print(f"  {name}: {value}{share}")
+    print("fallbacks (kernel calls):")
+    for reason, n in fuzzing.fallback_reasons(results).most_common():
+        print(f"  {n:5d}  {reason}")
+    for result in sorted(failures, key=lambda r: (r.outcome, r.program.seed)):
+        print(f"\n### seed {result.program.seed}: {result.outcome} ({args.backend})\n")
+        print(result.program.reproducer(f"{result.outcome}: {result.detail}"))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

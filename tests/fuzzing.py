@@ -1,0 +1,911 @@
+"""Differential fuzzer: random modules built from the op table, transpiled, run against eager PyTorch.
+
+A case is a seed. `generate(seed)` draws an `nn.Module` whose forward chains 2-8 ops in the
+spellings users write (operators, `torch.fn`, methods, in-place methods, casts, reductions,
+norms, activation modules, views, aliases) over inputs it also draws (shapes with 0- and
+1-sized dims, broadcasting, transposed, sliced and expanded layouts, 0-dim tensors, every
+dtype the kernels claim, NaN, infinities, -0.0, huge and tiny values). Each statement is run
+eagerly while drawing, so that operands fit (a statement eager rejects is mostly redrawn).
+
+`run_cases` writes the programs into a source tree (many classes a file: each transpile and
+each C++ build is costly), transpiles it with the real CLI, and runs every case in a worker
+process per backend (`TRANSPILE_BACKEND=triton` with `TRITON_INTERPRET=1` for Triton; the
+runtime reads them at import), comparing the original module with the transpiled one built
+from the same `state_dict`: values (NaN placement included), shapes, dtypes, which error is
+raised, and the inputs after the call (in-place updates, and whether an output aliases an
+input). The runtime's counters say whether the case's kernels ran or fell back, and why.
+
+`minimise` shrinks a failing case (drops statements and outputs, shrinks inputs) while it
+fails the same way, and `Program.reproducer` prints it as a self-contained snippet.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import importlib.util
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+import warnings
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKENDS = ("cpp", "triton")
+# What each backend's kernels claim (emit/runtime/cpp_support.py and triton_support.py `unsupported`):
+# C++ takes the four floating dtypes and bool, Triton no float64. Ints are drawn for both: the
+# runtime must then fall back, never compute something else.
+FLOATS = {"cpp": ("float32", "float64", "float16", "bfloat16"), "triton": ("float32", "float16", "bfloat16")}
+INTS = ("int32", "int64")
+CASES_PER_FILE = 24
+OUTCOMES = (
+    "ok",
+    "wrong value",
+    "wrong shape",
+    "wrong dtype",
+    "missing error",
+    "extra error",
+    "different error",
+    "side effect",
+    "crash",
+)
+FAILURES = OUTCOMES[1:]
+
+
+# -- programs -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InputSpec:
+    """A forward argument: a tensor of `shape` built from `seed` (storage, then the layout's view)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    layout: str = "contiguous"  # contiguous | transposed | sliced | expanded
+    values: str = "normal"  # normal | specials | huge | tiny
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Stmt:
+    """One forward statement: `target = template.format(*operands)`, or the bare call when target is None.
+
+    Operands are the names (tensors, a dtype variable) it reads; scalars and attributes are in
+    the template, so that dropping a statement can rewire its readers to its first operand.
+    """
+
+    target: str | None
+    template: str
+    operands: tuple[str, ...]
+    ops: int = 1  # compute ops, for the tolerance
+    reduces: bool = False
+
+    def line(self, names: tuple[str, ...] | None = None) -> str:
+        text = self.template.format(*(names or self.operands))
+        return text if self.target is None else f"{self.target} = {text}"
+
+
+@dataclass(frozen=True)
+class Program:
+    seed: int
+    inputs: tuple[InputSpec, ...]
+    attrs: tuple[tuple[str, str], ...]  # (attribute, `__init__` line)
+    body: tuple[Stmt, ...]
+    returns: tuple[str, ...]
+    inline_return: bool = False  # the last statement written as `return <expr>`
+    variant: int = 0  # minimisation candidates of one seed
+
+    @property
+    def name(self) -> str:
+        return f"Case{self.seed}" + (f"_{self.variant}" if self.variant else "")
+
+    @property
+    def ops(self) -> int:
+        return sum(s.ops for s in self.body)
+
+    def source(self) -> str:
+        """The class, attributes the forward does not read left out."""
+        lines = [l for s in self.body for l in [s.line()]]
+        text = "\n".join(lines)
+        used = [init for attr, init in self.attrs if f"self.{attr}" in text]
+        params = ", ".join(["self", *(i.name for i in self.inputs)])
+        out = [f"class {self.name}(nn.Module):"]
+        if used:
+            out += ["    def __init__(self):", "        super().__init__()", *(f"        {init}" for init in used), ""]
+        out.append(f"    def forward({params}):")
+        inline = self.inline_return and self.body and self.body[-1].target == self.returns[0] and len(self.returns) == 1
+        for stmt in self.body[:-1] if inline else self.body:
+            out.append(f"        {stmt.line()}")
+        if inline:
+            last = self.body[-1]
+            out.append(f"        return {last.template.format(*last.operands)}")
+        else:
+            out.append(f"        return {', '.join(self.returns)}")
+        return "\n".join(out) + "\n"
+
+    def reproducer(self, detail: str = "") -> str:
+        """A self-contained snippet: imports, the class, the inputs, the eager call and what differed."""
+        inputs = "\n".join(f"{i.name} = {input_source(i)}" for i in self.inputs)
+        args = ", ".join(f"{i.name}.clone()" for i in self.inputs)
+        note = "".join(f"\n# {line}" for line in detail.splitlines())
+        return (
+            f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n{self.source()}\n\n"
+            f"torch.manual_seed({self.seed})\nmodel = {self.name}().eval()\n{inputs}\n"
+            f"with torch.no_grad():\n    print(model({args}))\n{note}\n"
+        )
+
+
+FILE_HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+SPECIALS = (math.nan, math.inf, -math.inf, -0.0, 0.0, 1e30, -1e30, 65504.0, -65504.0, 1e-40, 6e-8, 1e-45, 1e20)
+
+
+def _storage(spec: InputSpec) -> tuple[list[int], str]:
+    """The stored tensor's shape and the view that gives the spec's shape (Python source)."""
+    shape = list(spec.shape)
+    if spec.layout == "transposed" and len(shape) >= 2:
+        order = tuple(reversed(range(len(shape))))
+        return shape[::-1], f".permute{order}"
+    if spec.layout == "sliced" and shape:
+        return shape[:-1] + [2 * shape[-1]], "[..., ::2]"
+    if spec.layout == "expanded" and any(s > 1 for s in shape):
+        d = max(i for i, s in enumerate(shape) if s > 1)
+        return shape[:d] + [1] + shape[d + 1 :], f".expand{tuple(spec.shape)}"
+    return shape, ""
+
+
+def _stored_values(spec: InputSpec, shape: list[int]) -> torch.Tensor:
+    """The storage's values in float64 (or bool), drawn from the spec's seed."""
+    g = torch.Generator().manual_seed(spec.seed)
+    if spec.dtype == "bool":
+        return torch.rand(shape, generator=g) < 0.5
+    if spec.dtype in INTS:
+        return torch.randint(-4, 5, shape, generator=g).double()
+    values = torch.randn(shape, generator=g, dtype=torch.float64)
+    if spec.values == "huge":
+        values = values * (3e4 if spec.dtype == "float16" else 1e30)
+    elif spec.values == "tiny":
+        values = values * (1e-6 if spec.dtype == "float16" else 1e-40)
+    elif spec.values == "specials" and values.numel():
+        flat = values.view(-1)
+        picks = torch.randint(0, len(SPECIALS), (flat.numel(),), generator=g)
+        chosen = torch.rand(flat.numel(), generator=g) < 0.4
+        flat[chosen] = torch.tensor(SPECIALS, dtype=torch.float64)[picks[chosen]]
+    return values
+
+
+def make_input(spec: InputSpec, wide: bool = False) -> torch.Tensor:
+    """The tensor `spec` describes; `wide`: float32 stored as float64 (the same values), for the reference."""
+    shape, view = _storage(spec)
+    stored = _stored_values(spec, shape).to(getattr(torch, spec.dtype))
+    if wide and stored.dtype == torch.float32:
+        stored = stored.double()
+    return eval(f"stored{view}", {"stored": stored}) if view else stored
+
+
+def _literal(value: float) -> str:
+    if math.isnan(value):
+        return "float('nan')"
+    if math.isinf(value):
+        return "float('inf')" if value > 0 else "-float('inf')"
+    return repr(value)
+
+
+def _nested(values) -> str:
+    if isinstance(values, list):
+        return "[" + ", ".join(_nested(v) for v in values) + "]"
+    return repr(values) if isinstance(values, bool) else _literal(values)
+
+
+def input_source(spec: InputSpec) -> str:
+    """Python source building the input, its values written out when there are few."""
+    shape, view = _storage(spec)
+    values = _stored_values(spec, shape)
+    if values.numel() > 64:
+        return f"{make_input_source(spec)}  # tests/fuzzing.py"
+    if values.numel() == 0:
+        return f"torch.empty({tuple(shape)}, dtype=torch.{spec.dtype}){view}"
+    stored = values.to(getattr(torch, spec.dtype)).double() if values.is_floating_point() else values
+    return f"torch.tensor({_nested(stored.tolist())}, dtype=torch.{spec.dtype}){view}"
+
+
+def make_input_source(spec: InputSpec) -> str:
+    fields = ", ".join(f"{f.name}={getattr(spec, f.name)!r}" for f in dataclasses.fields(spec))
+    return f"make_input(InputSpec({fields}))"
+
+
+# -- drawing programs -----------------------------------------------------------------------------
+UNARY = (
+    "exp", "exp2", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "sigmoid",
+    "reciprocal", "abs", "neg", "sign", "floor", "ceil", "round", "trunc", "relu", "isnan", "isinf", "logical_not",
+)
+FUNCTIONAL = (
+    "F.gelu({0})", "F.gelu({0}, approximate='tanh')", "F.silu({0})", "F.mish({0})", "F.softplus({0})",
+    "F.relu({0})", "torch.sigmoid({0})", "F.tanh({0})", "torch.special.expit({0})", "-{0}", "torch.nan_to_num({0}, nan=0.0, posinf=1e4, neginf=-1e4)",
+    "torch.clamp({0}, min=-1.0, max=1.0)", "{0}.clamp(min=0.0)", "{0}.clamp(max=0.5)", "torch.clamp_min({0}, -0.5)",
+    "torch.clip({0}, -2.0, 2.0)", "{0} ** 2", "torch.pow({0}, 0.5)", "{0}.pow(3)", "2.0 ** {0}", "1.0 - {0}", "2.0 * {0}",
+)
+ACT_MODULES = (
+    "nn.GELU()", "nn.GELU(approximate='tanh')", "nn.SiLU()", "nn.ReLU()", "nn.Tanh()", "nn.Sigmoid()",
+    "nn.Mish()", "nn.Softplus()", "nn.Identity()", "nn.Dropout(0.1)",
+)
+BINARY = (("+", "add"), ("-", "sub"), ("*", "mul"), ("/", "div"), ("//", "floor_divide"), ("%", "remainder"), ("**", "pow"))
+MIN_MAX = ("maximum", "minimum")
+COMPARE = (("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"), ("==", "eq"), ("!=", "ne"))
+LOGICAL = (("&", "logical_and"), ("|", "logical_or"), ("^", "logical_xor"))
+SCALARS = ("0.5", "2.0", "-1.5", "3", "1e-06", "0.0", "10000.0", "-10000.0", "65504.0", "float('inf')", "1e30")
+CASTS = (".float()", ".half()", ".double()", ".bfloat16()", ".int()", ".long()", ".bool()", ".to(torch.float16)",
+         ".to(torch.float32)", ".to(torch.bfloat16)", ".type(torch.float32)")
+REDUCTIONS = ("sum", "mean", "amax", "amin", "logsumexp", "var", "std")
+
+
+class _Drawer:
+    """Draws one program, running each statement eagerly to keep operands that fit."""
+
+    def __init__(self, seed: int, backend: str) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.floats = FLOATS[backend]
+        self.attrs: list[tuple[str, str]] = []
+        self.body: list[Stmt] = []
+        self.holder = torch.nn.Module()
+        self.env: dict[str, object] = {}
+        self.fresh = 0
+
+    # -- inputs
+    def inputs(self) -> tuple[InputSpec, ...]:
+        rng = self.rng
+        rank = rng.choice((0, 1, 2, 2, 3, 3, 4))
+        shape = [rng.choice((0, 1, 1, 2, 3, 4, 5, 7)) if rng.random() < 0.15 else rng.choice((1, 2, 3, 4, 5, 6)) for _ in range(rank)]
+        main = rng.choice(self.floats) if rng.random() < 0.5 else "float32"
+        specs = []
+        for k in range(rng.choice((1, 1, 2, 2, 3))):
+            own = shape[rng.randint(0, rank) :] if k and rng.random() < 0.3 else list(shape)
+            own = [1 if rng.random() < 0.2 else s for s in own]
+            if k and rng.random() < 0.1:
+                own = []
+            roll = rng.random()
+            dtype = main if roll < 0.75 else "bool" if roll < 0.87 else rng.choice(INTS) if roll < 0.93 else rng.choice(self.floats)
+            layouts = ["contiguous"] * 3 + (["transposed"] if len(own) >= 2 else []) + (["sliced"] if own else [])
+            layouts += ["expanded"] if any(s > 1 for s in own) else []
+            values = rng.choice(("normal", "normal", "specials", "specials", "huge", "tiny"))
+            specs.append(InputSpec("xyz"[k], tuple(own), dtype, rng.choice(layouts), values, rng.randrange(2**31)))
+        return tuple(specs)
+
+    # -- names and operands
+    def tensors(self, pred=lambda t: True) -> list[str]:
+        return [n for n, v in self.env.items() if isinstance(v, torch.Tensor) and pred(v)]
+
+    def pick(self, pred=lambda t: True) -> str | None:
+        names = self.tensors(pred)
+        if not names:
+            return None
+        last = self.body[-1].target if self.body else None
+        if last in names and self.rng.random() < 0.6:
+            return last
+        return self.rng.choice(names)
+
+    def new_name(self) -> str:
+        existing = [n for n in self.tensors() if n not in self.inputs_names]
+        if existing and self.rng.random() < 0.2:
+            return self.rng.choice(existing)  # rebinding, as `h = h * 2` does
+        self.fresh += 1
+        return f"t{self.fresh}"
+
+    def attr(self, init: str, stem: str) -> str:
+        """An attribute set in `__init__` (`init` formats `{name}`), reused when the same init exists."""
+        for name, line in self.attrs:
+            if line == init.format(name=name):
+                return name
+        name = f"{stem}{len(self.attrs)}"
+        line = init.format(name=name)
+        exec(line, {"torch": torch, "nn": torch.nn, "F": torch.nn.functional, "self": self.holder})
+        self.attrs.append((name, line))
+        return name
+
+    def scalar(self, x: str) -> tuple[str, tuple[str, ...]]:
+        """A Python scalar operand: a literal, a module attribute, or a shape expression of `{0}`."""
+        roll = self.rng.random()
+        if roll < 0.6:
+            return self.rng.choice(SCALARS), ()
+        if roll < 0.85:
+            value = self.rng.choice(("0.5", "2.0", "-3.0", "1e-05", "0.125"))
+            return f"self.{self.attr(f'self.{{name}} = {value}', 'scale')}", ()
+        return "{0}.shape[-1] ** -0.5", ()
+
+    def tensor_attr(self, shape: list[int]) -> str:
+        """A buffer or parameter that broadcasts with `shape` (0-dim sometimes)."""
+        rng = self.rng
+        own = [] if rng.random() < 0.3 or not shape else shape[rng.randint(0, len(shape) - 1) :]
+        own = [1 if rng.random() < 0.3 else s for s in own]
+        dtype = "" if rng.random() < 0.7 else f", dtype=torch.{rng.choice(self.floats)}"
+        if rng.random() < 0.6:
+            return self.attr(f"self.register_buffer('{{name}}', torch.randn({tuple(own)}{dtype}))", "buf")
+        return self.attr(f"self.{{name}} = nn.Parameter(torch.randn({tuple(own)}{dtype}))", "w")
+
+    # -- statements
+    def statement(self) -> Stmt | None:
+        rng = self.rng
+        kind = rng.choices(
+            ("unary", "functional", "module", "binary", "minmax", "compare", "logical", "where", "masked_fill",
+             "ternary", "cast", "cast_like", "reduction", "softmax", "layer_norm", "view", "alias", "inplace"),
+            (8, 8, 5, 14, 3, 5, 2, 3, 3, 3, 6, 5, 8, 4, 3, 3, 2, 6),
+        )[0]
+        return getattr(self, f"_{kind}")()
+
+    def _unary(self) -> Stmt | None:
+        x, op = self.pick(), self.rng.choice(UNARY)
+        form = self.rng.choice((f"torch.{op}({{0}})", f"{{0}}.{op}()", f"{{0}}.{op}_()"))
+        if form.endswith("_()"):
+            return Stmt(None, form, (x,))
+        return Stmt(self.new_name(), form, (x,))
+
+    def _functional(self) -> Stmt:
+        return Stmt(self.new_name(), self.rng.choice(FUNCTIONAL), (self.pick(),))
+
+    def _module(self) -> Stmt:
+        name = self.attr(f"self.{{name}} = {self.rng.choice(ACT_MODULES)}", "act")
+        return Stmt(self.new_name(), f"self.{name}({{0}})", (self.pick(),))
+
+    def _other_operand(self, x: str, pred=lambda t: True) -> tuple[str, tuple[str, ...]]:
+        """`{1}` (a tensor), a buffer or parameter, or a Python scalar."""
+        roll = self.rng.random()
+        if roll < 0.55:
+            return "{1}", (x, self.pick(pred))
+        if roll < 0.7:
+            return f"self.{self.tensor_attr(list(self.env[x].shape))}", (x,)
+        return self.scalar(x)[0], (x,)
+
+    def _binary(self) -> Stmt:
+        x = self.pick()
+        symbol, fn = self.rng.choice(BINARY)
+        other, operands = self._other_operand(x)
+        form = self.rng.random()
+        if form < 0.5:
+            text = f"{{0}} {symbol} {other}"
+        elif form < 0.6 and "{1}" not in other:
+            text = f"{other} {symbol} {{0}}"
+        elif form < 0.75:
+            text = f"torch.{fn}({{0}}, {other})"
+        elif form < 0.88:
+            text = f"{{0}}.{fn}({other})"
+        else:
+            return Stmt(None, self.rng.choice((f"{{0}}.{fn}_({other})", f"{{0}} {symbol}= {other}")), operands)
+        return Stmt(self.new_name(), text, operands)
+
+    def _minmax(self) -> Stmt:
+        x, y = self.pick(), self.pick()
+        return Stmt(self.new_name(), f"torch.{self.rng.choice(MIN_MAX)}({{0}}, {{1}})", (x, y))
+
+    def _compare(self) -> Stmt:
+        x = self.pick()
+        symbol, fn = self.rng.choice(COMPARE)
+        other, operands = self._other_operand(x)
+        text = f"{{0}} {symbol} {other}" if self.rng.random() < 0.6 else f"torch.{fn}({{0}}, {other})"
+        return Stmt(self.new_name(), text, operands)
+
+    def _bool(self) -> str | None:
+        return self.pick(lambda t: t.dtype == torch.bool)
+
+    def _logical(self) -> Stmt | None:
+        a, b = self._bool(), self._bool()
+        if a is None:
+            return None
+        symbol, fn = self.rng.choice(LOGICAL)
+        text = f"{{0}} {symbol} {{1}}" if self.rng.random() < 0.6 else f"torch.{fn}({{0}}, {{1}})"
+        if self.rng.random() < 0.2:
+            return Stmt(self.new_name(), "~{0}", (a,))
+        return Stmt(self.new_name(), text, (a, b))
+
+    def _where(self) -> Stmt | None:
+        c = self._bool()
+        if c is None:
+            return None
+        x = self.pick()
+        if self.rng.random() < 0.6:
+            return Stmt(self.new_name(), "torch.where({0}, {1}, {2})", (c, x, self.pick()))
+        return Stmt(self.new_name(), f"torch.where({{0}}, {{1}}, {self.rng.choice(SCALARS)})", (c, x))
+
+    def _masked_fill(self) -> Stmt | None:
+        m = self._bool()
+        if m is None:
+            return None
+        value = self.rng.choice(("-10000.0", "0.0", "float('-inf')", "-65504.0"))
+        form = self.rng.choice(("{0}.masked_fill({1}, %s)", "torch.masked_fill({0}, {1}, %s)", "{0}.masked_fill_({1}, %s)"))
+        target = None if "_(" in form else self.new_name()
+        return Stmt(target, form % value, (self.pick(), m))
+
+    def _ternary(self) -> Stmt:
+        x, y, z = self.pick(), self.pick(), self.pick()
+        form = self.rng.choice(("torch.lerp({0}, {1}, 0.3)", "torch.addcmul({0}, {1}, {2}, value=0.5)",
+                                "{0}.addcdiv({1}, {2}, value=-2.0)", "torch.addcdiv({0}, {1}, {2})"))
+        return Stmt(self.new_name(), form, (x, y, z)[: form.count("{")], ops=2)
+
+    def _cast(self) -> Stmt:
+        return Stmt(self.new_name(), "{0}" + self.rng.choice(CASTS), (self.pick(),), ops=0)
+
+    def _cast_like(self) -> Stmt:
+        x, y = self.pick(), self.pick()
+        if self.rng.random() < 0.5:
+            dtypes = [n for n, v in self.env.items() if isinstance(v, torch.dtype)]
+            if not dtypes:
+                self.fresh += 1
+                return Stmt(f"dtype{self.fresh}", "{0}.dtype", (y,), ops=0)
+            return Stmt(self.new_name(), "{0}.to({1})", (x, self.rng.choice(dtypes)), ops=0)
+        return Stmt(self.new_name(), "{0}.to({1}.dtype)", (x, y), ops=0)
+
+    def _dim(self, x: str) -> int:
+        ndim = max(self.env[x].dim(), 1)
+        return self.rng.choice((-1, -1, self.rng.randint(-ndim, ndim - 1)))
+
+    def _reduction(self) -> Stmt:
+        x = self.pick()
+        fn, dim = self.rng.choice(REDUCTIONS), self._dim(x)
+        args = [str(dim)]
+        if fn in ("var", "std"):
+            args.append(self.rng.choice(("correction=0", "correction=1", "correction=2", "unbiased=False", "")))
+        keep = self.rng.random()
+        args.append("keepdim=True" if keep < 0.5 else "keepdim=False" if keep < 0.7 else "")
+        args = ", ".join(a for a in args if a)
+        text = f"torch.{fn}({{0}}, {args})" if self.rng.random() < 0.4 else f"{{0}}.{fn}({args})"
+        return Stmt(self.new_name(), text, (x,), ops=2, reduces=True)
+
+    def _softmax(self) -> Stmt:
+        x = self.pick()
+        fn, dim = self.rng.choice(("softmax", "log_softmax")), self._dim(x)
+        roll = self.rng.random()
+        if roll < 0.25:
+            module = "nn.Softmax" if fn == "softmax" else "nn.LogSoftmax"
+            name = self.attr(f"self.{{name}} = {module}(dim={dim})", "norm")
+            return Stmt(self.new_name(), f"self.{name}({{0}})", (x,), ops=3, reduces=True)
+        text = (f"F.{fn}({{0}}, dim={dim})", f"torch.{fn}({{0}}, {dim})", f"{{0}}.{fn}({dim})")[int(roll * 4) - 1]
+        return Stmt(self.new_name(), text, (x,), ops=3, reduces=True)
+
+    def _layer_norm(self) -> Stmt | None:
+        x = self.pick(lambda t: t.dim() > 0 and t.shape[-1] > 0)
+        if x is None:
+            return None
+        d = self.env[x].shape[-1]
+        if self.rng.random() < 0.5:
+            name = self.attr(f"self.{{name}} = nn.LayerNorm({d})", "ln")
+            return Stmt(self.new_name(), f"self.{name}({{0}})", (x,), ops=5, reduces=True)
+        w = self.attr(f"self.{{name}} = nn.Parameter(torch.randn({d}))", "w")
+        b = self.attr(f"self.register_buffer('{{name}}', torch.randn({d}))", "buf")
+        return Stmt(self.new_name(), f"F.layer_norm({{0}}, ({d},), self.{w}, self.{b}, 1e-05)", (x,), ops=5, reduces=True)
+
+    def _view(self) -> Stmt | None:
+        x = self.pick(lambda t: t.dim() > 0)
+        if x is None:
+            return None
+        form = self.rng.choice(("{0}[..., :2]", "{0}.transpose(-1, -2)", "{0}.view(-1)", "{0}.unsqueeze(0)", "{0}.reshape(-1)", "{0}[0]"))
+        return Stmt(self.new_name(), form, (x,), ops=0)
+
+    def _alias(self) -> Stmt:
+        return Stmt(self.new_name(), "{0}", (self.pick(),), ops=0)
+
+    def _inplace(self) -> Stmt:
+        """An update in place of a value (an input, an alias or a cast that returned its operand)."""
+        x = self.pick()
+        other, operands = self._other_operand(x)
+        form = self.rng.choice(("{0}.mul_(%s)", "{0}.add_(%s)", "{0}.sub_(%s)", "{0}.div_(%s)", "{0} += %s", "{0} *= %s",
+                                "{0}.clamp_(min=-1.0)", "{0}.relu_()", "{0}.exp_()"))
+        return Stmt(None, form % other if "%s" in form else form, operands if "%s" in form else (x,))
+
+    # -- the program
+    def run(self, stmt: Stmt) -> bool:
+        """Run `stmt` on the eager values; False if it raised."""
+        namespace = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional, "self": self.holder, **self.env}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                exec(stmt.line(), namespace)
+        except Exception:
+            return False
+        self.env.update({k: v for k, v in namespace.items() if k in self.env or k == stmt.target})
+        return True
+
+    def program(self) -> Program:
+        inputs = self.inputs()
+        self.inputs_names = [i.name for i in inputs]
+        self.env = {i.name: make_input(i) for i in inputs}
+        torch.manual_seed(self.seed)
+        length, tries, raising = self.rng.randint(2, 8), 0, False
+        while len(self.body) < length and tries < 60 and not raising:
+            tries += 1
+            stmt = self.statement()
+            if stmt is None or None in stmt.operands:
+                continue
+            if not self.run(stmt):
+                if self.rng.random() > 0.08 or not self.body:
+                    continue
+                raising = True  # kept: eager raises, and so must the transpiled module
+            self.body.append(stmt)
+        results = [n for n in self.tensors() if n not in self.inputs_names]
+        last = next((s.target for s in reversed(self.body) if s.target and not s.target.startswith("dtype")), None)
+        returns = [last or self.inputs_names[0]]
+        extra = [n for n in self.tensors() if n not in returns]
+        if extra and self.rng.random() < 0.35:
+            returns += self.rng.sample(extra, min(len(extra), self.rng.randint(1, 2)))
+        del results
+        return Program(self.seed, inputs, tuple(self.attrs), tuple(self.body), tuple(returns), self.rng.random() < 0.3)
+
+
+def generate(seed: int, backend: str = "cpp") -> Program:
+    """The program of `seed` (deterministic: the same seed and backend give the same program)."""
+    return _Drawer(seed, backend).program()
+
+
+# -- minimising ------------------------------------------------------------------------------------
+def _rewire(body: tuple[Stmt, ...], returns: tuple[str, ...], start: int, old: str, new: str):
+    """Reads of `old` from statement `start` on read `new`, up to where `old` is assigned again."""
+    out = list(body)
+    for i in range(start, len(out)):
+        stmt = out[i]
+        out[i] = dataclasses.replace(stmt, operands=tuple(new if o == old else o for o in stmt.operands))
+        if stmt.target == old:
+            return tuple(out), returns
+    return tuple(out), tuple(new if r == old else r for r in returns)
+
+
+def smaller_programs(program: Program) -> list[Program]:
+    """Programs one step smaller: a statement dropped (its readers read its first operand), an output dropped."""
+    out = []
+    for i, stmt in enumerate(program.body):
+        body = program.body[:i] + program.body[i + 1 :]
+        returns = program.returns
+        if stmt.target is not None and stmt.operands:
+            defined_before = stmt.target in {s.target for s in program.body[:i]} | {x.name for x in program.inputs}
+            if not defined_before:
+                body, returns = _rewire(body, returns, i, stmt.target, stmt.operands[0])
+        if body or returns:
+            out.append(dataclasses.replace(program, body=body, returns=tuple(dict.fromkeys(returns))))
+    if len(program.returns) > 1:
+        for r in program.returns:
+            out.append(dataclasses.replace(program, returns=tuple(x for x in program.returns if x != r)))
+    used = " ".join(s.line() for s in program.body) + " " + " ".join(program.returns)
+    unused = [i for i in program.inputs if not re.search(rf"\b{i.name}\b", used)]
+    if unused:
+        out.append(dataclasses.replace(program, inputs=tuple(i for i in program.inputs if i not in unused)))
+    return out
+
+
+def smaller_inputs(program: Program) -> list[Program]:
+    """The program on inputs one step simpler: a dim of 1, fewer dims, contiguous, plain values, float32."""
+    out = []
+    for k, spec in enumerate(program.inputs):
+        options = []
+        for d, size in enumerate(spec.shape):
+            if size > 2:
+                options.append(dataclasses.replace(spec, shape=spec.shape[:d] + (2,) + spec.shape[d + 1 :]))
+            if size > 1:
+                options.append(dataclasses.replace(spec, shape=spec.shape[:d] + (1,) + spec.shape[d + 1 :]))
+        if spec.shape:
+            options.append(dataclasses.replace(spec, shape=spec.shape[1:]))
+        if spec.layout != "contiguous":
+            options.append(dataclasses.replace(spec, layout="contiguous"))
+        if spec.values != "normal":
+            options.append(dataclasses.replace(spec, values="normal"))
+        if spec.dtype not in ("float32", "bool"):
+            options.append(dataclasses.replace(spec, dtype="float32"))
+        for seed in (1, 2):
+            if spec.seed > 2:
+                options.append(dataclasses.replace(spec, seed=seed))
+        out += [dataclasses.replace(program, inputs=program.inputs[:k] + (o,) + program.inputs[k + 1 :]) for o in options]
+    return out
+
+
+# -- comparing ---------------------------------------------------------------------------------------
+EPS = {torch.float64: 2.0**-52, torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
+
+
+def _reduced_length(program: Program) -> int:
+    return max((s for i in program.inputs for s in i.shape), default=1) if any(s.reduces for s in program.body) else 1
+
+
+def value_mismatch(actual: torch.Tensor, expected: torch.Tensor, wide: torch.Tensor | None, ops: int, length: int) -> str | None:
+    """Where `actual` differs from eager's `expected` by more than the op chain's rounding allows, or None.
+
+    The bound per element: `rtol * (|expected| + 1)` from the result dtype's epsilon, the chain's
+    op count and the reduced length, plus twice the distance between eager and `wide`, the same
+    program run with float32 inputs, buffers and parameters widened to float64 (explicit casts
+    kept): an ill-conditioned element (a cancellation, an overflow at the boundary, a comparison
+    of nearly equal values) is allowed to differ as much as eager's own rounding moved it.
+    Integers and bools are exact but for such elements; NaN placement is exact too.
+    """
+    exp = expected.detach().double()
+    act = actual.detach().double()
+    cond = torch.zeros_like(exp)
+    if wide is not None and wide.shape == expected.shape:
+        w = wide.detach().double()
+        cond = torch.where(torch.isnan(exp) == torch.isnan(w), (exp - w).abs().nan_to_num(nan=0.0, posinf=math.inf), torch.full_like(exp, math.inf))
+        cond = torch.where((exp == w) | (torch.isnan(exp) & torch.isnan(w)), torch.zeros_like(cond), cond)
+    if expected.dtype.is_floating_point:
+        rtol = 4 * EPS.get(expected.dtype, 2.0**-23) * (ops + 1) * length
+    else:
+        rtol = 0.0
+    with torch.no_grad():
+        nan_differs = torch.isnan(act) != torch.isnan(exp)
+        close = (act == exp) | ((act - exp).abs() <= rtol * (exp.abs() + 1) + 2 * cond)
+        close = close | (torch.isnan(act) & torch.isnan(exp))
+        bad = (~close & ~nan_differs) | (nan_differs & ~torch.isinf(cond))
+    if not bad.any():
+        return None
+    index = tuple(int(i) for i in bad.nonzero()[0])
+    return (
+        f"{int(bad.sum())} of {bad.numel()} elements differ, first at {list(index)}: "
+        f"eager {expected[index].item()!r}, transpiled {actual[index].item()!r}"
+    )
+
+
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.untyped_storage().nbytes() > 0
+
+
+def _as_tuple(result) -> tuple:
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _call(module, inputs):
+    """(result, None) or (None, the exception's type name); warnings silenced."""
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _as_tuple(module(*inputs)), None
+    except Exception as error:  # whatever eager raises, the transpiled module must raise too
+        return None, type(error).__name__
+
+
+def _widened(module: torch.nn.Module) -> torch.nn.Module:
+    wide = copy.deepcopy(module)
+    for tensor in [*wide.parameters(), *wide.buffers()]:
+        if tensor.dtype == torch.float32:
+            tensor.data = tensor.data.double()
+    return wide
+
+
+def compare(program: Program, original_cls, transpiled_cls) -> tuple[str, str]:
+    """(outcome, detail) of one case: the original and the transpiled module on the same inputs."""
+    torch.manual_seed(program.seed)
+    original = original_cls().eval()
+    transpiled = transpiled_cls().eval()
+    transpiled.load_state_dict(original.state_dict())
+    wide_module = _widened(original)
+    eager_in = [make_input(i) for i in program.inputs]
+    ours_in = [make_input(i) for i in program.inputs]
+    wide_in = [make_input(i, wide=True) for i in program.inputs]
+    expected, eager_error = _call(original, eager_in)
+    actual, error = _call(transpiled, ours_in)
+    if eager_error or error:
+        if eager_error and not error:
+            return "missing error", f"eager raises {eager_error}, transpiled returns"
+        if error and not eager_error:
+            return "extra error", f"transpiled raises {error}, eager returns"
+        return ("ok", "") if error == eager_error else ("different error", f"eager raises {eager_error}, transpiled {error}")
+    wide, _ = _call(wide_module, wide_in)
+    ops, length = program.ops, _reduced_length(program)
+    if len(actual) != len(expected):
+        return "wrong shape", f"{len(expected)} outputs in eager, {len(actual)} transpiled"
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        if a.shape != e.shape:
+            return "wrong shape", f"output {k}: eager {tuple(e.shape)}, transpiled {tuple(a.shape)}"
+        if a.dtype != e.dtype:
+            return "wrong dtype", f"output {k}: eager {e.dtype}, transpiled {a.dtype}"
+        mismatch = value_mismatch(a, e, wide[k] if wide else None, ops, length)
+        if mismatch:
+            return "wrong value", f"output {k} ({e.dtype}): {mismatch}"
+        eager_alias = [i for i, x in enumerate(eager_in) if _shares_storage(e, x)]
+        ours_alias = [i for i, x in enumerate(ours_in) if _shares_storage(a, x)]
+        if eager_alias != ours_alias:
+            names = lambda idx: [program.inputs[i].name for i in idx] or "no input"  # noqa: E731
+            return "side effect", f"output {k} aliases {names(eager_alias)} in eager, {names(ours_alias)} transpiled"
+    wide_after = wide_in if wide else [None] * len(eager_in)
+    for spec, e, a, w in zip(program.inputs, eager_in, ours_in, wide_after):
+        mismatch = value_mismatch(a, e, w, ops, length)
+        if mismatch:
+            return "side effect", f"input {spec.name} after the call: {mismatch}"
+    for (name, e), (_, a) in zip(original.state_dict().items(), transpiled.state_dict().items()):
+        if not torch.equal(torch.nan_to_num(e.double()), torch.nan_to_num(a.double())):
+            return "side effect", f"state {name} after the call differs"
+    return "ok", ""
+
+
+# -- running cases ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Result:
+    program: Program
+    outcome: str
+    detail: str = ""
+    paths: dict[str, int] = field(default_factory=dict)  # kernel calls by path (`cpp`, `triton`, `fallback: ...`)
+
+    @property
+    def compiled(self) -> bool:
+        """A kernel of the case was called: its region compiled."""
+        return bool(self.paths)
+
+    @property
+    def kernel_ran(self) -> bool:
+        return self.compiled and all(not p.startswith("fallback") for p in self.paths)
+
+
+def _write_tree(programs: list[Program], root: Path, package: str) -> list[tuple[str, Program]]:
+    """The programs as classes of files `root/package/cases_<k>.py`; (module, program) per case.
+
+    Programs of one name (one class run on several inputs) are written once.
+    """
+    (root / package).mkdir(parents=True)
+    (root / package / "__init__.py").write_text("")
+    classes = list({p.name: p for p in programs}.values())
+    modules = {}
+    for k in range(0, len(classes), CASES_PER_FILE):
+        chunk = classes[k : k + CASES_PER_FILE]
+        module = f"cases_{k // CASES_PER_FILE}"
+        (root / package / f"{module}.py").write_text(FILE_HEADER + "\n\n".join(p.source() for p in chunk))
+        modules.update((p.name, module) for p in chunk)
+    return [(modules[p.name], p) for p in programs]
+
+
+def _env(backend: str, cache: Path) -> dict[str, str]:
+    env = {**os.environ, "TRANSPILE_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT), "TRANSPILE_COMPILE": "sync"}
+    env.pop("TRANSPILE_BACKEND", None)
+    if backend == "triton":
+        env.update(TRANSPILE_BACKEND="triton", TRITON_INTERPRET="1")
+    return env
+
+
+def run_cases(programs: list[Program], backend: str, work: Path | None = None, timeout: float = 600.0) -> list[Result]:
+    """Transpile `programs` as one tree and run each case in a worker process for `backend`."""
+    if not programs:
+        return []
+    work = Path(tempfile.mkdtemp(prefix="fuzz_", dir=work))
+    try:
+        package = "fuzzcases"
+        placed = _write_tree(programs, work / "src", package)
+        env = _env(backend, work.parent / "cache")
+        return _run_workers(placed, work, package, env, timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_workers(placed, work: Path, package: str, env, timeout: float) -> list[Result]:
+    """Transpile the tree and run the cases in worker processes; a case that crashes or hangs its worker is
+    that case's result, and a new worker goes on with the rest."""
+    results: list[Result] = []
+    while len(results) < len(placed):
+        rest = placed[len(results) :]
+        jobs = work / "jobs.json"
+        jobs.write_text(json.dumps([{"module": m, "program": _program_json(p)} for m, p in rest]))
+        lines: list[str] = []
+        try:
+            run = subprocess.run(
+                [sys.executable, "-m", "tests.fuzzing", "worker", str(work), package, str(jobs)],
+                env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+            )
+            lines = [l for l in run.stdout.splitlines() if l.startswith("{")]
+            failure = f"worker exited {run.returncode}: {run.stderr[-3000:]}"
+            if run.returncode == TRANSPILE_FAILED:
+                return results + [Result(p, "crash", f"transpile failed: {run.stderr[-3000:]}") for _, p in rest]
+        except subprocess.TimeoutExpired as expired:
+            out = expired.stdout.decode() if isinstance(expired.stdout, bytes) else expired.stdout or ""
+            lines = [l for l in out.splitlines() if l.startswith("{")]
+            failure = f"timed out after {timeout:.0f} s"
+        for line, (_, program) in zip(lines, rest):
+            record = json.loads(line)
+            results.append(Result(program, record["outcome"], record["detail"], record["paths"]))
+        if len(results) < len(placed):
+            results.append(Result(placed[len(results)][1], "crash", failure))
+    return results
+
+
+def _program_json(program: Program) -> dict:
+    return dataclasses.asdict(program)
+
+
+def _program_from_json(data: dict) -> Program:
+    return Program(
+        data["seed"], tuple(InputSpec(**{**i, "shape": tuple(i["shape"])}) for i in data["inputs"]),
+        tuple(tuple(a) for a in data["attrs"]), tuple(Stmt(**{**s, "operands": tuple(s["operands"])}) for s in data["body"]),
+        tuple(data["returns"]), data["inline_return"], data["variant"],
+    )
+
+
+TRANSPILE_FAILED = 3
+
+
+def worker(work: Path, package: str, jobs: Path) -> None:
+    """Transpile `work/src` into `work/out` (once: a restarted worker finds it), then run each job
+    (module, program): one JSON line per case on stdout, as each finishes.
+
+    The transpiler runs in this process: a process of its own would import torch once more."""
+    os.chdir(work)
+    if not (work / "out").exists():
+        from transpiler.cli import main
+
+        # Relative paths: the generated files then do not name the temporary directory, so a tree of
+        # the same classes (a minimisation round on other inputs) finds its C++ build in the cache.
+        try:
+            main(["build", "--no-cache", "src", "-o", "out"], standalone_mode=False)
+        except SystemExit as done:
+            if done.code not in (0, 1, None):  # 1: findings left, which the output keeps as they were
+                sys.exit(TRANSPILE_FAILED)
+    sys.path.insert(0, str(work / "out"))
+    originals: dict[str, object] = {}
+    for job in json.loads(jobs.read_text()):
+        program, module = _program_from_json(job["program"]), job["module"]
+        if module not in originals:
+            spec = importlib.util.spec_from_file_location(f"fuzz_original_{module}", work / "src" / package / f"{module}.py")
+            originals[module] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(originals[module])
+        transpiled = importlib.import_module(f"{package}.{module}")
+        runtime = sys.modules["_transpile_runtime"]
+        before = {id(k): Counter(k.counts) for k in runtime.KERNELS}
+        try:
+            outcome, detail = compare(program, getattr(originals[module], program.name), getattr(transpiled, program.name))
+        except Exception:  # the harness's own steps (building the modules, loading the state) failed
+            outcome, detail = "crash", traceback.format_exc(limit=-3)
+        paths: Counter[str] = Counter()
+        for kernel in runtime.KERNELS:
+            paths.update(Counter(kernel.counts) - before.get(id(kernel), Counter()))
+        print(json.dumps({"outcome": outcome, "detail": detail, "paths": dict(paths)}), flush=True)
+
+
+def minimise(results: list[Result], backend: str, work: Path | None = None, rounds: int = 40) -> list[Result]:
+    """Each failing result shrunk while it fails with the same outcome (all cases' candidates run together)."""
+    current = {r.program.seed: r for r in results if r.outcome in FAILURES}
+    variant = 1
+    for stage in (smaller_programs, smaller_inputs, smaller_programs):
+        active = set(current)
+        for _ in range(rounds):
+            candidates = []
+            for seed in active:
+                for program in stage(current[seed].program):
+                    if stage is smaller_programs:  # a new class; other inputs reuse the class and its build
+                        program = dataclasses.replace(program, variant=variant)
+                        variant += 1
+                    candidates.append(program)
+            if not candidates:
+                break
+            improved = set()
+            for result in run_cases(candidates, backend, work):
+                seed = result.program.seed
+                if seed not in improved and result.outcome == current[seed].outcome:
+                    current[seed] = result
+                    improved.add(seed)
+            active = improved
+            if not active:
+                break
+    return [current.get(r.program.seed, r) for r in results]
+
+
+def summary(results: Iterable[Result]) -> dict[str, int]:
+    """The counts the issue asks for."""
+    results = list(results)
+    counts = Counter(r.outcome for r in results)
+    compiled = [r for r in results if r.compiled]
+    return {
+        "cases": len(results),
+        "compiled-region cases": len(compiled),
+        "kernel ran": sum(r.kernel_ran for r in compiled),
+        **{outcome: counts.get(outcome, 0) for outcome in FAILURES},
+    }
+
+
+def fallback_reasons(results: Iterable[Result]) -> Counter[str]:
+    return Counter(p for r in results for p, n in r.paths.items() if p.startswith("fallback") for _ in range(n))
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+    worker(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
