@@ -862,8 +862,11 @@ def worker(work: Path, package: str, jobs: Path) -> None:
         print(json.dumps({"outcome": outcome, "detail": detail, "paths": dict(paths)}), flush=True)
 
 
-def minimise(results: list[Result], backend: str, work: Path | None = None, rounds: int = 40) -> list[Result]:
-    """Each failing result shrunk while it fails with the same outcome (all cases' candidates run together)."""
+def minimise(results: list[Result], backend: str, work: Path | None = None, rounds: int = 40, run=None) -> list[Result]:
+    """Each failing result shrunk while it fails with the same outcome (all cases' candidates run together).
+
+    `run(programs, backend, work)` gives their results: `run_cases` unless given."""
+    run = run or run_cases
     current = {r.program.seed: r for r in results if r.outcome in FAILURES}
     variant = 1
     for stage in (smaller_programs, smaller_inputs, smaller_programs):
@@ -879,7 +882,7 @@ def minimise(results: list[Result], backend: str, work: Path | None = None, roun
             if not candidates:
                 break
             improved = set()
-            for result in run_cases(candidates, backend, work):
+            for result in run(candidates, backend, work):
                 seed = result.program.seed
                 if seed not in improved and result.outcome == current[seed].outcome:
                     current[seed] = result
