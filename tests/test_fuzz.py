@@ -19,9 +19,10 @@ import torch.nn as nn
 from tests import fuzzing
 from tests.fuzzing import InputSpec, Program, Stmt, compare
 
-SEEDS = {"cpp": range(0, 64), "triton": range(0, 40)}
+SEEDS = {"cpp": range(0, 56), "triton": range(0, 32)}
 # seed -> the class of issue 15 ("Wrong results found") it reproduces, per backend.
-KNOWN: dict[str, dict[int, str]] = {"cpp": {}, "triton": {}}
+VAR_DOF = "class 4 (var/std): no degrees of freedom left (N <= correction) gives inf where eager gives 0/0 = nan"
+KNOWN: dict[str, dict[int, str]] = {"cpp": {23: VAR_DOF}, "triton": {23: VAR_DOF}}
 
 
 @pytest.fixture(scope="module")
