@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from transpiler.diagnostics import Diagnostic, rule_url
+from transpiler.cache import Store
+from transpiler.diagnostics import Diagnostic, Fix, rule_url
 from transpiler.discovery import module_name
+from transpiler.kinds import Kind
 from transpiler.project import Project
 from transpiler.rule import REGISTRY, Finding
 from transpiler.source import SourceError, noqa_directives, parse
-from transpiler.symbols import FileSummary, is_library_module_class
+from transpiler.symbols import ClassInfo, FileSummary, FunctionInfo, is_library_module_class
 
 # Files smaller than this in total are analysed in-process: a pool costs more than it saves.
 _PARALLEL_MIN_BYTES = 1 << 20
@@ -143,33 +143,16 @@ def default_cache_dir() -> Path:
     return Path(base or Path.home() / ".cache") / "transpile"
 
 
-class Cache:
-    """Per-file results keyed by content hash, module name and code fingerprint."""
+class Cache(Store):
+    """Per-file results keyed by content hash, module name and code fingerprint, in a private
+    directory, read back as data only (transpiler/cache.py)."""
 
     def __init__(self, directory: Path) -> None:
-        self.directory = directory / code_fingerprint()
+        super().__init__(directory, code_fingerprint(), _CACHED_CLASSES, (FileResult, RunResult))
 
     @staticmethod
     def key(data: bytes, module: str, is_package: bool) -> str:
         return hashlib.sha256(data + f"\0{module}\0{is_package}".encode()).hexdigest()
-
-    def get(self, key: str):
-        try:
-            with open(self.directory / key[:2] / key, "rb") as handle:
-                return pickle.load(handle)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-            return None
-
-    def put(self, key: str, result: object) -> None:
-        folder = self.directory / key[:2]
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=folder)
-            with os.fdopen(fd, "wb") as handle:
-                pickle.dump(result, handle, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, folder / key)
-        except OSError:
-            pass  # a read-only or full cache directory must not fail the lint
 
 
 def _task(item: tuple) -> FileResult:
@@ -217,6 +200,10 @@ def lint(
         return _lint(files, is_selected, selection, cache, jobs, progress)
     finally:
         _overlay = previous
+
+
+# Every class a cache entry holds: reading one resolves no other name (transpiler/cache.py).
+_CACHED_CLASSES = (FileResult, RunResult, FileSummary, ClassInfo, FunctionInfo, Finding, Fix, Diagnostic, Kind)
 
 
 def _lint(files, is_selected, selection, cache, jobs, progress) -> list[Diagnostic]:
@@ -373,13 +360,16 @@ class ProjectFacts:
     tensor_params: dict[str, frozenset[str]]
 
 
-def project_facts(files: list[Path], overlay: Mapping[Path, bytes] | None = None) -> ProjectFacts:
-    """Which functions of `files` run compiled, and their parameters known to receive tensors."""
+def project_facts(
+    files: list[Path], overlay: Mapping[Path, bytes] | None = None, cache: Cache | None = None, jobs: int | None = None
+) -> ProjectFacts:
+    """Which functions of `files` run compiled, and their parameters known to receive tensors (the per-file
+    analyses through `cache` and `jobs` worker processes, as the lint's)."""
     global _overlay
     previous, _overlay = _overlay, {Path(p): data for p, data in (overlay or {}).items()}
     try:
-        results = analyze_files(files, None)
-        everything = [*results, *with_context(results, None)]
+        results = analyze_files(files, cache, jobs)
+        everything = [*results, *with_context(results, cache, jobs)]
     finally:
         _overlay = previous
     summaries = [r.summary for r in everything if r.summary is not None]
