@@ -2,9 +2,15 @@
 
 Copied into every output tree inside `_transpile_runtime/`: imports only the standard
 library and torch. A kernel file is built once per content hash (source, header,
-compiler, flags, CPU) into a shared library in a per-user cache directory, written
-atomically so that concurrent processes are safe, and loaded with ctypes. Without a
-C++ compiler the library is None and every kernel takes its eager fallback.
+compiler, flags, CPU) into a shared library, loaded with ctypes. Without a C++
+compiler the library is None and every kernel takes its eager fallback.
+
+The cache trusts nothing it did not write (docs/compiler.md, "The C++ build cache"): its
+directory must be this user's and writable by no one else (created 0700); each library
+has a record of its SHA-256, written atomically beside it, and is loaded only when its
+bytes match (otherwise it is built again, so a planted, corrupt or truncated file is
+never loaded); a compile error is recorded too, so that no process builds the same
+file again. Any error of the cache makes the kernels fall back, with a warning.
 """
 
 from __future__ import annotations
@@ -13,11 +19,14 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +40,13 @@ HEADER = HERE / "transpile_runtime.h"
 # -fno-math-errno changes no value: it lets loops that call libm functions vectorise.
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=c++17")
 NO_COMPILER = "no C++ compiler: using the eager fallback"
+# Temporaries of a build start with this; one older than STALE_S was left by a process that
+# died mid-build (a build takes seconds, up to minutes on a loaded machine).
+TEMPORARY = ".tmp-"
+STALE_S = 3600.0
+# A compiler error located in a file (`k.cpp:12:3: error:`, gcc and clang): the code is wrong, and
+# building it again would fail the same way, unlike a killed compiler or a full disk.
+LOCATED_ERROR = re.compile(r":\d+:\d+: (fatal )?error")
 
 # The dtype model of the generated kernels (emit/cpp.py): one floating storage dtype per call, and bools.
 ENTRY_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -38,6 +54,10 @@ ENTRY_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 class CppBuildError(RuntimeError):
     """The compiler rejected a generated kernel file: a bug in transpile, reported with the compiler's message."""
+
+
+class CacheError(RuntimeError):
+    """The cache directory cannot be trusted or written: the message says why."""
 
 
 @dataclass(frozen=True)
@@ -77,33 +97,106 @@ def cpu_identity() -> str:
     return "\n".join(sorted({line for line in cpuinfo if line.split(":")[0].strip() in wanted}))
 
 
+def private_directory(path: Path) -> Path:
+    """`path`, created with its missing parents (mode 0700) if needed; CacheError unless it is a
+    directory of this user that no one else can write, as a library loaded from it runs as us.
+
+    transpiler/engine.py checks the lint cache the same way (the runtime imports no transpile code).
+    """
+    missing = []
+    for directory in (path, *path.parents):
+        if os.path.lexists(directory):
+            break
+        missing.append(directory)
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:  # made by a concurrent process: checked below like any other
+            pass
+        except OSError as error:
+            raise CacheError(f"cannot create {directory}: {error.strerror or error}") from error
+    try:
+        status = os.stat(path)
+    except OSError as error:
+        raise CacheError(f"cannot use {path}: {error.strerror or error}") from error
+    if not stat.S_ISDIR(status.st_mode):
+        raise CacheError(f"{path} is not a directory")
+    if status.st_uid != os.geteuid():
+        raise CacheError(f"{path} belongs to another user (uid {status.st_uid})")
+    if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise CacheError(f"{path} is writable by other users (mode {stat.S_IMODE(status.st_mode):o})")
+    return path
+
+
 def build(source: Path, compiler: Compiler) -> tuple[Path, bool]:
-    """The shared library of `source` and whether it came from the cache; raises CppBuildError."""
+    """The shared library of `source` and whether it came from the cache.
+
+    Raises CppBuildError when the compiler rejects the file (now, or in an earlier process:
+    the failure is recorded), CacheError (or OSError) when the cache cannot be used.
+    """
     text = source.read_text()
     key = hashlib.sha256(
         "\0".join(
             (text, HEADER.read_text(), compiler.version, " ".join(compiler.command), *FLAGS, cpu_identity())
         ).encode()
     ).hexdigest()[:32]
-    directory = cache_directory()
+    directory = private_directory(cache_directory())
     library = directory / f"{source.stem}-{key}.so"
+    record, failure = library.with_suffix(".sha256"), library.with_suffix(".failed")
+    if failure.exists():
+        raise CppBuildError(f"{failure.read_text()}\n(recorded in {failure}: delete it to build again)")
     if library.exists():
-        return library, True
-    directory.mkdir(parents=True, exist_ok=True)
+        if _verified(library, record):
+            return library, True
+        warnings.warn(f"{library} does not match its recorded SHA-256: building it again", RuntimeWarning, stacklevel=2)
+    _clean_temporaries(directory)
     # Compile into a private temporary file, then rename: a concurrent process sees either no
-    # library or a complete one, never a half-written file.
-    handle, temporary = tempfile.mkstemp(prefix=f".{library.stem}-", suffix=".so", dir=directory)
-    os.close(handle)
+    # library or a complete one, never a half-written file. The record goes first: a library
+    # renamed in later is checked against it, one left without it is built again.
+    temporary = _temporary(directory, library, b"")
     try:
-        command = [*compiler.command, *FLAGS, f"-I{HERE}", str(source), "-o", temporary]
+        command = [*compiler.command, *FLAGS, f"-I{HERE}", str(source), "-o", str(temporary)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
-            raise CppBuildError(f"{shlex.join(command)} failed:\n{result.stderr}")
+            message = f"{shlex.join(command)} failed:\n{result.stderr}"
+            if LOCATED_ERROR.search(result.stderr):  # an error in the code, not a full disk: it would fail again
+                os.replace(_temporary(directory, failure, message.encode()), failure)
+            raise CppBuildError(message)
+        digest = hashlib.sha256(temporary.read_bytes()).hexdigest()
+        os.replace(_temporary(directory, record, digest.encode()), record)
         os.replace(temporary, library)
     finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        temporary.unlink(missing_ok=True)
     return library, False
+
+
+def _verified(library: Path, record: Path) -> bool:
+    """Whether `library`'s bytes have the SHA-256 its record holds (no record: no)."""
+    try:
+        return hashlib.sha256(library.read_bytes()).hexdigest() == record.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _temporary(directory: Path, final: Path, content: bytes) -> Path:
+    """A new file of `directory` holding `content`, to be renamed to `final` (its name says so, for `_clean_temporaries`)."""
+    handle, name = tempfile.mkstemp(prefix=f"{TEMPORARY}{final.name}-", dir=directory)
+    with os.fdopen(handle, "wb") as file:
+        file.write(content)
+    return Path(name)
+
+
+def _clean_temporaries(directory: Path) -> None:
+    """Remove temporaries that processes killed mid-build left in the cache (at most once an hour's worth old)."""
+    now = time.time()
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.startswith(TEMPORARY) and entry.is_file(follow_symlinks=False):
+                    if now - entry.stat(follow_symlinks=False).st_mtime > STALE_S:
+                        os.unlink(entry.path)
+    except OSError:  # another process cleaned it first, or the directory went away: nothing to do
+        pass
 
 
 def unsupported(tensor_dtypes: Sequence[torch.dtype], output_dtypes: Sequence[torch.dtype]) -> str | None:
@@ -145,17 +238,39 @@ class CppLibrary:
         self._kinds: dict[str, Kinds] = {}
 
     @classmethod
-    def for_file(cls, source: Path) -> CppLibrary | None:
-        """The library of a kernel file, built on first use; None (with a warning) without a compiler."""
+    def for_file(cls, source: Path) -> CppLibrary | str:
+        """The library of a kernel file, built on first use, or why its kernels take the original code.
+
+        Whatever stops the library (no compiler, a compile error, a cache that cannot be used)
+        is warned about once and remembered for the process: one build attempt per file.
+        """
         source = Path(source).resolve()
         with cls._lock:
             if source not in cls._loaded:
-                cls._loaded[source] = cls.load(source)
+                cls._loaded[source] = cls._load_or_why(source)
             return cls._loaded[source]
 
     @classmethod
+    def _load_or_why(cls, source: Path) -> CppLibrary | str:
+        try:
+            library = cls.load(source)
+        except CppBuildError as error:
+            why, detail = "the C++ kernels failed to build", str(error)
+        except CacheError as error:
+            why = detail = f"C++ kernel cache: {error}"
+        except OSError as error:  # writing the cache, reading the kernel file, or loading the library
+            why, detail = f"C++ kernel cache: {type(error).__name__}", str(error)
+        else:
+            return "no C++ compiler" if library is None else library
+        warnings.warn(f"{source.name}: {why}, the original code runs: {detail}", RuntimeWarning, stacklevel=4)
+        return why
+
+    @classmethod
     def load(cls, source: Path) -> CppLibrary | None:
-        """Build (or find in the cache) and load `source`; None, with a one-line warning, without a compiler."""
+        """Build (or find in the cache) and load `source`; None, with a one-line warning, without a compiler.
+
+        Raises CppBuildError, CacheError or OSError (see `build`); `for_file` turns them into a fallback.
+        """
         compiler = find_compiler()
         if compiler is None:
             warnings.warn(NO_COMPILER, RuntimeWarning, stacklevel=2)
