@@ -28,13 +28,21 @@ BATCH = 48  # cases per transpiled tree: a tree's transpile and C++ builds are p
 
 def run(seeds: list[int], backend: str, jobs: int, work: Path) -> list[fuzzing.Result]:
     batches = [seeds[k : k + BATCH] for k in range(0, len(seeds), BATCH)]
+    results: list[fuzzing.Result] = []
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:  # threads wait on the worker processes
-        done = pool.map(lambda b: fuzzing.run_cases([fuzzing.generate(s, backend) for s in b], backend, work), batches)
-        return [result for batch in done for result in batch]
+        futures = [pool.submit(fuzzing.run_cases, [fuzzing.generate(s, backend) for s in b], backend, work) for b in batches]
+        for future in concurrent.futures.as_completed(futures):
+            results += future.result()
+            failed = sum(r.outcome in fuzzing.FAILURES for r in results)
+            print(f"{len(results)}/{len(seeds)} cases run, {failed} failed", file=sys.stderr, flush=True)
+    return sorted(results, key=lambda r: r.program.seed)
 
 
 def minimise(failures: list[fuzzing.Result], backend: str, jobs: int, work: Path) -> list[fuzzing.Result]:
     groups = [failures[k::jobs] for k in range(jobs) if failures[k::jobs]]
+    for r in failures:
+        print(f"seed {r.program.seed}: {r.outcome}: {r.detail}", file=sys.stderr, flush=True)
+    print(f"minimising {len(failures)} failing cases", file=sys.stderr, flush=True)
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         return [r for group in pool.map(lambda g: fuzzing.minimise(g, backend, work), groups) for r in group]
 
