@@ -18,11 +18,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import ClassVar
 
 from transpiler import lowering
+from transpiler.dtypes import value_dtypes
 from transpiler.ir import Node, Operand, Region
 from transpiler.lowering import Level, RowRegion
 from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, Domain
@@ -96,6 +97,9 @@ class Names:
     # The one activation module's code (`self.act`): a template parameter ACT of the kernel, so that
     # each instantiation keeps one op and its loops vectorise; None without exactly one.
     activation: str | None = None
+    # The C++ type eager holds each value in where that can be narrower than the compute type C
+    # (`storage_types`): the kernel rounds the value to it, as eager does after every op.
+    types: dict[str, str] = field(default_factory=dict)
     SUFFIXES: ClassVar[tuple[str, ...]] = tuple(
         "_ptr _out _strides _offset _row _step _nan _block _total _saved".split()
     )
@@ -224,7 +228,39 @@ def cpp_names(region: Region, reserved: frozenset[str] = frozenset()) -> Names:
         chosen[value] = name
     codes = {node.operands[1] for node in region.nodes if node.op == ACTIVATION.name}
     activation = next(iter(codes)) if len(codes) == 1 else None
-    return Names(chosen, frozenset(item.name for item in region.scalar_inputs), activation)
+    return Names(chosen, frozenset(item.name for item in region.scalar_inputs), activation, storage_types(region))
+
+
+# The four storage types T of a kernel's floating tensors, in `by_storage`'s order (transpile_runtime.h).
+_STORAGE_ORDER = ("float32", "float64", "float16", "bfloat16")
+
+
+def storage_types(region: Region) -> dict[str, str]:
+    """Per computed value that eager may hold in a type narrower than C, that type as a C++ expression.
+
+    The kernel's floating tensors are all of one storage type T (bools aside), so each value's
+    eager dtype follows from T alone: `T` (a half region's intermediates are halves), a fixed
+    type (`half` after `x.half()`), or `by_storage<T, ...>`, one type per T. Values typed double,
+    bool, or not at all (inside a lowered reduction) are computed as they are.
+    """
+    kinds = value_kinds(region)
+    tensors = [item.name for item in region.tensor_inputs]
+    per_storage = [
+        value_dtypes(region, {t: "bool" if kinds[t] is Kind.BOOL else storage for t in tensors})
+        for storage in _STORAGE_ORDER
+    ]
+    types = {}
+    for node in region.nodes:
+        dtypes = [d[node.out] for d in per_storage]
+        if kinds[node.out] is Kind.BOOL or None in dtypes or "bool" in dtypes or set(dtypes) == {"float64"}:
+            continue
+        if dtypes == list(_STORAGE_ORDER):
+            types[node.out] = "T"
+        elif len(set(dtypes)) == 1:
+            types[node.out] = CAST_TYPES[dtypes[0]]
+        else:
+            types[node.out] = f"by_storage<T, {', '.join(CAST_TYPES[d] for d in dtypes)}>"
+    return types
 
 
 def _is_derived(name: str, values: Iterable[str]) -> bool:
@@ -286,7 +322,10 @@ def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
         template = template.replace(f"C({{{position}}})", f"{{{position}}}")  # the literal is already a C(...)
     operands = [_render_operand(node, position, names, kinds) for position in range(len(node.operands))]
     ctype = "bool" if kinds[node.out] is Kind.BOOL else "C"
-    return f"const {ctype} {names.value(node.out)} = {template.format(*operands)};"
+    value = template.format(*operands)
+    if node.out in names.types:
+        value = f"rounded<{names.types[node.out]}, C>({value})"
+    return f"const {ctype} {names.value(node.out)} = {value};"
 
 
 def _render_activation(node: Node, names: Names, kinds: dict[str, Kind]) -> str:

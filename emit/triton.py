@@ -19,6 +19,7 @@ from pathlib import Path
 
 import black
 
+from transpiler.dtypes import FLOATING, value_dtypes
 from transpiler.ir import Node, Region
 from transpiler.lowering import Pass, has_reductions, lower, passes
 from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, DTYPE_ALIASES, OpKind
@@ -68,6 +69,9 @@ class _Names:
 
     def __init__(self, region: Region, reserved: frozenset[str] = RESERVED) -> None:
         values = [i.name for i in region.inputs] + [n.out for n in region.nodes]
+        # Values that hold integers or bools when the tensor inputs do: a float function converts them first.
+        as_ints = value_dtypes(region, {i.name: "int64" for i in region.tensor_inputs})
+        self.integral = frozenset(v for v, d in as_ints.items() if d not in FLOATING)
         taken = set(values) | reserved
         self._names: dict[str, str] = {}
         for value in values:
@@ -94,6 +98,8 @@ _POWERS = {2: "{0} * {0}", 3: "{0} * {0} * {0}", 0.5: "tl.sqrt_rn({0})", -0.5: "
 
 def _expression(node: Node, names: _Names) -> str:
     operands = [render_constant(o) if i in node.constants else names[o] for i, o in enumerate(node.operands)]
+    if node.definition.int_to_float:  # torch's float functions make float32 of ints; Triton's reject them
+        operands = [f"floating({o})" if node.operands[i] in names.integral else o for i, o in enumerate(operands)]
     exponent = node.operands[1] if node.op == "pow" and 1 in node.constants and 0 not in node.constants else None
     if type(exponent) in (int, float) and exponent in _POWERS:
         return _POWERS[exponent].format(operands[0])

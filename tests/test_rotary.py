@@ -312,7 +312,7 @@ def test_kernels_read_the_input_at_the_shifted_coordinate():
     triton = render_triton_file([ROTARY_REGION], {}, "emit.runtime.triton_support")
     assert "t1 = rotate_half(q_ptr, q_offsets, offsets, q_half, mask)" in triton
     cpp = render_cpp_file([ROTARY_REGION], {}, "")
-    assert "const C t1 = rotate_half<C>(q_ptr, q_offset, index, q_half);" in cpp
+    assert "const C t1 = rounded<T, C>(rotate_half<C>(q_ptr, q_offset, index, q_half));" in cpp
 
 
 # -- a built tree: the caller's checks -----------------------------------------------------------------

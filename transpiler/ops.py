@@ -69,6 +69,8 @@ class Op:
     returns_bool: bool = False
     # Tensor operands read only for their dtype (`x.to(y.dtype)`): they take no part in the result's shape.
     dtype_operands: tuple[int, ...] = ()
+    # Integer and bool operands give a float32 result (torch's float functions: exp, sigmoid, true division).
+    int_to_float: bool = False
     # Eager may return operand 0 itself, not a new tensor (`x.float()` of a float32 x, `nn.Identity`): an
     # in-place update of the result then updates the operand too.
     may_alias: bool = False
@@ -79,15 +81,15 @@ def _unary(name: str, torch_fn: str, triton: str, cpp: str, *extra: str, domain:
     spellings = [f"torch.{torch_fn}(input)"]
     if method:
         spellings += [f"Tensor.{torch_fn}()", f"Tensor.{torch_fn}_()"]
-    return Op(name, 1, f"torch.{torch_fn}({{0}})", triton, cpp, (*spellings, *extra), domain)
+    return Op(name, 1, f"torch.{torch_fn}({{0}})", triton, cpp, (*spellings, *extra), domain, int_to_float=domain is Domain.FLOAT)
 
 
-def _binary(name: str, symbol: str | None, torch_fn: str, triton: str, cpp: str, *extra: str, domain: Domain = Domain.NUMERIC) -> Op:
+def _binary(name: str, symbol: str | None, torch_fn: str, triton: str, cpp: str, *extra: str, domain: Domain = Domain.NUMERIC, int_to_float: bool = False) -> Op:
     spellings = [f"torch.{torch_fn}(input, other)", f"Tensor.{torch_fn}(other)", f"Tensor.{torch_fn}_(other)"]
     if symbol:
         spellings.insert(0, f"a {symbol} b")
     eager = f"{{0}} {symbol} {{1}}" if symbol else f"torch.{torch_fn}({{0}}, {{1}})"
-    return Op(name, 2, eager, triton, cpp, (*spellings, *extra), domain)
+    return Op(name, 2, eager, triton, cpp, (*spellings, *extra), domain, int_to_float=int_to_float)
 
 
 def _compare(name: str, symbol: str, torch_fn: str, alias: str) -> Op:
@@ -102,7 +104,7 @@ OPS: tuple[Op, ...] = (
     _binary("add", "+", "add", "{0} + {1}", "{0} + {1}", domain=Domain.NUMERIC),
     _binary("sub", "-", "sub", "{0} - {1}", "{0} - {1}", "torch.subtract(input, other)"),
     _binary("mul", "*", "mul", "{0} * {1}", "{0} * {1}", "torch.multiply(input, other)"),
-    _binary("div", "/", "div", "{0} / {1}", "{0} / {1}", "torch.true_divide(input, other)", "torch.divide(input, other)"),
+    _binary("div", "/", "div", "{0} / {1}", "{0} / {1}", "torch.true_divide(input, other)", "torch.divide(input, other)", int_to_float=True),
     _binary("floordiv", "//", "floor_divide", "floor_divide({0}, {1})", "floor_divide({0}, {1})"),
     _binary("remainder", "%", "remainder", "remainder({0}, {1})", "remainder({0}, {1})"),
     _binary("pow", "**", "pow", "power({0}, {1})", "power({0}, {1})", domain=Domain.FLOAT),
@@ -172,7 +174,7 @@ OPS: tuple[Op, ...] = (
     Op("identity", 1, "{0}", "{0}", "{0}", ("module:torch.nn.Identity()", "module:torch.nn.Dropout(p=..., inplace=False)"), Domain.ANY,
        may_alias=True),
     # No spellings of their own: activation modules chosen at run time map to them (ACTIVATIONS below).
-    Op("quick_gelu", 1, "{0} * torch.sigmoid(1.702 * {0})", "{0} * tl.sigmoid(1.702 * {0})", "{0} * sigmoid(C(1.702) * {0})"),
+    Op("quick_gelu", 1, "{0} * torch.sigmoid(1.702 * {0})", "{0} * tl.sigmoid(1.702 * {0})", "{0} * sigmoid(C(1.702) * {0})", int_to_float=True),
     Op("relu_squared", 1, "torch.square(torch.relu({0}))", "relu({0}) * relu({0})", "relu({0}) * relu({0})"),
     # -- clamping -----------------------------------------------------------------------------
     Op("clamp", 3, "torch.clamp({0}, {1}, {2})", "clamp({0}, {1}, {2})", "clamp({0}, C({1}), C({2}))",

@@ -59,6 +59,15 @@ def widen(x):
 
 
 @triton.jit
+def floating(x):
+    """x as a floating value: integers and bools become float32, as torch's float functions take them."""
+    if x.dtype.is_floating():
+        return x
+    else:
+        return x.to(tl.float32)
+
+
+@triton.jit
 def cast(x, dtype: tl.constexpr):
     """x.to(dtype); a half or bfloat16 result is rounded to that dtype, then computed on in float32."""
     if dtype.is_fp16() or dtype.is_bf16():

@@ -1,0 +1,70 @@
+"""The dtype inference the backends round values to (transpiler/dtypes.py), against torch itself."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from transpiler.dtypes import promote, value_dtypes
+from transpiler.ir import Input, Node, Output, Region
+from transpiler.ops import CAST, OPS
+
+DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+# Constant operands as source would fold them, one of each Python type where the op takes any.
+CONSTANTS = {"addcmul": {3: 0.5}, "addcdiv": {3: 2.0}, "masked_fill": {2: -1.5}, "nan_to_num": {1: 0.0, 2: 1.0, 3: -1.0}}
+
+
+def test_promote_is_torchs():
+    for a, b in itertools.product(DTYPES, DTYPES):
+        assert promote(a, b) == str(torch.promote_types(getattr(torch, a), getattr(torch, b))).removeprefix("torch.")
+
+
+def _region(op, dtypes):
+    inputs = tuple(Input(f"v{n}", f"v{n}", True) for n in range(len(dtypes)))
+    operands, constants, names = [], [], iter(i.name for i in inputs)
+    for position in range(op.arity):
+        if position in CONSTANTS.get(op.name, {}):
+            operands.append(CONSTANTS[op.name][position])
+            constants.append(position)
+        else:
+            operands.append(next(names))
+    node = Node(op.name, tuple(operands), "out", 1, tuple(constants))
+    return Region("r", "m.py", "f", 1, 1, inputs, (node,), (Output("out", "out"),)), operands
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op.name != "identity"], ids=lambda op: op.name)
+def test_every_op_types_its_result_as_eager(op):
+    """For every op of the table and input dtypes torch accepts, the inferred dtype is the eager result's."""
+    arity = op.arity - len(CONSTANTS.get(op.name, {}))
+    checked = 0
+    for dtypes in itertools.product(("bool", "int64", "float16", "bfloat16", "float32", "float64"), repeat=arity):
+        region, operands = _region(op, dtypes)
+        tensors = {f"v{n}": torch.ones(2, dtype=getattr(torch, d)) for n, d in enumerate(dtypes)}
+        args = [repr(o) if isinstance(o, (int, float)) and not isinstance(o, str) and o not in tensors else o for o in operands]
+        try:
+            result = eval(op.eager.format(*args), {"torch": torch}, tensors)
+        except (RuntimeError, TypeError):
+            continue  # eager rejects these dtypes: the runtime falls back, nothing to round
+        inferred = value_dtypes(region, dict(zip(tensors, dtypes)))["out"]
+        assert inferred == str(result.dtype).removeprefix("torch."), (op.name, dtypes)
+        checked += 1
+    assert checked
+
+
+def test_a_narrowing_cast_holds_its_dtype_through_later_ops():
+    """`h = x.half() * 3.0; h.float() + x`: h is a half (eager rounds 1000.7 * 3.0 to 3002.0)."""
+    inputs = (Input("x", "x", True),)
+    nodes = (
+        Node(CAST.name, ("x", "float16"), "t0", 1, (1,)),
+        Node("mul", ("t0", 3.0), "h", 1, (1,)),
+        Node(CAST.name, ("h", "float32"), "t1", 2, (1,)),
+        Node("add", ("t1", "x"), "y", 2),
+    )
+    region = Region("r", "m.py", "f", 1, 2, inputs, nodes, (Output("y", "y"),))
+    assert value_dtypes(region, {"x": "float64"}) == {"x": "float64", "t0": "float16", "h": "float16", "t1": "float32", "y": "float64"}
+    # A Python scalar input keeps a floating tensor's dtype, but its int/float type decides an int tensor's.
+    scaled = Region("r", "m.py", "f", 1, 1, (Input("x", "x", True), Input("s", "self.s", False)), (Node("mul", ("x", "s"), "y", 1),), ())
+    assert value_dtypes(scaled, {"x": "bfloat16"})["y"] == "bfloat16"
+    assert value_dtypes(scaled, {"x": "int64"})["y"] is None
