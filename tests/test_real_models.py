@@ -74,6 +74,14 @@ CASES = {
         lambda: transformers.LlamaConfig(**TEXT, num_key_value_heads=2), {"LlamaForCausalLM": tokens_and_labels}
     ),
     "vit": Case(lambda: transformers.ViTConfig(**IMAGE), {"ViTModel": pixels}),
+    # A post-norm block (`h = norm(h); residual = h`): two names, one kernel output (issue 15).
+    "bart": Case(
+        lambda: transformers.BartConfig(
+            vocab_size=VOCAB, d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64,
+        ),
+        {"BartModel": tokens},
+    ),  # fmt: skip
     "resnet": Case(
         lambda: transformers.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic"),
         {"ResNetModel": pixels},

@@ -14,8 +14,10 @@ import click
 
 from transpiler.config import ConfigError, Settings, load_settings, settings_fingerprint
 from transpiler.discovery import DiscoveryError, discover
+from transpiler.writing import WriteError, check_writable, write_atomic
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process that Ctrl-C ended
 # Below this many files a progress bar only flickers.
 _PROGRESS_MIN_FILES = 200
 
@@ -130,10 +132,14 @@ def lint(
 
 
 def _guarded(run: Callable[[], int]) -> int:
-    """`run()`, with bad paths, bad configuration and internal errors turned into exit status 2."""
+    """`run()`, with bad paths, bad configuration, an output that cannot be written and internal errors turned
+    into exit status 2, and an interrupt into 130 (what was written by then is complete: writes are atomic)."""
     try:
         return run()
-    except (ConfigError, DiscoveryError) as err:
+    except KeyboardInterrupt:
+        click.echo("transpile: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except (ConfigError, DiscoveryError, WriteError) as err:
         _fail(str(err))
     except Exception as err:  # an internal error must still exit 2 with a short message
         if os.environ.get("TRANSPILE_TRACEBACK"):
@@ -232,7 +238,6 @@ def _diff(sources: dict[Path, str]) -> str:
 
 def _write_fixes(sources: dict[Path, str]) -> None:
     from transpiler.fixer import encode_source
-    from transpiler.writing import write_atomic
 
     for path, text in sources.items():
         write_atomic(path, encode_source(path, text))
@@ -323,6 +328,7 @@ def _build(sources: list[Path], out: Path, overrides: dict, fmt: str, no_cache: 
 
     settings = _settings(sources, overrides)
     layout = transpile.plan(sources, out, settings.is_excluded_entry)
+    check_writable(layout.out)  # before the work, not after it
     lint_files = _linter(settings, layout.python_files, no_cache, jobs)
     with _progress(len(layout.python_files)) as advance:
         result = transpile.build(layout, lint_files, settings.unsafe_fixes, settings.side_effects, advance, kernels)
