@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from emit.cpp import ROW_REDUCTIONS, render_cpp_file
 from emit.runtime import Kernel, Rows, broadcast, row_layout
 from emit.runtime.cpp_support import CppLibrary, find_compiler
+from tests import tolerances
+from tests.tolerances import assert_within, layer_norm_magnitude
 from tests.transpiled import shapes_of
 from transpiler.ir import Input, Node, Output, Region
 from transpiler import lowering
@@ -31,14 +33,6 @@ from transpiler.lowering import Level, lower
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C++ compiler")
 
 FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-# Against a float64 reference: one rounding of the result for half and bfloat16 (the kernel
-# computes in float32), float32's accumulated rounding for float32, a few ulp for float64.
-TOLERANCE = {
-    torch.float64: {"rtol": 1e-12, "atol": 1e-12},
-    torch.float32: {"rtol": 1e-5, "atol": 1e-6},
-    torch.float16: {"rtol": 1e-3, "atol": 1e-6},
-    torch.bfloat16: {"rtol": 8e-3, "atol": 1e-6},
-}
 BUILD_JOBS = 2
 
 
@@ -50,6 +44,10 @@ class Case:
     reference: Callable[..., tuple[torch.Tensor, ...]]  # (tensors..., scalars...) -> outputs, in region order
     # (R, dtype, transposed, generator) -> (tensors, scalars): R is the length of the reduced dim.
     inputs: Callable[..., tuple[list[torch.Tensor], list[float]]]
+    # What each output's rounding error scales with (tests/tolerances.py), from the float64
+    # (tensors, scalars, outputs), the reduced dim and the dtype computed in: a magnitude, or
+    # (magnitude, rounded) where the elementwise roundings scale with more than the output.
+    magnitudes: Callable[..., tuple[torch.Tensor, ...]]
     # A cast to float32 inside the region: float64 calls are only as precise as float32.
     rounds_to_float32: bool = False
 
@@ -93,7 +91,14 @@ def reduction_case(op: str, eager: Callable, dim: int, *constants, keepdim: bool
         inputs = rows_of((2, 3))
     else:
         inputs = lambda R, dtype, transposed, g: ([randn((2, R, 5), dtype, transposed, g, scale=3.0)], [])  # noqa: E731
-    return Case(region(name, "x", "", (node,), "y"), lambda x: (eager(x),), inputs)
+    correction = constants[0] if op in ("var", "std") else 1
+
+    def magnitudes(tensors, scalars, outputs, reduced, dtype):
+        (x,), (y,) = tensors, outputs
+        scale = tolerances.magnitude(op, x, reduced, y.unsqueeze(reduced) if keepdim is False else y, dtype, correction)
+        return (scale.squeeze(reduced) if keepdim is False else scale,)
+
+    return Case(region(name, "x", "", (node,), "y"), lambda x: (eager(x),), inputs, magnitudes)
 
 
 REDUCTION_CASES = [
@@ -128,10 +133,20 @@ def attention_case() -> Case:
         mask[1, ..., 1::3] = torch.finfo(dtype).min
         return [scores, mask], [0.125]
 
+    def magnitudes(tensors, scalars, outputs, reduced, dtype):
+        (scores, mask), (scale,), (probs,) = tensors, scalars, outputs
+        # z = scores * scale + mask, rounded to the dtype as eager holds it: an error u*|z_i| in an
+        # exponent moves p_i relatively by u*(|z_i| + sum_j p_j |z_j|) (0 where p is 0: masked columns).
+        z = scores * scale + mask
+        weighted = torch.where(probs > 0, probs * z.abs(), torch.zeros_like(probs))
+        rounded = weighted + probs * weighted.sum(-1, keepdim=True) + probs
+        return ((tolerances.magnitude("softmax", probs, reduced, probs, dtype), rounded),)
+
     return Case(
         region("scaled_masked_softmax", "scores mask", "scale", nodes, "probs"),
         lambda scores, mask, scale: (torch.softmax(scores * scale + mask, -1),),
         inputs,
+        magnitudes,
     )
 
 
@@ -151,7 +166,13 @@ def masked_fill_case() -> Case:
         region("masked_fill_softmax", "scores padding", "", nodes, "probs"),
         lambda scores, padding: (scores.masked_fill(padding, -math.inf).softmax(-1),),
         inputs,
+        _softmax_magnitude,
     )
+
+
+def _softmax_magnitude(tensors, scalars, outputs, reduced, dtype):
+    (probs,) = outputs
+    return (tolerances.magnitude("softmax", probs, reduced, probs, dtype),)
 
 
 def residual_layer_norm_case() -> Case:
@@ -169,7 +190,12 @@ def residual_layer_norm_case() -> Case:
         h = x + residual
         return h, F.layer_norm(h, (h.shape[-1],), weight, bias, 1e-5)
 
-    return Case(region("add_layer_norm", "x residual weight bias", "", nodes, "h y"), reference, inputs)
+    def magnitudes(tensors, scalars, outputs, reduced, dtype):
+        (_, _, weight, bias), (h, y) = tensors, outputs
+        # h: one rounding. y: the layer norm of h, whose own rounding (u*|h|) the mean's term covers.
+        return torch.zeros_like(h), layer_norm_magnitude(h, weight, bias, y, 1e-5)
+
+    return Case(region("add_layer_norm", "x residual weight bias", "", nodes, "h y"), reference, inputs, magnitudes)
 
 
 def rms_norm_case() -> Case:
@@ -193,7 +219,12 @@ def rms_norm_case() -> Case:
         variance = hidden.pow(2).mean(-1, keepdim=True)
         return (weight * (hidden * torch.rsqrt(variance + eps)).to(x.dtype),)
 
-    return Case(region("rms_norm", "x weight", "eps", nodes, "out"), reference, inputs, rounds_to_float32=True)
+    def magnitudes(tensors, scalars, outputs, reduced, dtype):
+        # A mean of squares (non-negative: relative error), under a square root: relative on the
+        # output; rounded to x's dtype before the weight multiplies it.
+        return ((2 * outputs[0].abs(), outputs[0].abs()),)
+
+    return Case(region("rms_norm", "x weight", "eps", nodes, "out"), reference, inputs, magnitudes, rounds_to_float32=True)
 
 
 def statistics_case() -> Case:
@@ -205,10 +236,17 @@ def statistics_case() -> Case:
         Node("amin", ("x", -1, False), "smallest", 2, (1, 2)),
         Node("sub", ("largest", "smallest"), "spread", 3),
     )
+    def magnitudes(tensors, scalars, outputs, reduced, dtype):
+        total, largest, spread = outputs
+        # A sum of squares (non-negative: relative), each rounded to the dtype as eager holds it;
+        # the maximum is exact, the spread one rounding.
+        return (total.abs(), total.abs()), torch.zeros_like(largest), torch.zeros_like(spread)
+
     return Case(
         region("row_statistics", "x", "", nodes, "total largest spread"),
         lambda x: ((x * x).sum(-1), x.amax(-1), x.amax(-1) - x.amin(-1)),
         rows_of((7,)),
+        magnitudes,
     )
 
 
@@ -222,10 +260,20 @@ def normalise_case() -> Case:
         Node("div", ("centered", "guarded"), "z", 2),
         Node("mul", ("z", "gain"), "out", 2),
     )
+    def magnitudes(tensors, scalars, outputs, reduced, dtype):
+        ((x,), (gain,), (out,)) = tensors, scalars, outputs
+        # The mean's absolute error, scaled by gain / (std + eps), and std's relative error on out.
+        guarded = x.std(-1, keepdim=True) + 1e-3
+        mean_error = abs(gain) * x.abs().sum(-1, keepdim=True) / x.shape[-1] / guarded
+        # Eager rounds the mean, the deviation, std and the quotient to the dtype: the mean's
+        # rounding is absolute (u*|mean|), the others relative on out.
+        return ((mean_error + 2 * out.abs(), mean_error + 2 * out.abs()),)
+
     return Case(
         region("standardise", "x", "gain", nodes, "out"),
         lambda x, gain: ((x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-3) * gain,),
         lambda R, dtype, transposed, g: ([randn((4, 2, R), dtype, transposed, g)], [1.5]),
+        magnitudes,
     )
 
 
@@ -244,10 +292,16 @@ def awkward_names_case() -> Case:
         return store, row - store, (row - store).amax(-1, keepdim=True)
 
     def inputs(R, dtype, transposed, g):
-        # Small values: `block` cancels the row's sum, whose float32 rounding would otherwise exceed atol.
         return [randn((2, 3, R), dtype, transposed, g, scale=0.1), randn((3, R), dtype, False, g)], []
 
-    return Case(region("awkward_names", "R col", "", nodes, "store block R_row"), reference, inputs)
+    def magnitudes(tensors, scalars, outputs, reduced, dtype):
+        # `store` sums the row, whose terms are rounded to the dtype as eager holds them; `block`
+        # and its maximum carry that sum's error.
+        R, col = tensors
+        row_sum = (R * col).abs().sum(-1, keepdim=True)
+        return ((row_sum, row_sum),) * 3
+
+    return Case(region("awkward_names", "R col", "", nodes, "store block R_row"), reference, inputs, magnitudes)
 
 
 CASES = {
@@ -313,17 +367,28 @@ def run(libraries, case: Case, tensors: list[torch.Tensor], scalars: list) -> tu
     return outputs
 
 
-def check(libraries, case: Case, tensors, scalars, tolerance=None) -> tuple[torch.Tensor, ...]:
-    """The kernel's outputs equal the float64 reference within the dtype's tolerance (shapes and dtypes exactly)."""
+def check(libraries, case: Case, tensors, scalars) -> tuple[torch.Tensor, ...]:
+    """The kernel's outputs equal the float64 reference within their error bounds (shapes and dtypes exactly)."""
     actual = run(libraries, case, tensors, scalars)
-    eager = case.reference(*tensors, *scalars)
-    wide = case.reference(*(t.double() if t.is_floating_point() else t for t in tensors), *scalars)
-    for got, want, exact in zip(actual, wide, eager, strict=True):
-        assert got.dtype == exact.dtype and got.shape == exact.shape
-        precise = torch.float32 if case.rounds_to_float32 and got.dtype == torch.float64 else got.dtype
-        limits = tolerance or TOLERANCE[precise]
-        torch.testing.assert_close(got.double(), want.double(), equal_nan=True, **limits)
+    assert_matches(case, tensors, scalars, actual)
     return actual
+
+
+def assert_matches(case: Case, tensors, scalars, actual) -> None:
+    """`actual` (a call's outputs) against the float64 reference, within each output's error bound."""
+    eager = case.reference(*tensors, *scalars)
+    wide_tensors = [t.double() if t.is_floating_point() else t for t in tensors]
+    wide = case.reference(*wide_tensors, *scalars)
+    shape = broadcast([t.shape for t in tensors])
+    reduced = lower(case.region).dim % len(shape)
+    dtype = next(t.dtype for t in tensors if t.is_floating_point())
+    computed_in = torch.float32 if case.rounds_to_float32 and dtype == torch.float64 else dtype
+    magnitudes = case.magnitudes(wide_tensors, scalars, wide, reduced, computed_in)
+    for got, want, exact, scale in zip(actual, wide, eager, magnitudes, strict=True):
+        assert got.dtype == exact.dtype and got.shape == exact.shape
+        scale, rounded = scale if isinstance(scale, tuple) else (scale, None)
+        dtype = computed_in if got.dtype == torch.float64 else got.dtype
+        assert_within(got, want, shape[reduced], scale, dtype, rounded)
 
 
 def generator(seed: int = 0) -> torch.Generator:
@@ -426,8 +491,7 @@ def test_through_the_runtime(libraries, kernel_files, keepdim):
     )
     outputs = kernel(*tensors)
     assert dict(kernel.counts) == {"cpp": 1}
-    for got, want in zip(outputs, case.reference(*tensors), strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert_matches(case, tensors, [], outputs)
 
 
 def test_rendered_kernel_reads_like_the_source(kernel_files):
@@ -446,3 +510,34 @@ def test_rendered_kernel_reads_like_the_source(kernel_files):
 
 def test_every_row_reduction_is_rendered():
     assert set(ROW_REDUCTIONS) == lowering.ROW_REDUCTIONS
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+@pytest.mark.parametrize("name", ["sum_dim2_keep1", "mean_dim1_keep1", "var_dim2_keep1", "softmax_dim1", "add_layer_norm"])
+def test_the_bounds_catch_a_dropped_element(libraries, name, dtype):
+    """The error bounds still catch a real bug: every row's reduction leaving out its first element.
+
+    The kernel runs on the rows without column 0; element outputs get eager's own value in that
+    column, so that only the reduction is wrong. Rows of 300 (the longest `test_matches_eager` checks)
+    in float32 and float64; of 64 in the half dtypes, where one value of 300 moves a variance by
+    less than bfloat16's resolution (2**-8).
+    """
+    case = CASES[name]
+    tensors, scalars = case.inputs(300 if dtype in (torch.float32, torch.float64) else 64, dtype, False, generator(9))
+    shape = broadcast([t.shape for t in tensors])
+    reduced = lower(case.region).dim % len(shape)
+    kept = torch.arange(1, shape[reduced])
+
+    def without_column_0(t: torch.Tensor) -> torch.Tensor:
+        dim = reduced - (len(shape) - t.dim())
+        return t.index_select(dim, kept) if dim >= 0 and t.shape[dim] == shape[reduced] else t
+
+    buggy = run(libraries, case, [without_column_0(t) for t in tensors], scalars)
+    outputs = []
+    for wrong, eager in zip(buggy, case.reference(*tensors, *scalars), strict=True):
+        if wrong.shape != eager.shape:  # an element output: eager's value in column 0, the buggy kernel's elsewhere
+            wrong = eager.clone().index_copy_(reduced, kept, wrong)
+        outputs.append(wrong)
+    with pytest.raises(AssertionError, match="beyond the bound"):
+        assert_matches(case, tensors, scalars, outputs)
+    assert_matches(case, tensors, scalars, run(libraries, case, tensors, scalars))  # the kernel itself passes
