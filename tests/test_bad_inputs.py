@@ -109,10 +109,10 @@ def run_side_by_side(src: Path, out: Path, names: list[str], tmp_path: Path) -> 
 
 
 def kernel_paths(counters: dict) -> dict[str, set[str]]:
-    """Per source file named in the counters, the paths its kernels ran on."""
+    """Per source file named in the counters (by its name), the paths its kernels ran on."""
     paths: dict[str, set[str]] = {}
     for kernel, counts in counters.items():
-        source = kernel.split(" (", 1)[1].rsplit(":", 1)[0]
+        source = Path(kernel.split(" (", 1)[1].rsplit(":", 1)[0]).name
         paths.setdefault(source, set()).update(counts)
     return paths
 
@@ -145,7 +145,7 @@ def test_coding_cookie_and_shebang_stay_first_and_crlf_is_kept(cli, tmp_path):
     assert b"fused_" in windows and windows.count(b"\n") == windows.count(b"\r\n") > 10
     ran = run_side_by_side(src, out, ["latin.py", "script.py", "windows.py"], tmp_path)
     assert all(ran["equal"].values()), ran
-    assert kernel_paths(ran["counters"]) == {str(src / n): {"cpp"} for n in ("latin.py", "script.py", "windows.py")}
+    assert kernel_paths(ran["counters"]) == {n: {"cpp"} for n in ("latin.py", "script.py", "windows.py")}
     # The output used as input again is recognised as generated (after its cookie) and copied as it is.
     again = cli("build", out, "-o", tmp_path / "again")
     assert again.code == 0, again.err + again.out
@@ -174,7 +174,7 @@ def test_file_names_that_are_no_identifiers_get_kernel_modules_that_are(cli, tmp
     assert "from ._my_model_3_kernels import" in (out / "my-model.py").read_text()
     ran = run_side_by_side(src, out, ["my-model.py", "my model.py"], tmp_path)
     assert all(ran["equal"].values()), ran
-    assert kernel_paths(ran["counters"]) == {str(src / n): {"cpp"} for n in ("my-model.py", "my model.py")}
+    assert kernel_paths(ran["counters"]) == {n: {"cpp"} for n in ("my-model.py", "my model.py")}
 
 
 # --- settings ------------------------------------------------------------------------
@@ -278,3 +278,137 @@ def test_a_directory_that_cannot_be_listed_is_reported_and_its_earlier_output_ke
     assert (tmp_path / "out" / "locked" / "inner.py").read_bytes() == written
     assert (tmp_path / "out" / "open" / "data.txt").read_bytes() == b"x\n"
     assert snapshot(src) == before
+
+
+# --- interrupts, kills and temporary files --------------------------------------------
+
+
+def test_an_interrupt_exits_130_and_leaves_what_it_wrote_listed(cli, tmp_path, monkeypatch):
+    """Ctrl-C while the build writes (raised in-process where the build copies a data file): exit 130, not 1
+    (the "findings left" status). The runtime is written before the modules that import it, every file written
+    is complete and listed in OUT's journal, no temporary file is left, and the next run reads the journal as
+    the manifest of the interrupted one: an output of a source deleted since is removed as stale."""
+    from transpiler import transpile
+
+    src = write(
+        tmp_path / "src", {"keep.py": MODEL.encode(), "model.py": MODEL.encode(), "old.py": b"x = 1\n", "z_data.txt": b"data\n"}
+    )
+    before = snapshot(src)
+
+    def interrupted(source, target):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(transpile, "_copy_if_changed", interrupted)
+        result = cli("build", "src", "-o", "out")
+    assert (result.code, result.err) == (130, "transpile: interrupted\n")
+    out = tmp_path / "out"
+    assert snapshot(src) == before
+    assert not (out / transpile.MANIFEST).exists() and not list(out.rglob("*.tmp"))
+    listed = {json.loads(line)[0] for line in (out / transpile.JOURNAL).read_text().splitlines()}
+    assert {"model.py", "_model_kernels.py", "_transpile_runtime/__init__.py"} <= listed
+    assert "fused_" in (out / "model.py").read_text() and (out / "_transpile_runtime" / "__init__.py").is_file()
+    assert "old.py" not in listed  # copied unchanged: the step interrupted first, in path order
+    (src / "model.py").unlink()
+    again = cli("build", "src", "-o", "out")
+    assert again.code == 0, again.err
+    assert "Removed 4 stale files an earlier run wrote." in again.out  # model.py and its three kernel files
+    assert not (out / "model.py").exists() and not (out / transpile.JOURNAL).exists()
+    assert (out / transpile.MANIFEST).is_file() and (out / "z_data.txt").read_bytes() == b"data\n"
+
+
+def test_sigint_in_a_real_process_exits_130_with_nothing_half_written(tmp_path):
+    """SIGINT to a real build, sent as soon as the output directory appears (the lint of the tree is then
+    still running): exit 130 with one line on stderr, no traceback, no temporary file, and no manifest
+    (nothing was written), whichever step it stopped."""
+    import signal
+    import time
+
+    src = write(tmp_path / "src", {f"p{n}/model.py": PRINT_MODEL * 20 for n in range(60)})
+    before = snapshot(src)
+    env = {**os.environ, "TRANSPILE_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        [*CLI, "build", "--no-kernels", "--no-cache", "src", "-o", "out"], cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "out").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert (proc.returncode, stderr, stdout) == (130, "transpile: interrupted\n", "")
+    assert not list((tmp_path / "out").rglob("*.tmp")) and not (tmp_path / "out" / ".transpile-manifest.json").exists()
+    assert snapshot(src) == before
+
+
+def test_temporary_files_a_killed_run_left_are_removed_and_nothing_else(cli, tmp_path):
+    """SIGKILL between creating a temporary file and renaming it leaves `.<name>.transpile-<pid>-*.tmp`; the
+    next build removes those whose process is gone, and keeps a live process's, and every file it did not
+    name so (another tool's `.tmp` files, the user's)."""
+    src = write(tmp_path / "src", {"model.py": PRINT_MODEL})
+    assert cli("build", "--no-kernels", "src", "-o", "out").code == 0
+    out = tmp_path / "out"
+    killed = subprocess.run(
+        [sys.executable, "-c", "import os, signal, sys; from pathlib import Path; from transpiler.writing import _temporary;"
+         " _temporary(Path(sys.argv[1])); os.kill(os.getpid(), signal.SIGKILL)", str(out / "model.py")],
+        cwd=ROOT,
+    )
+    assert killed.returncode == -9
+    (left,) = out.glob(".model.py.transpile-*.tmp")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        alive = out / f".model.py.transpile-{sleeper.pid}-abcdefgh.tmp"
+        others = [out / ".model.py.abcdefgh.tmp", out / "notes.tmp", out / ".x.transpile-12-a.tmp.bak"]
+        for path in (alive, *others):
+            path.write_bytes(b"not ours to delete")
+        before = snapshot(src)
+        assert cli("build", "--no-kernels", "src", "-o", "out").code == 0
+        assert not left.exists()
+        assert all(path.read_bytes() == b"not ours to delete" for path in (alive, *others))
+        assert snapshot(src) == before
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+# --- an output that cannot be written, a path that loops -----------------------------
+
+
+def test_an_output_that_cannot_be_written_is_a_usage_error_naming_it(cli, tmp_path, monkeypatch):
+    """A read-only OUT was "internal error: PermissionError". The tests run as root, whom read-only modes do
+    not stop, so creating files in the read-only directory is made to fail in-process (tempfile.mkstemp raises
+    PermissionError there, as it does for a user without write permission). A file where OUT's parent
+    directory must be is real, and fails the same way."""
+    import tempfile
+
+    src = write(tmp_path / "src", {"model.py": PRINT_MODEL, "sub/data.txt": b"x\n"})
+    before = snapshot(src)
+    (tmp_path / "file").write_bytes(b"")
+    result = cli("build", "src", "-o", "file/out")
+    assert (result.code, result.err) == (2, "transpile: error: cannot write into file/out: Not a directory\n")
+    mkstemp = tempfile.mkstemp
+    read_only = {tmp_path / "out"}
+
+    def refusing(*args, dir=None, **kwargs):
+        if Path(os.path.abspath(dir)) in read_only:
+            raise PermissionError(13, "Permission denied", str(dir))
+        return mkstemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", refusing)
+    result = cli("build", "src", "-o", "out")
+    assert (result.code, result.err) == (2, "transpile: error: cannot write into out: Permission denied\n")
+    # A subdirectory that turns out read-only while writing: the error names the file.
+    read_only = {tmp_path / "out" / "sub"}
+    result = cli("build", "src", "-o", "out")
+    assert (result.code, result.err) == (2, "transpile: error: cannot write out/sub/data.txt: Permission denied\n")
+    assert (tmp_path / "out" / "model.py").is_file()  # written before it, complete
+    assert snapshot(src) == before
+
+
+@pytest.mark.parametrize("command", [["lint"], ["build", "-o", "out"]])
+def test_a_symlink_loop_named_on_the_command_line_says_so(cli, tmp_path, command):
+    (tmp_path / "loop.py").symlink_to("loop.py")
+    result = cli(*command, "loop.py")
+    assert (result.code, result.err) == (2, "transpile: error: loop.py: symlink loop (a symbolic link that leads back to itself)\n")
+    missing = cli(*command, "missing.py")
+    assert (missing.code, missing.err) == (2, "transpile: error: missing.py: No such file or directory\n")

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from transpiler import engine, transpile
+from transpiler import engine, transpile, writing
 from transpiler.cli import main
 from transpiler.diagnostics import Diagnostic, Fix
 
@@ -218,8 +218,8 @@ def test_a_failed_copy_leaves_neither_a_temporary_nor_a_half_file(tmp_path, monk
         Path(b).write_text("ne")
         raise OSError("disk full")
 
-    monkeypatch.setattr(transpile.shutil, "copy2", broken_copy)
-    with pytest.raises(OSError, match="disk full"):
+    monkeypatch.setattr(writing.shutil, "copy2", broken_copy)
+    with pytest.raises(writing.WriteError, match="disk full"):
         transpile._copy_if_changed(src / "data.txt", dst)
     assert dst.read_text() == "old\n"
     assert [p.name for p in dst.parent.iterdir()] == ["data.txt"]

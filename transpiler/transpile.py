@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -29,9 +27,12 @@ from transpiler.fixer import SideEffects, encode_source, fix_project, read_sourc
 from transpiler.imports import ImportRewrite, plan_imports, shared_module_text, shared_modules
 from transpiler.ir import Region
 from transpiler.rule import REGISTRY
-from transpiler.writing import write_atomic
+from transpiler.writing import copy_atomic, remove_stale_temporaries, write_atomic
 
 MANIFEST = ".transpile-manifest.json"
+# What a run wrote, one JSON line per file as it is written: the list a run interrupted or killed before it
+# writes its manifest leaves for the next one (`_Written`).
+JOURNAL = ".transpile-journal"
 _MANIFEST_VERSION = 1
 
 # lint(overlay, advance) -> diagnostics: lints the planned Python files, reading the
@@ -84,7 +85,7 @@ def plan(sources: list[Path], out: Path, is_excluded_entry: Callable[[Path], boo
             raise LayoutError(f"source {src} is inside the output directory {out}; choose an output outside it")
         if src.is_dir():
             # The manifest and reports of an earlier output used as input are ours, not the user's.
-            ours = {src / MANIFEST, src / "transpile-report.html", src / "transpile-report.json"}
+            ours = {src / MANIFEST, src / JOURNAL, src / "transpile-report.html", src / "transpile-report.json"}
             found = tree_files(src, is_excluded_entry)
             skipped.update((out / s.path.relative_to(src), s) for s in found.skipped)
             mapped = [(f, out / f.relative_to(src)) for f in found.files if f not in ours]
@@ -152,6 +153,7 @@ def build(
 ) -> BuildResult:
     """Fix the Python files of `layout` in memory, compile their regions into kernels (unless
     `kernels` is False), then write every file under `layout.out`."""
+    remove_stale_temporaries(layout.out)  # what a killed run left
     rounds: list[list[Diagnostic]] = []
 
     def lint_round(overlay: Mapping[Path, bytes]) -> list[Diagnostic]:
@@ -168,7 +170,7 @@ def build(
         imports=imports.rewrites,
     )
     previous = _read_manifest(layout.out)
-    written: dict[str, tuple[int, int]] = {}
+    written = _Written(layout.out)
     output_of: dict[str, str] = {}
     errors: list[Diagnostic] = []
     for dst, skipped in sorted(layout.skipped.items()):
@@ -178,6 +180,14 @@ def build(
         rel = dst.relative_to(layout.out).as_posix()
         written.update((r, signature) for r, signature in previous.items() if r == rel or r.startswith(f"{rel}/"))
     compiled = _compile(layout, sources) if kernels else {}
+    if compiled:  # first: a run interrupted while writing modules leaves the runtime they import
+        from emit.module import RUNTIME, runtime_files
+
+        for name, data in runtime_files():
+            target = layout.out / RUNTIME / name
+            _write_if_changed(target, data, like=None)
+            written[target.relative_to(layout.out).as_posix()] = _signature(target)
+            result.kernel_files.append(target)
     shared = shared_modules(layout.depths, {*compiled, *fixed.sources})  # imported from the original package
     for dst, src in sorted(layout.files.items()):
         rel = dst.relative_to(layout.out).as_posix()
@@ -216,14 +226,6 @@ def build(
     result.found = [d for d in result.found if not (d.code == "TP902" and d.path in unreadable)] + errors
     kept = [d for d in fixed.remaining if not (d.code == "TP902" and d.path in unreadable)]
     result.remaining = [replace(d, path=output_of.get(d.path, d.path)) for d in kept] + errors
-    if compiled:
-        from emit.module import RUNTIME, runtime_files
-
-        for name, data in runtime_files():
-            target = layout.out / RUNTIME / name
-            _write_if_changed(target, data, like=None)
-            written[target.relative_to(layout.out).as_posix()] = _signature(target)
-            result.kernel_files.append(target)
     from transpiler.report import write_report
 
     texts = {src: text for src, (_, _, text) in compiled.items()}
@@ -233,6 +235,7 @@ def build(
     result.removed = _remove_stale(layout.out, previous, written)
     manifest = {"tool": "transpile", "version": _MANIFEST_VERSION, "files": written}
     write_atomic(layout.out / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    written.journal.unlink(missing_ok=True)
     return result
 
 
@@ -309,15 +312,7 @@ def _copy_if_changed(src: Path, dst: Path) -> None:
     source, target = src.stat(), _stat(dst)
     if target is not None and (target.st_size, target.st_mtime_ns) == (source.st_size, source.st_mtime_ns):
         return
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copy2(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    copy_atomic(src, dst)
 
 
 def _stat(path: Path) -> os.stat_result | None:
@@ -332,15 +327,42 @@ def _signature(path: Path) -> tuple[int, int]:
     return stat.st_size, stat.st_mtime_ns
 
 
+class _Written(dict):
+    """The files this run wrote, relative path -> (size, mtime). Each one recorded is also appended to OUT's
+    journal, so that a run interrupted or killed before it writes its manifest leaves the list of what it
+    wrote: the next run reads it with the manifest, and deletes what turns out stale."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__()
+        self.journal = out / JOURNAL
+
+    def __setitem__(self, rel: str, signature: tuple[int, int]) -> None:
+        super().__setitem__(rel, signature)
+        with open(self.journal, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps([rel, *signature]) + "\n")
+
+
 def _read_manifest(out: Path) -> dict[str, tuple[int, int]]:
-    """The files the previous run wrote (empty when there is no readable manifest)."""
+    """The files earlier runs wrote: the manifest of the last complete one, then the journal of any
+    interrupted since (empty when neither can be read)."""
+    files = {}
     try:
         manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-        if manifest.get("tool") != "transpile" or manifest.get("version") != _MANIFEST_VERSION:
-            return {}
-        return {str(rel): (int(size), int(mtime)) for rel, (size, mtime) in manifest["files"].items()}
+        if manifest.get("tool") == "transpile" and manifest.get("version") == _MANIFEST_VERSION:
+            files = {str(rel): (int(size), int(mtime)) for rel, (size, mtime) in manifest["files"].items()}
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return {}
+        pass
+    try:
+        journal = (out / JOURNAL).read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError):
+        journal = []
+    for line in journal:
+        try:
+            rel, size, mtime = json.loads(line)
+            files[str(rel)] = (int(size), int(mtime))
+        except (ValueError, TypeError):
+            continue  # the last line of a killed run may be cut off
+    return files
 
 
 def _remove_stale(out: Path, previous: Mapping[str, tuple[int, int]], written: Mapping[str, tuple[int, int]]) -> list[Path]:
