@@ -135,11 +135,8 @@ def attention_case() -> Case:
 
     def magnitudes(tensors, scalars, outputs, reduced, dtype):
         (scores, mask), (scale,), (probs,) = tensors, scalars, outputs
-        # z = scores * scale + mask, rounded to the dtype as eager holds it: an error u*|z_i| in an
-        # exponent moves p_i relatively by u*(|z_i| + sum_j p_j |z_j|) (0 where p is 0: masked columns).
-        z = scores * scale + mask
-        weighted = torch.where(probs > 0, probs * z.abs(), torch.zeros_like(probs))
-        rounded = weighted + probs * weighted.sum(-1, keepdim=True) + probs
+        # z = scores * scale + mask is rounded to the dtype as eager holds it.
+        rounded = tolerances.softmax_rounded(probs, scores * scale + mask)
         return ((tolerances.magnitude("softmax", probs, reduced, probs, dtype), rounded),)
 
     return Case(

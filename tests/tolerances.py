@@ -106,12 +106,15 @@ def assert_within(
     magnitude: torch.Tensor,
     dtype: torch.dtype | None = None,
     rounded: torch.Tensor | None = None,
+    final_rounding: float = 1.0,
 ) -> None:
     """`actual` against the float64 `expected` of a reduction over n values, within the bound above.
 
     `dtype`: the format the kernel computed in when it is not `actual`'s (a float64 call of a region
     that casts to float32 is only as precise as float32). `rounded`: what the elementwise roundings
     scale with, where not |expected| (an intermediate stored in a half dtype, then normalised).
+    `final_rounding`: the error of the result's rounding to its dtype, in units of u_out (1: to
+    nearest; 2: truncated, a whole ulp).
     """
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     dtype = dtype or actual.dtype
@@ -122,7 +125,7 @@ def assert_within(
     finite = torch.isfinite(want)
     u_out = unit_roundoff(dtype)
     bound = gamma(n + ROUNDINGS, dtype) * magnitude.double().cpu() + (
-        ROUNDINGS * accumulation_roundoff(dtype) + u_out
+        ROUNDINGS * accumulation_roundoff(dtype) + final_rounding * u_out
     ) * want.abs()
     if rounded is not None:
         bound = bound + ROUNDINGS * u_out * rounded.double().cpu()
@@ -140,3 +143,11 @@ def assert_within(
         f"against {want.flatten()[worst].item()!r}, error {error.flatten()[worst].item():.3g} > bound "
         f"{bound.flatten()[worst].item():.3g} (n={n}, {dtype})"
     )
+
+
+def softmax_rounded(probs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """What softmax(z) moves by, per unit u_out, when each z_i carries a rounding error u_out*|z_i|:
+    p_i changes relatively by |z_i| + sum_j p_j |z_j| (0 where p is 0: masked columns), and by its
+    own rounding."""
+    weighted = torch.where(probs > 0, probs * z.abs(), torch.zeros_like(probs))
+    return weighted + probs * weighted.sum(-1, keepdim=True) + probs
