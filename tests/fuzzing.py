@@ -117,8 +117,7 @@ class Program:
 
     def source(self) -> str:
         """The class, attributes the forward does not read left out."""
-        lines = [l for s in self.body for l in [s.line()]]
-        text = "\n".join(lines)
+        text = "\n".join(s.line() for s in self.body)
         used = [init for attr, init in self.attrs if f"self.{attr}" in text]
         params = ", ".join(["self", *(i.name for i in self.inputs)])
         out = [f"class {self.name}(nn.Module):"]
@@ -534,13 +533,11 @@ class _Drawer:
                     continue
                 raising = True  # kept: eager raises, and so must the transpiled module
             self.body.append(stmt)
-        results = [n for n in self.tensors() if n not in self.inputs_names]
         last = next((s.target for s in reversed(self.body) if s.target and not s.target.startswith("dtype")), None)
         returns = [last or self.inputs_names[0]]
         extra = [n for n in self.tensors() if n not in returns]
         if extra and self.rng.random() < 0.35:
             returns += self.rng.sample(extra, min(len(extra), self.rng.randint(1, 2)))
-        del results
         return Program(self.seed, inputs, tuple(self.attrs), tuple(self.body), tuple(returns), self.rng.random() < 0.3)
 
 
