@@ -15,6 +15,7 @@ file again. Any error of the cache makes the kernels fall back, with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -132,7 +133,8 @@ def build(source: Path, compiler: Compiler) -> tuple[Path, bool]:
     """The shared library of `source` and whether it came from the cache.
 
     Raises CppBuildError when the compiler rejects the file (now, or in an earlier process:
-    the failure is recorded), CacheError (or OSError) when the cache cannot be used.
+    the failure is recorded), CacheError when the cache cannot be used, OSError when the
+    kernel file cannot be read.
     """
     text = source.read_text()
     key = hashlib.sha256(
@@ -153,18 +155,24 @@ def build(source: Path, compiler: Compiler) -> tuple[Path, bool]:
     # Compile into a private temporary file, then rename: a concurrent process sees either no
     # library or a complete one, never a half-written file. The record goes first: a library
     # renamed in later is checked against it, one left without it is built again.
-    temporary = _temporary(directory, library, b"")
+    try:
+        temporary = _temporary(directory, library, b"")
+    except OSError as error:
+        raise CacheError(f"cannot write in {directory}: {error.strerror or error}") from error
     try:
         command = [*compiler.command, *FLAGS, f"-I{HERE}", str(source), "-o", str(temporary)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             message = f"{shlex.join(command)} failed:\n{result.stderr}"
             if LOCATED_ERROR.search(result.stderr):  # an error in the code, not a full disk: it would fail again
-                os.replace(_temporary(directory, failure, message.encode()), failure)
+                with contextlib.suppress(OSError):  # unrecorded, the next process tries once more
+                    os.replace(_temporary(directory, failure, message.encode()), failure)
             raise CppBuildError(message)
         digest = hashlib.sha256(temporary.read_bytes()).hexdigest()
         os.replace(_temporary(directory, record, digest.encode()), record)
         os.replace(temporary, library)
+    except OSError as error:
+        raise CacheError(f"cannot write in {directory}: {error.strerror or error}") from error
     finally:
         temporary.unlink(missing_ok=True)
     return library, False
@@ -258,8 +266,8 @@ class CppLibrary:
             why, detail = "the C++ kernels failed to build", str(error)
         except CacheError as error:
             why = detail = f"C++ kernel cache: {error}"
-        except OSError as error:  # writing the cache, reading the kernel file, or loading the library
-            why, detail = f"C++ kernel cache: {type(error).__name__}", str(error)
+        except OSError as error:  # reading the kernel file, or loading the library
+            why, detail = f"the C++ kernels cannot be loaded ({type(error).__name__})", str(error)
         else:
             return "no C++ compiler" if library is None else library
         warnings.warn(f"{source.name}: {why}, the original code runs: {detail}", RuntimeWarning, stacklevel=4)
