@@ -26,8 +26,8 @@ static void fused_mul_add(
     const C _rotate_half = static_cast<C>(_rotate_half_ptr[_rotate_half_offset]);
     const C q = static_cast<C>(q_ptr[q_offset]);
     // line 33: q = q + 0.1 * rotate_half(q)  # a toy rotary embedding, via the cross-file helper
-    const C t0 = C(0.1) * _rotate_half;
-    const C q_1 = q + t0;
+    const C t0 = rounded<T, C>(C(0.1) * _rotate_half);
+    const C q_1 = rounded<T, C>(q + t0);
     // Store the outputs.
     store(q_1_out, index, q_1);
   };

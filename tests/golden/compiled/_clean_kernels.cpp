@@ -26,8 +26,8 @@ static void fused_silu(
     const C gate = static_cast<C>(gate_ptr[gate_offset]);
     const C up = static_cast<C>(up_ptr[up_offset]);
     // line 45: h = F.silu(gate) * up
-    const C t0 = gate * sigmoid(gate);
-    const C h = t0 * up;
+    const C t0 = rounded<T, C>(gate * sigmoid(gate));
+    const C h = rounded<T, C>(t0 * up);
     // Store the outputs.
     store(h_out, index, h);
   };
@@ -84,7 +84,7 @@ static void fused_sum_clamp_min(
         const C x = static_cast<C>(x_row[col * x_step]);
         const C weights = static_cast<C>(weights_row[col * weights_step]);
         // line 62: total = (x * weights).sum(dim=1)
-        const C t0 = x * weights;
+        const C t0 = rounded<T, C>(x * weights);
         total_block += t0;
         t1_block += weights;
       }
@@ -153,10 +153,10 @@ static void fused_rotary(
     const C cos = static_cast<C>(cos_ptr[cos_offset]);
     const C sin = static_cast<C>(sin_ptr[sin_offset]);
     // line 91: q = (q * cos) + (rotate_half(q) * sin)
-    const C t0 = q * cos;
-    const C t1 = rotate_half<C>(q_ptr, q_offset, index, q_half);
-    const C t2 = t1 * sin;
-    const C q_1 = t0 + t2;
+    const C t0 = rounded<T, C>(q * cos);
+    const C t1 = rounded<T, C>(rotate_half<C>(q_ptr, q_offset, index, q_half));
+    const C t2 = rounded<T, C>(t1 * sin);
+    const C q_1 = rounded<T, C>(t0 + t2);
     // Store the outputs.
     store(q_1_out, index, q_1);
   };
@@ -208,10 +208,10 @@ static void fused_rotary_2(
     const C cos = static_cast<C>(cos_ptr[cos_offset]);
     const C sin = static_cast<C>(sin_ptr[sin_offset]);
     // line 92: k = (k * cos) + (rotate_half(k) * sin)
-    const C t0 = k * cos;
-    const C t1 = rotate_half<C>(k_ptr, k_offset, index, k_half);
-    const C t2 = t1 * sin;
-    const C k_1 = t0 + t2;
+    const C t0 = rounded<T, C>(k * cos);
+    const C t1 = rounded<T, C>(rotate_half<C>(k_ptr, k_offset, index, k_half));
+    const C t2 = rounded<T, C>(t1 * sin);
+    const C k_1 = rounded<T, C>(t0 + t2);
     // Store the outputs.
     store(k_1_out, index, k_1);
   };
@@ -286,7 +286,7 @@ static void fused_layer_norm(
         const C attn = static_cast<C>(attn_row[col * attn_step]);
         const C x = static_cast<C>(x_row[col * x_step]);
         // line 94: h = attn + x
-        const C h = attn + x;
+        const C h = rounded<T, C>(attn + x);
         h_saved[col] = h;
         row_sum0_block += h;
       }

@@ -23,14 +23,14 @@ static void fused_tanh(
     // Load the inputs.
     const C x = static_cast<C>(x_ptr[x_offset]);
     // line 26: return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
-    const C t0 = C(0.5) * x;
-    const C t1 = power_scalar<T>(x, C(3));
-    const C t2 = C(0.044715) * t1;
-    const C t3 = x + t2;
-    const C t4 = C(0.7978845608028654) * t3;
-    const C t5 = std::tanh(t4);
-    const C t6 = C(1.0) + t5;
-    const C t7 = t0 * t6;
+    const C t0 = rounded<T, C>(C(0.5) * x);
+    const C t1 = rounded<T, C>(power_scalar<T>(x, C(3)));
+    const C t2 = rounded<T, C>(C(0.044715) * t1);
+    const C t3 = rounded<T, C>(x + t2);
+    const C t4 = rounded<T, C>(C(0.7978845608028654) * t3);
+    const C t5 = rounded<T, C>(std::tanh(t4));
+    const C t6 = rounded<T, C>(C(1.0) + t5);
+    const C t7 = rounded<T, C>(t0 * t6);
     // Store the outputs.
     store(t7_out, index, t7);
   };
@@ -89,7 +89,7 @@ static void fused_rms_norm(
       for (int64_t col = block; col < block_end; ++col) {
         const C x = static_cast<C>(x_row[col * x_step]);
         // line 36: variance = x.pow(2).mean(-1, keepdim=True)
-        const C t0 = power_scalar<T>(x, C(2));
+        const C t0 = rounded<T, C>(power_scalar<T>(x, C(2)));
         row_sum0_block += t0;
       }
       row_sum0_total += row_sum0_block;

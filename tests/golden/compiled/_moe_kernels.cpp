@@ -98,7 +98,7 @@ static void fused_lt(
     const C weights = static_cast<C>(weights_ptr[weights_offset]);
     // line 40: weights = weights * (self.slot_positions(experts) < self.capacity)  # drop overflow slots
     const bool t0 = _slot_positions < capacity;
-    const C weights_1 = weights * C(t0);
+    const C weights_1 = rounded<T, C>(weights * C(t0));
     // Store the outputs.
     store(weights_1_out, index, weights_1);
   };

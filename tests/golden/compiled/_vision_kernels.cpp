@@ -38,8 +38,8 @@ static void fused_batch_norm_relu(
     const C bn1_weight = static_cast<C>(bn1_weight_ptr[bn1_weight_offset]);
     const C bn1_bias = static_cast<C>(bn1_bias_ptr[bn1_bias_offset]);
     // line 26: out = F.relu(self.bn1(self.conv1(x)))
-    const C t0 = _conv1 * ((C(1) / std::sqrt(bn1_running_var + C(bn1_eps))) * bn1_weight) + (bn1_bias - bn1_running_mean * ((C(1) / std::sqrt(bn1_running_var + C(bn1_eps))) * bn1_weight));
-    const C out = relu(t0);
+    const C t0 = rounded<T, C>(_conv1 * ((C(1) / std::sqrt(bn1_running_var + C(bn1_eps))) * bn1_weight) + (bn1_bias - bn1_running_mean * ((C(1) / std::sqrt(bn1_running_var + C(bn1_eps))) * bn1_weight)));
+    const C out = rounded<T, C>(relu(t0));
     // Store the outputs.
     store(out_out, index, out);
   };
@@ -92,8 +92,8 @@ static void fused_relu(
     const C out = static_cast<C>(out_ptr[out_offset]);
     const C _shortcut = static_cast<C>(_shortcut_ptr[_shortcut_offset]);
     // line 28: return F.relu(out + self.shortcut(x))
-    const C t0 = out + _shortcut;
-    const C t1 = relu(t0);
+    const C t0 = rounded<T, C>(out + _shortcut);
+    const C t1 = rounded<T, C>(relu(t0));
     // Store the outputs.
     store(t1_out, index, t1);
   };
