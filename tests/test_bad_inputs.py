@@ -8,11 +8,12 @@ the runtime's counters prove that the C++ kernel ran and the result is compared 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -412,3 +413,109 @@ def test_a_symlink_loop_named_on_the_command_line_says_so(cli, tmp_path, command
     assert (result.code, result.err) == (2, "transpile: error: loop.py: symlink loop (a symbolic link that leads back to itself)\n")
     missing = cli(*command, "missing.py")
     assert (missing.code, missing.err) == (2, "transpile: error: missing.py: No such file or directory\n")
+
+
+# --- README's samples ----------------------------------------------------------------
+
+README = ROOT / "README.md"
+_BLOCK = re.compile(r"(?:<!-- output: (?P<file>\S+) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)```", re.S)
+
+
+def readme_blocks(lang: str) -> list[re.Match]:
+    return [m for m in _BLOCK.finditer(README.read_text(encoding="utf-8")) if m["lang"] == lang]
+
+
+def console_samples() -> list[tuple[str, list[str]]]:
+    """README's console blocks that show output: (command, the lines shown)."""
+    samples = []
+    for block in readme_blocks("console"):
+        command, *shown = block["body"].rstrip("\n").split("\n")
+        if shown:
+            samples.append((command.removeprefix("$ "), shown))
+    return samples
+
+
+def shown_as(shown: list[str], actual: list[str]) -> bool:
+    """Whether README's lines are the real ones: a line `...` stands for any number of lines (none too), a
+    line ending in `...` for the rest of that line; everything else is equal."""
+
+    @functools.cache
+    def match(i: int, j: int) -> bool:
+        if i == len(shown):
+            return j == len(actual)
+        if shown[i].strip() == "...":
+            return match(i + 1, j) or (j < len(actual) and match(i, j + 1))
+        line = shown[i]
+        same = j < len(actual) and (line == actual[j] or (line.endswith("...") and actual[j].startswith(line[:-3])))
+        return same and match(i + 1, j + 1)
+
+    return match(0, 0)
+
+
+@pytest.fixture(scope="module")
+def readme_runs(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """Every command README shows output of, run for real (in README's order, in a directory holding a copy
+    of fixtures/) and its stdout; and that directory."""
+    import shlex
+    import shutil
+
+    where = tmp_path_factory.mktemp("readme")
+    shutil.copytree(ROOT / "fixtures", where / "fixtures")
+    env = {**os.environ, "TRANSPILE_CACHE_DIR": str(where / "cache"), "NO_COLOR": "1"}
+    outputs = {}
+    for command, _ in console_samples():
+        program, *args = shlex.split(command)
+        assert program == "transpile", command
+        proc = subprocess.run([*CLI, *args], cwd=where, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode in (0, 1), proc.stderr
+        outputs[command] = proc.stdout
+    return where, outputs
+
+
+@pytest.mark.parametrize("command, shown", console_samples(), ids=[c for c, _ in console_samples()])
+def test_readme_console_samples_are_what_the_commands_print(readme_runs, command, shown):
+    actual = readme_runs[1][command].rstrip("\n").split("\n")
+    assert shown_as(shown, actual), "README shows:\n" + "\n".join(shown) + "\n\nthe command prints:\n" + "\n".join(actual)
+
+
+def test_readme_samples_of_generated_code_are_in_the_output(readme_runs):
+    """A code block marked `<!-- output: compiled/layers.py -->` shows lines of that file of the build's output."""
+    marked = [b for b in readme_blocks("python") if b["file"]]
+    assert marked
+    for block in marked:
+        text = (readme_runs[0] / block["file"]).read_text(encoding="utf-8")
+        assert block["body"] in text, f"{block['file']} has no lines\n{block['body']}"
+
+
+def test_readme_pre_commit_config_names_no_rev_that_does_not_exist_and_runs(tmp_path):
+    """Every `rev:` README shows must be a commit or tag of this repository (there is no tagged release: a
+    `rev: v0.1.0` could not be installed); a `repo: local` hook must be the one .pre-commit-hooks.yaml defines,
+    and run: pre-commit with README's config fails on a model that prints in forward."""
+    yaml = pytest.importorskip("yaml")
+    from tests.test_precommit import BAD_MODEL, HOOKS_FILE, _git, _pre_commit, needs_tools
+
+    configs = [yaml.safe_load(b["body"]) for b in readme_blocks("yaml") if "repos:" in b["body"]]
+    assert configs
+    defined = {hook["id"]: hook for hook in yaml.safe_load(HOOKS_FILE.read_text(encoding="utf-8"))}
+    for config in configs:
+        for repo in config["repos"]:
+            if "rev" in repo:
+                exists = subprocess.run(
+                    ["git", "rev-parse", "--verify", "--quiet", f"{repo['rev']}^{{commit}}"], cwd=ROOT, capture_output=True
+                )
+                assert exists.returncode == 0, f"README shows rev {repo['rev']!r}, which this repository does not have"
+            if repo["repo"] == "local":
+                for hook in repo["hooks"]:
+                    for key in ("entry", "types_or", "require_serial"):
+                        assert hook[key] == defined[hook["id"]][key], key
+    if needs_tools.args[0]:  # skipif's condition: no git or no pre-commit
+        pytest.skip(needs_tools.kwargs["reason"])
+    (local,) = [b["body"] for b in readme_blocks("yaml") if "repo: local" in b["body"]]
+    repo = tmp_path / "user"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "model.py").write_text(BAD_MODEL, encoding="utf-8")
+    (repo / ".pre-commit-config.yaml").write_text(local, encoding="utf-8")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    proc = _pre_commit(repo, tmp_path / "home", "README's local hook", "run", "--color", "never", "--all-files")
+    assert proc.returncode == 1 and "src/model.py:8:9: TP101 " in proc.stdout, proc.stdout + proc.stderr
