@@ -7,8 +7,9 @@ original code when the cache cannot be used, remember a failed build, and clean 
 temporaries of builds that died. The lint cache (transpiler/cache.py) must not run a
 planted pickle.
 
-These tests run as root, so "another user's directory" is simulated: `os.geteuid` is
-monkeypatched to another uid, which makes our own directory look like someone else's to
+The suite may run as root (it does on the development machine), and a test cannot make a
+directory belong to another user, so "another user's directory" is simulated: `os.geteuid`
+is monkeypatched to another uid, which makes our own directory look like someone else's to
 both caches' owner check. Everything else is real: libraries built by the real compiler,
 a planted library whose constructor writes a file, a truncated library loaded in a child
 process (a SIGBUS would kill only the child, and fail the test), a pickle whose payload
