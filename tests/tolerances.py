@@ -52,6 +52,15 @@ def gamma(n: int, dtype: torch.dtype) -> float:
     return nu / (1 - nu)
 
 
+def likely_gamma(n: int, dtype: torch.dtype, confidence: float = 6.0) -> float:
+    """A bound on the relative error of n roundings that holds with probability at least
+    1 - 2*n*exp(-confidence**2 / 2) (2e-11 * n at 6) when the rounding errors are independent
+    and of mean zero: confidence * sqrt(n) * u, to first order (Higham and Mary, "A new approach
+    to probabilistic rounding error analysis", SIAM J. Sci. Comput. 41(5), 2019).
+    gamma(n) holds always but grows with n, not sqrt(n): for long rows it says nothing."""
+    return confidence * n**0.5 * accumulation_roundoff(dtype)
+
+
 def magnitude(op: str, x: torch.Tensor, dim: int, y: torch.Tensor, dtype: torch.dtype, correction: int = 1) -> torch.Tensor:
     """What the error of `op` over `dim` of x (float64) scales with, broadcastable to its float64 result y.
 
