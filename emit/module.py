@@ -36,7 +36,8 @@ RUNTIME_SOURCE = Path(__file__).parent / "runtime"
 # `LinearActivation`: ReLU and tanh-GELU, the activations cuBLASLt's epilogue computes, by position.
 EPILOGUE = "_transpile_linear_activation"
 EPILOGUE_OPS = ("relu", "gelu_tanh")
-_BLACK = black.Mode(line_length=120)
+LINE_LENGTH = 120
+_BLACK = black.Mode(line_length=LINE_LENGTH)
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,10 @@ def emit(
     kernels = [kernel_view(r)[0] for r in shown]
     kernels_file, triton_file, cpp_file = kernel_file_names(stem)
     files = [
-        EmittedFile(Path(source_path).name, format_source(module)),
+        # The module is the user's text with generated lines, which are emitted formatted (`_condition`,
+        # `fallback_import`): formatting the whole module would cost time in proportion to the user's code
+        # and change lines of it the build never touched.
+        EmittedFile(Path(source_path).name, module),
         EmittedFile(kernels_file, format_source(_kernels_text(shown, source_path, stem, depth, bool(epilogues)))),
         EmittedFile(
             triton_file,
@@ -128,6 +132,7 @@ def runtime_files() -> list[tuple[str, bytes]]:
 
 
 def format_source(text: str) -> str:
+    """A generated file, formatted (black, pinned in pyproject.toml: its version changes the bytes)."""
     return black.format_str(text, mode=_BLACK)
 
 
@@ -136,10 +141,46 @@ def fallback_import(dots: int, module: str, names: str, root: str) -> list[str]:
     where the output is not imported as a package but `root` (the directory holding `module`) is on sys.path."""
     return [
         "try:  # the output tree imported as a package\n",
-        f"    from {'.' * dots}{module} import {names}\n",
+        *_import(f"{'.' * dots}{module}", names),
         f"except ImportError:  # {root} on sys.path\n",
-        f"    from {module} import {names}\n",
+        *_import(module, names),
     ]
+
+
+def _import(module: str, names: str) -> list[str]:
+    """`from module import names` indented one level, one name a line where it would be too long (as black)."""
+    line = f"    from {module} import {names}\n"
+    if len(line) <= LINE_LENGTH + 1:
+        return [line]
+    return [f"    from {module} import (\n", *(f"        {name.strip()},\n" for name in names.split(",")), "    )\n"]
+
+
+def blank_unless_blank(lines: list[str], at: int) -> list[str]:
+    """A blank line to insert before `lines[at]`, unless that is blank already (generated lines keep the
+    spacing the user's code has after them)."""
+    return [] if at < len(lines) and not lines[at].strip() else ["\n"]
+
+
+def _condition(indent: str, conditions: Sequence[str], result: str, call: str, args: Sequence[str]) -> list[str]:
+    """`if c1 and c2 ... and (result := call(args)) is not None:` on one line, or, where that is too long, one
+    condition a line, and the call's arguments one a line where its line is still too long (as black)."""
+    last = f"({result} := {call}({', '.join(args)})) is not None"
+    line = f"{indent}if {' and '.join([*conditions, last])}:\n"
+    if len(line) <= LINE_LENGTH + 1:
+        return [line]
+    inner = [f"{indent}    {'and ' if n else ''}{condition}\n" for n, condition in enumerate(conditions)]
+    if len(f"{indent}    and {last}") <= LINE_LENGTH:
+        inner.append(f"{indent}    and {last}\n")
+    else:
+        inner += [
+            f"{indent}    and (\n",
+            f"{indent}        {result} := {call}(\n",
+            *(f"{indent}            {arg},\n" for arg in args),
+            f"{indent}        )\n",
+            f"{indent}    )\n",
+            f"{indent}    is not None\n",
+        ]
+    return [f"{indent}if (\n", *inner, f"{indent}):\n"]
 
 
 def runtime_import(depth: int, module: str, names: str) -> list[str]:
@@ -181,7 +222,7 @@ def _module_text(
     imports = fallback_import(1, kernels_module, names, "the output directory itself")
     if not _imports_torch(tree):
         imports.insert(0, "import torch\n")
-    lines[insert_at:insert_at] = ["\n", *imports, "\n"]
+    lines[insert_at:insert_at] = ["\n", *imports, *blank_unless_blank(lines, insert_at)]
     header = [
         f"{GENERATED_HEADER}{VERSION} from {source_path}: its regions run as fused kernels,\n",
         "# Triton on CUDA tensors and C++ on CPU tensors, with the original code as the fallback.\n",
@@ -217,7 +258,8 @@ def newlines_like(text: str, source: str) -> str:
     """`text` (emitted with "\\n") with the line endings of `source` where that used "\\r\\n", so that the
     emitted module diffs against its source line by line."""
     first = source.find("\n")
-    return text.replace("\n", "\r\n") if first > 0 and source[first - 1] == "\r" else text
+    # Lines of `text` copied from `source` have their "\r\n" already.
+    return re.sub(r"(?<!\r)\n", "\r\n", text) if first > 0 and source[first - 1] == "\r" else text
 
 
 def _guarded(region: Region, shown: str, original: list[str], source_path: str, result: str) -> list[str]:
@@ -227,16 +269,13 @@ def _guarded(region: Region, shown: str, original: list[str], source_path: str, 
         f"{indent}#     {line.rstrip()[len(indent):] if line.startswith(indent) else line.strip()}\n"
         for line in original
     ]
-    args = ", ".join(i.source for i in (*region.tensor_inputs, *region.scalar_inputs))
-    conditions = " and ".join(
-        ["not torch.compiler.is_compiling()", *region.conditions, f"({result} := {region.name}({args})) is not None"]
-    )
-    lines.append(f"{indent}if {conditions}:\n")
+    args = [i.source for i in (*region.tensor_inputs, *region.scalar_inputs)]
+    lines += _condition(indent, ["not torch.compiler.is_compiling()", *region.conditions], result, region.name, args)
     assigned = [o for o in region.outputs if o.target != RETURN]
     if assigned:
         targets = ", ".join(o.target for o in assigned)
         lines.append(
-            f"{indent}    {targets}{',' if len(assigned) == 1 else ''} = {result}{_select(region, assigned)}\n"
+            f"{indent}    {f'({targets},)' if len(assigned) == 1 else targets} = {result}{_select(region, assigned)}\n"
         )
     # Names that hold the same value as an output (`residual = hidden_states`) hold the same tensor, as in eager.
     lines += [f"{indent}    {alias} = {o.target}\n" for o in assigned for alias in o.aliases]
@@ -251,10 +290,10 @@ def _guarded(region: Region, shown: str, original: list[str], source_path: str, 
 def _epilogue(site: Epilogue, original: list[str], result: str) -> list[str]:
     """A linear layer and its activation as one matmul where the runtime can (it returns None otherwise)."""
     indent = re.match(r"[ \t]*", original[0]).group()
-    call = f"{EPILOGUE}(self.{site.layer}, self.{site.activation}, {site.argument})"
+    args = [f"self.{site.layer}", f"self.{site.activation}", site.argument]
     lines = [
         f"{indent}# transpile: the activation in the matmul's epilogue on CUDA (ReLU, tanh-GELU), else the statements below\n",
-        f"{indent}if not torch.compiler.is_compiling() and ({result} := {call}) is not None:\n",
+        *_condition(indent, ["not torch.compiler.is_compiling()"], result, EPILOGUE, args),
         f"{indent}    {site.target} = {result}\n",
         f"{indent}else:\n",
     ]

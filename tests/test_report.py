@@ -32,6 +32,13 @@ REWRITTEN = ORIGINAL.replace(
     '    print("scaling")\n', '    if not torch.compiler.is_compiling():\n        print("scaling")\n'
 )
 
+
+
+def _numbered(text: str) -> dict[int, str]:
+    """The lines of `text` by number, as the build hands them to the report."""
+    return dict(enumerate(text.splitlines(), 1))
+
+
 SUB_TEXT = """def shift(x, b):
     z = x + b
     return z.abs()
@@ -109,7 +116,7 @@ def result(tmp_path, monkeypatch) -> BuildResult:
 
 
 def _data(result: BuildResult, destinations=DESTINATIONS) -> dict:
-    return report_data(result, {LAYERS: REWRITTEN}, destinations)
+    return report_data(result, {LAYERS: _numbered(REWRITTEN)}, destinations)
 
 
 def test_summary_and_files_are_sorted(result):
@@ -252,16 +259,16 @@ def test_links_are_relative_and_resolve(result):
 
 
 def test_write_report_is_atomic_and_stable(result):
-    paths = write_report(result, OUT, {LAYERS: REWRITTEN}, DESTINATIONS)
+    paths = write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS)
     assert paths == [OUT / REPORT_JSON, OUT / REPORT_HTML]
     first = [p.read_bytes() for p in paths]
     assert json.loads(first[0]) == _data(result)
     assert first[1].decode() == render_html(_data(result))
     times = [p.stat().st_mtime_ns for p in paths]
-    assert [p.read_bytes() for p in write_report(result, OUT, {LAYERS: REWRITTEN}, DESTINATIONS)] == first
+    assert [p.read_bytes() for p in write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS)] == first
     assert [p.stat().st_mtime_ns for p in paths] == times  # unchanged: not written again
     result.applied.clear()
-    write_report(result, OUT, {LAYERS: REWRITTEN}, DESTINATIONS)
+    write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS)
     assert json.loads(paths[0].read_text())["summary"]["rewrites"] == 0
     assert sorted(p.name for p in OUT.iterdir() if p.name.startswith(".")) == []  # no temporary file left
 
@@ -272,7 +279,7 @@ CHROMIUM = shutil.which("chromium")
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 def test_page_in_headless_chromium(result, tmp_path):
     """The page as a browser builds it: the DOM after parsing (and after any script would have run)."""
-    (path,) = [p for p in write_report(result, OUT, {LAYERS: REWRITTEN}, DESTINATIONS) if p.suffix == ".html"]
+    (path,) = [p for p in write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS) if p.suffix == ".html"]
     command = [
         CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",

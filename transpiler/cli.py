@@ -164,16 +164,14 @@ def _settings(paths: list[Path], overrides: dict) -> Settings:
     return load_settings(start if start.is_dir() else start.parent, overrides, REGISTRY.keys())
 
 
-def _linter(settings: Settings, files: list[Path], no_cache: bool, jobs: int | None):
-    """`lint_files(overlay=None, advance=None)`: the lint of `files` under `settings`, cached
-    unless `no_cache`; `overlay` maps paths to contents read in place of the disk's."""
+def _linter(settings: Settings, files: list[Path], cache, jobs: int | None):
+    """`lint_files(overlay=None, advance=None)`: the lint of `files` under `settings`, through `cache`
+    (None: uncached); `overlay` maps paths to contents read in place of the disk's."""
     # The run allocates millions of small acyclic objects (syntax trees, cached results);
     # the cycle collector would rescan them over and over for nothing (3x slower cache loads).
     gc.disable()
     from transpiler import engine
 
-    cache_dir = Path(settings.root, settings.cache_dir) if settings.cache_dir else engine.default_cache_dir()
-    cache = None if no_cache else engine.Cache(cache_dir)
     selection = settings_fingerprint(settings)
 
     def lint_files(overlay=None, advance=None):
@@ -189,7 +187,7 @@ def _lint(paths: list[Path], overrides: dict, output: _Output, no_cache: bool, j
     settings = _settings(paths, overrides)
     found = discover(paths, settings.is_excluded, settings.is_excluded_entry, force_exclude=settings.force_exclude)
     files = found.files
-    lint_files = _linter(settings, files, no_cache, jobs)
+    lint_files = _linter(settings, files, _cache(settings, no_cache), jobs)
     fixed = None
     if mode is None:
         with _progress(len(files)) as advance:
@@ -257,8 +255,17 @@ def _fix_listing(applied: list, remaining: list) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def _cache(settings: Settings, no_cache: bool):
+    """The lint's result cache under `settings`, or None with `no_cache`."""
+    from transpiler import engine
+
+    cache_dir = Path(settings.root, settings.cache_dir) if settings.cache_dir else engine.default_cache_dir()
+    return None if no_cache else engine.Cache(cache_dir)
+
+
 def _progress(total: int):
-    """A progress bar on stderr for long runs on a terminal; otherwise nothing."""
+    """A progress bar on stderr for long runs on a terminal; otherwise nothing. `advance(n, phase="linting")`
+    ticks the bar of `phase` (each phase's bar appears when it first ticks, `total` long)."""
     if total < _PROGRESS_MIN_FILES or not sys.stderr.isatty():
         return nullcontext(None)
     from rich.console import Console
@@ -271,8 +278,14 @@ def _progress(total: int):
                 console=Console(stderr=True), transient=True,
             )
             self.progress.__enter__()
-            task = self.progress.add_task("linting", total=total)
-            return lambda n: self.progress.advance(task, n)
+            tasks = {}
+
+            def advance(n: int, phase: str = "linting") -> None:
+                if phase not in tasks:
+                    tasks[phase] = self.progress.add_task(phase, total=total)
+                self.progress.advance(tasks[phase], n)
+
+            return advance
 
         def __exit__(self, *exc):
             return self.progress.__exit__(*exc)
@@ -329,9 +342,18 @@ def _build(sources: list[Path], out: Path, overrides: dict, fmt: str, no_cache: 
     settings = _settings(sources, overrides)
     layout = transpile.plan(sources, out, settings.is_excluded_entry)
     check_writable(layout.out)  # before the work, not after it
-    lint_files = _linter(settings, layout.python_files, no_cache, jobs)
+    cache = _cache(settings, no_cache)
+    lint_files = _linter(settings, layout.python_files, cache, jobs)
+
+    def facts(overlay):  # the lint's last round analysed these very files: answered from its cache
+        from transpiler.engine import project_facts
+
+        return project_facts(layout.python_files, overlay, cache, jobs)
+
     with _progress(len(layout.python_files)) as advance:
-        result = transpile.build(layout, lint_files, settings.unsafe_fixes, settings.side_effects, advance, kernels)
+        result = transpile.build(
+            layout, lint_files, settings.unsafe_fixes, settings.side_effects, advance, kernels, facts, jobs
+        )
     sys.stdout.write(transpile.render_summary(result, fmt, settings.unsafe_fixes))
     return EXIT_FINDINGS if result.remaining else EXIT_CLEAN
 
@@ -346,13 +368,16 @@ def explain(files: tuple[Path, ...]) -> None:
 def _explain(files: list[Path]) -> int:
     import ast
 
-    from transpiler.discovery import module_name
+    from transpiler.discovery import module_name, not_regular
     from transpiler.engine import project_facts
     from transpiler.fixer import read_source
     from transpiler.ir import format_region
     from transpiler.regions import MIN_OPS
     from transpiler.tails import fuse_across_ifs
 
+    for path in files:
+        if (kind := not_regular(path)) is not None:  # reading a FIFO would block forever
+            _fail(f"{path}: {kind}")
     facts = project_facts(files)
     for path in files:
         text = read_source(path)

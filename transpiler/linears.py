@@ -15,7 +15,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from emit.module import EPILOGUE, EPILOGUE_OPS, after_imports, format_source, runtime_import
+from emit.module import EPILOGUE, EPILOGUE_OPS, after_imports, blank_unless_blank, runtime_import
 from transpiler.checker import Checker, Context
 from transpiler.ir import Epilogue, Region
 from transpiler.kinds import Kind
@@ -89,8 +89,8 @@ def route_linears(text: str, module: str, is_package: bool, compiled: set[str] |
         *runtime_import(depth, "linear", f"linear as {NAME}"),
     ]
     out = rewritten.splitlines(keepends=True)
-    out[insert_at:insert_at] = ["\n", *imports, "\n"]
-    return format_source("".join(out))
+    out[insert_at:insert_at] = ["\n", *imports, *blank_unless_blank(out, insert_at)]
+    return "".join(out)
 
 
 def _unaligned_linears(tree: ast.Module, module: str, is_package: bool) -> dict[str, set[str]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -30,6 +31,10 @@ from transpiler.ops import ACTIVATION, ACTIVATION_ATTRIBUTE, BY_NAME, CAST, CAST
 from transpiler.symbols import NON_LITERAL, ClassInfo
 
 MIN_OPS = 2
+# Nodes a region holds at most. The largest region of transformers' models has 24; a longer run of
+# statements (a generated forward of thousands) is cut into regions of this size, so that the steps
+# that look at a region's nodes pairwise cost a bounded time per node, and no kernel takes minutes to build.
+MAX_NODES = 64
 RETURN = "return"  # the target of a fusible `return expr`: the region's last statement
 # Ops that compute nothing: they do not count towards MIN_OPS.
 TRIVIAL = frozenset({"identity", "pos", "to", "to_like"})
@@ -143,6 +148,7 @@ class _Translator:
         self.nodes: list[tuple[str, tuple[Ref, ...], int]] = []
         self.conditions: list[str] = []
         self.random: list[str] = []  # the modules called that are random in training (RANDOM_IN_TRAINING)
+        self.folds: dict[int, object] = {}  # what `fold` found for each subexpression (by id) so far
         # The call of a statement `t.add_(b)`: the one in-place call a fragment may hold (it updates `t`).
         self.inplace_root: ast.Call | None = None
 
@@ -172,7 +178,7 @@ class _Translator:
     def _expr(self, node: ast.expr) -> Ref:
         if isinstance(node, ast.Name) and node.id in self.tensors:
             return ("leaf", Leaf(node.id, True, frozenset({node.id})))
-        folded = fold(node, self.ctx)
+        folded = fold(node, self.ctx, self.folds)
         if folded is not None:
             return ("const", folded)
         kind = self.kind(node)
@@ -442,23 +448,43 @@ def _dtype(qualname: str | None) -> str | None:
     return name if name in DTYPES else None
 
 
-def fold(node: ast.expr, ctx: Context) -> float | int | bool | None:
-    """The value of a constant expression (`0.5`, `math.sqrt(2 / math.pi)`, `float("-inf")`), or None."""
+def fold(node: ast.expr, ctx: Context, memo: dict[int, object] | None = None) -> float | int | bool | None:
+    """The value of a constant expression (`0.5`, `math.sqrt(2 / math.pi)`, `float("-inf")`), or None.
+
+    `memo` keeps what each subexpression folded to across calls: the translator folds every node of an
+    operator chain, top down, and without it would fold each one's whole subtree again (quadratic time)."""
     try:
-        value = _fold(node, ctx)
+        value = _fold(node, ctx, {} if memo is None else memo)
     except (_NotFusible, ArithmeticError, ValueError, TypeError):
         return None
     return value if type(value) in (int, float, bool) else None
 
 
-def _fold(node: ast.expr, ctx: Context):
+_UNFOLDED = object()  # in a fold memo: the subexpression is not a constant
+
+
+def _fold(node: ast.expr, ctx: Context, memo: dict[int, object]):
+    found = memo.get(id(node))
+    if found is _UNFOLDED:
+        raise _NotFusible
+    if found is not None:
+        return found
+    try:
+        memo[id(node)] = value = _fold_node(node, ctx, memo)
+    except Exception:
+        memo[id(node)] = _UNFOLDED
+        raise
+    return value
+
+
+def _fold_node(node: ast.expr, ctx: Context, memo: dict[int, object]):
     if isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
         return node.value
     if isinstance(node, ast.UnaryOp) and type(node.op) in (ast.USub, ast.UAdd):
-        value = _fold(node.operand, ctx)
+        value = _fold(node.operand, ctx, memo)
         return -value if isinstance(node.op, ast.USub) else +value
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        left, right = _fold(node.left, ctx), _fold(node.right, ctx)
+        left, right = _fold(node.left, ctx, memo), _fold(node.right, ctx, memo)
         if isinstance(node.op, ast.Pow) and abs(right) > 64:
             raise _NotFusible  # keep folding cheap: no huge integers
         return eval(f"left {_OPERATORS[type(node.op)]} right", {}, {"left": left, "right": right})
@@ -467,12 +493,12 @@ def _fold(node: ast.expr, ctx: Context):
         return getattr(math, qualname[5:])
     if isinstance(node, ast.Call) and not node.keywords and qualname is not None:
         if qualname.startswith("math.") and callable(getattr(math, qualname[5:], None)):
-            return getattr(math, qualname[5:])(*(_fold(a, ctx) for a in node.args))
+            return getattr(math, qualname[5:])(*(_fold(a, ctx, memo) for a in node.args))
         if qualname == "builtins.float" and len(node.args) == 1:
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.strip().lower() in ("inf", "-inf", "nan", "+inf"):
                 return float(arg.value)
-            return float(_fold(arg, ctx))
+            return float(_fold(arg, ctx, memo))
     raise _NotFusible
 
 
@@ -677,6 +703,8 @@ class _Builder:
         self.conditions: list[str] = []
 
     def accepts(self, fragment: Fragment) -> bool:
+        if len(self.nodes) + len(fragment.nodes) > MAX_NODES:
+            return False  # the next region takes it (or none: one statement of more ops than that)
         leaves = [r[1] for _, operands, _ in fragment.nodes for r in operands if r[0] == "leaf"]
         if any(not leaf.is_tensor and leaf.names & set(self.env) for leaf in leaves):
             return False  # a scalar expression reading a name the region rebinds
@@ -782,20 +810,24 @@ def _independent_shifted(fragment: Fragment, nodes: list[Node], env: dict[str, s
 def _live_after(function: ast.AST, first: int, last: int) -> set[str]:
     """Names the function reads after lines first..last, or anywhere outside them when a loop
     encloses the region (a read before it may run after it)."""
-    in_loop = any(
-        isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.lineno < first and node.end_lineno >= last
-        for node in ast.walk(function)
-    )
-    live = set()
+    loops, reads = _reads(function)
+    in_loop = any(start < first and end >= last for start, end in loops)
+    return {name for lineno, name in reads if not (first <= lineno <= last or (lineno < first and not in_loop))}
+
+
+@functools.lru_cache(maxsize=16)
+def _reads(function: ast.AST) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, str], ...]]:
+    """The function's loops (first and last line) and the names it reads, by line: one walk of the function
+    for all of its regions (walking it for each region made a long forward quadratic)."""
+    loops, reads = [], []
     for node in ast.walk(function):
-        lineno = getattr(node, "lineno", 0)
-        if first <= lineno <= last or (lineno < first and not in_loop):
-            continue
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            loops.append((node.lineno, node.end_lineno))
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Load, ast.Del)):
-            live.add(node.id)  # `del x` needs x bound as much as a read does
+            reads.append((node.lineno, node.id))  # `del x` needs x bound as much as a read does
         elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-            live.add(node.target.id)
-    return live
+            reads.append((node.lineno, node.target.id))
+    return tuple(loops), tuple(reads)
 
 
 # Names of well-known computations, for kernel names: the ops that identify each.

@@ -13,7 +13,7 @@ import json
 import math
 import posixpath
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -38,14 +38,15 @@ _KERNEL_FILE_NAMES = ("_{stem}_kernels.py", "_{stem}_triton.py", "_{stem}_kernel
 def write_report(
     result: BuildResult,
     out: Path,
-    texts: Mapping[Path, str] | None = None,
+    lines: Mapping[Path, Mapping[int, str]] | None = None,
     destinations: Mapping[Path, Path] | None = None,
+    shown: Mapping[Path, str] | None = None,
 ) -> list[Path]:
     """Write the JSON and HTML reports into `out`, each atomically and only when changed; returns their paths.
 
-    `texts` and `destinations` are passed to `report_data`.
+    `lines`, `destinations` and `shown` are passed to `report_data`.
     """
-    data = report_data(result, texts, destinations)
+    data = report_data(result, lines, destinations, shown)
     written = []
     for name, text in (
         (REPORT_JSON, json.dumps(data, indent=1, allow_nan=False) + "\n"),
@@ -62,18 +63,21 @@ def write_report(
 # -- the data -------------------------------------------------------------------------------------
 def report_data(
     result: BuildResult,
-    texts: Mapping[Path, str] | None = None,
+    lines: Mapping[Path, Mapping[int, str]] | None = None,
     destinations: Mapping[Path, Path] | None = None,
+    shown: Mapping[Path, str] | None = None,
 ) -> dict:
     """The report as JSON-able data: a summary, then one entry per source file with findings,
     rewrites or regions. Paths are strings, as the BuildResult spells them.
 
-    `texts` (source -> text) gives the text each file's regions were found in, whose lines the
-    region line numbers refer to (the rewritten text where fixes applied); a file not in it is read
-    from disk. `destinations` (source -> output module, as the build's plan has them) tells which
-    output file is whose; without it, an output is matched to its source by name and directories.
+    `lines` (source -> line number -> text) gives the lines of the text each file's regions were
+    found in, which the region line numbers refer to (the rewritten text where fixes applied); a file
+    not in it is read from disk. `destinations` (source -> output module, as the build's plan has
+    them) tells which output file is whose; without it, an output is matched to its source by name
+    and directories. `shown` (source -> name) names the sources, so that the report does not depend
+    on where they are (transpile.shown_path); a source not in it keeps its path.
     """
-    texts = texts or {}
+    lines, shown = lines or {}, shown or {}
     sources = {Path(d.path) for d in (*result.found, *result.applied)} | set(result.regions) | set(result.unreadable)
     outputs = {src: _destination(src, result, destinations) for src in sources}
     source_of = {dst: src for src, dst in outputs.items() if dst is not None}
@@ -88,12 +92,12 @@ def report_data(
         claimed.update(kernel_files)
         files.append(
             {
-                "path": src.as_posix(),
+                "path": shown.get(src, src.as_posix()),
                 "output": outputs[src].as_posix() if outputs.get(src) else None,
-                "diagnostics": _diagnostics(d for d in result.found if Path(d.path) == src),
-                "applied": _diagnostics(d for d in result.applied if Path(d.path) == src),
+                "diagnostics": _diagnostics((d for d in result.found if Path(d.path) == src), shown),
+                "applied": _diagnostics((d for d in result.applied if Path(d.path) == src), shown),
                 "remaining": _diagnostics(remaining.get(src, ())),
-                "regions": _regions(result.regions.get(src, []), src, texts, kernel_files),
+                "regions": _regions(result.regions.get(src, []), src, lines, kernel_files),
                 "kernel_files": [k.as_posix() for k in kernel_files],
             }
         )
@@ -113,7 +117,7 @@ def report_data(
         "files": files,
         # The runtime support package, written once into the output root.
         "runtime_files": sorted(k.as_posix() for k in result.kernel_files if k not in claimed),
-        "unreadable": sorted(p.as_posix() for p in result.unreadable),
+        "unreadable": sorted(shown.get(p, p.as_posix()) for p in result.unreadable),
     }
 
 
@@ -147,15 +151,19 @@ def _kernel_files(src: Path, output: Path | None, kernel_files: list[Path]) -> l
     return sorted((k for k in kernel_files if k.parent == output.parent and k.name in names), key=Path.as_posix)
 
 
-def _diagnostics(diagnostics: Iterable[Diagnostic]) -> list[dict]:
+def _diagnostics(diagnostics: Iterable[Diagnostic], shown: Mapping[Path, str] | None = None) -> list[dict]:
+    """Records of `diagnostics`, sorted; those on sources in `shown` name them as it does."""
     ordered = sorted(diagnostics, key=lambda d: (d.path, d.line, d.col, d.code, d.end_line, d.end_col, d.message))
-    return [diagnostic_record(d) for d in ordered]
+    shown = shown or {}
+    return [diagnostic_record(replace(d, path=shown.get(Path(d.path), d.path))) for d in ordered]
 
 
-def _regions(regions: list[Region], src: Path, texts: Mapping[Path, str], kernel_files: list[Path]) -> list[dict]:
+def _regions(
+    regions: list[Region], src: Path, lines: Mapping[Path, Mapping[int, str]], kernel_files: list[Path]
+) -> list[dict]:
     if not regions:
         return []
-    lines = _source_lines(src, texts)
+    numbered = _source_lines(src, lines)
     return [
         {
             "name": r.name,
@@ -170,22 +178,21 @@ def _regions(regions: list[Region], src: Path, texts: Mapping[Path, str], kernel
             "outputs": [asdict(o) for o in r.outputs],
             "conditions": list(r.conditions),
             "ir": format_region(r),
-            "source_lines": [
-                {"line": n, "text": lines[n - 1]} for n in range(r.first_line, r.last_line + 1) if n <= len(lines)
-            ],
+            "source_lines": [{"line": n, "text": numbered[n]} for n in range(r.first_line, r.last_line + 1) if n in numbered],
             "kernel_files": [k.as_posix() for k in kernel_files],
         }
         for r in sorted(regions, key=lambda r: (r.first_line, r.name))
     ]
 
 
-def _source_lines(src: Path, texts: Mapping[Path, str]) -> list[str]:
-    """The lines of the text the regions were found in; none when the source cannot be read again."""
+def _source_lines(src: Path, lines: Mapping[Path, Mapping[int, str]]) -> Mapping[int, str]:
+    """The lines of the text the regions were found in, by number; none when the source cannot be read again."""
+    if src in lines:
+        return lines[src]
     try:
-        text = texts[src] if src in texts else read_source(src)
+        return dict(enumerate(read_source(src).splitlines(), 1))
     except (OSError, UnicodeDecodeError, SyntaxError):  # SyntaxError: a bad encoding cookie
-        return []
-    return text.splitlines()
+        return {}
 
 
 def _node(node: Node) -> dict:

@@ -15,6 +15,11 @@ import tokenize
 import warnings
 from dataclasses import dataclass
 
+# Larger files are not analysed (nor compiled): reported as TP901 and copied unchanged. Five times the
+# largest file of transformers' models (196 KB); the analysis holds a file's syntax tree several times
+# over, so a 30 MB generated file would take gigabytes.
+MAX_SOURCE_BYTES = 1 << 20
+
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.I)
 
 
@@ -65,6 +70,9 @@ def decode(data: bytes) -> str:
 
 
 def parse(data: bytes) -> Source:
+    if len(data) > MAX_SOURCE_BYTES:
+        size, limit = len(data) / (1 << 20), MAX_SOURCE_BYTES / (1 << 20)
+        raise SourceError("TP901", f"file too large to analyse ({size:.1f} MiB; the limit is {limit:g} MiB)")
     text = decode(data)
     try:
         with warnings.catch_warnings():

@@ -17,13 +17,15 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from transpiler.compiling import Compiled, Failed
 from transpiler.diagnostics import Diagnostic
 from transpiler.discovery import DiscoveryError, Skipped, check_exists, module_name, not_regular, tree_files
-from transpiler.fixer import SideEffects, encode_source, fix_project, read_source
+from transpiler.engine import ProjectFacts
+from transpiler.fixer import SideEffects, encode_source, fix_project
 from transpiler.imports import ImportRewrite, plan_imports, shared_module_text, shared_modules
 from transpiler.ir import Region
 from transpiler.rule import REGISTRY
@@ -38,6 +40,8 @@ _MANIFEST_VERSION = 1
 # lint(overlay, advance) -> diagnostics: lints the planned Python files, reading the
 # paths in `overlay` from memory; `advance(n)` (or None) ticks a progress bar.
 Lint = Callable[[Mapping[Path, bytes], Callable[[int], None] | None], list[Diagnostic]]
+# facts(overlay) -> which functions run compiled and their tensor parameters, over the same overlay.
+Facts = Callable[[Mapping[Path, bytes]], ProjectFacts]
 
 
 class LayoutError(DiscoveryError):
@@ -56,6 +60,11 @@ class Plan:
     @property
     def python_files(self) -> list[Path]:
         return sorted(src for src in self.files.values() if src.suffix == ".py")
+
+    @property
+    def destinations(self) -> dict[Path, Path]:
+        """Per source: its destination."""
+        return {src: dst for dst, src in self.files.items()}
 
     @property
     def depths(self) -> dict[Path, int]:
@@ -148,11 +157,18 @@ def build(
     lint: Lint,
     unsafe: bool = False,
     side_effects: SideEffects = "guard",
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[..., None] | None = None,
     kernels: bool = True,
+    facts: Facts | None = None,
+    jobs: int | None = None,
 ) -> BuildResult:
     """Fix the Python files of `layout` in memory, compile their regions into kernels (unless
-    `kernels` is False), then write every file under `layout.out`."""
+    `kernels` is False), then write every file under `layout.out`.
+
+    `progress(n)` ticks the lint, `progress(n, "compiling")` the compile phase. `facts(overlay)` gives
+    the project's facts as the lint saw them (default: analysed again, uncached); `jobs`: worker
+    processes for the compile phase (default: one per core). Each compiled file is written as soon as
+    it is done (transpiler/compiling.py), so memory stays bounded on any tree."""
     remove_stale_temporaries(layout.out)  # what a killed run left
     rounds: list[list[Diagnostic]] = []
 
@@ -179,31 +195,30 @@ def build(
         # What an earlier run wrote from there is not stale: its source may still exist.
         rel = dst.relative_to(layout.out).as_posix()
         written.update((r, signature) for r, signature in previous.items() if r == rel or r.startswith(f"{rel}/"))
-    compiled = _compile(layout, sources) if kernels else {}
-    if compiled:  # first: a run interrupted while writing modules leaves the runtime they import
-        from emit.module import RUNTIME, runtime_files
-
-        for name, data in runtime_files():
-            target = layout.out / RUNTIME / name
-            _write_if_changed(target, data, like=None)
+    lines: dict[Path, dict[int, str]] = {}  # per compiled file, the lines its regions span (for the report)
+    for src, outcome in _compile(layout, sources, facts, jobs, progress) if kernels else ():
+        dst = layout.destinations[src]
+        if isinstance(outcome, Failed):
+            errors.append(outcome.diagnostic)
+            continue
+        if not result.kernel_files:  # first: a run interrupted while writing modules leaves the runtime they import
+            _write_runtime(layout.out, written, result)
+        result.regions[src], lines[src] = list(outcome.regions), outcome.lines
+        for name, text in outcome.files:
+            target = dst.with_name(name)
+            _write_if_changed(target, encode_source(src, text) if target == dst else text.encode(), like=src)
             written[target.relative_to(layout.out).as_posix()] = _signature(target)
-            result.kernel_files.append(target)
-    shared = shared_modules(layout.depths, {*compiled, *fixed.sources})  # imported from the original package
+            if target != dst:
+                result.kernel_files.append(target)
+        output_of[str(src)] = str(dst)
+        if src in sources:
+            result.rewritten.append(dst)
+    result.regions = dict(sorted(result.regions.items()))  # as they finished: sorted, so that reports do not vary
+    shared = shared_modules(layout.depths, {*result.regions, *fixed.sources})  # imported from the original package
     for dst, src in sorted(layout.files.items()):
         rel = dst.relative_to(layout.out).as_posix()
-        if src in compiled:
-            regions, emitted, _ = compiled[src]
-            result.regions[src] = regions
-            for file in emitted:
-                target = dst.with_name(file.name)
-                _write_if_changed(target, encode_source(src, file.text) if target == dst else file.text.encode(), like=src)
-                written[target.relative_to(layout.out).as_posix()] = _signature(target)
-                if target != dst:
-                    result.kernel_files.append(target)
-            output_of[str(src)] = str(dst)
-            if src in sources:
-                result.rewritten.append(dst)
-            continue
+        if src in result.regions:
+            continue  # written above
         if src in shared:
             _write_if_changed(dst, shared_module_text(shared[src]).encode(), like=src)
         elif src in sources:
@@ -228,60 +243,65 @@ def build(
     result.remaining = [replace(d, path=output_of.get(d.path, d.path)) for d in kept] + errors
     from transpiler.report import write_report
 
-    texts = {src: text for src, (_, _, text) in compiled.items()}
-    destinations = {src: dst for dst, src in layout.files.items()}
-    for path in write_report(result, layout.out, texts, destinations):
+    result.kernel_files.sort()
+    result.rewritten.sort()
+    shown = {src: shown_path(src, dst, layout.out) for dst, src in layout.files.items()}
+    for path in write_report(result, layout.out, lines, layout.destinations, shown):
         written[path.relative_to(layout.out).as_posix()] = _signature(path)
     result.removed = _remove_stale(layout.out, previous, written)
     manifest = {"tool": "transpile", "version": _MANIFEST_VERSION, "files": written}
-    write_atomic(layout.out / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    # Unchanged, it is not written: a second run over the same tree writes nothing.
+    _write_if_changed(layout.out / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(), like=None)
     written.journal.unlink(missing_ok=True)
     return result
 
 
-def _compile(layout: Plan, fixed: Mapping[Path, str]) -> dict[Path, tuple[list[Region], list, str]]:
-    """For each Python source with regions: its regions, the emitted files (module first) and the
-    text the regions' lines are lines of (the rewritten source, before statements were split)."""
-    import ast
-
-    from emit.module import emit, is_generated, kernel_stems, newlines_like
+def _compile(
+    layout: Plan, fixed: Mapping[Path, str], facts: Facts | None, jobs: int | None, progress: Callable[..., None] | None
+) -> Iterator[tuple[Path, Compiled | Failed]]:
+    """Per Python source with regions (or whose compile failed), in the order they finish: what to write."""
+    from emit.module import kernel_stems
+    from transpiler.compiling import Job, compile_files, compiled_modules
     from transpiler.engine import project_facts
-    from transpiler.linears import epilogue_sites, route_linears
-    from transpiler.tails import fuse_across_ifs
 
     sources, depths = layout.python_files, layout.depths
-    facts = project_facts(sources, {p: encode_source(p, t) for p, t in fixed.items()})
+    overlay = {p: encode_source(p, t) for p, t in fixed.items()}
+    found = facts(overlay) if facts is not None else project_facts(sources, overlay)
     stems = kernel_stems(layout.files)  # by destination: names unique in each output directory
-    destinations = {src: dst for dst, src in layout.files.items()}
-    compiled = {}
+    modules = compiled_modules(found)
+    todo = []
     for src in sources:
-        try:
-            text = fixed[src] if src in fixed else read_source(src)
-            tree = ast.parse(text)
-        except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
-            continue  # reported by the lint, copied as it is
-        if is_generated(text):
-            continue  # an earlier output used as input: its kernels are compiled already
-        # Statements split so that their pointwise part fuses (hoisting.py), and copied into both branches
-        # of an `if` where that fuses them across it (tails.py): the regions are found in the rewritten
-        # text; what the build reports shows them on the lines of `text`.
-        split = fuse_across_ifs(
-            tree, src.as_posix(), module_name(src), src.name == "__init__.py", text, set(facts.compiled), facts.tensor_params
-        )
-        if split.regions:
-            # Linear layers followed by an activation, run as one matmul where the runtime can (linears.py).
-            epilogues = epilogue_sites(
-                ast.parse(split.text), module_name(src), src.name == "__init__.py", split.text, set(facts.compiled), split.regions
-            )
-            emitted = emit(
-                split.text, split.regions, src.as_posix(), depths[src], split.origin, epilogues, stems[destinations[src]]
-            )
-            module = route_linears(
-                emitted[0].text, module_name(src), src.name == "__init__.py", set(facts.compiled), depths[src]
-            )
-            emitted[0] = replace(emitted[0], text=newlines_like(module, text))  # the source's line endings
-            compiled[src] = ([split.origin.region(r) for r in split.regions], emitted, text)
-    return compiled
+        if module_name(src) not in modules:  # no function of it runs compiled: no region
+            if progress:
+                progress(1, "compiling")
+            continue
+        dst = layout.destinations[src]
+        todo.append(Job(src, fixed.get(src), shown_path(src, dst, layout.out), module_name(src), depths[src], stems[dst]))
+    tick = (lambda n: progress(n, "compiling")) if progress else None
+    for job, outcome in compile_files(todo, found, jobs or os.cpu_count() or 1, tick):
+        if outcome is not None:
+            yield job.src, outcome
+
+
+def shown_path(src: Path, dst: Path, out: Path) -> str:
+    """How generated comments and the report name a source file: its path in the tree, under the name of the
+    tree's root directory (`models/bert/modeling_bert.py` for `transpile /abs/transformers/models -o OUT`
+    and `transpile transformers/models -o OUT` alike), never an absolute path: outputs must not depend on
+    where the sources are."""
+    relative = dst.relative_to(out)
+    root = Path(os.path.abspath(src)).parents[len(relative.parts) - 1]
+    return (Path(root.name) / relative).as_posix()
+
+
+def _write_runtime(out: Path, written: _Written, result: BuildResult) -> None:
+    """The runtime package every kernel file imports, once into the output root."""
+    from emit.module import RUNTIME, runtime_files
+
+    for name, data in runtime_files():
+        target = out / RUNTIME / name
+        _write_if_changed(target, data, like=None)
+        written[target.relative_to(out).as_posix()] = _signature(target)
+        result.kernel_files.append(target)
 
 
 def _read_error(src: Path) -> Diagnostic | None:
@@ -399,7 +419,8 @@ def reason(d: Diagnostic, unsafe: bool) -> str:
             return f"unsafe fix ({d.fix.title}); enable with --unsafe-fixes"
         return f"fix not applied ({d.fix.title}): it overlaps another fix"
     if d.code in ("TP901", "TP902"):  # a file that does not parse or decode is copied as it is
-        return d.message if d.message.endswith("not copied") else f"{d.message}; copied unchanged"
+        done = d.message.endswith(("not copied", "written without kernels"))  # the message says what was done
+        return d.message if done else f"{d.message}; copied unchanged"
     return "no automatic fix"
 
 
