@@ -40,6 +40,13 @@ class Net(nn.Module):
 '''
 
 
+def environment() -> dict[str, str]:
+    """The environment of a subprocess, importing this checkout's packages whatever the installed `transpile`
+    points at (an editable install of another clone would otherwise answer)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
 @dataclass
 class Run:
     code: int
@@ -101,7 +108,7 @@ print(json.dumps({"equal": equal, "counters": runtime.counters()}))
 def run_side_by_side(src: Path, out: Path, names: list[str], tmp_path: Path) -> dict:
     """Runs each named file of `src` and its output in `out` on one input; returns equality and counters."""
     pairs = [str(p) for name in names for p in (src / name, out / name)]
-    env = {**os.environ, "TRANSPILE_CACHE_DIR": str(tmp_path / "kernels")}
+    env = {**environment(), "TRANSPILE_CACHE_DIR": str(tmp_path / "kernels")}
     proc = subprocess.run(
         [sys.executable, "-c", _RUN, str(out), *pairs], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
     )
@@ -223,7 +230,7 @@ CLI = [sys.executable, "-m", "transpiler"]
 
 def run(*args: object, cwd: Path, timeout: float = 120) -> Run:
     """The real command in a subprocess: a hang (reading a FIFO blocks forever) fails the test instead of hanging it."""
-    env = {**os.environ, "TRANSPILE_CACHE_DIR": str(cwd / "cache")}
+    env = {**environment(), "TRANSPILE_CACHE_DIR": str(cwd / "cache")}
     proc = subprocess.run([*CLI, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
@@ -327,7 +334,7 @@ def test_sigint_in_a_real_process_exits_130_with_nothing_half_written(tmp_path):
 
     src = write(tmp_path / "src", {f"p{n}/model.py": PRINT_MODEL * 20 for n in range(60)})
     before = snapshot(src)
-    env = {**os.environ, "TRANSPILE_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**environment(), "TRANSPILE_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.Popen(
         [*CLI, "build", "--no-kernels", "--no-cache", "src", "-o", "out"], cwd=tmp_path, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -461,7 +468,7 @@ def readme_runs(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
     where = tmp_path_factory.mktemp("readme")
     shutil.copytree(ROOT / "fixtures", where / "fixtures")
-    env = {**os.environ, "TRANSPILE_CACHE_DIR": str(where / "cache"), "NO_COLOR": "1"}
+    env = {**environment(), "TRANSPILE_CACHE_DIR": str(where / "cache"), "NO_COLOR": "1"}
     outputs = {}
     for command, _ in console_samples():
         program, *args = shlex.split(command)
@@ -487,7 +494,7 @@ def test_readme_samples_of_generated_code_are_in_the_output(readme_runs):
         assert block["body"] in text, f"{block['file']} has no lines\n{block['body']}"
 
 
-def test_readme_pre_commit_config_names_no_rev_that_does_not_exist_and_runs(tmp_path):
+def test_readme_pre_commit_config_names_no_rev_that_does_not_exist_and_runs(tmp_path, monkeypatch):
     """Every `rev:` README shows must be a commit or tag of this repository (there is no tagged release: a
     `rev: v0.1.0` could not be installed); a `repo: local` hook must be the one .pre-commit-hooks.yaml defines,
     and run: pre-commit with README's config fails on a model that prints in forward."""
@@ -517,5 +524,6 @@ def test_readme_pre_commit_config_names_no_rev_that_does_not_exist_and_runs(tmp_
     (repo / ".pre-commit-config.yaml").write_text(local, encoding="utf-8")
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
+    monkeypatch.setenv("PYTHONPATH", environment()["PYTHONPATH"])  # `transpile` on PATH runs this checkout's code
     proc = _pre_commit(repo, tmp_path / "home", "README's local hook", "run", "--color", "never", "--all-files")
     assert proc.returncode == 1 and "src/model.py:8:9: TP101 " in proc.stdout, proc.stdout + proc.stderr
