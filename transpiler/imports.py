@@ -166,7 +166,7 @@ def shared_modules(depths: Mapping[Path, int], changed: Collection[Path]) -> dic
     shared = {
         src: name
         for name, src in names.items()
-        if src.name != "__init__.py" and src not in changed and _imported_from(name) == _real(src)
+        if src.name != "__init__.py" and src not in changed and _installed(src) and _imported_from(name) == _real(src)
     }
     if not shared:
         return {}
@@ -181,6 +181,12 @@ def shared_modules(depths: Mapping[Path, int], changed: Collection[Path]) -> dic
             return shared
         for src in blocked:
             del shared[src]
+
+
+def _installed(src: Path) -> bool:
+    """Whether `src` belongs to an installed package: a source tree that is merely on sys.path (the
+    current directory) is shadowed at run time by the output of the same name, which must stay a copy."""
+    return any(part in ("site-packages", "dist-packages") for part in _real(src).parts)
 
 
 def shared_module_text(name: str) -> str:
