@@ -28,7 +28,7 @@ from transpiler.checker import Checker, Context
 from transpiler.inlining import Callee
 from transpiler.ir import Region
 from transpiler.kinds import Kind
-from transpiler.regions import MIN_OPS, TRIVIAL, RegionFinder, cost, find_regions, translate, translate_part
+from transpiler.regions import MIN_OPS, TRIVIAL, RegionFinder, cost, find_regions, named_regions, translate, translate_part
 
 # Statements whose evaluation order the split could not keep: they are left alone.
 _REFUSED = (
@@ -87,9 +87,11 @@ def hoist_regions(
 ) -> Hoisting:
     """The regions of one file (as `regions.find_regions` finds them) after splitting the statements
     whose pointwise part then joins a region."""
-    splits, taken = _plan(tree, path, module, is_package, text, compiled, tensor_params)
+    splits, taken, unsplit = _plan(tree, path, module, is_package, text, compiled, tensor_params)
     while True:
         split_text, ranges, temporaries, pointwise = _apply(text, splits, taken)
+        if not splits:  # the plan's own passes read this very text: their regions are find_regions'
+            return Hoisting(split_text, unsplit, Origin(text, ranges), 0)
         split_tree = ast.parse(split_text) if splits else tree
         regions = find_regions(split_tree, path, module, is_package, split_text, compiled, tensor_params, temporaries)
         covered = [s for s, lines in zip(splits, pointwise) if all(_in_region(line, regions) for line in lines)]
@@ -138,8 +140,9 @@ def alone_on_its_lines(statement: ast.stmt, lines: list[bytes]) -> bool:
     return not before.strip() and (not after or after.startswith(b"#"))
 
 
-def _plan(tree, path, module, is_package, text, compiled, tensor_params) -> tuple[list[_Split], dict]:
-    """Every statement that could be split, in text order, and per function the names it uses.
+def _plan(tree, path, module, is_package, text, compiled, tensor_params) -> tuple[list[_Split], dict, list[Region]]:
+    """Every statement that could be split, in text order, per function the names it uses, and the regions
+    of the text as it is (what `find_regions` returns for it: the plan runs its passes).
 
     As `find_regions`, helpers whose parameters the project's call sites type are planned again
     with those types."""
@@ -149,15 +152,15 @@ def _plan(tree, path, module, is_package, text, compiled, tensor_params) -> tupl
     Checker([finder, planner]).check(tree, module, is_package, text)
     splits = {f: s for f, s in planner.splits.items() if f not in (tensor_params or {})}
     taken = dict(planner.taken)
+    typed_regions = []
     if tensor_params:
-        typed = _Planner(compiled, finder.callees, lines)
-        Checker([RegionFinder(path, compiled, finder.callees), typed]).check(
-            tree, module, is_package, text, tensor_params
-        )
+        typed, typed_finder = _Planner(compiled, finder.callees, lines), RegionFinder(path, compiled, finder.callees)
+        Checker([typed_finder, typed]).check(tree, module, is_package, text, tensor_params)
         splits.update(typed.splits)
         taken.update(typed.taken)
+        typed_regions = typed_finder.regions
     ordered = sorted((s for found in splits.values() for s in found), key=lambda s: s.statement.lineno)
-    return ordered, taken
+    return ordered, taken, named_regions(finder.regions, typed_regions, tensor_params)
 
 
 def _split(statement: ast.stmt, ctx: Context, callees: dict[str, Callee]) -> _Split | None:

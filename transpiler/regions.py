@@ -979,11 +979,20 @@ def find_regions(
     """
     finder = RegionFinder(path, compiled, temporaries=temporaries)
     Checker([finder]).check(tree, module, is_package, text)
-    regions = finder.regions
+    typed = None
     if tensor_params:
         typed = RegionFinder(path, compiled, finder.callees, temporaries)
         Checker([typed]).check(tree, module, is_package, text, tensor_params)
-        regions = [r for r in regions if r.function not in tensor_params] + typed.regions
+    return named_regions(finder.regions, typed.regions if typed else [], tensor_params)
+
+
+def named_regions(
+    regions: list[Region], typed: list[Region], tensor_params: Mapping[str, frozenset[str]] | None
+) -> list[Region]:
+    """`regions` with those of the functions in `tensor_params` replaced by `typed` (found again with their
+    parameters typed), in text order, named apart (`fused_add`, `fused_add_2`)."""
+    if tensor_params:
+        regions = [r for r in regions if r.function not in tensor_params] + typed
     named, taken = [], set()
     for region in sorted(regions, key=lambda r: r.first_line):
         name, n = region.name, 2
