@@ -301,7 +301,7 @@ def _progress(total: int):
 @click.option("--select", multiple=True, metavar="CODES", help="Rule codes or prefixes to enable (comma-separated).")
 @click.option("--extend-select", multiple=True, metavar="CODES", help="Codes or prefixes to enable in addition.")
 @click.option("--ignore", multiple=True, metavar="CODES", help="Rule codes or prefixes to disable.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes for the lint (default: one per core).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes for the lint and the compile (default: one per core).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the lint cache.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Format of the summary.")
 @click.option("--no-kernels", is_flag=True, help="Write the rewritten source only: no fused kernels.")
