@@ -21,6 +21,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -74,12 +75,15 @@ def measure(args: list[str], env: dict[str, str]) -> dict:
     """Run `transpile ARGS`: wall seconds, CPU seconds of the tree, peak tree RSS, exit status, summary."""
     start = time.perf_counter()
     before = os.times()
-    proc = subprocess.Popen([*CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, _tree_rss(proc.pid))
-        time.sleep(0.2)
-    out, err = proc.communicate()
+    # Into files, not pipes: a summary of thousands of lines would fill a pipe nobody reads until the end.
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        proc = subprocess.Popen([*CLI, *args], env=env, stdout=stdout, stderr=stderr, text=True)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, _tree_rss(proc.pid))
+            time.sleep(0.2)
+        stdout.seek(0), stderr.seek(0)
+        out, err = stdout.read(), stderr.read()
     after = os.times()
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     summary = [line for line in out.splitlines() if line.startswith(("Transpiled", "Compiled"))]
