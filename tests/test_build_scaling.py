@@ -170,3 +170,28 @@ def test_workers_and_a_second_run_change_no_byte(tmp_path, build, monkeypatch):
     written = {p: p.stat().st_mtime_ns for p in (tmp_path / "two/out").rglob("*") if p.is_file()}
     assert build("../src/pkg", "-o", "out", "-j", "2")[0] == 0
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "two/out").rglob("*") if p.is_file()} == written
+
+
+def test_a_worker_that_dies_costs_only_the_files_it_held(tmp_path, monkeypatch):
+    import os
+
+    from transpiler import compiling
+    from transpiler.compiling import Failed, compile_files
+
+    files = write(tmp_path, {f"m{n}.py": FUSIBLE for n in range(10)} | {"bad.py": FUSIBLE})
+    jobs = [Job(files / name, None, name, name[:-3], 0, name[:-3]) for name in sorted(os.listdir(files))]
+    facts = ProjectFacts(frozenset(f"{job.module}.M.forward" for job in jobs), {})
+    compile_one = compiling._compile
+
+    def dies_on_bad(job, *args):  # the workers are forked: they run this
+        if job.src.name == "bad.py":
+            os._exit(1)  # as the kernel's out-of-memory killer would end it
+        return compile_one(job, *args)
+
+    monkeypatch.setattr(compiling, "_compile", dies_on_bad)
+    outcomes = {job.src.name: outcome for job, outcome in compile_files(jobs, facts, workers=2)}
+    assert sorted(outcomes) == sorted(job.src.name for job in jobs)  # every file answered, once
+    assert isinstance(outcomes["bad.py"], Failed) and "died" in outcomes["bad.py"].diagnostic.message
+    # Those in flight beside it are lost with it; the files after them are compiled by a new pool.
+    assert all(isinstance(o, Compiled) or "died" in o.diagnostic.message for o in outcomes.values())
+    assert isinstance(outcomes["m9.py"], Compiled)

@@ -98,21 +98,35 @@ def _in_pool(jobs: list[Job], facts: ProjectFacts, workers: int) -> Iterator[tup
             running: dict[Future, Job] = {}
             broken = False
             while (pending or running) and not broken:
-                while pending and len(running) < workers * _IN_FLIGHT_PER_WORKER:
-                    job = pending.pop()
-                    running[pool.submit(_worker_compile, job)] = job
+                while pending and len(running) < workers * _IN_FLIGHT_PER_WORKER and not broken:
+                    try:
+                        running[pool.submit(_worker_compile, pending[-1])] = pending[-1]
+                        pending.pop()
+                    except BrokenProcessPool:  # it broke since the last answer: the job goes to the next pool
+                        broken = True
+                if not running:
+                    break
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     job = running.pop(future)
-                    try:
-                        yield job, future.result()
-                    except BrokenProcessPool:
-                        # A worker died (killed for memory, or crashed): every file it held in flight is lost.
-                        # Report them and go on with a new pool.
-                        broken = True
-                        yield job, _failed(job, "the worker process compiling it died (out of memory?)")
+                    outcome = _result(future, job)
+                    broken = broken or isinstance(outcome, _Died)
+                    yield job, outcome
+            # A worker died (killed for memory, or crashed): the files the pool held in flight are lost with it,
+            # reported as such; those not sent yet go to a new pool.
             for future, job in running.items():
-                yield job, _failed(job, "the worker process compiling it died (out of memory?)")
+                yield job, _result(future, job)
+
+
+class _Died(Failed):
+    """The outcome of a file whose worker process died."""
+
+
+def _result(future: Future, job: Job) -> Outcome:
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        return _Died(job.src, _failed(job, "the worker process compiling it died (out of memory?)").diagnostic)
 
 
 _facts: ProjectFacts | None = None  # the worker's copy, sent once when it starts
