@@ -168,7 +168,7 @@ def test_region_record(result):
     assert scaled["location"] == "src/pkg/layers.py:7-8"
     assert scaled["ir"] == format_region(SCALED)
     assert scaled["inputs"] == [{"name": "x", "source": "x", "is_tensor": True}]
-    assert scaled["outputs"] == [{"value": "t0", "target": "return"}]
+    assert scaled["outputs"] == [{"value": "t0", "target": "return", "aliases": []}]
     # JSON has no infinity: the constant is written as the string float() reads back.
     assert scaled["nodes"][1] == {"out": "t0", "op": "clamp_max", "operands": ["y", "inf"], "constants": [1], "line": 8}
     # The covered lines come from the text the region was found in (the rewritten one), not the file on disk.

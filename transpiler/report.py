@@ -175,7 +175,7 @@ def _regions(
             "lines": r.lines,
             "inputs": [asdict(i) for i in r.inputs],
             "nodes": [_node(n) for n in r.nodes],
-            "outputs": [asdict(o) for o in r.outputs],
+            "outputs": [{**asdict(o), "aliases": list(o.aliases)} for o in r.outputs],  # JSON has no tuples
             "conditions": list(r.conditions),
             "ir": format_region(r),
             "source_lines": [{"line": n, "text": numbered[n]} for n in range(r.first_line, r.last_line + 1) if n in numbered],
