@@ -21,7 +21,7 @@ import black
 
 from transpiler.dtypes import FLOATING, value_dtypes
 from transpiler.ir import Node, Region
-from transpiler.lowering import Pass, has_reductions, lower, passes
+from transpiler.lowering import ROW_REDUCTIONS, Pass, has_reductions, lower, passes
 from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, DTYPE_ALIASES, OpKind
 
 # The strided path indexes a 4-d iteration space, padded on the left with 1s: the
@@ -69,9 +69,14 @@ class _Names:
 
     def __init__(self, region: Region, reserved: frozenset[str] = RESERVED) -> None:
         values = [i.name for i in region.inputs] + [n.out for n in region.nodes]
-        # Values that hold integers or bools when the tensor inputs do: a float function converts them first.
+        # Values that may hold integers or bools (when the tensor inputs do, or from a Python int scalar):
+        # a float function converts them first. A lowered reduction's sums and what follows are floats.
         as_ints = value_dtypes(region, {i.name: "int64" for i in region.tensor_inputs})
-        self.integral = frozenset(v for v, d in as_ints.items() if d not in FLOATING)
+        accumulated: set[str] = set()
+        for node in region.nodes:
+            if node.op in ROW_REDUCTIONS or accumulated.intersection(node.values()):
+                accumulated.add(node.out)
+        self.integral = frozenset(v for v, d in as_ints.items() if d not in FLOATING and v not in accumulated)
         taken = set(values) | reserved
         self._names: dict[str, str] = {}
         for value in values:
@@ -98,8 +103,9 @@ _POWERS = {2: "{0} * {0}", 3: "{0} * {0} * {0}", 0.5: "tl.sqrt_rn({0})", -0.5: "
 
 def _expression(node: Node, names: _Names) -> str:
     operands = [render_constant(o) if i in node.constants else names[o] for i, o in enumerate(node.operands)]
-    if node.definition.int_to_float:  # torch's float functions make float32 of ints; Triton's reject them
-        operands = [f"floating({o})" if node.operands[i] in names.integral else o for i, o in enumerate(operands)]
+    if node.definition.int_to_float and set(node.values()) <= names.integral:
+        # torch's float functions make float32 of integers; Triton's reject them (one float operand suffices)
+        operands = [o if i in node.constants else f"floating({o})" for i, o in enumerate(operands)]
     exponent = node.operands[1] if node.op == "pow" and 1 in node.constants and 0 not in node.constants else None
     if type(exponent) in (int, float) and exponent in _POWERS:
         return _POWERS[exponent].format(operands[0])

@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, floating, row_sum, tanh, widen
+from _transpile_runtime.triton_support import accumulate_sum, row_sum, tanh, widen
 
 
 @triton.jit
@@ -124,10 +124,10 @@ def fused_rms_norm_kernel(
         t0 = x * x
         row_sum0 = row_sum(t0, mask)
         row_size0 = tl.cast(R, tl.float32)
-        variance = floating(row_sum0) / floating(row_size0)
+        variance = row_sum0 / row_size0
         # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
         t1 = variance + eps
-        t2 = 1.0 / tl.sqrt_rn(floating(t1))
+        t2 = 1.0 / tl.sqrt_rn(t1)
         t3 = x * t2
         t4 = t3 * weight
         # Store the element outputs, converted to their dtypes
@@ -149,10 +149,10 @@ def fused_rms_norm_kernel(
             start += RBLOCK
         # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
         row_sum0 = row_sum(row_sum0_partial, row_mask)
-        variance = floating(row_sum0) / floating(row_size0)
+        variance = row_sum0 / row_size0
         # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
         t1 = variance + eps
-        t2 = 1.0 / tl.sqrt_rn(floating(t1))
+        t2 = 1.0 / tl.sqrt_rn(t1)
         # Pass 2: the element outputs
         start = 0
         while start < R:

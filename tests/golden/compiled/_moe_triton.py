@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, floating, row_sum, widen
+from _transpile_runtime.triton_support import accumulate_sum, row_sum, widen
 
 
 @triton.jit
@@ -55,7 +55,7 @@ def fused_sum_kernel(
         # Compute (reductions over the lanes in `mask`)
         # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
         t0 = row_sum(weights, mask)
-        _sum_div = floating(weights) / floating(t0)
+        _sum_div = weights / t0
         # Store the element outputs, converted to their dtypes
         tl.store(
             _sum_div_out_ptr + _sum_div_out_row + col * _sum_div_out_stride,
@@ -82,7 +82,7 @@ def fused_sum_kernel(
             mask = row_mask & (col < R)
             weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
             # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
-            _sum_div = floating(weights) / floating(t0)
+            _sum_div = weights / t0
             # Store the element outputs, converted to their dtypes
             tl.store(
                 _sum_div_out_ptr + _sum_div_out_row + col * _sum_div_out_stride,
