@@ -847,14 +847,15 @@ def worker(work: Path, package: str, jobs: Path) -> None:
             originals[module] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(originals[module])
         transpiled = importlib.import_module(f"{package}.{module}")
-        runtime = sys.modules["_transpile_runtime"]
-        before = {id(k): Counter(k.counts) for k in runtime.KERNELS}
+        # A module without kernels imports no runtime: until one does, no kernel can have run.
+        kernels = getattr(sys.modules.get("_transpile_runtime"), "KERNELS", [])
+        before = {id(k): Counter(k.counts) for k in kernels}
         try:
             outcome, detail = compare(program, getattr(originals[module], program.name), getattr(transpiled, program.name))
         except Exception:  # the harness's own steps (building the modules, loading the state) failed
             outcome, detail = "crash", traceback.format_exc(limit=-3)
         paths: Counter[str] = Counter()
-        for kernel in runtime.KERNELS:
+        for kernel in getattr(sys.modules.get("_transpile_runtime"), "KERNELS", []):
             paths.update(Counter(kernel.counts) - before.get(id(kernel), Counter()))
         print(json.dumps({"outcome": outcome, "detail": detail, "paths": dict(paths)}), flush=True)
 
