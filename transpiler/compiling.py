@@ -173,7 +173,7 @@ def _failed(job: Job, why: str) -> Failed:
 
 def _compile(job: Job, text: str, tree: ast.Module, facts: ProjectFacts) -> Compiled | None:
     from emit.module import emit, is_generated, newlines_like
-    from emit.twins import auto_twins
+    from emit.twins import twins
     from transpiler.linears import epilogue_sites, route_linears
     from transpiler.tails import fuse_across_ifs
 
@@ -192,7 +192,7 @@ def _compile(job: Job, text: str, tree: ast.Module, facts: ProjectFacts) -> Comp
     epilogues = epilogue_sites(ast.parse(split.text), job.module, is_package, split.text, compiled, split.regions)
     emitted = emit(split.text, split.regions, job.shown, job.depth, split.origin, epilogues, job.stem)
     module = route_linears(emitted[0].text, job.module, is_package, compiled, job.depth)
-    module = auto_twins(module, job.module, job.depth)  # sub-models built through Auto classes: the twins here
+    module = twins(module, job.module, job.depth)  # classes that stand in for the original's: Auto classes, module names
     emitted[0] = replace(emitted[0], text=newlines_like(module, text))  # the source's line endings
     regions = tuple(split.origin.region(r) for r in split.regions)
     numbered = text.splitlines()

@@ -7,10 +7,15 @@ Inside a transpiled module that class has a twin of the same name in the output 
 the kernels: `auto_class` gives the module its own subclass of the Auto class whose mapping
 answers the twin for every class of the original tree, and the original class for the rest.
 The original Auto class and the original package are left as they are.
+
+Code that decides by a class's module name (transformers' `is_custom_code()`: a class whose module
+is not transformers' is custom code, initialised differently) must see the original's name:
+`as_original` makes the module's classes answer `is_custom_code()` as their originals do.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 
@@ -51,3 +56,35 @@ class _TwinMapping:
 
     def __getattr__(self, name: str):  # keys(), register(), ... of the original mapping
         return getattr(self._mapping, name)
+
+
+def as_original(namespace: dict, original: str) -> None:
+    """The classes of the transpiled module `namespace` (its globals), transpiled from the module named
+    `original`, answer `is_custom_code()` (a classmethod they inherit) as their originals do: the inherited
+    code runs with `original` as the class's module name. Subclasses defined elsewhere answer as before."""
+    module = namespace["__name__"]
+    for value in list(namespace.values()):
+        if not isinstance(value, type) or value.__module__ != module or "is_custom_code" in vars(value):
+            continue
+        inherited = getattr(getattr(value, "is_custom_code", None), "__func__", None)
+        if inherited is not None and not getattr(inherited, "_transpile_as_original", False):
+            value.is_custom_code = classmethod(_answer_as(inherited, module, original))
+
+
+def _answer_as(inherited, module: str, original: str):
+    @functools.wraps(inherited)
+    def answer(cls, *args, **kwargs):
+        return inherited(_Renamed(cls, original) if cls.__module__ == module else cls, *args, **kwargs)
+
+    answer._transpile_as_original = True
+    return answer
+
+
+class _Renamed:
+    """`cls` as seen by code that reads its `__module__`: the original's name; every other attribute the class's."""
+
+    def __init__(self, cls: type, module: str) -> None:
+        self._cls, self.__module__ = cls, module
+
+    def __getattr__(self, name: str):
+        return getattr(self._cls, name)

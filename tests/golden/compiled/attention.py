@@ -54,3 +54,11 @@ class Attention(BaseBlock):
         assert (probs >= 0).all(), f"negative attention weights in a {T}x{T} map"
         out = (probs @ v).transpose(1, 2).reshape(B, T, C)
         return x + self.proj(out)
+
+
+# transpile: the twins of the original's classes (Auto classes, module names)
+try:  # the output tree imported as a package
+    from ._transpile_runtime.twins import as_original as _transpile_as_original
+except ImportError:  # the output root on sys.path
+    from _transpile_runtime.twins import as_original as _transpile_as_original
+_transpile_as_original(globals(), "fixtures.models.attention")

@@ -80,3 +80,11 @@ class MoE(nn.Module):
         positions = torch.empty_like(ranks)
         positions[order] = ranks
         return positions.view_as(experts)
+
+
+# transpile: the twins of the original's classes (Auto classes, module names)
+try:  # the output tree imported as a package
+    from ._transpile_runtime.twins import as_original as _transpile_as_original
+except ImportError:  # the output root on sys.path
+    from _transpile_runtime.twins import as_original as _transpile_as_original
+_transpile_as_original(globals(), "fixtures.models.moe")
