@@ -112,6 +112,7 @@ def result(tmp_path, monkeypatch) -> BuildResult:
         remaining=[LEFT],
         regions={SUB_LAYERS: [SHIFT], LAYERS: [SCALED]},
         kernel_files=[*KERNEL_FILES, *RUNTIME_FILES],
+        kernels={LAYERS: KERNEL_FILES[:3], SUB_LAYERS: KERNEL_FILES[3:]},
     )
 
 
@@ -159,6 +160,33 @@ def test_kernel_files_of_modules_with_one_stem(result, destinations):
     ]
     assert sub["output"] == "out/sub/layers.py"
     assert [d["path"] for d in sub["remaining"]] == ["out/sub/layers.py"]
+
+
+def test_kernel_files_of_renamed_stems(tmp_path):
+    """A module whose name is no identifier gets kernel files under another stem (`my-model.py`:
+    `_my_model_kernels.py`, or `_my_model_2_kernels.py` beside a `my_model.py`): the report names the
+    files the build wrote for it, not those its name would give."""
+    from click.testing import CliRunner
+
+    from transpiler.cli import main
+
+    module = (
+        "import torch\n\n\nclass M(torch.nn.Module):\n"
+        "    def forward(self, x):\n        y = torch.sigmoid(x) * 2.0\n        return y + 1.0\n"
+    )
+    for name in ("my-model.py", "my_model.py"):
+        (tmp_path / "src" / name).parent.mkdir(exist_ok=True)
+        (tmp_path / "src" / name).write_text(module)
+    run = CliRunner().invoke(main, ["build", "--no-cache", str(tmp_path / "src"), "-o", str(tmp_path / "out")])
+    assert run.exit_code in (0, 1), run.output
+    data = json.loads((tmp_path / "out" / REPORT_JSON).read_text())
+    files = {Path(f["path"]).name: [Path(k).name for k in f["kernel_files"]] for f in data["files"]}
+    assert files == {
+        "my-model.py": ["_my_model_kernels.cpp", "_my_model_kernels.py", "_my_model_triton.py"],
+        "my_model.py": ["_my_model_2_kernels.cpp", "_my_model_2_kernels.py", "_my_model_2_triton.py"],
+    }
+    assert all((tmp_path / "out" / k).is_file() for names in files.values() for k in names)
+    assert not any("_my_model" in k for k in data["runtime_files"])
 
 
 def test_region_record(result):

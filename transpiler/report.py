@@ -31,10 +31,6 @@ REPORT_JSON = "transpile-report.json"
 REPORT_HTML = "transpile-report.html"
 SCHEMA_VERSION = 1
 
-# The kernel files emit/module.py writes beside a module with regions, by the module's stem.
-_KERNEL_FILE_NAMES = ("_{stem}_kernels.py", "_{stem}_triton.py", "_{stem}_kernels.cpp")
-
-
 def write_report(
     result: BuildResult,
     out: Path,
@@ -88,7 +84,7 @@ def report_data(
     claimed: set[Path] = set()
     files = []
     for src in sorted(sources | remaining.keys(), key=Path.as_posix):
-        kernel_files = _kernel_files(src, outputs.get(src), result.kernel_files)
+        kernel_files = sorted(result.kernels.get(src, ()), key=Path.as_posix)  # as the build named them
         claimed.update(kernel_files)
         files.append(
             {
@@ -142,13 +138,6 @@ def _destination(src: Path, result: BuildResult, destinations: Mapping[Path, Pat
         if depth > best_depth and src.parent.parts[len(src.parent.parts) - depth :] == parts:
             best, best_depth = candidate, depth
     return best
-
-
-def _kernel_files(src: Path, output: Path | None, kernel_files: list[Path]) -> list[Path]:
-    if output is None:
-        return []
-    names = {name.format(stem=src.stem) for name in _KERNEL_FILE_NAMES}
-    return sorted((k for k in kernel_files if k.parent == output.parent and k.name in names), key=Path.as_posix)
 
 
 def _diagnostics(diagnostics: Iterable[Diagnostic], shown: Mapping[Path, str] | None = None) -> list[dict]:

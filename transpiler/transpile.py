@@ -149,6 +149,7 @@ class BuildResult:
     remaining: list[Diagnostic] = field(default_factory=list)
     regions: dict[Path, list[Region]] = field(default_factory=dict)  # by source file, those compiled
     kernel_files: list[Path] = field(default_factory=list)  # generated beside the modules, and the runtime
+    kernels: dict[Path, list[Path]] = field(default_factory=dict)  # by source file, the kernel files beside its module
     imports: list[ImportRewrite] = field(default_factory=list)  # relative imports leaving `out`, made absolute
 
 
@@ -210,6 +211,7 @@ def build(
             written[target.relative_to(layout.out).as_posix()] = _signature(target)
             if target != dst:
                 result.kernel_files.append(target)
+                result.kernels.setdefault(src, []).append(target)
         output_of[str(src)] = str(dst)
         if src in sources:
             result.rewritten.append(dst)
