@@ -180,9 +180,29 @@ def test_a_plan_per_call_signature(compiled, monkeypatch, tmp_path):
     for inputs in (x, x, x.clone(), transposed, transposed, x.half()):
         (expected,) = kernel.reference(inputs, norm.weight, norm.eps)  # the original statements, eager
         torch.testing.assert_close(norm(inputs), expected)
-    mixed = "fallback: C++ kernels take one floating dtype per call, not float16, float32"
+    # A half x beside the float32 weight: eager squares x in half, the kernel (one floating dtype) cannot.
+    mixed = "fallback: C++ kernels take one floating dtype per call, and eager computes this call in several"
     assert kernel.counts == {"cpp": 5, mixed: 1}
     assert len(kernel._plans) == 3  # contiguous float32, transposed float32, float16 (a fallback, kept too)
+
+
+def test_mixed_floating_dtypes_run_widened_where_eager_computes_in_the_widest(compiled, monkeypatch, tmp_path):
+    """A float32 x and a bfloat16 weight: every op of eager's computes in float32, so the C++ kernel
+    runs with the weight widened to float32 (exact); its outputs equal eager's bit for bit in dtype."""
+    monkeypatch.setenv("TRANSPILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(compiled.parent))
+    layers = importlib.import_module(f"{OUT_NAME}.layers")
+    kernel = layers.fused_rms_norm
+    weight = torch.rand(16).add(0.5).to(torch.bfloat16)
+    kernel.counts.clear()
+    x = torch.randn(3, 4, 16)
+    (actual,) = kernel(x, weight, 1e-6)
+    (expected,) = kernel.reference(x, weight, 1e-6)
+    assert actual.dtype == expected.dtype == torch.float32
+    torch.testing.assert_close(actual, expected)
+    (half,) = kernel(x, weight.half(), 1e-6)
+    torch.testing.assert_close(half, kernel.reference(x, weight.half(), 1e-6)[0])
+    assert kernel.counts == {"cpp": 2}
 
 
 def test_outputs_keep_a_dense_layout_the_inputs_share(compiled, monkeypatch, tmp_path):

@@ -23,7 +23,14 @@ from hypothesis import strategies as st
 
 from emit.cpp import Kind, render_cpp_file, value_kinds
 from emit.runtime import Kernel, layout
-from emit.runtime.cpp_support import NO_COMPILER, CppBuildError, CppLibrary, find_compiler, unsupported
+from emit.runtime.cpp_support import (
+    NO_COMPILER,
+    CppBuildError,
+    CppLibrary,
+    find_compiler,
+    storage_dtype,
+    unsupported,
+)
 from tests.transpiled import shapes_of
 from transpiler.ir import Input, Node, Output, Region
 from transpiler.ops import BY_NAME, CAST, OPS, Op
@@ -426,7 +433,11 @@ def test_unsupported_dtypes():
     assert unsupported([torch.bool], [torch.bool]) is None
     assert "int32" in unsupported([torch.int32], [torch.float32])
     assert "int64" in unsupported([torch.float32], [torch.int64])
-    assert "float16, float32" in unsupported([torch.float32, torch.float16], [torch.float32])
+    # Several floating dtypes: the runtime decides (Kernel._computes_in); they are stored in the widest.
+    assert unsupported([torch.float32, torch.float16], [torch.float32]) is None
+    assert storage_dtype([torch.bfloat16, torch.bool, torch.float16]) == torch.float32
+    assert storage_dtype([torch.float32, torch.float64]) == torch.float64
+    assert storage_dtype([torch.bool]) == torch.float32
 
 
 def test_kinds_come_from_the_ir():

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from .activations import Activation, Activations
 from .graphs import CudaGraphs, GraphedBlocks, cuda_graph_blocks, cuda_graphs
@@ -48,6 +49,8 @@ _FORCED = os.environ.get("TRANSPILE_BACKEND", "")
 # `TRANSPILE_COMPILE=sync`: a Triton kernel compiles on its signature's first call, which waits for it.
 _BACKGROUND = os.environ.get("TRANSPILE_COMPILE", "background") != "sync"
 COMPILING = "fallback: compiling in the background"
+# A call with several floating dtypes that a one-dtype backend cannot widen to one (`_computes_in`).
+MIXED_FLOATS = "C++ kernels take one floating dtype per call, and eager computes this call in several"
 
 KERNELS: list["Kernel"] = []
 MAX_PLANS = 256  # call signatures remembered per kernel
@@ -332,6 +335,9 @@ class Kernel:
         reason = backend.unsupported([t.dtype for t in tensors], dtypes)
         if reason is not None:
             return f"fallback: {reason}"
+        storage = getattr(backend.support, "storage_dtype", None)  # one floating dtype a call (C++)
+        if storage is not None and not self._computes_in(signature, modules, storage([*(t.dtype for t in tensors), *dtypes])):
+            return f"fallback: {MIXED_FLOATS}"
         if self.rows is not None:
             return self._plan_rows(backend, tensors, shape, values, dtypes)
         if any(s != shape for s in outputs):
@@ -407,6 +413,25 @@ class Kernel:
                 return f"fallback: {launch}"
         return Plan(outputs, device=tensors[0].device, launch=launch, path=backend.name)
 
+    def _computes_in(self, signature: tuple, scalars: tuple, storage: torch.dtype) -> bool:
+        """Whether eager computes this signature as it would with every floating tensor input in `storage`.
+
+        Backends whose kernels store every floating tensor in one dtype (C++) take a call with
+        several (a float16 input beside a float32 weight) by widening each input to the widest,
+        an exact conversion. That gives eager's values when widening changes no dtype that eager
+        computes: the reference, run on one-element tensors, must give every op a result of the
+        same dtype both ways (`x_half * 2.0` stays a half, so a half beside a float falls back
+        unless each op sees the float; the integer inputs a backend takes are not widened).
+        """
+        inputs = signature[: self.tensor_inputs]
+        if all(not dtype.is_floating_point or dtype == storage for _, dtype in inputs):
+            return True
+        widened = tuple((shape, storage if dtype.is_floating_point else dtype) for shape, dtype in inputs)
+        try:
+            return _dtype_trace(self.reference, inputs, scalars) == _dtype_trace(self.reference, widened, scalars)
+        except (RuntimeError, TypeError, ValueError, IndexError):  # widened, eager raises: not the same program
+            return False
+
     def _signature_plan(self, signature: tuple, scalars: tuple) -> tuple[dict[str, torch.Size], tuple[torch.dtype, ...]]:
         """Every value's shape and the outputs' dtypes for one input signature, as torch computes them.
 
@@ -432,6 +457,30 @@ class Kernel:
         from _transpile_runtime.cpp_support import CppLibrary
 
         return CppLibrary.for_file(self._cpp_file)
+
+
+class _DtypeTrace(TorchFunctionMode):
+    """Records the dtype of every torch function's result (a tensor's, or a dtype read with `.dtype`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtypes: list = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        values = result if isinstance(result, (tuple, list)) else (result,)
+        self.dtypes.append(
+            tuple(v.dtype if isinstance(v, torch.Tensor) else v if isinstance(v, torch.dtype) else None for v in values)
+        )
+        return result
+
+
+def _dtype_trace(reference, inputs: tuple, scalars: tuple) -> list:
+    """The dtypes of every op's result as the `reference` runs on one-element tensors of `inputs` (shape, dtype)."""
+    samples = [torch.ones((1,) * len(shape), dtype=dtype) for shape, dtype in inputs]
+    with _DtypeTrace() as trace:
+        reference(*samples, *scalars)
+    return trace.dtypes
 
 
 def _compile_in_background(plan: Plan | str, tensors: tuple, scalars: tuple) -> Plan | str | _Compiling:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -50,6 +51,7 @@ STALE_S = 3600.0
 LOCATED_ERROR = re.compile(r":\d+:\d+: (fatal )?error")
 
 # The dtype model of the generated kernels (emit/cpp.py): one floating storage dtype per call, and bools.
+# A narrower floating tensor is widened to it at the boundary (exact), a bool converted.
 ENTRY_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
@@ -208,15 +210,23 @@ def _clean_temporaries(directory: Path) -> None:
 
 
 def unsupported(tensor_dtypes: Sequence[torch.dtype], output_dtypes: Sequence[torch.dtype]) -> str | None:
-    """Why the C++ kernels cannot take these dtypes, or None: one floating dtype per call, plus bools."""
+    """Why the C++ kernels cannot take these dtypes, or None: floating and bool tensors.
+
+    Several floating dtypes in one call run in the widest (`storage_dtype`) where the runtime
+    finds that eager computes the call as it would with every floating input widened to it.
+    """
     dtypes = [*tensor_dtypes, *output_dtypes]
     other = sorted({str(d).removeprefix("torch.") for d in dtypes if d not in ENTRY_DTYPES and d != torch.bool})
     if other:
         return f"C++ kernels take floating and bool tensors, not {', '.join(other)}"
-    floating = sorted({str(d).removeprefix("torch.") for d in dtypes if d in ENTRY_DTYPES})
-    if len(floating) > 1:
-        return f"C++ kernels take one floating dtype per call, not {', '.join(floating)}"
     return None
+
+
+def storage_dtype(dtypes: Sequence[torch.dtype]) -> torch.dtype:
+    """The one floating dtype the kernels store a call's floating tensors in: the widest of `dtypes`
+    (torch's promotion: float16 and bfloat16 make float32), float32 when none is floating."""
+    floating = [dtype for dtype in dtypes if dtype in ENTRY_DTYPES]
+    return functools.reduce(torch.promote_types, floating) if floating else torch.float32
 
 
 @dataclass(frozen=True)
@@ -308,12 +318,12 @@ class CppLibrary:
 
         `dtypes` are the tensor inputs' and then the outputs' (which `unsupported` accepted);
         `layout` the C arguments after the data, from `pointwise_layout` or `rows_layout`.
-        The entry point is the one of the call's floating dtype. A tensor whose dtype
+        The entry point is the one of `storage_dtype(dtypes)`. A tensor whose dtype
         disagrees with the kernel's kinds (a bool tensor the IR reads as a number, a
         number it reads as a bool, a bool result of numbers) is converted at the
         boundary, as torch would promote it.
         """
-        floating = next((dtype for dtype in dtypes if dtype in ENTRY_DTYPES), torch.float32)
+        floating = storage_dtype(dtypes)
         kinds = self.kinds(entry)
         input_dtypes = [torch.bool if is_bool else floating for is_bool in kinds.inputs]
         output_dtypes = [torch.bool if is_bool else floating for is_bool in kinds.outputs]
