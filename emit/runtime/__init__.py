@@ -275,7 +275,7 @@ class Kernel:
             for shape, strides, dtype in plan.outputs
         )
         plan.launch(tensors, scalars, outputs)
-        self.counts[plan.path] += 1
+        self.counts[plan.path if plan.launch is not _nothing else "empty: no element to compute"] += 1
         return outputs
 
     # -- planning, once per input signature -----------------------------------------------
