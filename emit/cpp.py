@@ -212,10 +212,11 @@ def kinds_signature(region: Region) -> str:
 
 
 # -- names ------------------------------------------------------------------------------
-def cpp_names(region: Region, reserved: frozenset[str] = frozenset()) -> Names:
+def cpp_names(region: Region, reserved: frozenset[str] = frozenset(), typed: Region | None = None) -> Names:
     """C++ identifiers for the region's values: the Python names, renamed where C++ or the kernel claims them.
 
-    `reserved`: names the kernel uses beyond those every kernel uses.
+    `reserved`: names the kernel uses beyond those every kernel uses; `typed`: the region before
+    lowering, whose reductions have dtypes (`storage_types`).
     """
     values = [item.name for item in region.inputs] + [node.out for node in region.nodes]
     claimed = _CPP_KEYWORDS | _GENERATED_NAMES | reserved
@@ -228,30 +229,31 @@ def cpp_names(region: Region, reserved: frozenset[str] = frozenset()) -> Names:
         chosen[value] = name
     codes = {node.operands[1] for node in region.nodes if node.op == ACTIVATION.name}
     activation = next(iter(codes)) if len(codes) == 1 else None
-    return Names(chosen, frozenset(item.name for item in region.scalar_inputs), activation, storage_types(region))
+    return Names(chosen, frozenset(item.name for item in region.scalar_inputs), activation, storage_types(region, typed))
 
 
 # The four storage types T of a kernel's floating tensors, in `by_storage`'s order (transpile_runtime.h).
 _STORAGE_ORDER = ("float32", "float64", "float16", "bfloat16")
 
 
-def storage_types(region: Region) -> dict[str, str]:
+def storage_types(region: Region, typed: Region | None = None) -> dict[str, str]:
     """Per computed value that eager may hold in a type narrower than C, that type as a C++ expression.
 
     The kernel's floating tensors are all of one storage type T (bools aside), so each value's
     eager dtype follows from T alone: `T` (a half region's intermediates are halves), a fixed
     type (`half` after `x.half()`), or `by_storage<T, ...>`, one type per T. Values typed double,
-    bool, or not at all (inside a lowered reduction) are computed as they are.
+    bool, or not at all (inside a lowered reduction) are computed as they are. A lowered region's
+    dtypes are those of `typed`, where a reduction's result has its operand's dtype.
     """
     kinds = value_kinds(region)
     tensors = [item.name for item in region.tensor_inputs]
     per_storage = [
-        value_dtypes(region, {t: "bool" if kinds[t] is Kind.BOOL else storage for t in tensors})
+        value_dtypes(typed or region, {t: "bool" if kinds[t] is Kind.BOOL else storage for t in tensors})
         for storage in _STORAGE_ORDER
     ]
     types = {}
     for node in region.nodes:
-        dtypes = [d[node.out] for d in per_storage]
+        dtypes = [d.get(node.out) for d in per_storage]
         if kinds[node.out] is Kind.BOOL or None in dtypes or "bool" in dtypes or set(dtypes) == {"float64"}:
             continue
         if dtypes == list(_STORAGE_ORDER):
@@ -584,7 +586,7 @@ class _RowKernel:
     def __init__(self, lowered: RowRegion, source_lines: dict[int, str]) -> None:
         self.lowered = lowered
         self.region = lowered.region
-        self.names = cpp_names(self.region, _ROW_KERNEL_NAMES)
+        self.names = cpp_names(self.region, _ROW_KERNEL_NAMES, lowered.original)
         self.kinds = value_kinds(self.region)
         self.source_lines = source_lines
         self.strided = _strided_tensors(lowered, self.names, self.kinds)
@@ -861,7 +863,7 @@ def _entry_points(region: Region, names: Names, layout: list[str], layout_argume
 def _render_row_entry_points(lowered: RowRegion) -> str:
     """The entry points of a row kernel: `launch_rows`' layout after the data, strides per ELEMENT tensor."""
     region = lowered.region
-    names = cpp_names(region, _ROW_KERNEL_NAMES)
+    names = cpp_names(region, _ROW_KERNEL_NAMES, lowered.original)
     strides = [
         f"transpile::strides_of(strides, {k})" for k in range(len(region.tensor_inputs) + len(lowered.element_outputs))
     ]

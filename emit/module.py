@@ -21,6 +21,7 @@ import black
 
 from emit.cpp import render_cpp_file
 from emit.triton import render_triton_file
+from transpiler.dtypes import bool_hazards
 from transpiler.hoisting import Origin
 from transpiler.inlining import kernel_view
 from transpiler.ir import Epilogue, Region
@@ -382,7 +383,7 @@ def _kernels_text(regions: list[Region], source_path: str, stem: str, depth: int
             f'{region.name} = Kernel("{region.name}", {region.name}_reference, tensor_inputs={len(region.tensor_inputs)}, '
             f"shapes={shape_program(kernel)}, "
             f'source="{source_path}:{region.lines}", triton=(_TRITON_FILE, "{region.name}_kernel"), cpp=_CPP_FILE'
-            f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)})\n\n"
+            f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)}{_bool_hazards(kernel)})\n\n"
         )
     return "".join(parts)
 
@@ -425,6 +426,13 @@ def _activations(region: Region) -> str:
         return ""
     positions = tuple(n for n, i in enumerate(region.scalar_inputs) if i.name in modules)
     return f", activations=(_ACTIVATIONS, {positions!r}, {len(region.nodes) == 1})"
+
+
+def _bool_hazards(region: Region) -> str:
+    """The `bool_hazards=` argument: the sets of tensor inputs whose all being bool the kernels do not model."""
+    positions = {item.name: n for n, item in enumerate(region.tensor_inputs)}
+    hazards = tuple(tuple(sorted(positions[name] for name in hazard)) for hazard in bool_hazards(region))
+    return f", bool_hazards={hazards!r}" if hazards else ""
 
 
 def _like_inputs(checks: tuple[tuple[str, int], ...]) -> str:

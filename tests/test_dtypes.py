@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 import torch
 
-from transpiler.dtypes import promote, value_dtypes
+from transpiler.dtypes import bool_hazards, promote, value_dtypes
 from transpiler.ir import Input, Node, Output, Region
-from transpiler.ops import CAST, OPS
+from transpiler.ops import CAST, OPS, REDUCTIONS, Domain
 
 DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 # Constant operands as source would fold them, one of each Python type where the op takes any.
@@ -51,6 +52,64 @@ def test_every_op_types_its_result_as_eager(op):
         assert inferred == str(result.dtype).removeprefix("torch."), (op.name, dtypes)
         checked += 1
     assert checked
+
+
+@pytest.mark.parametrize("op", [op for op in REDUCTIONS if op.name != "layer_norm"], ids=lambda op: op.name)
+def test_reductions_type_their_result_as_eager(op):
+    """A reduction's dtype, where inferred, is eager's (its lowered row primitives are not typed)."""
+    constants = (1, 1, False) if op.arity == 4 else (1, False) if op.arity == 3 else (1,)
+    typed = 0
+    for dtype in DTYPES:
+        region = Region("r", "m.py", "f", 1, 1, (Input("x", "x", True),), (Node(op.name, ("x", *constants), "out", 1, tuple(range(1, op.arity))),), ())
+        try:
+            result = eval(op.eager.format("x", *map(repr, constants)), {"torch": torch}, {"x": torch.ones(2, 3, dtype=getattr(torch, dtype))})
+        except (RuntimeError, TypeError):
+            continue
+        inferred = value_dtypes(region, {"x": dtype})["out"]
+        if inferred is not None:
+            assert inferred == str(result.dtype).removeprefix("torch."), (op.name, dtype)
+            typed += 1
+    assert typed >= 4  # the floating dtypes at least
+
+
+# Ops whose bool results both backends compute as bools (the rest compute numbers).
+_KEEPS_BOOLS = {"where", "identity"}
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
+def test_bool_hazards_are_exactly_the_inputs_eager_keeps_bool(op):
+    """A hazard set is all bool exactly when eager's result is bool and the kernels compute a number."""
+    arity = op.arity - len(CONSTANTS.get(op.name, {}))
+    numeric = not (op.returns_bool or op.domain is Domain.BOOL or op.name in _KEEPS_BOOLS)
+    for dtypes in itertools.product(("bool", "float32"), repeat=arity):
+        region, operands = _region(op, dtypes)
+        tensors = {f"v{n}": torch.ones(2, dtype=getattr(torch, d)) for n, d in enumerate(dtypes)}
+        args = [repr(o) if not isinstance(o, str) else o for o in operands]
+        try:
+            result = eval(op.eager.format(*args), {"torch": torch}, tensors)
+        except (RuntimeError, TypeError):
+            continue  # the reference raises: the runtime falls back anyway
+        bools = {name for name, d in zip(tensors, dtypes) if d == "bool"}
+        fires = any(hazard <= bools for hazard in bool_hazards(region))
+        assert fires == (numeric and result.dtype == torch.bool), (op.name, dtypes)
+
+
+def test_bool_hazards_follow_values_through_the_region():
+    """`(m + k).masked_fill(c, -1.0) * x`: bool when m and k are; a cast or a float function ends it."""
+    inputs = tuple(Input(n, n, True) for n in ("m", "k", "c", "x"))
+    nodes = (
+        Node("add", ("m", "k"), "s", 1),
+        Node("masked_fill", ("s", "c", -1.0), "f", 1, (2,)),
+        Node("mul", ("f", "x"), "y", 1),
+        Node("sigmoid", ("m",), "g", 2),
+        Node("add", ("g", "g"), "h", 2),
+        Node(CAST.name, ("c", "float32"), "e", 3, (1,)),
+        Node("add", ("e", "e"), "z", 3),
+    )
+    region = Region("r", "m.py", "f", 1, 3, inputs, nodes, (Output("y", "y"), Output("h", "h"), Output("z", "z")))
+    assert bool_hazards(region) == (frozenset({"k", "m"}),)
+    x_too = replace(region, nodes=(*nodes[:2], Node("mul", ("f", "x"), "y", 1)))
+    assert frozenset({"k", "m", "x"}) not in bool_hazards(x_too)  # minimal sets only
 
 
 def test_a_narrowing_cast_holds_its_dtype_through_later_ops():

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from transpiler.ir import Node, Region
-from transpiler.ops import CAST, CAST_LIKE, OpKind
+from transpiler.ops import CAST, CAST_LIKE, Domain, OpKind
 
 FLOATING = ("bfloat16", "float16", "float32", "float64")
 INTEGER = ("bool", "uint8", "int8", "int16", "int32", "int64")
@@ -69,7 +69,11 @@ def _node_dtype(node: Node, dtypes: Mapping[str, str | None], scalar_inputs: fro
         return node.operands[1]
     if definition is CAST_LIKE:
         return dtypes.get(node.operands[1])
-    if definition.kind in (OpKind.ROW, OpKind.REDUCTION) or node.op == "activation":
+    if definition.kind is OpKind.REDUCTION:
+        # Floating reductions keep their operand's dtype (amax and amin any dtype's); the rest fall back.
+        operand = dtypes.get(node.operands[0])
+        return operand if operand in FLOATING or node.op in ("amax", "amin") else None
+    if definition.kind is OpKind.ROW or node.op == "activation":
         return None  # typed by the backends' accumulation (lowered) or by a module chosen at run time
     skipped = set(definition.constant_operands) | set(_CONDITIONS.get(node.op, ()))
     tensors, scalars, unknown = [], [], False
@@ -98,3 +102,60 @@ def _node_dtype(node: Node, dtypes: Mapping[str, str | None], scalar_inputs: fro
     if definition.int_to_float and _category(result) < 2:
         return DEFAULT_FLOAT
     return result
+
+
+# Ops that pass a bool through as a bool in both backends (C++ keeps the kind, Triton the int1).
+_BOOL_PRESERVING = ("where", "identity")
+
+
+def bool_hazards(region: Region) -> tuple[frozenset[str], ...]:
+    """The sets of tensor inputs which, when all are bool tensors, make eager hold a value as bool
+    that the kernels compute as a number (or reduce as one).
+
+    The kernels read an input that the region uses as a number (`x * m`) as 0 and 1, which is
+    right wherever torch promotes it. Where nothing promotes it, eager keeps bools: `m + m` is
+    True, not 2, and `m.masked_fill(k, -1.0)` fills True. The runtime falls back when all the
+    inputs of one of these sets are bool. An empty set: the value is bool whatever the inputs.
+    """
+    # Per value: the tensor inputs that must all be bool for it to be bool, or None if it never is.
+    bools: dict[str, frozenset[str] | None] = {item.name: frozenset((item.name,)) for item in region.tensor_inputs}
+    scalars = frozenset(item.name for item in region.scalar_inputs)
+    hazards: set[frozenset[str]] = set()
+
+    def operand(node: Node, position: int) -> frozenset[str] | None:
+        value = node.operands[position]
+        if position in node.constants:
+            return frozenset() if isinstance(value, bool) else None
+        return None if value in scalars else bools.get(value)
+
+    def joined(node: Node, positions) -> frozenset[str] | None:
+        sets = [operand(node, position) for position in positions]
+        return None if None in sets else frozenset().union(*sets)
+
+    for node in region.nodes:
+        definition = node.definition
+        numeric = True  # whether the kernels compute the value as a number
+        if definition.returns_bool or definition.domain is Domain.BOOL:
+            result, numeric = frozenset(), False
+        elif definition is CAST:
+            result, numeric = (frozenset(), False) if node.operands[1] == "bool" else (None, True)
+        elif definition is CAST_LIKE:
+            result = joined(node, (1,))  # the dtype of operand 1
+        elif node.op in _BOOL_PRESERVING:
+            result, numeric = joined(node, (1, 2) if node.op == "where" else (0,)), False
+        elif definition.kind is OpKind.REDUCTION:
+            result = joined(node, (0,))  # reduced as numbers: amax of bools is bool, sum an int64
+        elif definition.keeps_bool and (node.inplace or node.op == "masked_fill"):
+            result = joined(node, (0,))  # the updated tensor keeps its dtype
+        elif definition.keeps_bool:
+            skipped = set(definition.constant_operands) | set(_CONDITIONS.get(node.op, ()))
+            result = joined(node, [p for p in range(len(node.operands)) if p not in skipped])
+        else:
+            result = None  # torch promotes bools (float functions) or rejects them (the reference raises)
+        if result is not None and numeric:
+            hazards.add(result)
+        if definition.kind is OpKind.REDUCTION:
+            result = None  # numbers from here on, once the hazard above is excluded
+        bools[node.out] = result
+    minimal = [h for h in hazards if not any(other < h for other in hazards)]
+    return tuple(sorted(minimal, key=lambda h: (len(h), sorted(h))))

@@ -47,6 +47,7 @@ class RowRegion:
     dim: int  # the reduced dim as written (negative: from the end); the runtime normalises it
     keepdim: bool  # ROW outputs keep the reduced dim (size 1), or drop it
     levels: dict[str, Level]  # of every input and node value
+    original: Region  # before lowering: its reductions are typed (transpiler/dtypes.py), their row primitives not
 
     @property
     def element_outputs(self):
@@ -100,7 +101,7 @@ def lower(region: Region) -> RowRegion:
     for node in lowered.nodes:
         if node.op in ROW_REDUCTIONS and levels[node.values()[0]] is not Level.ELEMENT:
             raise NotLowerable("a reduction of a value that is constant along the row")
-    return RowRegion(lowered, dims.pop(), keepdims.pop() if keepdims else True, levels)
+    return RowRegion(lowered, dims.pop(), keepdims.pop() if keepdims else True, levels, region)
 
 
 def _mixes_dropped_dim(region: Region, levels: dict[str, Level], dropped: set[str]) -> bool:

@@ -236,6 +236,7 @@ class Kernel:
         rows: Rows | None = None,
         like_inputs: tuple[int, ...] = (),
         activations: tuple[Activations, tuple[int, ...], bool] | None = None,
+        bool_hazards: tuple[tuple[int, ...], ...] = (),
     ) -> None:
         self.name = name
         self.reference = reference  # the region in eager PyTorch: (tensors..., scalars...) -> tuple
@@ -254,6 +255,9 @@ class Kernel:
         # The table of activation modules, which scalar inputs are such modules (`self.act`), and
         # whether the region is one alone: kernels take their codes, the reference the modules.
         self.activations = activations
+        # Sets of tensor inputs (positions) which, when all are bool, make eager keep as bool a value the
+        # kernels compute as a number (`m + m` is True, not 2): such calls take the original code.
+        self.bool_hazards = bool_hazards
         self.counts: collections.Counter[str] = collections.Counter()
         self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
         self._plans: dict[tuple, Plan | str] = {}  # per call signature (see `_signature`)
@@ -313,6 +317,8 @@ class Kernel:
             return "fallback: inputs on several devices"
         if _rounds_zero_dim([t for i, t in enumerate(tensors) if i not in self.dtype_only]):
             return "fallback: a 0-dim tensor of a wider float dtype (torch rounds it first)"
+        if any(all(tensors[i].dtype == torch.bool for i in hazard) for hazard in self.bool_hazards):
+            return "fallback: bool inputs that eager keeps as bools where the kernel computes numbers"
         signature = tuple((t.shape, t.dtype) for t in tensors) + tuple(type(s) for s in scalars)
         try:
             values, dtypes = self._signature_plans(signature, modules)

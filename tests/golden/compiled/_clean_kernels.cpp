@@ -94,8 +94,8 @@ static void fused_sum_clamp_min(
     const C total = C(total_total);
     const C t1 = C(t1_total);
     // line 63: return total / weights.sum(dim=1).clamp(min=1.0)
-    const C t2 = clamp_min(t1, C(1.0));
-    const C t3 = total / t2;
+    const C t2 = rounded<T, C>(clamp_min(t1, C(1.0)));
+    const C t3 = rounded<T, C>(total / t2);
     // The row outputs: one value per row.
     store(t3_out, row, t3);
   };
@@ -335,7 +335,7 @@ static void fused_layer_norm(
       // line 98: h = self.ln_2(h)
       const C mul2 = sub0 * rsqrt0;
       const C mul3 = mul2 * ln_2_weight;
-      const C h_1 = mul3 + ln_2_bias;
+      const C h_1 = rounded<T, C>(mul3 + ln_2_bias);
       store(h_1_row, col * h_1_step, h_1);
       store(h_row, col * h_step, h);
     }

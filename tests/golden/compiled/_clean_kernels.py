@@ -123,6 +123,7 @@ fused_sum_clamp_min = Kernel(
     triton=(_TRITON_FILE, "fused_sum_clamp_min_kernel"),
     cpp=_CPP_FILE,
     rows=Rows(dim=1, keepdim=False, row_outputs=(0,)),
+    bool_hazards=((1,),),
 )
 
 
@@ -152,6 +153,7 @@ fused_rotary = Kernel(
     source="models/clean.py:91",
     triton=(_TRITON_FILE, "fused_rotary_kernel"),
     cpp=_CPP_FILE,
+    bool_hazards=((0, 1),),
 )
 
 
@@ -181,6 +183,7 @@ fused_rotary_2 = Kernel(
     source="models/clean.py:92",
     triton=(_TRITON_FILE, "fused_rotary_2_kernel"),
     cpp=_CPP_FILE,
+    bool_hazards=((0, 1),),
 )
 
 
@@ -210,4 +213,5 @@ fused_layer_norm = Kernel(
     triton=(_TRITON_FILE, "fused_layer_norm_kernel"),
     cpp=_CPP_FILE,
     rows=Rows(dim=-1, keepdim=True, row_outputs=()),
+    bool_hazards=((0, 1),),
 )

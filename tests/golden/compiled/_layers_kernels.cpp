@@ -96,18 +96,18 @@ static void fused_rms_norm(
     }
     const C row_sum0 = C(row_sum0_total);
     // line 36: variance = x.pow(2).mean(-1, keepdim=True)
-    const C variance = row_sum0 / row_size0;
+    const C variance = rounded<T, C>(row_sum0 / row_size0);
     // line 37: return x * torch.rsqrt(variance + self.eps) * self.weight
-    const C t1 = variance + eps;
-    const C t2 = C(1) / std::sqrt(t1);
+    const C t1 = rounded<T, C>(variance + eps);
+    const C t2 = rounded<T, C>(C(1) / std::sqrt(t1));
     // Pass 2: compute and store the element outputs.
 #pragma omp simd
     for (int64_t col = 0; col < R; ++col) {
       const C x = static_cast<C>(x_row[col * x_step]);
       const C weight = static_cast<C>(weight_row[col * weight_step]);
       // line 37: return x * torch.rsqrt(variance + self.eps) * self.weight
-      const C t3 = x * t2;
-      const C t4 = t3 * weight;
+      const C t3 = rounded<T, C>(x * t2);
+      const C t4 = rounded<T, C>(t3 * weight);
       store(t4_row, col * t4_step, t4);
     }
   };

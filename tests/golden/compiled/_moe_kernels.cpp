@@ -42,7 +42,7 @@ static void fused_sum(
     for (int64_t col = 0; col < R; ++col) {
       const C weights = static_cast<C>(weights_row[col * weights_step]);
       // line 25: return weights / weights.sum(dim=-1, keepdim=True), experts
-      const C _sum_div = weights / t0;
+      const C _sum_div = rounded<T, C>(weights / t0);
       store(_sum_div_row, col * _sum_div_step, _sum_div);
     }
   };

@@ -42,6 +42,7 @@ fused_sum = Kernel(
     triton=(_TRITON_FILE, "fused_sum_kernel"),
     cpp=_CPP_FILE,
     rows=Rows(dim=-1, keepdim=True, row_outputs=()),
+    bool_hazards=((0,),),
 )
 
 
@@ -67,4 +68,5 @@ fused_lt = Kernel(
     source="models/moe.py:40",
     triton=(_TRITON_FILE, "fused_lt_kernel"),
     cpp=_CPP_FILE,
+    bool_hazards=((1,),),
 )

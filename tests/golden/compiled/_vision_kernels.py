@@ -73,6 +73,7 @@ fused_relu = Kernel(
     source="models/vision.py:28",
     triton=(_TRITON_FILE, "fused_relu_kernel"),
     cpp=_CPP_FILE,
+    bool_hazards=((0, 1),),
 )
 
 
@@ -99,4 +100,5 @@ fused_amax_eq = Kernel(
     triton=(_TRITON_FILE, "fused_amax_eq_kernel"),
     cpp=_CPP_FILE,
     rows=Rows(dim=0, keepdim=False, row_outputs=(0,)),
+    bool_hazards=((0,),),
 )
