@@ -718,6 +718,8 @@ class _Builder:
             return False  # `residual = x` of an input: only names of values the region computes are carried along
         if self.fragments and _independent_shifted(fragment, self.nodes, self.env):
             return False  # q's and k's rotations: under grouped-query attention their shapes differ
+        if self.fragments and _independent_rows(fragment, self.nodes, {*self.env, *self.inputs}):
+            return False  # norms of unrelated tensors (jamba's of dt, B and C): their rows need not agree
         first = (self.fragments[0] if self.fragments else fragment).statement.lineno
         for leaf in leaves:
             if leaf.dtype_line and any(leaf.dtype_line < line < first for line in leaf.rebound):
@@ -805,6 +807,17 @@ def _independent_shifted(fragment: Fragment, nodes: list[Node], env: dict[str, s
         return False
     refs = [fragment.result] + [r for _, operands, _ in fragment.nodes for r in operands]
     return not any(r[0] == "leaf" and r[1].is_tensor and r[1].source in env for r in refs)
+
+
+def _independent_rows(fragment: Fragment, nodes: list[Node], names: set[str]) -> bool:
+    """Whether `fragment` shares no tensor with the region (`names`: the names it binds and the sources of its
+    inputs) while it or the region reduces rows: one kernel's rows are those of every tensor it reduces, and
+    nothing says that unrelated tensors' agree (jamba's norms of `time_step`, `B` and `C` are of three widths)."""
+    ops = [op for op, _, _ in fragment.nodes] + [n.op for n in nodes]
+    if not any(BY_NAME[op].kind is OpKind.REDUCTION for op in ops):
+        return False
+    refs = [fragment.result] + [r for _, operands, _ in fragment.nodes for r in operands]
+    return not any(r[0] == "leaf" and r[1].is_tensor and r[1].source in names for r in refs)
 
 
 def _live_after(function: ast.AST, first: int, last: int) -> set[str]:
