@@ -87,6 +87,7 @@ def reduction_case(op: str, eager: Callable, dim: int, *constants, keepdim: bool
     operands = ("x", dim, *constants) + (() if keepdim is None else (keepdim,))
     node = Node(op, operands, "y", 1, tuple(range(1, len(operands))))
     name = f"{op}_dim{dim % 3}" + ("" if keepdim is None else f"_keep{int(keepdim)}")
+    name += f"_correction{constants[0]}" if op in ("var", "std") and constants[0] > 1 else ""
     if dim == -1:
         inputs = rows_of((2, 3))
     else:
@@ -110,6 +111,8 @@ REDUCTION_CASES = [
     reduction_case("amin", lambda x: x.amin(1), 1, keepdim=False),
     reduction_case("var", lambda x: x.var(-1, keepdim=True), -1, 1, keepdim=True),
     reduction_case("std", lambda x: x.std(1, correction=0), 1, 0, keepdim=False),
+    # Rows of 1 and 2 have no degree of freedom left: ATen divides by max(0, n - 2), giving NaN or inf.
+    reduction_case("var", lambda x: x.var(-1, correction=2, keepdim=True), -1, 2, keepdim=True),
     reduction_case("logsumexp", lambda x: x.logsumexp(-1), -1, keepdim=False),
     reduction_case("softmax", lambda x: x.softmax(-1), -1),
     reduction_case("softmax", lambda x: x.softmax(1), 1),
@@ -453,6 +456,30 @@ def test_nan_and_infinities(libraries, dtype):
         check(libraries, CASES[name], [x], [])
     (largest,) = run(libraries, CASES["amax_dim2_keep1"], [x], [])
     assert torch.isnan(largest[0, 0]).all() and torch.isnan(largest[1, 1]).all() and largest[1, 0] == math.inf
+
+
+def hard_rows(n: int = 33) -> torch.Tensor:
+    """Rows whose squares overflow or underflow float32, equal large values, and a plain one."""
+    x = torch.zeros(6, n, dtype=torch.float32)
+    x[0] = 123456789.0  # a mean that does not round exactly: plain two-pass leaves a variance of 64
+    x[1, ::2], x[1, 1::2] = 1e20, -1e20  # squares overflow float32
+    x[2, :3] = 1e-30  # squares underflow
+    x[3] = torch.randn(n, generator=generator(4))
+    x[4], x[4, 0] = 1e30, -1e30
+    x[5, 1] = math.inf
+    return x
+
+
+@pytest.mark.parametrize("name", ["var_dim2_keep1", "std_dim1_keep0", "var_dim2_keep1_correction2"])
+def test_variance_of_hard_rows(libraries, name):
+    """var and std as robust as eager's (float32 accumulated in double on the CPU), in float32."""
+    case = CASES[name]
+    x = hard_rows()
+    x = x.T.unsqueeze(0) if "dim1" in name else x.unsqueeze(0)
+    (got,), (want,) = run(libraries, case, [x], []), case.reference(x)
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    finite = want.isfinite()
+    assert torch.allclose(got[finite], want[finite], rtol=1e-5, atol=0)
 
 
 def test_broadcast_along_rows(libraries):

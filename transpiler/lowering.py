@@ -179,8 +179,21 @@ class _Lowering:
         drift = self.op("row_sum", centered)
         squares = self.op("sub", squares, self.op("div", self.op("mul", drift, drift), self.size()))
         squares = self.op("clamp_min", squares, (0.0,))  # rounding may leave it a hair below 0: sqrt would give NaN
-        denominator = self.size() if correction == 0 else self.op("sub", self.size(), (correction,))
-        return centered, self.op("div", squares, denominator)
+        if correction == 0:
+            return centered, self.op("div", squares, self.size())
+        # As ATen: over max(0, n - correction), so a row with no degree of freedom left gives 0/0 = NaN.
+        return centered, self.op("div", squares, self.op("clamp_min", self.op("sub", self.size(), (correction,)), (0,)))
+
+    def scaled(self, x: str) -> tuple[str, str]:
+        """(x / s, s) for s the row's largest magnitude (1 where that is 0, infinite or NaN).
+
+        Squares of the scaled values neither overflow nor underflow the compute type: eager's
+        CPU var and std accumulate float32 in double, so [1e20, -1e20] has a std, [1e-30, 0] too.
+        """
+        largest = self.op("row_max", self.op("abs", x))
+        usable = self.op("and", self.op("gt", largest, (0.0,)), self.op("lt", largest, (float("inf"),)))
+        scale = self.op("where", usable, largest, (1.0,))
+        return self.op("div", x, scale), scale
 
     # -- the reductions -------------------------------------------------------------------
     def _sum(self, node: Node, x: str) -> str:
@@ -196,10 +209,13 @@ class _Lowering:
         return self.op("row_min", x)
 
     def _var(self, node: Node, x: str) -> str:
-        return self.centered_square_mean(x, node.operands[2])[1]
+        scaled, scale = self.scaled(x)
+        variance = self.centered_square_mean(scaled, node.operands[2])[1]
+        return self.op("mul", self.op("mul", variance, scale), scale)
 
     def _std(self, node: Node, x: str) -> str:
-        return self.op("sqrt", self._var(node, x))
+        scaled, scale = self.scaled(x)
+        return self.op("mul", self.op("sqrt", self.centered_square_mean(scaled, node.operands[2])[1]), scale)
 
     def _logsumexp(self, node: Node, x: str) -> str:
         # torch's: an infinite row maximum is replaced by 0, so all -inf rows give -inf, not NaN.
