@@ -17,9 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import black
-
 from emit.cpp import render_cpp_file
+from emit.layout import LINE_LENGTH, double_quoted, hug_powers, layout_text
 from emit.triton import render_triton_file
 from transpiler.dtypes import bool_hazards
 from transpiler.hoisting import Origin
@@ -37,8 +36,6 @@ RUNTIME_SOURCE = Path(__file__).parent / "runtime"
 # `LinearActivation`: ReLU and tanh-GELU, the activations cuBLASLt's epilogue computes, by position.
 EPILOGUE = "_transpile_linear_activation"
 EPILOGUE_OPS = ("relu", "gelu_tanh")
-LINE_LENGTH = 120
-_BLACK = black.Mode(line_length=LINE_LENGTH)
 
 
 @dataclass(frozen=True)
@@ -51,7 +48,7 @@ def literal(value: object) -> str:
     """A constant as Python source (`float("inf")` where repr would give `inf`)."""
     if isinstance(value, float) and not math.isfinite(value):
         return f'float("{value}")'
-    return repr(value)
+    return repr(value).replace("e+", "e")  # 1e30 as black writes it
 
 
 def emit(
@@ -82,7 +79,7 @@ def emit(
         # `fallback_import`): formatting the whole module would cost time in proportion to the user's code
         # and change lines of it the build never touched.
         EmittedFile(Path(source_path).name, module),
-        EmittedFile(kernels_file, format_source(_kernels_text(shown, source_path, stem, depth, bool(epilogues)))),
+        EmittedFile(kernels_file, layout_text(_kernels_text(shown, source_path, stem, depth, bool(epilogues)))),
         EmittedFile(
             triton_file,
             render_triton_file(
@@ -130,11 +127,6 @@ def kernel_file_names(stem: str) -> tuple[str, str, str]:
 def runtime_files() -> list[tuple[str, bytes]]:
     """The runtime package's files, to write under `<output>/_transpile_runtime/`."""
     return [(p.name, p.read_bytes()) for p in sorted(RUNTIME_SOURCE.iterdir()) if p.suffix in (".py", ".h")]
-
-
-def format_source(text: str) -> str:
-    """A generated file, formatted (black, pinned in pyproject.toml: its version changes the bytes)."""
-    return black.format_str(text, mode=_BLACK)
 
 
 def fallback_import(dots: int, module: str, names: str, root: str) -> list[str]:
@@ -376,16 +368,17 @@ def _kernels_text(regions: list[Region], source_path: str, stem: str, depth: int
             else ""
         ),
     ]
+    blocks = []  # top-level definitions: two blank lines around each (as black)
     for region in regions:
         kernel, checks = kernel_view(region)
-        parts.append(_reference(region, source_path, [value for value, _ in checks]))
-        parts.append(
+        blocks.append(_reference(region, source_path, [value for value, _ in checks]))
+        blocks.append(
             f'{region.name} = Kernel("{region.name}", {region.name}_reference, tensor_inputs={len(region.tensor_inputs)}, '
             f"shapes={shape_program(kernel)}, "
             f'source="{source_path}:{region.lines}", triton=(_TRITON_FILE, "{region.name}_kernel"), cpp=_CPP_FILE'
-            f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)}{_bool_hazards(kernel)})\n\n"
+            f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)}{_bool_hazards(kernel)})\n"
         )
-    return "".join(parts)
+    return "".join(parts).rstrip("\n") + "\n" + "".join(f"\n\n{block}" for block in blocks)
 
 
 def shape_program(region: Region) -> str:
@@ -399,11 +392,18 @@ def shape_program(region: Region) -> str:
         if node.definition.kind is OpKind.REDUCTION:
             extra += [f"dim={reduction_dim(node)}", f"keepdim={reduction_keepdim(node)}"]
         extra += ["inplace=True"] * node.inplace + ["affine=True"] * (node.op == "layer_norm")
-        steps.append(f"Step({', '.join([repr(node.out), repr(reads), *extra])})")
+        out = f'"{node.out}"'
+        steps.append(f"Step({', '.join([out, _strings(reads), *extra])})")
         tensors.add(node.out)
-    inputs = tuple(i.name for i in region.tensor_inputs)
-    outputs = tuple(o.value for o in region.outputs)
-    return f"Shapes(inputs={inputs!r}, steps=({''.join(f'{s}, ' for s in steps)}), outputs={outputs!r})"
+    inputs = _strings(i.name for i in region.tensor_inputs)
+    outputs = _strings(o.value for o in region.outputs)
+    return f"Shapes(inputs={inputs}, steps=({', '.join(steps)},), outputs={outputs})"
+
+
+def _strings(names: Iterable[str]) -> str:
+    """A tuple of identifiers as black writes it: `("a",)`, `("a", "b")`."""
+    quoted = [f'"{name}"' for name in names]
+    return f"({quoted[0]},)" if len(quoted) == 1 else f"({', '.join(quoted)})"
 
 
 def _activation_table(ops: tuple[str, ...] = ACTIVATION_OPS) -> str:
@@ -411,12 +411,10 @@ def _activation_table(ops: tuple[str, ...] = ACTIVATION_OPS) -> str:
     op in eager PyTorch and, as its code, the op's position in `ops`."""
     entries = []
     for entry in (e for e in ACTIVATIONS if e.op in ops):
-        attributes = ", ".join(f"{name!r}: {value}" for name, value in entry.attributes)
-        op = BY_NAME[entry.op].eager.format("x")
-        entries.append(
-            f"    Activation({entry.cls!r}, {{{attributes}}}, {ops.index(entry.op)}, lambda x: {op}, {entry.eager_kernels}),\n"
-        )
-    return f"Activations(\n{''.join(entries)})"
+        attributes = ", ".join(f'"{name}": {double_quoted(value)}' for name, value in entry.attributes)
+        op = double_quoted(BY_NAME[entry.op].eager.format("x"))
+        entries.append(f'Activation("{entry.cls}", {{{attributes}}}, {ops.index(entry.op)}, lambda x: {op}, {entry.eager_kernels}),')
+    return f"Activations({' '.join(entries)})"  # one line: emit/layout.py splits it, one entry a line
 
 
 def _activations(region: Region) -> str:
@@ -461,13 +459,13 @@ def _reference(region: Region, source_path: str, checked: list[str]) -> str:
         value = node.definition.eager.format(*operands)
         if node.inplace:  # eager keeps the updated tensor's dtype, and raises where the result cannot be cast to it
             value = f"inplace({value}, {operands[0]})"
-        body.append(f"    {node.out} = {value}\n")
+        body.append(f"    {node.out} = {hug_powers(double_quoted(value))}\n")
     outputs = "".join(f"{value}, " for value in [*(o.value for o in region.outputs), *checked])
     return (
         f"def {region.name}_reference({params}):\n"
         f'    """{source_path}:{region.lines} in eager PyTorch."""\n'
         + "".join(body)
-        + f"    return ({outputs.rstrip()})\n\n"
+        + f"    return ({outputs.rstrip()})\n"
     )
 
 

@@ -17,8 +17,7 @@ import math
 import re
 from pathlib import Path
 
-import black
-
+from emit.layout import import_lines, layout_text
 from transpiler.dtypes import FLOATING, value_dtypes
 from transpiler.ir import Node, Region
 from transpiler.lowering import ROW_REDUCTIONS, Pass, has_reductions, lower, passes
@@ -59,7 +58,7 @@ def render_constant(value: object) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         # Triton's JIT evaluates float() of a literal; a NaN global would fail its "global changed" check.
         return f'float("{value}")'
-    text = repr(value)
+    text = repr(value).replace("e+", "e")  # 1e30 as black writes it
     # Parenthesised so that `x - (-1.0)` and `(-2) ** x` keep their meaning in any template.
     return f"({text})" if text.startswith("-") else text
 
@@ -153,9 +152,10 @@ def triton_helpers_used(region: Region) -> list[str]:
 
 
 def render_triton(region: Region, source_lines: dict[int, str]) -> str:
-    """The source of the region's `@triton.jit` kernel, named `<region.name>_kernel`, black-formatted."""
+    """The source of the region's `@triton.jit` kernel, named `<region.name>_kernel`, laid out as black would
+    (emit/layout.py)."""
     if has_reductions(region):
-        return _black(_RowKernel(region, source_lines).text)
+        return layout_text(_RowKernel(region, source_lines).text)
     names = _Names(region)
     tensors = region.tensor_inputs
     lines = ["@triton.jit", f"def {region.name}_kernel("]
@@ -189,7 +189,7 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
         lines.append(
             f"{INDENT}tl.store({pointer} + offsets, {names[output.value]}.to({pointer}.dtype.element_ty), mask=mask)"
         )
-    return _black("\n".join(lines) + "\n")
+    return layout_text("\n".join(lines) + "\n")
 
 
 def _source_comment(region: Region, line: int, source_lines: dict[int, str]) -> str:
@@ -454,10 +454,5 @@ def render_triton_file(
     helpers = sorted({name for region in regions for name in triton_helpers_used(region)})
     parts = [header.rstrip() + "\n\n" if header else "", "import triton\nimport triton.language as tl\n"]
     if helpers:
-        parts.append(f"from {runtime_import} import {', '.join(helpers)}\n")
-    text = "".join(parts) + "".join(f"\n\n{render_triton(region, source_lines)}" for region in regions)
-    return _black(text)
-
-
-def _black(text: str) -> str:
-    return black.format_str(text, mode=black.Mode(line_length=120))
+        parts += [f"{line}\n" for line in import_lines(runtime_import, helpers)]
+    return "".join(parts) + "".join(f"\n\n{render_triton(region, source_lines)}" for region in regions)
