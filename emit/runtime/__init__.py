@@ -67,6 +67,10 @@ class Plan(NamedTuple):
     device: torch.device
     launch: Callable[[tuple, tuple, tuple], None]  # (tensors, scalars, outputs): fills the outputs
     path: str  # the backend's name, for the counters
+    # Per output, the shape eager gives it where that is smaller than the kernel's (a value computed
+    # before a larger input broadcasts in): the kernel fills all of its shape, the call returns a copy
+    # of the part at index 0 along the broadcast dims. Empty: every output as allocated.
+    narrow: tuple[torch.Size | None, ...] = ()
 
 
 class _Compiling(NamedTuple):
@@ -279,7 +283,13 @@ class Kernel:
             for shape, strides, dtype in plan.outputs
         )
         plan.launch(tensors, scalars, outputs)
+<<<<<<< 3738a5a48cb98d4588d9dc523b7467eb3f280b48
         self.counts[plan.path if plan.launch is not _nothing else "empty: no element to compute"] += 1
+=======
+        self.counts[plan.path] += 1
+        if plan.narrow:
+            outputs = tuple(o if shape is None else _narrowed(o, shape) for o, shape in zip(outputs, plan.narrow))
+>>>>>>> local
         return outputs
 
     # -- planning, once per input signature -----------------------------------------------
@@ -346,8 +356,9 @@ class Kernel:
             return f"fallback: {MIXED_FLOATS}"
         if self.rows is not None:
             return self._plan_rows(backend, tensors, shape, values, dtypes)
-        if any(s != shape for s in outputs):
-            return "fallback: an output is smaller than the broadcast inputs"
+        narrow = _narrowing(outputs, [shape] * len(outputs))
+        if narrow is None:
+            return "fallback: an output's shape is not the broadcast of the inputs'"
         dense = _shared_dense_strides(tensors, shape)
         if dense is not None:  # e.g. all channels_last: one linear index over the memory serves every tensor
             contiguous, sizes, strides = True, (), []
@@ -364,29 +375,40 @@ class Kernel:
             launch = backend.pointwise(self, [t.dtype for t in tensors], dtypes, n_elements, sizes, strides, contiguous)
             if isinstance(launch, str):
                 return f"fallback: {launch}"
-        return Plan(tuple((shape, dense, dtype) for dtype in dtypes), device, launch, backend.name)
+        return Plan(tuple((shape, dense, dtype) for dtype in dtypes), device, launch, backend.name, narrow)
 
     def _plan_rows(self, backend, tensors, shape, values, dtypes) -> Plan | str:
-        """A kernel with reductions: the rows of the iteration space `shape` along `rows.dim`.
+        """A kernel with reductions: the rows of the iteration space `shape` along the reduced dim.
 
-        `values`: the shape of every value, by name, as eager computes them."""
+        `values`: the shape of every value, by name, as eager computes them. A reduction's dim
+        is its operand's, right-aligned in the space (`x.sum(-2)` of a 2-d x beside a 3-d y
+        reduces the space's dim 1, once per row of y's leading dim). A space of 0 dims (every
+        input 0-dim) is one row of one column.
+        """
         rows = self.rows
-        dim = rows.dim + len(shape) if rows.dim < 0 else rows.dim
-        if not 0 <= dim < len(shape):
-            return "fallback: the reduced dim is out of range"
+        space, dim = (shape, None) if shape else (torch.Size([1]), 0)
         if any(not (t.is_floating_point() or t.dtype == torch.bool) for t in tensors):
             return "fallback: reductions of integer tensors"
+        for step in self.shapes.steps:
+            if step.dim is None or not shape:
+                continue
+            operand = values[step.reads[0]]
+            if not operand:
+                return "fallback: a reduction of a 0-dim value beside larger inputs"
+            own = step.dim % len(operand)  # value_shapes checked the range
+            at = own + len(shape) - len(operand)
+            if dim is not None and at != dim:
+                return "fallback: reductions along different dims of the iteration space"
+            # An operand broadcast along the reduced dim would count one value R times.
+            if operand[own] != shape[at]:
+                return "fallback: a reduction's operand does not span the iteration space's reduced dim"
+            dim = at
+        if dim is None:
+            return "fallback: no reduction step"
+        shape = space
         row_size = shape[dim]
         if row_size == 0:
             return "fallback: reduction over an empty dim"
-        for step in self.shapes.steps:
-            if step.dim is None:
-                continue
-            # Every reduction reduces the iteration space's dim over all of it, as its operand does in eager:
-            # an operand with fewer dims could name another dim, one broadcast along it would count R times.
-            operand = values[step.reads[0]]
-            if len(operand) != len(shape) or operand[dim] != row_size:
-                return "fallback: a reduction's operand does not span the iteration space's reduced dim"
         plan = row_layout(tensors, shape, dim)
         if plan is None:
             return f"fallback: more than {RANK - 1} row dims after merging"
@@ -397,8 +419,9 @@ class Kernel:
         else:
             del reduced[dim]
         expected = [torch.Size(reduced) if n in rows.row_outputs else shape for n in range(len(dtypes))]
-        if expected != [values[v] for v in self.shapes.outputs]:
-            return "fallback: an output's shape is not the kernel's (an input that does not span the reduced dim)"
+        narrow = _narrowing([values[v] for v in self.shapes.outputs], expected)
+        if narrow is None:
+            return "fallback: an output's shape is not the kernel's"
         outputs = tuple(
             (size, tuple(_contiguous_strides(size)), dtype)
             for size, dtype in (
@@ -417,7 +440,7 @@ class Kernel:
             )
             if isinstance(launch, str):
                 return f"fallback: {launch}"
-        return Plan(outputs, device=tensors[0].device, launch=launch, path=backend.name)
+        return Plan(outputs, device=tensors[0].device, launch=launch, path=backend.name, narrow=narrow)
 
     def _computes_in(self, signature: tuple, scalars: tuple, storage: torch.dtype) -> bool:
         """Whether eager computes this signature as it would with every floating tensor input in `storage`.
@@ -497,6 +520,32 @@ def _compile_in_background(plan: Plan | str, tensors: tuple, scalars: tuple) -> 
     if compile is None or not compile(tensors, scalars, [dtype for _, _, dtype in plan.outputs], _COMPILER):
         return plan
     return _Compiling(plan)
+
+
+def _narrowing(eager, kernel) -> tuple[torch.Size | None, ...] | None:
+    """Per output, its eager shape where the kernel's is larger (else None), or None when an eager
+    shape is not part of the kernel's: right-aligned, each of its dims the kernel's size or 1.
+
+    A value of a smaller shape than the kernel's is computed from inputs that broadcast along
+    the missing dims, so every position along them holds the same value (reductions too: their
+    operands span the reduced dim, `_plan_rows` checks). `()` when no output is narrowed.
+    """
+    narrow = []
+    for have, full in zip(eager, kernel, strict=True):
+        if have == full:
+            narrow.append(None)
+            continue
+        if len(have) > len(full) or any(h not in (f, 1) for h, f in zip(reversed(have), reversed(full))):
+            return None
+        narrow.append(torch.Size(have))
+    return tuple(narrow) if any(n is not None for n in narrow) else ()
+
+
+def _narrowed(output: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """A contiguous copy of `output`'s part of `shape` (see `_narrowing`): index 0 along the dims it lacks."""
+    skip = output.dim() - len(shape)
+    strides = [0 if size == 1 else stride for size, stride in zip(shape, output.stride()[skip:])]
+    return output.as_strided(shape, strides).clone(memory_format=torch.contiguous_format)
 
 
 def broadcast(shapes) -> torch.Size:
