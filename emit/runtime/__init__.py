@@ -283,13 +283,9 @@ class Kernel:
             for shape, strides, dtype in plan.outputs
         )
         plan.launch(tensors, scalars, outputs)
-<<<<<<< 3738a5a48cb98d4588d9dc523b7467eb3f280b48
         self.counts[plan.path if plan.launch is not _nothing else "empty: no element to compute"] += 1
-=======
-        self.counts[plan.path] += 1
         if plan.narrow:
             outputs = tuple(o if shape is None else _narrowed(o, shape) for o, shape in zip(outputs, plan.narrow))
->>>>>>> local
         return outputs
 
     # -- planning, once per input signature -----------------------------------------------
