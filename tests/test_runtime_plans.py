@@ -1,0 +1,134 @@
+"""Calls the runtime plans a kernel for, beyond one dtype and one shape: a small tree transpiled with
+C++ kernels and run beside its original (eager PyTorch), each call's kernel path counted.
+
+- outputs of several shapes in one region (a value computed before a larger input broadcasts in):
+  the kernel fills the broadcast shape, the call returns eager's part of it;
+- a reduction over a value of lower rank than the iteration space (its dim right-aligned), and a
+  region whose values are all 0-dim (one row of one column);
+- several floating dtypes in one call: widened to the widest where eager computes every op in it,
+  else the original code (eager rounds a half value the kernel would hold as a float).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from emit.runtime.cpp_support import find_compiler
+from tests.tolerances import unit_roundoff
+from tests.transpiled import importable
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C++ compiler")
+
+PACKAGE = "transpiled_plans"
+MODEL = """
+import torch
+from torch import nn
+
+
+class Narrow(nn.Module):
+    def forward(self, x, y):
+        u = torch.sigmoid(x * 2.0)
+        v = torch.tanh(u + y)
+        return v, u
+
+
+class LowRank(nn.Module):
+    def forward(self, x, y):
+        t = x.sum(-2, keepdim=True)
+        return t * 2.0 + y, t
+
+
+class Softmax(nn.Module):
+    def forward(self, x):
+        t = torch.softmax(x, -1)
+        return t.sum(-1) * 3.0
+
+
+class Scale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(6))
+
+    def forward(self, x):
+        return torch.tanh(x * 2.0) * self.weight
+"""
+
+# (class, inputs): the last dims broadcast, lower ranks, 0-dim tensors.
+CALLS = [
+    ("Narrow", lambda: (torch.randn(4, 1), torch.randn(4, 3))),  # u is (4, 1), v (4, 3)
+    ("Narrow", lambda: (torch.randn(3), torch.randn(2, 5, 3))),
+    ("Narrow", lambda: (torch.randn(()), torch.randn(2, 1))),
+    ("LowRank", lambda: (torch.randn(4, 3), torch.randn(2, 4, 3))),  # x.sum(-2) is dim 1 of (2, 4, 3)
+    ("LowRank", lambda: (torch.randn(5, 3).t(), torch.randn(2, 1, 5))),
+    ("Softmax", lambda: (torch.randn(()),)),
+    ("Softmax", lambda: (torch.randn(3, 7),)),
+]
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory):
+    base = tmp_path_factory.mktemp("plans")
+    source = base / "src"
+    source.mkdir()
+    (source / "__init__.py").write_text("")
+    (source / "plans.py").write_text(MODEL)
+    (base / "plans_original.py").write_text(MODEL)
+    with importable(base, {source: base / PACKAGE}, (PACKAGE, "plans_original")):
+        yield importlib.import_module("plans_original"), importlib.import_module(f"{PACKAGE}.plans")
+
+
+def paths(runtime) -> dict[str, int]:
+    """How often the kernels took each path since the last call (and start counting again)."""
+    counts: dict[str, int] = {}
+    for kernel in runtime.KERNELS:
+        for path, n in kernel.counts.items():
+            counts[path] = counts.get(path, 0) + n
+        kernel.counts.clear()
+    return counts
+
+
+def pair(trees, name: str, weight_dtype: torch.dtype | None = None):
+    """The original module `name` and its transpiled twin with the same weights (cast to `weight_dtype`)."""
+    original, transpiled = trees
+    torch.manual_seed(0)
+    expected, model = getattr(original, name)(), getattr(transpiled, name)()
+    model.load_state_dict(expected.state_dict())
+    if weight_dtype is not None:
+        expected, model = expected.to(weight_dtype), model.to(weight_dtype)
+    return expected, model
+
+
+def assert_same(expected_model, model, inputs: tuple) -> None:
+    """Equal shapes and dtypes, values within the roundings that differ: a libm function against ATen's
+    (tanh, exp: a few units in the last place) and a sum of at most 7 terms in another order (6 u of
+    its terms, here of magnitude at most 3): 16 u, relative to max(1, |eager|)."""
+    with torch.no_grad():
+        expected, actual = expected_model(*inputs), model(*inputs)
+    for e, a in zip(expected, actual, strict=True) if isinstance(expected, tuple) else [(expected, actual)]:
+        assert (a.shape, a.dtype) == (e.shape, e.dtype)
+        bound = 16 * unit_roundoff(e.dtype)
+        torch.testing.assert_close(a, e, rtol=bound, atol=bound)
+
+
+@pytest.mark.parametrize("name, inputs", CALLS, ids=[f"{name}-{k}" for k, (name, _) in enumerate(CALLS)])
+def test_the_kernel_runs_and_matches_eager(trees, name, inputs):
+    runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
+    paths(runtime)
+    assert_same(*pair(trees, name), inputs())
+    assert paths(runtime) == {"cpp": 1}
+
+
+def test_mixed_floating_dtypes(trees):
+    """A bfloat16 weight beside a float32 x: eager computes every op in float32, so the kernel runs with the
+    weight widened (exact). A float16 x beside it: eager rounds `x * 2.0` to a half, so the call falls back."""
+    runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
+    paths(runtime)
+    expected, model = pair(trees, "Scale", torch.bfloat16)
+    x = torch.randn(5, 6)
+    assert_same(expected, model, (x,))
+    assert paths(runtime) == {"cpp": 1}
+    assert_same(expected, model, (x.half(),))
+    assert paths(runtime) == {"fallback: C++ kernels take one floating dtype per call, and eager computes this call in several": 1}
