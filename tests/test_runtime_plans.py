@@ -131,4 +131,4 @@ def test_mixed_floating_dtypes(trees):
     assert_same(expected, model, (x,))
     assert paths(runtime) == {"cpp": 1}
     assert_same(expected, model, (x.half(),))
-    assert paths(runtime) == {"fallback: C++ kernels take one floating dtype per call, and eager computes this call in several": 1}
+    assert paths(runtime) == {f"fallback: {runtime.MIXED_FLOATS}": 1}
