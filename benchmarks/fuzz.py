@@ -62,10 +62,10 @@ def main() -> None:
         if failures and not args.no_minimise:
             failures = minimise(failures, args.backend, args.jobs, Path(work))
     counts = fuzzing.summary(results)
-    compiled = counts["compiled-region cases"]
+    runnable = counts["compiled-region cases"] - counts["of which eager raises"]
     print(f"backend {args.backend}, seeds {args.seed}..{args.seed + args.cases - 1}, {time.perf_counter() - start:.0f} s")
     for name, value in counts.items():
-        share = f" ({100 * value / compiled:.1f}% of compiled-region cases)" if name == "kernel ran" and compiled else ""
+        share = f" ({100 * value / runnable:.1f}% of those eager runs)" if name == "kernel ran" and runnable else ""
         print(f"  {name}: {value}{share}")
     print("fallbacks (kernel calls):")
     for reason, n in fuzzing.fallback_reasons(results).most_common():
