@@ -23,7 +23,7 @@ from enum import Enum
 from typing import ClassVar
 
 from transpiler import lowering
-from transpiler.dtypes import value_dtypes
+from transpiler.dtypes import storage_dtypes
 from transpiler.ir import Node, Operand, Region
 from transpiler.lowering import Level, RowRegion
 from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, Domain
@@ -246,22 +246,17 @@ def storage_types(region: Region, typed: Region | None = None) -> dict[str, str]
     dtypes are those of `typed`, where a reduction's result has its operand's dtype.
     """
     kinds = value_kinds(region)
-    tensors = [item.name for item in region.tensor_inputs]
-    per_storage = [
-        value_dtypes(typed or region, {t: "bool" if kinds[t] is Kind.BOOL else storage for t in tensors})
-        for storage in _STORAGE_ORDER
-    ]
+    bools = frozenset(item.name for item in region.tensor_inputs if kinds[item.name] is Kind.BOOL)
     types = {}
-    for node in region.nodes:
-        dtypes = [d.get(node.out) for d in per_storage]
-        if kinds[node.out] is Kind.BOOL or None in dtypes or "bool" in dtypes or set(dtypes) == {"float64"}:
+    for value, dtypes in storage_dtypes(region, bools, _STORAGE_ORDER, typed).items():
+        if kinds[value] is Kind.BOOL or set(dtypes) == {"float64"}:
             continue
-        if dtypes == list(_STORAGE_ORDER):
-            types[node.out] = "T"
+        if dtypes == _STORAGE_ORDER:
+            types[value] = "T"
         elif len(set(dtypes)) == 1:
-            types[node.out] = CAST_TYPES[dtypes[0]]
+            types[value] = CAST_TYPES[dtypes[0]]
         else:
-            types[node.out] = f"by_storage<T, {', '.join(CAST_TYPES[d] for d in dtypes)}>"
+            types[value] = f"by_storage<T, {', '.join(CAST_TYPES[d] for d in dtypes)}>"
     return types
 
 

@@ -17,11 +17,12 @@ import math
 import re
 from pathlib import Path
 
+from emit.cpp import Kind, value_kinds
 from emit.layout import import_lines, layout_text
-from transpiler.dtypes import FLOATING, value_dtypes
+from transpiler.dtypes import FLOATING, storage_dtypes, value_dtypes
 from transpiler.ir import Node, Region
 from transpiler.lowering import ROW_REDUCTIONS, Pass, has_reductions, lower, passes
-from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, DTYPE_ALIASES, OpKind
+from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, CAST_LIKE, DTYPE_ALIASES, OpKind
 
 # The strided path indexes a 4-d iteration space, padded on the left with 1s: the
 # runtime's RANK (not imported: the runtime needs torch, rendering does not).
@@ -44,7 +45,7 @@ HELPERS = _support_names()
 # Names a region value must not take inside a kernel: they would shadow what the kernel uses.
 RESERVED = (
     HELPERS
-    | {"tl", "triton", "offsets", "mask", "n_elements", "CONTIGUOUS", "BLOCK_SIZE"}
+    | {"tl", "triton", "offsets", "mask", "n_elements", "CONTIGUOUS", "BLOCK_SIZE", "STORAGE"}
     | {f"{prefix}{d}" for prefix in ("size", "index") for d in range(RANK)}
 )
 _IDENTIFIER = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
@@ -66,8 +67,9 @@ def render_constant(value: object) -> str:
 class _Names:
     """Kernel identifiers of region values: the user's names, unless they would shadow the kernel's own."""
 
-    def __init__(self, region: Region, reserved: frozenset[str] = RESERVED) -> None:
+    def __init__(self, region: Region, reserved: frozenset[str] = RESERVED, typed: Region | None = None) -> None:
         values = [i.name for i in region.inputs] + [n.out for n in region.nodes]
+        self.rounding = _rounding(region, typed)
         # Values that may hold integers or bools (when the tensor inputs do, or from a Python int scalar):
         # a float function converts them first. A lowered reduction's sums and what follows are floats.
         as_ints = value_dtypes(region, {i.name: "int64" for i in region.tensor_inputs})
@@ -84,6 +86,42 @@ class _Names:
 
     def __getitem__(self, value: str) -> str:
         return self._names[value]
+
+
+_STORAGE_PARAMETER = "STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's"
+# The dtypes a call's floating inputs may all have (Triton takes no float64), as `rounded_by` takes them.
+_STORAGES = ("float32", "float16", "bfloat16")
+
+
+def _rounding(region: Region, typed: Region | None) -> dict[str, str]:
+    """Per value eager may hold in half or bfloat16, that dtype as a Triton constexpr: `STORAGE` (the call's
+    floating inputs' dtype), a fixed `tl.float16`, or `rounded_by`'s three dtypes, one per storage."""
+    kinds = value_kinds(region)
+    bools = frozenset(i.name for i in region.tensor_inputs if kinds[i.name] is Kind.BOOL)
+    rounding = {}
+    for value, dtypes in storage_dtypes(region, bools, _STORAGES, typed).items():
+        if not {"float16", "bfloat16"} & set(dtypes):
+            continue
+        if dtypes == _STORAGES:
+            rounding[value] = "STORAGE"
+        elif len(set(dtypes)) == 1:
+            rounding[value] = f"tl.{dtypes[0]}"
+        else:
+            rounding[value] = ", ".join(["STORAGE", *(f"tl.{d}" for d in dtypes)])
+    return rounding
+
+
+def _rounded(node: Node, expression: str, names: _Names) -> str:
+    """`expression`, rounded where eager holds the node's value in a narrower dtype than the kernel computes in
+    (a cast rounds itself)."""
+    dtype = names.rounding.get(node.out)
+    if dtype is None or node.definition in (CAST, CAST_LIKE):
+        return expression
+    return f"{'rounded_by' if ',' in dtype else 'rounded'}({expression}, {dtype})"
+
+
+def uses_storage(names: _Names) -> bool:
+    return any(d.startswith("STORAGE") for d in names.rounding.values())
 
 
 def _fresh(name: str, taken: set[str]) -> str:
@@ -117,7 +155,7 @@ def _statements(node: Node, names: _Names, expression=None) -> list[str]:
     expression = expression or _expression
     out = names[node.out]
     if node.op != ACTIVATION.name:
-        return [f"{out} = {expression(node, names)}"]
+        return [f"{out} = {_rounded(node, expression(node, names), names)}"]
     value, module = (names[o] for o in node.operands)
     lines = []
     for code, op in enumerate(ACTIVATION_OPS):
@@ -164,7 +202,8 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
     lines += [f"{INDENT}{names[o.value]}_out_ptr,  # output {_output_label(o.target, o.value)}" for o in region.outputs]
     lines += [f"{INDENT}n_elements,"] + [f"{INDENT}size{d}," for d in range(RANK)]
     lines += [f"{INDENT}{names[i.name]}_stride{d}," for i in tensors for d in range(RANK)]
-    lines += [f"{INDENT}CONTIGUOUS: tl.constexpr,", f"{INDENT}NDIM: tl.constexpr,", f"{INDENT}BLOCK_SIZE: tl.constexpr,", "):"]
+    lines += [f"{INDENT}CONTIGUOUS: tl.constexpr,", f"{INDENT}NDIM: tl.constexpr,", f"{INDENT}BLOCK_SIZE: tl.constexpr,"]
+    lines += [f"{INDENT}{_STORAGE_PARAMETER}"] * uses_storage(names) + ["):"]
     lines.append(f'{INDENT}"""{region.function} in {region.path}:{region.lines}."""')
     lines.append(f"{INDENT}# Each program computes BLOCK_SIZE consecutive elements of the outputs")
     lines.append(f"{INDENT}offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)")
@@ -226,7 +265,7 @@ def _input_offsets(inputs: list[str]) -> list[str]:
 # Names a row kernel uses besides region values, and the suffixes it derives per tensor
 # (a value named like another's derived name is renamed).
 _ROW_LOCALS = "tl triton row row_mask cols col mask start rest n_rows R outer_size1 outer_size2 index0 index1 index2"
-ROW_KERNEL_NAMES = HELPERS | set(_ROW_LOCALS.split()) | {"CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK"}
+ROW_KERNEL_NAMES = HELPERS | set(_ROW_LOCALS.split()) | {"CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK", "STORAGE"}
 _DERIVED = ("_ptr", "_row", "_stride", "_stride_r", "_partial") + tuple(f"_stride{d}" for d in range(RANK - 1))
 # What a ROW op accumulates: the comment's word, the partials' identity, the helper that accumulates.
 _REDUCTIONS = {
@@ -251,7 +290,7 @@ class _RowKernel:
         lowered = self.rows.region
         values = [i.name for i in lowered.inputs] + [n.out for n in lowered.nodes]
         derived = {f"{v}{out}{suffix}" for v in values for out in ("", "_out") for suffix in _DERIVED}
-        self.names = _Names(lowered, frozenset(ROW_KERNEL_NAMES | derived))
+        self.names = _Names(lowered, frozenset(ROW_KERNEL_NAMES | derived), region)
         self.source_lines = source_lines
         self.helpers: set[str] = {"widen"} | {_REDUCTIONS[n.op][2] for n in lowered.nodes if n.op in _REDUCTIONS}
         self.lines: list[str] = []
@@ -356,6 +395,7 @@ class _RowKernel:
             "LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass",
             "ROWS: tl.constexpr,  # rows a program computes",
             "RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED",
+            *[_STORAGE_PARAMETER] * uses_storage(self.names),
         )
         self.emit(0, "):")
         self.emit(1, f'"""{self.source.function} in {self.source.path}:{self.source.lines}."""')

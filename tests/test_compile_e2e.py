@@ -18,6 +18,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from emit.runtime import MIXED_FLOATS  # noqa: E402  (the text the compiled copy of the runtime reports)
+
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "compiled"
 OUT_NAME = "compiled_models"  # the output package's name when imported
@@ -181,7 +183,7 @@ def test_a_plan_per_call_signature(compiled, monkeypatch, tmp_path):
         (expected,) = kernel.reference(inputs, norm.weight, norm.eps)  # the original statements, eager
         torch.testing.assert_close(norm(inputs), expected)
     # A half x beside the float32 weight: eager squares x in half, the kernel (one floating dtype) cannot.
-    mixed = "fallback: C++ kernels take one floating dtype per call, and eager computes this call in several"
+    mixed = f"fallback: {MIXED_FLOATS}"
     assert kernel.counts == {"cpp": 5, mixed: 1}
     assert len(kernel._plans) == 3  # contiguous float32, transposed float32, float16 (a fallback, kept too)
 

@@ -294,7 +294,9 @@ def test_kernel_text_is_readable_and_black_formatted() -> None:
     assert [a.arg for a in function.args.args][:3] == ["h_ptr", "h1_out_ptr", "n_elements"]
     assert "    h_ptr,  # input h\n" in source and "    h1_out_ptr,  # output h (h1)\n" in source
     assert "# models/mlp.py:30  h = 0.5 * h * (1 + torch.tanh(" in source
-    assert "    cube = h * h * h\n" in source and "t = tanh(inner2)" in source
+    # Each value rounded as eager holds it: in the call's floating dtype (a no-op for float32 inputs)
+    assert "    cube = rounded(h * h * h, STORAGE)\n" in source and "t = rounded(tanh(inner2), STORAGE)" in source
+    assert "    STORAGE: tl.constexpr,  # the dtype of the floating inputs" in source
     for phase in ("# Load the inputs", "# Compute", "# Store the outputs"):
         assert phase in source
 
@@ -314,8 +316,8 @@ def test_kernel_file_imports_exactly_the_helpers_used() -> None:
     regions = [gelu_tanh_region(), scaled_residual_region()]
     text = render_triton_file(regions, {}, "_transpile_runtime.triton_support", '"""Kernels of models/mlp.py."""')
     assert text.startswith('"""Kernels of models/mlp.py."""\n\nimport triton\n')
-    assert "from _transpile_runtime.triton_support import tanh, widen\n" in text
-    assert triton_helpers_used(scaled_residual_region()) == ["widen"]
+    assert "from _transpile_runtime.triton_support import rounded, tanh, widen\n" in text
+    assert triton_helpers_used(scaled_residual_region()) == ["rounded", "widen"]
     assert text.count("@triton.jit") == 2
 
 

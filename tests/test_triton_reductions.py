@@ -359,7 +359,7 @@ def test_kernel_text_is_readable_and_black_formatted() -> None:
     assert function.name == "attention_probs_kernel"
     arguments = [a.arg for a in function.args.args]
     assert arguments[:4] == ["scores_ptr", "mask_value_ptr", "scale", "probs_out_ptr"]
-    assert arguments[-4:] == ["CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK"]
+    assert arguments[-5:] == ["CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK", "STORAGE"]
     assert "    mask_value_ptr,  # input attention_mask\n" in source
     assert "# models/attention.py:21  probs = x.softmax(-1)" in source
     for phase in (
@@ -384,7 +384,8 @@ def test_region_values_never_shadow_kernel_names() -> None:
         "clash", "m.py", "f", 60, 61, (Input("mask", "mask", True), Input("x", "x", True)), nodes, (Output("R", "R"),)
     )
     source = render_triton(region, {})
-    assert "row_value = x * 2.0" in source and "R_value = " in source and "x_row_value = row_value + x" in source
+    assert "row_value = rounded(x * 2.0, STORAGE)" in source and "R_value = " in source
+    assert "x_row_value = rounded(row_value + x, STORAGE)" in source
     mask, x = torch.randn(3, 10), torch.randn(3, 10)
     (actual,) = run_rows(region, [mask, x], [], [torch.float32])
     expected = torch.softmax(3 * x.double(), -1)
@@ -400,7 +401,7 @@ def test_kernel_file_imports_exactly_the_helpers_used() -> None:
     used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} & HELPERS
     assert imported.module == "_transpile_runtime.triton_support"
     assert [alias.name for alias in imported.names] == sorted(used)
-    assert triton_helpers_used(CASES["amin"].region) == ["accumulate_min", "row_min", "widen"]
+    assert triton_helpers_used(CASES["amin"].region) == ["accumulate_min", "rounded", "row_min", "widen"]
 
 
 def test_launch_refuses_int32_overflow_and_skips_empty_work() -> None:

@@ -104,6 +104,25 @@ def _node_dtype(node: Node, dtypes: Mapping[str, str | None], scalar_inputs: fro
     return result
 
 
+def storage_dtypes(
+    region: Region, bool_inputs: frozenset[str], storages: tuple[str, ...], typed: Region | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Per computed value, its eager dtype for each of `storages`, the dtype a kernel call holds its floating
+    tensor inputs in (those of `bool_inputs` are bools). Values of unknown or bool dtype are left out.
+    `typed`: the region before lowering, whose reductions have dtypes, for a lowered `region`."""
+    tensors = [item.name for item in region.tensor_inputs]
+    per_storage = [
+        value_dtypes(typed or region, {t: "bool" if t in bool_inputs else storage for t in tensors})
+        for storage in storages
+    ]
+    dtypes = {}
+    for node in region.nodes:
+        each = tuple(d.get(node.out) for d in per_storage)
+        if None not in each and "bool" not in each:
+            dtypes[node.out] = each
+    return dtypes
+
+
 # Ops that pass a bool through as a bool in both backends (C++ keeps the kind, Triton the int1).
 _BOOL_PRESERVING = ("where", "identity")
 

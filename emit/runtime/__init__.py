@@ -50,7 +50,7 @@ _FORCED = os.environ.get("TRANSPILE_BACKEND", "")
 _BACKGROUND = os.environ.get("TRANSPILE_COMPILE", "background") != "sync"
 COMPILING = "fallback: compiling in the background"
 # A call with several floating dtypes that a one-dtype backend cannot widen to one (`_computes_in`).
-MIXED_FLOATS = "C++ kernels take one floating dtype per call, and eager computes this call in several"
+MIXED_FLOATS = "the kernels compute a call in one floating dtype, and eager computes this call in several"
 
 KERNELS: list["Kernel"] = []
 MAX_PLANS = 256  # call signatures remembered per kernel
@@ -347,8 +347,8 @@ class Kernel:
         reason = backend.unsupported([t.dtype for t in tensors], dtypes)
         if reason is not None:
             return f"fallback: {reason}"
-        storage = getattr(backend.support, "storage_dtype", None)  # one floating dtype a call (C++)
-        if storage is not None and not self._computes_in(signature, modules, storage([*(t.dtype for t in tensors), *dtypes])):
+        storage = backend.storage([t.dtype for t in tensors], dtypes)  # the one floating dtype eager computes in
+        if storage is not None and not self._computes_in(signature, modules, storage):
             return f"fallback: {MIXED_FLOATS}"
         if self.rows is not None:
             return self._plan_rows(backend, tensors, shape, values, dtypes)
@@ -742,13 +742,20 @@ class _Triton(_Backend):
 
         super().__init__(triton_support)
 
+    def storage(self, tensor_dtypes, output_dtypes) -> torch.dtype:
+        """The widest floating input's dtype: kernels round values to the dtypes eager gives them from it
+        (outputs are stored in their own dtypes)."""
+        return self.support.storage_dtype(tensor_dtypes)
+
     def pointwise(self, kernel: Kernel, tensor_dtypes, output_dtypes, n_elements, sizes, strides, contiguous):
         return self.support.pointwise_launcher(
-            kernel.triton_kernel, n_elements, sizes, strides, contiguous, len(tensor_dtypes)
+            kernel.triton_kernel, n_elements, sizes, strides, contiguous, len(tensor_dtypes), self.storage(tensor_dtypes, ())
         )
 
     def rows(self, kernel: Kernel, tensor_dtypes, output_dtypes, n_rows, row_size, outer_sizes, strides, contiguous):
-        return self.support.rows_launcher(kernel.triton_kernel, n_rows, row_size, outer_sizes, strides, contiguous)
+        return self.support.rows_launcher(
+            kernel.triton_kernel, n_rows, row_size, outer_sizes, strides, contiguous, self.storage(tensor_dtypes, ())
+        )
 
 
 class _Cpp(_Backend):
@@ -758,6 +765,10 @@ class _Cpp(_Backend):
         from _transpile_runtime import cpp_support
 
         super().__init__(cpp_support)
+
+    def storage(self, tensor_dtypes, output_dtypes) -> torch.dtype:
+        """The one floating dtype C++ kernels store inputs and outputs in: the widest of all."""
+        return self.support.storage_dtype([*tensor_dtypes, *output_dtypes])
 
     def pointwise(self, kernel: Kernel, tensor_dtypes, output_dtypes, n_elements, sizes, strides, contiguous):
         layout = self.support.pointwise_layout(n_elements, sizes, strides, contiguous)

@@ -78,6 +78,27 @@ def cast(x, dtype: tl.constexpr):
 
 
 @triton.jit
+def rounded(x, dtype: tl.constexpr):
+    """x as eager holds it, in dtype: a half or bfloat16 value is rounded to that dtype, then computed on
+    in float32 (eager rounds every op's result; overflow to inf and narrowing before a cast show)."""
+    if (dtype.is_fp16() or dtype.is_bf16()) and x.dtype.is_floating():
+        return x.to(dtype).to(tl.float32)
+    else:
+        return x
+
+
+@triton.jit
+def rounded_by(x, storage: tl.constexpr, if_float32: tl.constexpr, if_float16: tl.constexpr, if_bfloat16: tl.constexpr):
+    """x rounded to the dtype eager gives it when the call's floating inputs are of dtype `storage`."""
+    if storage.is_fp16():
+        return rounded(x, if_float16)
+    elif storage.is_bf16():
+        return rounded(x, if_bfloat16)
+    else:
+        return rounded(x, if_float32)
+
+
+@triton.jit
 def _common(a, b):
     """a and b as tensors of their promoted dtype and broadcast shape: either may be a Python constant."""
     return tl.where(True, a, b), tl.where(False, a, b)
@@ -570,7 +591,21 @@ def _hooks_installed() -> bool:
     return bool(getattr(hook, "calls", hook))  # a HookChain in Triton 3.6, a callable or None before
 
 
-def pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, n_tensors: int) -> Launcher:
+def storage_dtype(tensor_dtypes) -> torch.dtype:
+    """The dtype eager computes a call in when its floating inputs are all of one: the widest of them
+    (float16 and bfloat16 make float32), float32 when none is floating. Outputs are stored as they are."""
+    floating = [dtype for dtype in tensor_dtypes if dtype.is_floating_point]
+    return functools.reduce(torch.promote_types, floating) if floating else torch.float32
+
+
+def _storage(kernel, storage) -> dict:
+    """The `STORAGE` constexpr of a kernel that rounds values to the dtypes eager holds them in."""
+    if storage is None or "STORAGE" not in getattr(kernel, "arg_names", ()):
+        return {}
+    return {"STORAGE": getattr(tl, str(storage).removeprefix("torch."))}
+
+
+def pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, n_tensors: int, storage=None) -> Launcher:
     """The launcher of a generated pointwise kernel over `n_elements` output elements.
 
     `sizes` and `strides` (one 4-tuple per tensor input) describe the strided layout;
@@ -591,7 +626,7 @@ def pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, n_tensors
         kernel,
         (triton.cdiv(n_elements, block_size),),
         (n_elements, *sizes, *flat_strides),
-        {"CONTIGUOUS": contiguous, "NDIM": ndim, "BLOCK_SIZE": block_size},
+        {"CONTIGUOUS": contiguous, "NDIM": ndim, "BLOCK_SIZE": block_size, **_storage(kernel, storage)},
         num_warps=max(1, block_size // 256),
     )
 
@@ -599,7 +634,8 @@ def pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, n_tensors
 def launch(kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> None:
     """Run a generated pointwise kernel once (see `pointwise_launcher`)."""
     if n_elements:
-        pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, len(tensors))(tensors, scalars, outputs)
+        storage = storage_dtype([t.dtype for t in tensors])
+        pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, len(tensors), storage)(tensors, scalars, outputs)
 
 
 def _largest_offset(sizes, strides) -> int:
@@ -624,7 +660,7 @@ ELEMENTS_PER_WARP = 512
 MAX_WARPS = 8
 
 
-def rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous) -> Launcher:
+def rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous, storage=None) -> Launcher:
     """The launcher of a generated row-reduction kernel over `n_rows` rows of `row_size` columns.
 
     `strides` holds a (outer0, outer1, outer2, reduced) tuple per element tensor: the
@@ -641,7 +677,7 @@ def rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous) ->
         kernel,
         (triton.cdiv(n_rows, rows),),
         (n_rows, row_size, outer_sizes[1], outer_sizes[2], *flat_strides),
-        {"CONTIGUOUS": contiguous, "LOOPED": looped, "ROWS": rows, "RBLOCK": rblock},
+        {"CONTIGUOUS": contiguous, "LOOPED": looped, "ROWS": rows, "RBLOCK": rblock, **_storage(kernel, storage)},
         num_warps=min(MAX_WARPS, max(1, rows * rblock // ELEMENTS_PER_WARP)),
     )
 
@@ -649,4 +685,5 @@ def rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous) ->
 def launch_rows(kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous) -> None:
     """Run a generated row-reduction kernel once (see `rows_launcher`)."""
     if n_rows:
-        rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous)(tensors, scalars, outputs)
+        storage = storage_dtype([t.dtype for t in tensors])
+        rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous, storage)(tensors, scalars, outputs)

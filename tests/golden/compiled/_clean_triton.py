@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, clamp_min, rotate_half, row_sum, widen
+from _transpile_runtime.triton_support import accumulate_sum, clamp_min, rotate_half, rounded, row_sum, widen
 
 
 @triton.jit
@@ -26,6 +26,7 @@ def fused_silu_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
+    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
 ):
     """fixtures.models.clean.GatedMLP.forward in models/clean.py:45."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -60,8 +61,8 @@ def fused_silu_kernel(
     up = widen(tl.load(up_ptr + up_offsets, mask=mask))
     # Compute
     # models/clean.py:45  h = F.silu(gate) * up
-    t0 = gate * tl.sigmoid(gate)
-    h = t0 * up
+    t0 = rounded(gate * tl.sigmoid(gate), STORAGE)
+    h = rounded(t0 * up, STORAGE)
     # Store the outputs, converted to their dtypes
     tl.store(h_out_ptr + offsets, h.to(h_out_ptr.dtype.element_ty), mask=mask)
 
@@ -87,6 +88,7 @@ def fused_sum_clamp_min_kernel(
     LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
     ROWS: tl.constexpr,  # rows a program computes
     RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
+    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
 ):
     """fixtures.models.clean.MaskedMeanPool.forward in models/clean.py:62-63."""
     # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
@@ -117,12 +119,12 @@ def fused_sum_clamp_min_kernel(
         weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
         # Compute (reductions over the lanes in `mask`)
         # models/clean.py:62  total = (x * weights).sum(dim=1)
-        t0 = x * weights
-        total = row_sum(t0, mask)
+        t0 = rounded(x * weights, STORAGE)
+        total = rounded(row_sum(t0, mask), STORAGE)
         # models/clean.py:63  return total / weights.sum(dim=1).clamp(min=1.0)
-        t1 = row_sum(weights, mask)
-        t2 = clamp_min(t1, 1.0)
-        t3 = total / t2
+        t1 = rounded(row_sum(weights, mask), STORAGE)
+        t2 = rounded(clamp_min(t1, 1.0), STORAGE)
+        t3 = rounded(total / t2, STORAGE)
         # Store the element outputs, converted to their dtypes
         # Store the row outputs (one value a row), converted to their dtypes
         tl.store(t3_out_ptr + row, t3.to(t3_out_ptr.dtype.element_ty), mask=row_mask)
@@ -138,16 +140,16 @@ def fused_sum_clamp_min_kernel(
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
             # models/clean.py:62  total = (x * weights).sum(dim=1)
-            t0 = x * weights
+            t0 = rounded(x * weights, STORAGE)
             total_partial = accumulate_sum(total_partial, t0, mask)
             t1_partial = accumulate_sum(t1_partial, weights, mask)
             start += RBLOCK
         # models/clean.py:62  total = (x * weights).sum(dim=1)
-        total = row_sum(total_partial, row_mask)
+        total = rounded(row_sum(total_partial, row_mask), STORAGE)
         # models/clean.py:63  return total / weights.sum(dim=1).clamp(min=1.0)
-        t1 = row_sum(t1_partial, row_mask)
-        t2 = clamp_min(t1, 1.0)
-        t3 = total / t2
+        t1 = rounded(row_sum(t1_partial, row_mask), STORAGE)
+        t2 = rounded(clamp_min(t1, 1.0), STORAGE)
+        t3 = rounded(total / t2, STORAGE)
         # Store the row outputs (one value a row), converted to their dtypes
         tl.store(t3_out_ptr + row, t3.to(t3_out_ptr.dtype.element_ty), mask=row_mask)
 
@@ -179,6 +181,7 @@ def fused_rotary_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
+    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
 ):
     """fixtures.models.clean.DecoderBlock.forward in models/clean.py:91."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -219,10 +222,10 @@ def fused_rotary_kernel(
     sin = widen(tl.load(sin_ptr + sin_offsets, mask=mask))
     # Compute
     # models/clean.py:91  q = (q * cos) + (rotate_half(q) * sin)
-    t0 = q * cos
-    t1 = rotate_half(q_ptr, q_offsets, offsets, q_half, mask)
-    t2 = t1 * sin
-    q_1 = t0 + t2
+    t0 = rounded(q * cos, STORAGE)
+    t1 = rounded(rotate_half(q_ptr, q_offsets, offsets, q_half, mask), STORAGE)
+    t2 = rounded(t1 * sin, STORAGE)
+    q_1 = rounded(t0 + t2, STORAGE)
     # Store the outputs, converted to their dtypes
     tl.store(q_1_out_ptr + offsets, q_1.to(q_1_out_ptr.dtype.element_ty), mask=mask)
 
@@ -254,6 +257,7 @@ def fused_rotary_2_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
+    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
 ):
     """fixtures.models.clean.DecoderBlock.forward in models/clean.py:92."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -294,10 +298,10 @@ def fused_rotary_2_kernel(
     sin = widen(tl.load(sin_ptr + sin_offsets, mask=mask))
     # Compute
     # models/clean.py:92  k = (k * cos) + (rotate_half(k) * sin)
-    t0 = k * cos
-    t1 = rotate_half(k_ptr, k_offsets, offsets, k_half, mask)
-    t2 = t1 * sin
-    k_1 = t0 + t2
+    t0 = rounded(k * cos, STORAGE)
+    t1 = rounded(rotate_half(k_ptr, k_offsets, offsets, k_half, mask), STORAGE)
+    t2 = rounded(t1 * sin, STORAGE)
+    k_1 = rounded(t0 + t2, STORAGE)
     # Store the outputs, converted to their dtypes
     tl.store(k_1_out_ptr + offsets, k_1.to(k_1_out_ptr.dtype.element_ty), mask=mask)
 
@@ -343,6 +347,7 @@ def fused_layer_norm_kernel(
     LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
     ROWS: tl.constexpr,  # rows a program computes
     RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
+    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
 ):
     """fixtures.models.clean.DecoderBlock.forward in models/clean.py:94-98."""
     # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
@@ -391,7 +396,7 @@ def fused_layer_norm_kernel(
         ln_2_bias = widen(tl.load(ln_2_bias_ptr + ln_2_bias_row + col * ln_2_bias_stride, mask=mask))
         # Compute (reductions over the lanes in `mask`)
         # models/clean.py:94  h = attn + x
-        h = attn + x
+        h = rounded(attn + x, STORAGE)
         # models/clean.py:98  h = self.ln_2(h)
         row_sum0 = row_sum(h, mask)
         row_size0 = tl.cast(R, tl.float32)
@@ -409,7 +414,7 @@ def fused_layer_norm_kernel(
         rsqrt0 = 1.0 / tl.sqrt_rn(add0)
         mul2 = sub0 * rsqrt0
         mul3 = mul2 * ln_2_weight
-        h_1 = mul3 + ln_2_bias
+        h_1 = rounded(mul3 + ln_2_bias, STORAGE)
         # Store the element outputs, converted to their dtypes
         tl.store(h_1_out_ptr + h_1_out_row + col * h_1_out_stride, h_1.to(h_1_out_ptr.dtype.element_ty), mask=mask)
         tl.store(h_out_ptr + h_out_row + col * h_out_stride, h.to(h_out_ptr.dtype.element_ty), mask=mask)
@@ -426,7 +431,7 @@ def fused_layer_norm_kernel(
             attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             # models/clean.py:94  h = attn + x
-            h = attn + x
+            h = rounded(attn + x, STORAGE)
             row_sum0_partial = accumulate_sum(row_sum0_partial, h, mask)
             start += RBLOCK
         # models/clean.py:98  h = self.ln_2(h)
@@ -442,7 +447,7 @@ def fused_layer_norm_kernel(
             attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             # models/clean.py:94  h = attn + x
-            h = attn + x
+            h = rounded(attn + x, STORAGE)
             # models/clean.py:98  h = self.ln_2(h)
             sub0 = h - div0
             mul0 = sub0 * sub0
@@ -469,12 +474,12 @@ def fused_layer_norm_kernel(
             ln_2_weight = widen(tl.load(ln_2_weight_ptr + ln_2_weight_row + col * ln_2_weight_stride, mask=mask))
             ln_2_bias = widen(tl.load(ln_2_bias_ptr + ln_2_bias_row + col * ln_2_bias_stride, mask=mask))
             # models/clean.py:94  h = attn + x
-            h = attn + x
+            h = rounded(attn + x, STORAGE)
             # models/clean.py:98  h = self.ln_2(h)
             sub0 = h - div0
             mul2 = sub0 * rsqrt0
             mul3 = mul2 * ln_2_weight
-            h_1 = mul3 + ln_2_bias
+            h_1 = rounded(mul3 + ln_2_bias, STORAGE)
             # Store the element outputs, converted to their dtypes
             tl.store(h_1_out_ptr + h_1_out_row + col * h_1_out_stride, h_1.to(h_1_out_ptr.dtype.element_ty), mask=mask)
             tl.store(h_out_ptr + h_out_row + col * h_out_stride, h.to(h_out_ptr.dtype.element_ty), mask=mask)

@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, row_sum, tanh, widen
+from _transpile_runtime.triton_support import accumulate_sum, rounded, row_sum, tanh, widen
 
 
 @triton.jit
@@ -21,6 +21,7 @@ def fused_tanh_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
+    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
 ):
     """fixtures.models.layers.tanh_gelu in models/layers.py:26."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -49,14 +50,14 @@ def fused_tanh_kernel(
     x = widen(tl.load(x_ptr + x_offsets, mask=mask))
     # Compute
     # models/layers.py:26  return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
-    t0 = 0.5 * x
-    t1 = x * x * x
-    t2 = 0.044715 * t1
-    t3 = x + t2
-    t4 = 0.7978845608028654 * t3
-    t5 = tanh(t4)
-    t6 = 1.0 + t5
-    t7 = t0 * t6
+    t0 = rounded(0.5 * x, STORAGE)
+    t1 = rounded(x * x * x, STORAGE)
+    t2 = rounded(0.044715 * t1, STORAGE)
+    t3 = rounded(x + t2, STORAGE)
+    t4 = rounded(0.7978845608028654 * t3, STORAGE)
+    t5 = rounded(tanh(t4), STORAGE)
+    t6 = rounded(1.0 + t5, STORAGE)
+    t7 = rounded(t0 * t6, STORAGE)
     # Store the outputs, converted to their dtypes
     tl.store(t7_out_ptr + offsets, t7.to(t7_out_ptr.dtype.element_ty), mask=mask)
 
@@ -87,6 +88,7 @@ def fused_rms_norm_kernel(
     LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
     ROWS: tl.constexpr,  # rows a program computes
     RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
+    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
 ):
     """fixtures.models.layers.RMSNorm.forward in models/layers.py:36-37."""
     # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
@@ -121,15 +123,15 @@ def fused_rms_norm_kernel(
         weight = widen(tl.load(weight_ptr + weight_row + col * weight_stride, mask=mask))
         # Compute (reductions over the lanes in `mask`)
         # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
-        t0 = x * x
+        t0 = rounded(x * x, STORAGE)
         row_sum0 = row_sum(t0, mask)
         row_size0 = tl.cast(R, tl.float32)
-        variance = row_sum0 / row_size0
+        variance = rounded(row_sum0 / row_size0, STORAGE)
         # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
-        t1 = variance + eps
-        t2 = 1.0 / tl.sqrt_rn(t1)
-        t3 = x * t2
-        t4 = t3 * weight
+        t1 = rounded(variance + eps, STORAGE)
+        t2 = rounded(1.0 / tl.sqrt_rn(t1), STORAGE)
+        t3 = rounded(x * t2, STORAGE)
+        t4 = rounded(t3 * weight, STORAGE)
         # Store the element outputs, converted to their dtypes
         tl.store(t4_out_ptr + t4_out_row + col * t4_out_stride, t4.to(t4_out_ptr.dtype.element_ty), mask=mask)
     else:
@@ -144,15 +146,15 @@ def fused_rms_norm_kernel(
             mask = row_mask & (col < R)
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
-            t0 = x * x
+            t0 = rounded(x * x, STORAGE)
             row_sum0_partial = accumulate_sum(row_sum0_partial, t0, mask)
             start += RBLOCK
         # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
         row_sum0 = row_sum(row_sum0_partial, row_mask)
-        variance = row_sum0 / row_size0
+        variance = rounded(row_sum0 / row_size0, STORAGE)
         # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
-        t1 = variance + eps
-        t2 = 1.0 / tl.sqrt_rn(t1)
+        t1 = rounded(variance + eps, STORAGE)
+        t2 = rounded(1.0 / tl.sqrt_rn(t1), STORAGE)
         # Pass 2: the element outputs
         start = 0
         while start < R:
@@ -161,8 +163,8 @@ def fused_rms_norm_kernel(
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             weight = widen(tl.load(weight_ptr + weight_row + col * weight_stride, mask=mask))
             # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
-            t3 = x * t2
-            t4 = t3 * weight
+            t3 = rounded(x * t2, STORAGE)
+            t4 = rounded(t3 * weight, STORAGE)
             # Store the element outputs, converted to their dtypes
             tl.store(t4_out_ptr + t4_out_row + col * t4_out_stride, t4.to(t4_out_ptr.dtype.element_ty), mask=mask)
             start += RBLOCK

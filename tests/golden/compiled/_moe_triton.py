@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, row_sum, widen
+from _transpile_runtime.triton_support import accumulate_sum, rounded, row_sum, widen
 
 
 @triton.jit
@@ -25,6 +25,7 @@ def fused_sum_kernel(
     LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
     ROWS: tl.constexpr,  # rows a program computes
     RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
+    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
 ):
     """fixtures.models.moe.Router.forward in models/moe.py:25."""
     # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
@@ -54,8 +55,8 @@ def fused_sum_kernel(
         weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
         # Compute (reductions over the lanes in `mask`)
         # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
-        t0 = row_sum(weights, mask)
-        _sum_div = weights / t0
+        t0 = rounded(row_sum(weights, mask), STORAGE)
+        _sum_div = rounded(weights / t0, STORAGE)
         # Store the element outputs, converted to their dtypes
         tl.store(
             _sum_div_out_ptr + _sum_div_out_row + col * _sum_div_out_stride,
@@ -74,7 +75,7 @@ def fused_sum_kernel(
             t0_partial = accumulate_sum(t0_partial, weights, mask)
             start += RBLOCK
         # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
-        t0 = row_sum(t0_partial, row_mask)
+        t0 = rounded(row_sum(t0_partial, row_mask), STORAGE)
         # Pass 2: the element outputs
         start = 0
         while start < R:
@@ -82,7 +83,7 @@ def fused_sum_kernel(
             mask = row_mask & (col < R)
             weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
             # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
-            _sum_div = weights / t0
+            _sum_div = rounded(weights / t0, STORAGE)
             # Store the element outputs, converted to their dtypes
             tl.store(
                 _sum_div_out_ptr + _sum_div_out_row + col * _sum_div_out_stride,
@@ -114,6 +115,7 @@ def fused_lt_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
+    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
 ):
     """fixtures.models.moe.MoE.forward in models/moe.py:40."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -149,6 +151,6 @@ def fused_lt_kernel(
     # Compute
     # models/moe.py:40  weights = weights * (self.slot_positions(experts) < self.capacity)  # drop overflow slots
     t0 = _slot_positions < capacity
-    weights_1 = weights * t0
+    weights_1 = rounded(weights * t0, STORAGE)
     # Store the outputs, converted to their dtypes
     tl.store(weights_1_out_ptr + offsets, weights_1.to(weights_1_out_ptr.dtype.element_ty), mask=mask)

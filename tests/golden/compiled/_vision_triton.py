@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_max, relu, row_max, widen
+from _transpile_runtime.triton_support import accumulate_max, relu, rounded, row_max, widen
 
 
 @triton.jit
@@ -42,6 +42,7 @@ def fused_batch_norm_relu_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
+    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
 ):
     """fixtures.models.vision.ConvBlock.forward in models/vision.py:26."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -94,10 +95,12 @@ def fused_batch_norm_relu_kernel(
     bn1_bias = widen(tl.load(bn1_bias_ptr + bn1_bias_offsets, mask=mask))
     # Compute
     # models/vision.py:26  out = F.relu(self.bn1(self.conv1(x)))
-    t0 = _conv1 * ((1.0 / tl.sqrt_rn(bn1_running_var + bn1_eps)) * bn1_weight) + (
-        bn1_bias - bn1_running_mean * ((1.0 / tl.sqrt_rn(bn1_running_var + bn1_eps)) * bn1_weight)
+    t0 = rounded(
+        _conv1 * ((1.0 / tl.sqrt_rn(bn1_running_var + bn1_eps)) * bn1_weight)
+        + (bn1_bias - bn1_running_mean * ((1.0 / tl.sqrt_rn(bn1_running_var + bn1_eps)) * bn1_weight)),
+        STORAGE,
     )
-    out = relu(t0)
+    out = rounded(relu(t0), STORAGE)
     # Store the outputs, converted to their dtypes
     tl.store(out_out_ptr + offsets, out.to(out_out_ptr.dtype.element_ty), mask=mask)
 
@@ -123,6 +126,7 @@ def fused_relu_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
+    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
 ):
     """fixtures.models.vision.ConvBlock.forward in models/vision.py:28."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -157,8 +161,8 @@ def fused_relu_kernel(
     _shortcut = widen(tl.load(_shortcut_ptr + _shortcut_offsets, mask=mask))
     # Compute
     # models/vision.py:28  return F.relu(out + self.shortcut(x))
-    t0 = out + _shortcut
-    t1 = relu(t0)
+    t0 = rounded(out + _shortcut, STORAGE)
+    t1 = rounded(relu(t0), STORAGE)
     # Store the outputs, converted to their dtypes
     tl.store(t1_out_ptr + offsets, t1.to(t1_out_ptr.dtype.element_ty), mask=mask)
 
@@ -179,6 +183,7 @@ def fused_amax_eq_kernel(
     LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
     ROWS: tl.constexpr,  # rows a program computes
     RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
+    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
 ):
     """fixtures.models.vision.TinyResNet.forward in models/vision.py:43."""
     # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
@@ -204,7 +209,7 @@ def fused_amax_eq_kernel(
         pooled = widen(tl.load(pooled_ptr + pooled_row + col * pooled_stride, mask=mask))
         # Compute (reductions over the lanes in `mask`)
         # models/vision.py:43  dead = torch.nonzero(pooled.amax(dim=0) == 0)  # TP401: data-dependent output shape
-        t0 = row_max(pooled, mask)
+        t0 = rounded(row_max(pooled, mask), STORAGE)
         _amax_eq = t0 == 0
         # Store the element outputs, converted to their dtypes
         # Store the row outputs (one value a row), converted to their dtypes
@@ -221,7 +226,7 @@ def fused_amax_eq_kernel(
             t0_partial = accumulate_max(t0_partial, pooled, mask)
             start += RBLOCK
         # models/vision.py:43  dead = torch.nonzero(pooled.amax(dim=0) == 0)  # TP401: data-dependent output shape
-        t0 = row_max(t0_partial, row_mask)
+        t0 = rounded(row_max(t0_partial, row_mask), STORAGE)
         _amax_eq = t0 == 0
         # Store the row outputs (one value a row), converted to their dtypes
         tl.store(_amax_eq_out_ptr + row, _amax_eq.to(_amax_eq_out_ptr.dtype.element_ty), mask=row_mask)
