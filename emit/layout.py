@@ -68,7 +68,13 @@ def layout_text(text: str) -> str:
 
 
 def _fits(line: str) -> bool:
-    return len(line) <= LINE_LENGTH and ",)" not in line and ", )" not in line and ",]" not in line
+    """Short enough, and without a comma before a closing bracket (which may be magic) but a one-element
+    tuple's of names or literals (`("x",)`, which is not): no need to tokenize it."""
+    return len(line) <= LINE_LENGTH and not _MAY_BE_MAGIC.search(_ONE_TUPLE.sub("()", line))
+
+
+_ONE_TUPLE = re.compile(r"(?<![\w)\]])\([^(),\[\]{}]*,\)")
+_MAY_BE_MAGIC = re.compile(r",\s*[)\]}]")
 
 
 def _tokens(text: str) -> list[_Token]:
@@ -126,6 +132,8 @@ def _priority(t: tokenize.TokenInfo, previous: str | None, following: str | None
 
 
 def _lay(text: str, indent: str, inside: bool, statement: bool) -> list[str]:
+    if len(indent) + len(text) <= LINE_LENGTH and _fits(text):
+        return [indent + text]  # no comma before a closing bracket: no need to tokenize
     tokens = _tokens(text)
     if len(indent) + len(text) <= LINE_LENGTH and not _magic_comma(tokens):
         return [indent + text]

@@ -15,6 +15,7 @@ already one eager kernel, so a fused kernel would only add launch overhead.
 from __future__ import annotations
 
 import ast
+import collections
 import copy
 import functools
 import math
@@ -956,13 +957,24 @@ def _outputs(env: Mapping[str, str], live: set[str]) -> tuple[Output, ...]:
     return tuple(outputs.values())
 
 
+# The fields that hold statements, or the handlers and cases that do: no expression holds a statement.
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
 def _bodies(function: ast.AST) -> Iterable[list[ast.stmt]]:
-    """Every statement list in the function (nested blocks and nested functions included)."""
-    for node in ast.walk(function):
-        for field in ("body", "orelse", "finalbody"):
-            body = getattr(node, field, None)
-            if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
-                yield body
+    """Every statement list in the function (nested blocks and nested functions included), in `ast.walk`'s
+    order; the walk visits statements, handlers and cases only (the whole tree was 9% of a compile)."""
+    queue = collections.deque([function])
+    while queue:
+        node = queue.popleft()
+        for field in node._fields:
+            if field not in _BLOCKS:
+                continue
+            block = getattr(node, field)
+            if isinstance(block, list) and block:
+                if field in ("body", "orelse", "finalbody") and isinstance(block[0], ast.stmt):
+                    yield block
+                queue.extend(block)
 
 
 def _alone_on_its_lines(statement: ast.stmt, body: list[ast.stmt]) -> bool:
