@@ -117,6 +117,13 @@ class Case:
             correction = self.node.operands[2] if op in ("var", "std") else 1
             magnitude = tolerances.magnitude(op, wide[0], -1, shaped, torch.float32, correction)
             magnitude, rounded = (magnitude if keepdim else magnitude.squeeze(-1)), None
+        # Where the result overflows x's dtype, eager's is infinite too (a half sum of 70000 values near 1).
+        overflows = expected.to(x.dtype).isinf()
+        if overflows.any():
+            assert torch.equal(actual[overflows].cpu(), expected.to(x.dtype)[overflows].cpu())
+            kept = ~overflows
+            actual, expected, magnitude = actual[kept], expected[kept], magnitude.expand_as(kept)[kept]
+            rounded = None if rounded is None else rounded.expand_as(kept)[kept]
         within(actual, expected, n, magnitude, rounded=rounded)
         return actual
 

@@ -82,7 +82,8 @@ def rounded(x, dtype: tl.constexpr):
     """x as eager holds it, in dtype: a half or bfloat16 value is rounded to that dtype, then computed on
     in float32 (eager rounds every op's result; overflow to inf and narrowing before a cast show)."""
     if (dtype.is_fp16() or dtype.is_bf16()) and x.dtype.is_floating():
-        return x.to(dtype).to(tl.float32)
+        # Round to nearest even, as torch and compiled kernels do (the interpreter would truncate to bfloat16).
+        return x.to(dtype, fp_downcast_rounding="rtne").to(tl.float32)
     else:
         return x
 
