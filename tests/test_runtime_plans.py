@@ -54,6 +54,11 @@ class Scale(nn.Module):
 
     def forward(self, x):
         return torch.tanh(x * 2.0) * self.weight
+
+
+class BoolNumbers(nn.Module):
+    def forward(self, x, m):
+        return (torch.sigmoid(m) + 0.001).to(x.dtype) * x
 """
 
 # (class, inputs): the last dims broadcast, lower ranks, 0-dim tensors.
@@ -132,3 +137,19 @@ def test_mixed_floating_dtypes(trees):
     assert paths(runtime) == {"cpp": 1}
     assert_same(expected, model, (x.half(),))
     assert paths(runtime) == {f"fallback: {runtime.MIXED_FLOATS}": 1}
+
+
+def test_bool_inputs_read_as_numbers(trees):
+    """A bool m read as a number: `sigmoid(m) + 0.001` is float32 in eager, rounded once to x's dtype. Beside a
+    half x, the kernels' model (every number input in the call's one dtype) would compute it in half, rounding
+    twice: the call falls back. Beside a float32 x, or with a half m, the model holds and the kernel runs."""
+    runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
+    paths(runtime)
+    expected, model = pair(trees, "BoolNumbers")
+    x = torch.randn(5, 6)
+    m = torch.rand(5, 6) < 0.5
+    assert_same(expected, model, (x.half(), m))
+    assert paths(runtime) == {f"fallback: {runtime.MIXED_FLOATS}": 1}
+    assert_same(expected, model, (x.half(), m.half()))
+    assert_same(expected, model, (x, m))
+    assert paths(runtime) == {"cpp": 2}

@@ -241,6 +241,7 @@ class Kernel:
         like_inputs: tuple[int, ...] = (),
         activations: tuple[Activations, tuple[int, ...], bool] | None = None,
         bool_hazards: tuple[tuple[int, ...], ...] = (),
+        bool_inputs: tuple[int, ...] = (),
     ) -> None:
         self.name = name
         self.reference = reference  # the region in eager PyTorch: (tensors..., scalars...) -> tuple
@@ -262,6 +263,9 @@ class Kernel:
         # Sets of tensor inputs (positions) which, when all are bool, make eager keep as bool a value the
         # kernels compute as a number (`m + m` is True, not 2): such calls take the original code.
         self.bool_hazards = bool_hazards
+        # Tensor inputs the kernels read only as bools (conditions, logical operands); the others they
+        # read as numbers of the call's floating dtype (`_computes_in`).
+        self.bool_inputs = frozenset(bool_inputs)
         self.counts: collections.Counter[str] = collections.Counter()
         self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
         self._plans: dict[tuple, Plan | str] = {}  # per call signature (see `_signature`)
@@ -446,12 +450,16 @@ class Kernel:
         an exact conversion. That gives eager's values when widening changes no dtype that eager
         computes: the reference, run on one-element tensors, must give every op a result of the
         same dtype both ways (`x_half * 2.0` stays a half, so a half beside a float falls back
-        unless each op sees the float; the integer inputs a backend takes are not widened).
+        unless each op sees the float).
         """
         inputs = signature[: self.tensor_inputs]
-        if all(not dtype.is_floating_point or dtype == storage for _, dtype in inputs):
+        # The kernels' model: every input read as a number is of dtype `storage`. A bool or integer
+        # input read as one must not change what eager computes either (`sigmoid(m)` of a bool m is
+        # float32, not the half of the call's other inputs).
+        model = tuple((shape, dtype if n in self.bool_inputs else storage) for n, (shape, dtype) in enumerate(inputs))
+        if model == inputs:
             return True
-        widened = tuple((shape, storage if dtype.is_floating_point else dtype) for shape, dtype in inputs)
+        widened = model
         try:
             return _dtype_trace(self.reference, inputs, scalars) == _dtype_trace(self.reference, widened, scalars)
         except (RuntimeError, TypeError, ValueError, IndexError):  # widened, eager raises: not the same program
