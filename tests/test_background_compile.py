@@ -222,3 +222,21 @@ def test_exit_cancels_queued_compiles_and_finishes_the_running_one():
     assert running.done() and running.result() == "slow"
     assert queued.cancelled() and ran == ["slow"]
     assert compiler.wait(timeout=1)  # nothing left pending
+
+
+def test_a_failed_compile_in_sync_mode_falls_back_for_good_and_says_why(make_kernel, monkeypatch):
+    """Where the first launch compiles (the interpreter, no background compiles), its error is not the caller's:
+    the original code runs, for this signature from then on."""
+    monkeypatch.setattr(runtime, "_BACKGROUND", False)
+
+    def compile_kernel():
+        raise RuntimeError("Expected dtype fp32/fp64 but got int1")
+
+    kernel = make_kernel(compile_kernel)
+    x, y = torch.randn(3, 5), torch.randn(3, 5)
+    with pytest.warns(RuntimeWarning, match="Expected dtype fp32/fp64 but got int1"):
+        assert kernel(x, y) is None
+    assert kernel(x, y) is None
+    failed = "fallback: the kernel failed to compile (RuntimeError)"
+    assert kernel.counts == {failed: 2}
+    assert kernel.triton_kernel.compiled_at_launch == 1

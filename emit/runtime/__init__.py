@@ -286,7 +286,14 @@ class Kernel:
             torch.empty_strided(shape, strides, dtype=dtype, device=plan.device)
             for shape, strides, dtype in plan.outputs
         )
-        plan.launch(tensors, scalars, outputs)
+        try:
+            plan.launch(tensors, scalars, outputs)
+        except Exception as error:  # a kernel that does not compile here (its first launch compiles it)
+            warnings.warn(f"{self!r}: the kernel failed, the original code runs: {error}", RuntimeWarning)
+            reason = f"fallback: the kernel failed to compile ({type(error).__name__})"
+            self._plans[_signature(tensors, scalars)] = reason  # and keeps running, for this signature
+            self.counts[reason] += 1
+            return None
         self.counts[plan.path if plan.launch is not _nothing else "empty: no element to compute"] += 1
         if plan.narrow:
             outputs = tuple(o if shape is None else _narrowed(o, shape) for o, shape in zip(outputs, plan.narrow))
