@@ -71,6 +71,15 @@ def _tree_rss(root: int) -> int:
     return total
 
 
+def code_version() -> str:
+    """The commit of the transpile checkout that runs (`+changes` where its tracked files differ from it)."""
+    root = Path(__file__).resolve().parent.parent
+    git = ["git", "-C", str(root)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
+    return f"{commit or 'unknown'}{'+changes' if changed.strip() else ''}"
+
+
 def measure(args: list[str], env: dict[str, str]) -> dict:
     """Run `transpile ARGS`: wall seconds, CPU seconds of the tree, peak tree RSS, exit status, summary."""
     start = time.perf_counter()
@@ -107,6 +116,7 @@ def main() -> None:
     lines = sum(f.read_bytes().count(b"\n") for f in files)
     sources = snapshot(tree)
     env = {**os.environ, "TRANSPILE_TRACEBACK": ""}
+    load = [round(x, 2) for x in os.getloadavg()]
     runs = {}
     for name, out, cache, extra in (
         ("no-kernels", work / "out_nok", work / "cache_nok", ["--no-kernels"]),
@@ -121,7 +131,8 @@ def main() -> None:
     second = snapshot(work / "out")
     report = {
         "tree": str(tree), "python_files": len(files), "lines": lines, "machine": platform.platform(),
-        "cpus": os.cpu_count(), "python": platform.python_version(),
+        "cpus": os.cpu_count(), "python": platform.python_version(), "code": code_version(),
+        "load_average_before_after": [load, [round(x, 2) for x in os.getloadavg()]],  # other users of the CPUs
         "versions": {p: version(p) for p in ("transpile", "black", "torch", "transformers")},
         "runs": runs,
         "second_run_identical": first == second,  # same bytes and same modification times: nothing written
