@@ -482,6 +482,20 @@ def test_variance_of_hard_rows(libraries, name):
     assert torch.allclose(got[finite], want[finite], rtol=1e-5, atol=0)
 
 
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+def test_layer_norm_of_constant_rows_is_its_bias(libraries, dtype):
+    """x - mean(x) is exactly 0 on a constant row (as eager's exact mean gives in float32), not the mean's
+    rounding error amplified by 1/sqrt(eps): the output is the bias, bit for bit."""
+    case = CASES["add_layer_norm"]
+    R = 6
+    values = torch.tensor([-1.1575524806976318, 0.1, 3.3, 1e4], dtype=torch.float64).to(dtype)
+    x = values.view(4, 1, 1).expand(4, 3, R)  # a stride-0 row, as fuzz seed 1117 drew it
+    residual = torch.zeros(4, 3, R, dtype=dtype)
+    weight, bias = randn((R,), dtype, False, generator(5)), randn((R,), dtype, False, generator(6))
+    _, y = run(libraries, case, [x, residual, weight, bias], [])
+    assert torch.equal(y, bias.expand_as(y))
+
+
 def test_broadcast_along_rows(libraries):
     """An input broadcast over the row dims (stride 0 between rows) and one with a zero column stride elsewhere."""
     case = CASES["add_layer_norm"]

@@ -167,8 +167,8 @@ class _Lowering:
     def mean(self, x: str) -> str:
         return self.op("div", self.op("row_sum", x), self.size())
 
-    def centered_square_mean(self, x: str, correction: int) -> tuple[str, str]:
-        """(x - mean(x), sum((x - mean(x))**2) / (n - correction)): two-pass variance.
+    def centered_square_mean(self, x: str, correction: int) -> tuple[str, str, str]:
+        """(x - mean(x), sum(x - mean(x)), sum((x - mean(x))**2) / (n - correction)): two-pass variance.
 
         The variance is the corrected two-pass form, sum(d**2) - sum(d)**2 / n over d = x - mean(x)
         (Chan, Golub and LeVeque): the second term removes the rounding error of the mean, which
@@ -180,9 +180,10 @@ class _Lowering:
         squares = self.op("sub", squares, self.op("div", self.op("mul", drift, drift), self.size()))
         squares = self.op("clamp_min", squares, (0.0,))  # rounding may leave it a hair below 0: sqrt would give NaN
         if correction == 0:
-            return centered, self.op("div", squares, self.size())
+            return centered, drift, self.op("div", squares, self.size())
         # As ATen: over max(0, n - correction), so a row with no degree of freedom left gives 0/0 = NaN.
-        return centered, self.op("div", squares, self.op("clamp_min", self.op("sub", self.size(), (correction,)), (0,)))
+        denominator = self.op("clamp_min", self.op("sub", self.size(), (correction,)), (0,))
+        return centered, drift, self.op("div", squares, denominator)
 
     def scaled(self, x: str) -> tuple[str, str]:
         """(x / s, s) for s the row's largest magnitude (1 where that is 0, infinite or NaN).
@@ -210,12 +211,12 @@ class _Lowering:
 
     def _var(self, node: Node, x: str) -> str:
         scaled, scale = self.scaled(x)
-        variance = self.centered_square_mean(scaled, node.operands[2])[1]
+        variance = self.centered_square_mean(scaled, node.operands[2])[2]
         return self.op("mul", self.op("mul", variance, scale), scale)
 
     def _std(self, node: Node, x: str) -> str:
         scaled, scale = self.scaled(x)
-        return self.op("mul", self.op("sqrt", self.centered_square_mean(scaled, node.operands[2])[1]), scale)
+        return self.op("mul", self.op("sqrt", self.centered_square_mean(scaled, node.operands[2])[2]), scale)
 
     def _logsumexp(self, node: Node, x: str) -> str:
         # torch's: an infinite row maximum is replaced by 0, so all -inf rows give -inf, not NaN.
@@ -237,7 +238,10 @@ class _Lowering:
     def _layer_norm(self, node: Node, x: str) -> str:
         _, weight, bias, eps = node.operands
         eps = (eps,) if 3 in node.constants else eps
-        centered, variance = self.centered_square_mean(x, 0)
+        centered, drift, variance = self.centered_square_mean(x, 0)
+        # x - mean(x) less the rounding error of the mean (the drift's share): a constant row gives 0,
+        # as eager's exact mean does, where the error would be amplified by 1/sqrt(eps).
+        centered = self.op("sub", centered, self.op("div", drift, self.size()))
         scale = self.op("rsqrt", self.op("add", variance, eps))
         return self.op("add", self.op("mul", self.op("mul", centered, scale), weight), bias)
 

@@ -323,6 +323,7 @@ static void fused_layer_norm(
     const C sub1 = row_sum1 - div1;
     const C clamp_min0 = clamp_min(sub1, C(0.0));
     const C div2 = clamp_min0 / row_size0;
+    const C div3 = row_sum2 / row_size0;
     const C add0 = div2 + ln_2_eps;
     const C rsqrt0 = C(1) / std::sqrt(add0);
     // Pass 3: compute and store the element outputs.
@@ -333,7 +334,8 @@ static void fused_layer_norm(
       const C h = h_saved[col];
       const C sub0 = sub0_saved[col];
       // line 98: h = self.ln_2(h)
-      const C mul2 = sub0 * rsqrt0;
+      const C sub2 = sub0 - div3;
+      const C mul2 = sub2 * rsqrt0;
       const C mul3 = mul2 * ln_2_weight;
       const C h_1 = rounded<T, C>(mul3 + ln_2_bias);
       store(h_1_row, col * h_1_step, h_1);

@@ -410,9 +410,11 @@ def fused_layer_norm_kernel(
         sub1 = row_sum1 - div1
         clamp_min0 = clamp_min(sub1, 0.0)
         div2 = clamp_min0 / row_size0
+        div3 = row_sum2 / row_size0
+        sub2 = sub0 - div3
         add0 = div2 + ln_2_eps
         rsqrt0 = 1.0 / tl.sqrt_rn(add0)
-        mul2 = sub0 * rsqrt0
+        mul2 = sub2 * rsqrt0
         mul3 = mul2 * ln_2_weight
         h_1 = rounded(mul3 + ln_2_bias, STORAGE)
         # Store the element outputs, converted to their dtypes
@@ -462,6 +464,7 @@ def fused_layer_norm_kernel(
         sub1 = row_sum1 - div1
         clamp_min0 = clamp_min(sub1, 0.0)
         div2 = clamp_min0 / row_size0
+        div3 = row_sum2 / row_size0
         add0 = div2 + ln_2_eps
         rsqrt0 = 1.0 / tl.sqrt_rn(add0)
         # Pass 3: the element outputs
@@ -477,7 +480,8 @@ def fused_layer_norm_kernel(
             h = rounded(attn + x, STORAGE)
             # models/clean.py:98  h = self.ln_2(h)
             sub0 = h - div0
-            mul2 = sub0 * rsqrt0
+            sub2 = sub0 - div3
+            mul2 = sub2 * rsqrt0
             mul3 = mul2 * ln_2_weight
             h_1 = rounded(mul3 + ln_2_bias, STORAGE)
             # Store the element outputs, converted to their dtypes
