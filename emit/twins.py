@@ -2,7 +2,8 @@
 
 1. Auto classes build the output tree's classes. `from transformers.models.auto import AutoModel`
    at a module's top level (the spelling the output has after its imports were made absolute, or
-   any module path ending in `auto`, or the package's top level) is followed by
+   any module path through an `auto` package, as `...auto.modeling_auto`, or the package's top level)
+   is followed by
 
        AutoModel = _transpile_auto_class(AutoModel, __name__, "transformers.models.gemma3.modeling_gemma3", 0)
 
@@ -66,7 +67,7 @@ def _auto_sites(tree: ast.Module, top: str) -> list[tuple[int, int, list[str]]]:
         if not isinstance(node, ast.ImportFrom) or node.level:
             continue
         parts = (node.module or "").split(".")
-        if parts[-1] != "auto" and node.module != top:
+        if "auto" not in parts and node.module != top:  # `...models.auto`, `...models.auto.modeling_auto`
             continue
         names = [a.asname or a.name for a in node.names if a.name.startswith("Auto") and a.name != "AutoConfig"]
         if names:

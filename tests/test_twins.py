@@ -27,8 +27,10 @@ class Base(torch.nn.Module):
         """As transformers: a class outside this package is custom code, initialised differently."""
         return not cls.__module__.startswith("twinpkg.")
 ''',
-    # An Auto-style factory: the config's class names the model class, found in the original package.
-    "twinpkg/auto.py": '''\
+    # An Auto-style factory: the config's class names the model class, found in the original package (imported
+    # from the module under `auto/`, as qwen3_vl imports transformers' `models.auto.modeling_auto`).
+    "twinpkg/auto/__init__.py": "",
+    "twinpkg/auto/modeling_auto.py": '''\
 import importlib
 
 
@@ -53,7 +55,7 @@ class AutoModel:
     "twinpkg/models/modeling.py": '''\
 import torch
 
-from ..auto import AutoModel
+from ..auto.modeling_auto import AutoModel
 from ..base import Base
 
 
