@@ -80,7 +80,7 @@ _KEEPS_BOOLS = {"where", "identity"}
 def test_bool_hazards_are_exactly_the_inputs_eager_keeps_bool(op):
     """A hazard set is all bool exactly when eager's result is bool and the kernels compute a number."""
     arity = op.arity - len(CONSTANTS.get(op.name, {}))
-    numeric = not (op.returns_bool or op.domain is Domain.BOOL or op.name in _KEEPS_BOOLS)
+    numeric = not (op.returns_bool or op.domain is Domain.BOOL or op.name in _KEEPS_BOOLS or op.bool_exact)
     for dtypes in itertools.product(("bool", "float32"), repeat=arity):
         region, operands = _region(op, dtypes)
         tensors = {f"v{n}": torch.ones(2, dtype=getattr(torch, d)) for n, d in enumerate(dtypes)}
@@ -92,6 +92,19 @@ def test_bool_hazards_are_exactly_the_inputs_eager_keeps_bool(op):
         bools = {name for name, d in zip(tensors, dtypes) if d == "bool"}
         fires = any(hazard <= bools for hazard in bool_hazards(region))
         assert fires == (numeric and result.dtype == torch.bool), (op.name, dtypes)
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op.bool_exact], ids=lambda op: op.name)
+def test_bool_exact_ops_compute_on_bools_what_they_compute_on_0_and_1(op):
+    arity = op.arity - len(CONSTANTS.get(op.name, {}))
+    _, operands = _region(op, ("bool",) * arity)
+    args = [repr(o) if not isinstance(o, str) else o for o in operands]
+    for bits in itertools.product((False, True), repeat=arity):
+        bools = {f"v{n}": torch.tensor([b]) for n, b in enumerate(bits)}
+        numbers = {name: t.float() for name, t in bools.items()}
+        on_bools = eval(op.eager.format(*args), {"torch": torch}, bools)
+        assert on_bools.dtype == torch.bool
+        assert torch.equal(on_bools.float(), eval(op.eager.format(*args), {"torch": torch}, numbers)), (op.name, bits)
 
 
 def test_bool_hazards_follow_values_through_the_region():

@@ -129,7 +129,7 @@ _BOOL_PRESERVING = ("where", "identity")
 
 def bool_hazards(region: Region) -> tuple[frozenset[str], ...]:
     """The sets of tensor inputs which, when all are bool tensors, make eager hold a value as bool
-    that the kernels compute as a number (or reduce as one).
+    that the kernels compute as another number (or reduce as one).
 
     The kernels read an input that the region uses as a number (`x * m`) as 0 and 1, which is
     right wherever torch promotes it. Where nothing promotes it, eager keeps bools: `m + m` is
@@ -171,7 +171,7 @@ def bool_hazards(region: Region) -> tuple[frozenset[str], ...]:
             result = joined(node, [p for p in range(len(node.operands)) if p not in skipped])
         else:
             result = None  # torch promotes bools (float functions) or rejects them (the reference raises)
-        if result is not None and numeric:
+        if result is not None and numeric and not definition.bool_exact:
             hazards.add(result)
         if definition.kind is OpKind.REDUCTION:
             result = None  # numbers from here on, once the hazard above is excluded

@@ -77,22 +77,25 @@ class Op:
     # Bool operands give a bool result (`m + m` is True, `m.masked_fill(k, -1.0)` fills True); without it
     # torch rejects all-bool operands, or promotes them (float functions, comparisons).
     keeps_bool: bool = False
+    # Of those, the ops whose bool result is what they compute on the numbers 0 and 1 (`m * k` is `m and k`,
+    # `maximum` is `or`): the kernels may compute them as numbers. Not `m + m` (2, not True) or masked_fill.
+    bool_exact: bool = False
 
 
-def _unary(name: str, torch_fn: str, triton: str, cpp: str, *extra: str, domain: Domain = Domain.FLOAT, method: bool = True, keeps_bool: bool = False) -> Op:
+def _unary(name: str, torch_fn: str, triton: str, cpp: str, *extra: str, domain: Domain = Domain.FLOAT, method: bool = True, keeps_bool: bool = False, bool_exact: bool = False) -> Op:
     """An op with one operand, spelled `torch.fn(x)`, `x.fn()` and `x.fn_()`."""
     spellings = [f"torch.{torch_fn}(input)"]
     if method:
         spellings += [f"Tensor.{torch_fn}()", f"Tensor.{torch_fn}_()"]
-    return Op(name, 1, f"torch.{torch_fn}({{0}})", triton, cpp, (*spellings, *extra), domain, int_to_float=domain is Domain.FLOAT, keeps_bool=keeps_bool)
+    return Op(name, 1, f"torch.{torch_fn}({{0}})", triton, cpp, (*spellings, *extra), domain, int_to_float=domain is Domain.FLOAT, keeps_bool=keeps_bool, bool_exact=bool_exact)
 
 
-def _binary(name: str, symbol: str | None, torch_fn: str, triton: str, cpp: str, *extra: str, domain: Domain = Domain.NUMERIC, int_to_float: bool = False, keeps_bool: bool = False) -> Op:
+def _binary(name: str, symbol: str | None, torch_fn: str, triton: str, cpp: str, *extra: str, domain: Domain = Domain.NUMERIC, int_to_float: bool = False, keeps_bool: bool = False, bool_exact: bool = False) -> Op:
     spellings = [f"torch.{torch_fn}(input, other)", f"Tensor.{torch_fn}(other)", f"Tensor.{torch_fn}_(other)"]
     if symbol:
         spellings.insert(0, f"a {symbol} b")
     eager = f"{{0}} {symbol} {{1}}" if symbol else f"torch.{torch_fn}({{0}}, {{1}})"
-    return Op(name, 2, eager, triton, cpp, (*spellings, *extra), domain, int_to_float=int_to_float, keeps_bool=keeps_bool)
+    return Op(name, 2, eager, triton, cpp, (*spellings, *extra), domain, int_to_float=int_to_float, keeps_bool=keeps_bool, bool_exact=bool_exact)
 
 
 def _compare(name: str, symbol: str, torch_fn: str, alias: str) -> Op:
@@ -106,7 +109,7 @@ OPS: tuple[Op, ...] = (
     # -- arithmetic ----------------------------------------------------------------
     _binary("add", "+", "add", "{0} + {1}", "{0} + {1}", domain=Domain.NUMERIC, keeps_bool=True),
     _binary("sub", "-", "sub", "{0} - {1}", "{0} - {1}", "torch.subtract(input, other)"),
-    _binary("mul", "*", "mul", "{0} * {1}", "{0} * {1}", "torch.multiply(input, other)", keeps_bool=True),
+    _binary("mul", "*", "mul", "{0} * {1}", "{0} * {1}", "torch.multiply(input, other)", keeps_bool=True, bool_exact=True),
     _binary("div", "/", "div", "{0} / {1}", "{0} / {1}", "torch.true_divide(input, other)", "torch.divide(input, other)", int_to_float=True),
     _binary("floordiv", "//", "floor_divide", "floor_divide({0}, {1})", "floor_divide({0}, {1})"),
     _binary("remainder", "%", "remainder", "remainder({0}, {1})", "remainder({0}, {1})"),
@@ -115,9 +118,9 @@ OPS: tuple[Op, ...] = (
     Op("pos", 1, "+{0}", "{0}", "{0}", ("+a",), Domain.NUMERIC, may_alias=True),
     _unary("reciprocal", "reciprocal", "1.0 / {0}", "C(1) / {0}"),
     _unary("abs", "abs", "tl.abs({0})", "std::abs({0})", domain=Domain.NUMERIC),
-    _unary("sign", "sign", "sign({0})", "sign({0})", domain=Domain.NUMERIC, keeps_bool=True),
-    _binary("minimum", None, "minimum", "minimum({0}, {1})", "minimum({0}, {1})", keeps_bool=True),
-    _binary("maximum", None, "maximum", "maximum({0}, {1})", "maximum({0}, {1})", keeps_bool=True),
+    _unary("sign", "sign", "sign({0})", "sign({0})", domain=Domain.NUMERIC, keeps_bool=True, bool_exact=True),
+    _binary("minimum", None, "minimum", "minimum({0}, {1})", "minimum({0}, {1})", keeps_bool=True, bool_exact=True),
+    _binary("maximum", None, "maximum", "maximum({0}, {1})", "maximum({0}, {1})", keeps_bool=True, bool_exact=True),
     Op("lerp", 3, "torch.lerp({0}, {1}, {2})", "lerp({0}, {1}, {2})", "lerp({0}, {1}, {2})",
        ("torch.lerp(input, end, weight)", "Tensor.lerp(end, weight)", "Tensor.lerp_(end, weight)")),
     Op("addcmul", 4, "torch.addcmul({0}, {1}, {2}, value={3})", "{0} + {3} * {1} * {2}", "{0} + C({3}) * {1} * {2}",
@@ -185,13 +188,13 @@ OPS: tuple[Op, ...] = (
        Domain.NUMERIC),
     Op("clamp_min", 2, "torch.clamp_min({0}, {1})", "clamp_min({0}, {1})", "clamp_min({0}, C({1}))",
        ("torch.clamp(input, min, max=None)", "torch.clamp_min(input, min)", "Tensor.clamp(min, max=None)", "Tensor.clamp_(min, max=None)", "Tensor.clamp_min(min)", "Tensor.clamp_min_(min)"),
-       Domain.NUMERIC, keeps_bool=True),
+       Domain.NUMERIC, keeps_bool=True, bool_exact=True),
     Op("clamp_max", 2, "torch.clamp_max({0}, {1})", "clamp_max({0}, {1})", "clamp_max({0}, C({1}))",
        ("torch.clamp(input, min=None, max)", "torch.clamp_max(input, max)", "Tensor.clamp(min=None, max)", "Tensor.clamp_(min=None, max)", "Tensor.clamp_max(max)", "Tensor.clamp_max_(max)"),
-       Domain.NUMERIC, keeps_bool=True),
+       Domain.NUMERIC, keeps_bool=True, bool_exact=True),
     Op("nan_to_num", 4, "torch.nan_to_num({0}, nan={1}, posinf={2}, neginf={3})", "nan_to_num({0}, {1}, {2}, {3})", "nan_to_num({0}, C({1}), C({2}), C({3}))",
        ("torch.nan_to_num(input, nan:=0.0, posinf, neginf)", "Tensor.nan_to_num(nan:=0.0, posinf, neginf)", "Tensor.nan_to_num_(nan:=0.0, posinf, neginf)"),
-       constant_operands=(1, 2, 3), keeps_bool=True),
+       constant_operands=(1, 2, 3), keeps_bool=True, bool_exact=True),
     # -- rounding -------------------------------------------------------------------------------
     _unary("floor", "floor", "floor({0})", "std::floor({0})", domain=Domain.NUMERIC),
     _unary("ceil", "ceil", "ceil({0})", "std::ceil({0})", domain=Domain.NUMERIC),

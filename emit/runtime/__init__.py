@@ -468,9 +468,15 @@ class Kernel:
             return True
         widened = model
         try:
-            return _dtype_trace(self.reference, inputs, scalars) == _dtype_trace(self.reference, widened, scalars)
+            original, modelled = _dtype_trace(self.reference, inputs, scalars), _dtype_trace(self.reference, widened, scalars)
         except (RuntimeError, TypeError, ValueError, IndexError):  # widened, eager raises: not the same program
             return False
+        # A bool result the model computes as a number is the same value: `bool_hazards` exclude the ops
+        # where it is not (`m + m`); a dtype read with `.dtype` must be the same.
+        return len(original) == len(modelled) and all(
+            len(a) == len(b) and all(x == y or (x is torch.bool and y == storage) for x, y in zip(a, b))
+            for a, b in zip(original, modelled)
+        )
 
     def _signature_plan(self, signature: tuple, scalars: tuple) -> tuple[dict[str, torch.Size], tuple[torch.dtype, ...]]:
         """Every value's shape and the outputs' dtypes for one input signature, as torch computes them.
@@ -510,7 +516,7 @@ class _DtypeTrace(TorchFunctionMode):
         result = func(*args, **(kwargs or {}))
         values = result if isinstance(result, (tuple, list)) else (result,)
         self.dtypes.append(
-            tuple(v.dtype if isinstance(v, torch.Tensor) else v if isinstance(v, torch.dtype) else None for v in values)
+            tuple(v.dtype if isinstance(v, torch.Tensor) else ("read", v) if isinstance(v, torch.dtype) else None for v in values)
         )
         return result
 

@@ -153,7 +153,6 @@ fused_rotary = Kernel(
     source="models/clean.py:91",
     triton=(_TRITON_FILE, "fused_rotary_kernel"),
     cpp=_CPP_FILE,
-    bool_hazards=((0, 1),),
 )
 
 
@@ -183,7 +182,6 @@ fused_rotary_2 = Kernel(
     source="models/clean.py:92",
     triton=(_TRITON_FILE, "fused_rotary_2_kernel"),
     cpp=_CPP_FILE,
-    bool_hazards=((0, 1),),
 )
 
 

@@ -68,5 +68,4 @@ fused_lt = Kernel(
     source="models/moe.py:40",
     triton=(_TRITON_FILE, "fused_lt_kernel"),
     cpp=_CPP_FILE,
-    bool_hazards=((1,),),
 )
