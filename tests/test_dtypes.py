@@ -125,6 +125,16 @@ def test_bool_hazards_follow_values_through_the_region():
     assert frozenset({"k", "m", "x"}) not in bool_hazards(x_too)  # minimal sets only
 
 
+def test_bool_hazards_through_reductions():
+    """amax of bools is a bool (`+` of two is then True, not 2); sum's int64 is the runtime dtype check's."""
+    m = (Input("m", "m", True),)
+    largest = (Node("amax", ("m", -1, True), "a", 1, (1, 2)), Node("add", ("a", "a"), "y", 2))
+    total = (Node("sum", ("m", -1, True), "a", 1, (1, 2)), Node("add", ("a", "a"), "y", 2))
+    assert bool_hazards(Region("r", "m.py", "f", 1, 2, m, largest, (Output("y", "y"),))) == (frozenset({"m"}),)
+    assert bool_hazards(Region("r", "m.py", "f", 1, 2, m, total, (Output("y", "y"),))) == ()
+    assert torch.tensor([[True, False]]).amax(-1).dtype == torch.bool and torch.tensor([[True]]).sum(-1).dtype == torch.int64
+
+
 def test_a_narrowing_cast_holds_its_dtype_through_later_ops():
     """`h = x.half() * 3.0; h.float() + x`: h is a half (eager rounds 1000.7 * 3.0 to 3002.0)."""
     inputs = (Input("x", "x", True),)

@@ -163,7 +163,9 @@ def bool_hazards(region: Region) -> tuple[frozenset[str], ...]:
         elif node.op in _BOOL_PRESERVING:
             result, numeric = joined(node, (1, 2) if node.op == "where" else (0,)), False
         elif definition.kind is OpKind.REDUCTION:
-            result = joined(node, (0,))  # reduced as numbers: amax of bools is bool, sum an int64
+            # amax and amin of bools are bools, as of 0 and 1; the rest give integers or floats, or raise:
+            # the runtime's dtype check (`Kernel._computes_in`) sees those.
+            result, numeric = (joined(node, (0,)) if node.op in ("amax", "amin") else None), False
         elif definition.keeps_bool and (node.inplace or node.op == "masked_fill"):
             result = joined(node, (0,))  # the updated tensor keeps its dtype
         elif definition.keeps_bool:
@@ -173,8 +175,6 @@ def bool_hazards(region: Region) -> tuple[frozenset[str], ...]:
             result = None  # torch promotes bools (float functions) or rejects them (the reference raises)
         if result is not None and numeric and not definition.bool_exact:
             hazards.add(result)
-        if definition.kind is OpKind.REDUCTION:
-            result = None  # numbers from here on, once the hazard above is excluded
         bools[node.out] = result
     minimal = [h for h in hazards if not any(other < h for other in hazards)]
     return tuple(sorted(minimal, key=lambda h: (len(h), sorted(h))))

@@ -123,7 +123,6 @@ fused_sum_clamp_min = Kernel(
     triton=(_TRITON_FILE, "fused_sum_clamp_min_kernel"),
     cpp=_CPP_FILE,
     rows=Rows(dim=1, keepdim=False, row_outputs=(0,)),
-    bool_hazards=((1,),),
 )
 
 

@@ -42,7 +42,6 @@ fused_sum = Kernel(
     triton=(_TRITON_FILE, "fused_sum_kernel"),
     cpp=_CPP_FILE,
     rows=Rows(dim=-1, keepdim=True, row_outputs=()),
-    bool_hazards=((0,),),
 )
 
 

@@ -100,5 +100,4 @@ fused_amax_eq = Kernel(
     triton=(_TRITON_FILE, "fused_amax_eq_kernel"),
     cpp=_CPP_FILE,
     rows=Rows(dim=0, keepdim=False, row_outputs=(0,)),
-    bool_hazards=((0,),),
 )
