@@ -135,7 +135,14 @@ def _fresh(name: str, taken: set[str]) -> str:
 
 # `x ** c` for the constant exponents torch's pow kernels special-case, computed as they do
 # (libdevice's general pow is far slower and rounds differently).
-_POWERS = {2: "{0} * {0}", 3: "{0} * {0} * {0}", 0.5: "tl.sqrt_rn({0})", -0.5: "1.0 / tl.sqrt_rn({0})", -1: "1.0 / {0}", -2: "1.0 / ({0} * {0})"}
+_POWERS = {
+    2: "{0} * {0}",
+    3: "{0} * {0} * {0}",
+    0.5: "tl.sqrt_rn({0})",
+    -0.5: "divide(1.0, tl.sqrt_rn({0}))",
+    -1: "divide(1.0, {0})",
+    -2: "divide(1.0, {0} * {0})",
+}
 
 
 def _expression(node: Node, names: _Names) -> str:

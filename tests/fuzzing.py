@@ -44,11 +44,14 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-BACKENDS = ("cpp", "triton")
+# "cuda": the Triton kernels compiled for a GPU, the programs and their inputs on it (`benchmarks/fuzz.py`
+# on a machine with one; the interpreter's "triton" runs everywhere).
+BACKENDS = ("cpp", "triton", "cuda")
 # What each backend's kernels claim (emit/runtime/cpp_support.py and triton_support.py `unsupported`):
 # C++ takes the four floating dtypes and bool, Triton no float64. Ints are drawn for both: the
 # runtime must then fall back, never compute something else.
 FLOATS = {"cpp": ("float32", "float64", "float16", "bfloat16"), "triton": ("float32", "float16", "bfloat16")}
+FLOATS["cuda"] = FLOATS["triton"]
 INTS = ("int32", "int64")
 CASES_PER_FILE = 24
 OUTCOMES = (
@@ -187,10 +190,11 @@ def _stored_values(spec: InputSpec, shape: list[int]) -> torch.Tensor:
     return values
 
 
-def make_input(spec: InputSpec, wide: bool = False) -> torch.Tensor:
-    """The tensor `spec` describes; `wide`: float32 stored as float64 (the same values), for the reference."""
+def make_input(spec: InputSpec, wide: bool = False, device: str = "cpu") -> torch.Tensor:
+    """The tensor `spec` describes, on `device` (its layout made there); `wide`: float32 stored as float64
+    (the same values), for the reference."""
     shape, view = _storage(spec)
-    stored = _stored_values(spec, shape).to(getattr(torch, spec.dtype))
+    stored = _stored_values(spec, shape).to(getattr(torch, spec.dtype)).to(device)
     if wide and stored.dtype == torch.float32:
         stored = stored.double()
     return eval(f"stored{view}", {"stored": stored}) if view else stored
@@ -674,16 +678,17 @@ def _widened(module: torch.nn.Module) -> torch.nn.Module:
     return wide
 
 
-def compare(program: Program, original_cls, transpiled_cls) -> tuple[str, str]:
-    """(outcome, detail) of one case: the original and the transpiled module on the same inputs."""
+def compare(program: Program, original_cls, transpiled_cls, device: str = "cpu") -> tuple[str, str]:
+    """(outcome, detail) of one case: the original and the transpiled module on the same inputs, on `device`."""
     torch.manual_seed(program.seed)
     original = original_cls().eval()
     transpiled = transpiled_cls().eval()
     transpiled.load_state_dict(original.state_dict())
-    wide_module = _widened(original)
-    eager_in = [make_input(i) for i in program.inputs]
-    ours_in = [make_input(i) for i in program.inputs]
-    wide_in = [make_input(i, wide=True) for i in program.inputs]
+    wide_module = _widened(original).to(device)
+    original, transpiled = original.to(device), transpiled.to(device)
+    eager_in = [make_input(i, device=device) for i in program.inputs]
+    ours_in = [make_input(i, device=device) for i in program.inputs]
+    wide_in = [make_input(i, wide=True, device=device) for i in program.inputs]
     expected, eager_error = _call(original, eager_in)
     actual, error = _call(transpiled, ours_in)
     if eager_error or error:
@@ -767,6 +772,8 @@ def _env(backend: str, cache: Path) -> dict[str, str]:
     env.pop("TRANSPILE_BACKEND", None)
     if backend == "triton":
         env.update(TRANSPILE_BACKEND="triton", TRITON_INTERPRET="1")
+    if backend == "cuda":  # CUDA tensors take the Triton kernels, compiled
+        env.update(FUZZ_DEVICE="cuda", TRITON_INTERPRET="0")
     return env
 
 
@@ -827,6 +834,7 @@ def _program_from_json(data: dict) -> Program:
 
 
 TRANSPILE_FAILED = 3
+DEVICE = os.environ.get("FUZZ_DEVICE", "cpu")  # where a worker runs its cases (`_env`)
 
 
 def worker(work: Path, package: str, jobs: Path) -> None:
@@ -858,7 +866,9 @@ def worker(work: Path, package: str, jobs: Path) -> None:
         kernels = getattr(sys.modules.get("_transpile_runtime"), "KERNELS", [])
         before = {id(k): Counter(k.counts) for k in kernels}
         try:
-            outcome, detail = compare(program, getattr(originals[module], program.name), getattr(transpiled, program.name))
+            outcome, detail = compare(
+                program, getattr(originals[module], program.name), getattr(transpiled, program.name), DEVICE
+            )
         except Exception:  # the harness's own steps (building the modules, loading the state) failed
             outcome, detail = "crash", traceback.format_exc(limit=-3)
         paths: Counter[str] = Counter()

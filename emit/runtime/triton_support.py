@@ -115,17 +115,30 @@ def remainder(a, b):
 
 
 @triton.jit
+def divide(a, b):
+    """a / b as torch computes it: IEEE division, rounded to nearest (Triton's `/` on float32 is an
+    approximation that flushes subnormals: 1e-40 / 1e-40 gave NaN); integers become float32 first."""
+    a, b = _common(a, b)
+    if not a.dtype.is_floating():
+        a, b = a.to(tl.float32), b.to(tl.float32)
+    if a.dtype.is_fp32():
+        return tl.div_rn(a, b)
+    else:
+        return a / b
+
+
+@triton.jit
 def floor_divide(a, b):
     """Python's `//`, computed as torch does so that float results match bit for bit."""
     a, b = _common(a, b)
     truncated = a % b
     if truncated.dtype.is_floating():
-        quotient = (a - truncated) / b
+        quotient = tl.div_rn(a - truncated, b)
         quotient = tl.where((truncated != 0) & ((b < 0) != (truncated < 0)), quotient - 1.0, quotient)
         floored = tl.floor(quotient)
         floored = tl.where(quotient - floored > 0.5, floored + 1.0, floored)
         # b == 0 gives inf or nan, as a / b does.
-        return tl.where(b == 0, a / b, floored)
+        return tl.where(b == 0, tl.div_rn(a, b), floored)
     else:
         quotient = (a - truncated) // b  # exact: a - truncated is a multiple of b
         return tl.where((truncated != 0) & ((truncated < 0) != (b < 0)), quotient - 1, quotient)
@@ -185,7 +198,7 @@ def expm1(x):
     if INTERPRETED:
         # Kahan: (u - 1) * x / log(u) cancels the rounding error of u = exp(x).
         u = tl.exp(x)
-        kahan = (u - 1.0) * x / tl.log(u)
+        kahan = tl.div_rn((u - 1.0) * x, tl.log(u))
         result = tl.where((u == 1.0) | (x != x), x, tl.where(u - 1.0 == -1.0, -1.0, kahan))
         return tl.where(x == float("inf"), float("inf"), result)
     else:
@@ -198,7 +211,7 @@ def log1p(x):
     if INTERPRETED:
         # Kahan: log(u) * x / (u - 1) cancels the rounding error of u = 1 + x.
         u = 1.0 + x
-        kahan = tl.log(u) * x / (u - 1.0)
+        kahan = tl.div_rn(tl.log(u) * x, u - 1.0)
         result = tl.where((u == 1.0) | (x != x), x, tl.where(u <= 0.0, tl.log(u), kahan))
         return tl.where(x == float("inf"), float("inf"), result)
     else:
@@ -493,6 +506,7 @@ class Launcher:
                     grid=self.grid,
                     num_warps=self.num_warps,
                     **self.constexprs,
+                    **_options(),
                 )
         except Exception:  # the caller's own AsyncCompileMode, say: the first launch compiles, as in sync mode
             return False
@@ -520,7 +534,7 @@ class Launcher:
         compiled = self.compiled
         if compiled is None or _hooks_installed():
             compiled = self.kernel[self.grid](
-                *tensors, *scalars, *outputs, *self.tail, **self.constexprs, num_warps=self.num_warps
+                *tensors, *scalars, *outputs, *self.tail, **self.constexprs, num_warps=self.num_warps, **_options()
             )
             if self._direct and hasattr(compiled, "packed_metadata"):  # the interpreter returns no compiled kernel
                 self.compiled = compiled
@@ -585,6 +599,19 @@ def _compile_and_load(compile_kernel, device):
         with torch.cuda.device(device):
             compiled._init_handles()
     return compiled
+
+
+@functools.lru_cache(maxsize=None)
+def _options() -> dict:
+    """Compile options for eager's float semantics: Triton's NVIDIA backend flushes subnormals to zero in
+    libdevice's functions by default (`tanh` of 1e-40 gave 0), eager's CUDA kernels do not."""
+    if triton.knobs.runtime.interpret:
+        return {}
+    try:
+        backend = triton.runtime.driver.active.get_current_target().backend
+    except Exception:  # no GPU driver: nothing is launched either
+        return {}
+    return {"enable_reflect_ftz": False} if backend == "cuda" else {}
 
 
 def _hooks_installed() -> bool:

@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, clamp_min, rotate_half, rounded, row_sum, widen
+from _transpile_runtime.triton_support import accumulate_sum, clamp_min, divide, rotate_half, rounded, row_sum, widen
 
 
 @triton.jit
@@ -124,7 +124,7 @@ def fused_sum_clamp_min_kernel(
         # models/clean.py:63  return total / weights.sum(dim=1).clamp(min=1.0)
         t1 = rounded(row_sum(weights, mask), STORAGE)
         t2 = rounded(clamp_min(t1, 1.0), STORAGE)
-        t3 = rounded(total / t2, STORAGE)
+        t3 = rounded(divide(total, t2), STORAGE)
         # Store the element outputs, converted to their dtypes
         # Store the row outputs (one value a row), converted to their dtypes
         tl.store(t3_out_ptr + row, t3.to(t3_out_ptr.dtype.element_ty), mask=row_mask)
@@ -149,7 +149,7 @@ def fused_sum_clamp_min_kernel(
         # models/clean.py:63  return total / weights.sum(dim=1).clamp(min=1.0)
         t1 = rounded(row_sum(t1_partial, row_mask), STORAGE)
         t2 = rounded(clamp_min(t1, 1.0), STORAGE)
-        t3 = rounded(total / t2, STORAGE)
+        t3 = rounded(divide(total, t2), STORAGE)
         # Store the row outputs (one value a row), converted to their dtypes
         tl.store(t3_out_ptr + row, t3.to(t3_out_ptr.dtype.element_ty), mask=row_mask)
 
@@ -400,20 +400,20 @@ def fused_layer_norm_kernel(
         # models/clean.py:98  h = self.ln_2(h)
         row_sum0 = row_sum(h, mask)
         row_size0 = tl.cast(R, tl.float32)
-        div0 = row_sum0 / row_size0
+        div0 = divide(row_sum0, row_size0)
         sub0 = h - div0
         mul0 = sub0 * sub0
         row_sum1 = row_sum(mul0, mask)
         row_sum2 = row_sum(sub0, mask)
         mul1 = row_sum2 * row_sum2
-        div1 = mul1 / row_size0
+        div1 = divide(mul1, row_size0)
         sub1 = row_sum1 - div1
         clamp_min0 = clamp_min(sub1, 0.0)
-        div2 = clamp_min0 / row_size0
-        div3 = row_sum2 / row_size0
+        div2 = divide(clamp_min0, row_size0)
+        div3 = divide(row_sum2, row_size0)
         sub2 = sub0 - div3
         add0 = div2 + ln_2_eps
-        rsqrt0 = 1.0 / tl.sqrt_rn(add0)
+        rsqrt0 = divide(1.0, tl.sqrt_rn(add0))
         mul2 = sub2 * rsqrt0
         mul3 = mul2 * ln_2_weight
         h_1 = rounded(mul3 + ln_2_bias, STORAGE)
@@ -438,7 +438,7 @@ def fused_layer_norm_kernel(
             start += RBLOCK
         # models/clean.py:98  h = self.ln_2(h)
         row_sum0 = row_sum(row_sum0_partial, row_mask)
-        div0 = row_sum0 / row_size0
+        div0 = divide(row_sum0, row_size0)
         # Pass 2: the row sum of mul0, the row sum of sub0
         row_sum1_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
         row_sum2_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
@@ -460,13 +460,13 @@ def fused_layer_norm_kernel(
         row_sum1 = row_sum(row_sum1_partial, row_mask)
         row_sum2 = row_sum(row_sum2_partial, row_mask)
         mul1 = row_sum2 * row_sum2
-        div1 = mul1 / row_size0
+        div1 = divide(mul1, row_size0)
         sub1 = row_sum1 - div1
         clamp_min0 = clamp_min(sub1, 0.0)
-        div2 = clamp_min0 / row_size0
-        div3 = row_sum2 / row_size0
+        div2 = divide(clamp_min0, row_size0)
+        div3 = divide(row_sum2, row_size0)
         add0 = div2 + ln_2_eps
-        rsqrt0 = 1.0 / tl.sqrt_rn(add0)
+        rsqrt0 = divide(1.0, tl.sqrt_rn(add0))
         # Pass 3: the element outputs
         start = 0
         while start < R:

@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, rounded, row_sum, tanh, widen
+from _transpile_runtime.triton_support import accumulate_sum, divide, rounded, row_sum, tanh, widen
 
 
 @triton.jit
@@ -126,10 +126,10 @@ def fused_rms_norm_kernel(
         t0 = rounded(x * x, STORAGE)
         row_sum0 = row_sum(t0, mask)
         row_size0 = tl.cast(R, tl.float32)
-        variance = rounded(row_sum0 / row_size0, STORAGE)
+        variance = rounded(divide(row_sum0, row_size0), STORAGE)
         # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
         t1 = rounded(variance + eps, STORAGE)
-        t2 = rounded(1.0 / tl.sqrt_rn(t1), STORAGE)
+        t2 = rounded(divide(1.0, tl.sqrt_rn(t1)), STORAGE)
         t3 = rounded(x * t2, STORAGE)
         t4 = rounded(t3 * weight, STORAGE)
         # Store the element outputs, converted to their dtypes
@@ -151,10 +151,10 @@ def fused_rms_norm_kernel(
             start += RBLOCK
         # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
         row_sum0 = row_sum(row_sum0_partial, row_mask)
-        variance = rounded(row_sum0 / row_size0, STORAGE)
+        variance = rounded(divide(row_sum0, row_size0), STORAGE)
         # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
         t1 = rounded(variance + eps, STORAGE)
-        t2 = rounded(1.0 / tl.sqrt_rn(t1), STORAGE)
+        t2 = rounded(divide(1.0, tl.sqrt_rn(t1)), STORAGE)
         # Pass 2: the element outputs
         start = 0
         while start < R:

@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, rounded, row_sum, widen
+from _transpile_runtime.triton_support import accumulate_sum, divide, rounded, row_sum, widen
 
 
 @triton.jit
@@ -56,7 +56,7 @@ def fused_sum_kernel(
         # Compute (reductions over the lanes in `mask`)
         # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
         t0 = rounded(row_sum(weights, mask), STORAGE)
-        _sum_div = rounded(weights / t0, STORAGE)
+        _sum_div = rounded(divide(weights, t0), STORAGE)
         # Store the element outputs, converted to their dtypes
         tl.store(
             _sum_div_out_ptr + _sum_div_out_row + col * _sum_div_out_stride,
@@ -83,7 +83,7 @@ def fused_sum_kernel(
             mask = row_mask & (col < R)
             weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
             # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
-            _sum_div = rounded(weights / t0, STORAGE)
+            _sum_div = rounded(divide(weights, t0), STORAGE)
             # Store the element outputs, converted to their dtypes
             tl.store(
                 _sum_div_out_ptr + _sum_div_out_row + col * _sum_div_out_stride,
