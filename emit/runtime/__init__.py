@@ -338,7 +338,7 @@ class Kernel:
             return "fallback: bool inputs that eager keeps as bools where the kernel computes numbers"
         signature = tuple((t.shape, t.dtype) for t in tensors) + tuple(type(s) for s in scalars)
         try:
-            values, dtypes = self._signature_plans(signature, modules)
+            values, dtypes = self._signature_plans(signature, modules, device)
         except (RuntimeError, TypeError, ValueError, IndexError) as error:  # torch would raise: the original code does
             return f"fallback: {type(error).__name__} from torch"
         read = [t for i, t in enumerate(tensors) if i not in self.dtype_only]
@@ -478,17 +478,21 @@ class Kernel:
             for a, b in zip(original, modelled)
         )
 
-    def _signature_plan(self, signature: tuple, scalars: tuple) -> tuple[dict[str, torch.Size], tuple[torch.dtype, ...]]:
+    def _signature_plan(
+        self, signature: tuple, scalars: tuple, device: torch.device
+    ) -> tuple[dict[str, torch.Size], tuple[torch.dtype, ...]]:
         """Every value's shape and the outputs' dtypes for one input signature, as torch computes them.
 
         Shapes: by the kernel's shape program (`value_shapes`), which raises where eager
-        would. Dtypes: the eager reference run on one-element CPU tensors of the input
-        dtypes (0-dim where an input is 0-dim, since that changes promotion). Meta tensors
-        would do both, but their first use imports torch's Python meta kernels and sympy:
-        a second that a first call must not pay.
+        would. Dtypes: the eager reference run on one-element tensors of the input dtypes
+        (0-dim where an input is 0-dim, since that changes promotion), on the call's device:
+        some errors are the device's (CUDA's `where` rejects a 1e30 scalar beside a half
+        tensor, CUDA's layer norm a float32 weight beside a half input; the CPU's take both).
+        Meta tensors would do both, but their first use imports torch's Python meta kernels
+        and sympy: a second that a first call must not pay.
         """
         values = value_shapes(self.shapes, [shape for shape, _ in signature[: self.tensor_inputs]])
-        samples = [torch.ones((1,) * len(s), dtype=dtype) for s, dtype in signature[: self.tensor_inputs]]
+        samples = [torch.ones((1,) * len(s), dtype=dtype, device=device) for s, dtype in signature[: self.tensor_inputs]]
         return values, tuple(r.dtype for r in self.reference(*samples, *scalars))
 
     # -- kernels, loaded on first use ---------------------------------------------------
