@@ -604,14 +604,16 @@ def _compile_and_load(compile_kernel, device):
 @functools.lru_cache(maxsize=None)
 def _options() -> dict:
     """Compile options for eager's float semantics: Triton's NVIDIA backend flushes subnormals to zero in
-    libdevice's functions by default (`tanh` of 1e-40 gave 0), eager's CUDA kernels do not."""
+    libdevice's functions by default (`tanh` of 1e-40 gave 0), eager's CUDA kernels do not; and it fuses a
+    multiply and an add into one FMA, rounding once where eager, an op a kernel, rounds twice (`t * t - t * t`
+    gave the product's rounding error, not 0)."""
     if triton.knobs.runtime.interpret:
         return {}
     try:
         backend = triton.runtime.driver.active.get_current_target().backend
     except Exception:  # no GPU driver: nothing is launched either
         return {}
-    return {"enable_reflect_ftz": False} if backend == "cuda" else {}
+    return {"enable_reflect_ftz": False, "enable_fp_fusion": False} if backend == "cuda" else {"enable_fp_fusion": False}
 
 
 def _hooks_installed() -> bool:
