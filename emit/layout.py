@@ -56,14 +56,15 @@ def layout(line: str, inside: bool = False) -> list[str]:
 def layout_text(text: str) -> str:
     """Every line of `text` that black would change for its length or its magic trailing comma, laid out
     (statement lines only: comment lines and lines with an inline comment are left as they are)."""
-    lines = text.split("\n")
     out: list[str] = []
-    for line in lines:
-        stripped = line.lstrip()
-        if _fits(line) or stripped.startswith(("#", '"""')) or "  # " in line:
+    in_string = False  # inside a docstring of several lines: its lines are text, not code
+    for line in text.split("\n"):
+        quotes = line.count('"""') % 2 == 1
+        if in_string or quotes or _fits(line) or line.lstrip().startswith(("#", '"""')) or "  # " in line:
             out.append(line)
         else:
             out += layout(line)
+        in_string ^= quotes
     return "\n".join(out)
 
 

@@ -76,6 +76,19 @@ def test_fuzzer_programs_emit_black_formatted_kernel_files(backend):
     assert emitted >= len(SEEDS)  # most programs hold a region, each emitted twice
 
 
+def test_a_long_module_path_is_black_formatted():
+    """A long path lengthens the docstrings, comments, file names and `source=` of every kernel file."""
+    path = "models/" + "a_directory_with_a_long_name/" * 3 + "modeling_a_model_with_a_rather_long_name_indeed.py"
+    emitted = _kernel_files(fuzzing.FILE_HEADER + fuzzing.generate(1).source(), path)
+    assert emitted and any(len(line) > 120 for _, text in emitted for line in text.splitlines())
+    for name, text in emitted:
+        assert_black_keeps(text, name)
+        assert SKIP not in text
+    kernels = dict(emitted)["_modeling_a_model_with_a_rather_long_name_indeed_kernels.py"]
+    # the docstring's lines are text: left whole however long
+    assert "(_modeling_a_model_with_a_rather_long_name_indeed_triton.py) or a C++ kernel\n" in kernels
+
+
 def test_fixture_models_with_long_names_are_black_formatted(tmp_path):
     """The fixture models (norms, attention, MoE, vision) through the build's compile, every variable and
     parameter name made long, so that the kernels' lines must be split."""
