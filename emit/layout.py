@@ -121,7 +121,8 @@ def _priority(t: tokenize.TokenInfo, previous: str | None, following: str | None
     unary = previous is None or previous in _BEFORE_UNARY or previous in _MATH or previous in _COMPARATORS
     if value in _MATH:
         return 0 if unary else _MATH[value]
-    if value in _COMPARATORS and not (value == "not" and following != "in") and not (value == "in" and previous == "not"):
+    not_in = (value == "not" and following != "in") or (value == "in" and previous == "not")  # `not` alone is unary; `not in` is one
+    if value in _COMPARATORS and not not_in:
         return _COMPARATOR if not (value == "is" and previous is None) else 0
     if value in ("and", "or"):
         return _LOGIC
@@ -226,7 +227,8 @@ def _bracket_split(text: str, tokens: list[_Token], opening: int, indent: str, i
     # black splits the elements one a line where the body has a trailing comma, or is a tuple, list or dict.
     atom = opening == 0 or tokens[opening - 1].text in _BEFORE_UNARY or tokens[opening - 1].priority > 0
     if len(commas) > trailing and (trailing or atom):
-        lines = [line for piece in _split_at(body, _tokens(body), _COMMA) for line in _lay(piece, indent + INDENT, True, False)]
+        pieces = _split_at(body, _tokens(body), _COMMA)
+        lines = [line for piece in pieces for line in _lay(piece, indent + INDENT, True, False)]
     else:
         lines = _lay(body, indent + INDENT, True, False)
     return [indent + head, *lines, indent + tail]
