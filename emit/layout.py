@@ -121,7 +121,8 @@ def _priority(t: tokenize.TokenInfo, previous: str | None, following: str | None
     unary = previous is None or previous in _BEFORE_UNARY or previous in _MATH or previous in _COMPARATORS
     if value in _MATH:
         return 0 if unary else _MATH[value]
-    not_in = (value == "not" and following != "in") or (value == "in" and previous == "not")  # `not` alone is unary; `not in` is one
+    # `not` alone is unary, and `not in` is one comparator
+    not_in = (value == "not" and following != "in") or (value == "in" and previous == "not")
     if value in _COMPARATORS and not not_in:
         return _COMPARATOR if not (value == "is" and previous is None) else 0
     if value in ("and", "or"):
