@@ -122,8 +122,8 @@ def _priority(t: tokenize.TokenInfo, previous: str | None, following: str | None
     if value in _MATH:
         return 0 if unary else _MATH[value]
     # `not` alone is unary, and `not in` is one comparator
-    not_in = (value == "not" and following != "in") or (value == "in" and previous == "not")
-    if value in _COMPARATORS and not not_in:
+    unary_or_second = (value == "not" and following != "in") or (value == "in" and previous == "not")
+    if value in _COMPARATORS and not unary_or_second:
         return _COMPARATOR if not (value == "is" and previous is None) else 0
     if value in ("and", "or"):
         return _LOGIC
