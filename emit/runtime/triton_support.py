@@ -107,10 +107,20 @@ def _common(a, b):
 
 # -- arithmetic ------------------------------------------------------------------------
 @triton.jit
+def _fmod(a, b):
+    """C's fmod (the dividend's sign), or the integer remainder. Compiled for a GPU, Triton's float `%`
+    gives inf % y = inf: fmod's is NaN."""
+    truncated = a % b
+    if truncated.dtype.is_floating():
+        truncated = tl.where(tl.abs(a) == float("inf"), float("nan"), truncated)
+    return truncated
+
+
+@triton.jit
 def remainder(a, b):
     """Python's `%`: the result takes the divisor's sign (torch.remainder)."""
     a, b = _common(a, b)
-    truncated = a % b  # C's fmod / integer remainder: the dividend's sign
+    truncated = _fmod(a, b)
     return tl.where((truncated != 0) & ((truncated < 0) != (b < 0)), truncated + b, truncated)
 
 
@@ -131,7 +141,7 @@ def divide(a, b):
 def floor_divide(a, b):
     """Python's `//`, computed as torch does so that float results match bit for bit."""
     a, b = _common(a, b)
-    truncated = a % b
+    truncated = _fmod(a, b)
     if truncated.dtype.is_floating():
         quotient = tl.div_rn(a - truncated, b)
         quotient = tl.where((truncated != 0) & ((b < 0) != (truncated < 0)), quotient - 1.0, quotient)
