@@ -713,7 +713,13 @@ class _RowKernel:
         passes reuse saved, then the `tail` statements (accumulations or stores)."""
         work, names = self.work[number], self.names
         loads = [_load(t, names, self.kinds, names.row(t), f"col * {names.step(t)}") for t in work.inputs]
-        loads += [f"const C {names.value(v)} = {names.saved(v)}[col];" for v in work.restored]
+        # Scratch holds C values: a bool value is saved as 0 or 1 and restored as a bool.
+        loads += [
+            f"const bool {names.value(v)} = {names.saved(v)}[col] != C(0);"
+            if self.kinds[v] is Kind.BOOL
+            else f"const C {names.value(v)} = {names.saved(v)}[col];"
+            for v in work.restored
+        ]
         saves = [f"{names.saved(n.out)}[col] = {names.value(n.out)};" for n in work.nodes if n.out in self.saved]
         pragma = " ".join(["#pragma omp simd", *clauses])
         body = [*loads, *self.nodes(work.nodes), *saves, *tail]

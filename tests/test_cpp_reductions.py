@@ -250,6 +250,30 @@ def statistics_case() -> Case:
     )
 
 
+def bools_across_passes_case() -> Case:
+    """A bool value a reduction's pass computes and the store pass uses again (saved to scratch as a number,
+    restored as a bool: fuzz seed 3425's kernel did not compile)."""
+    nodes = (
+        Node("gt", ("x", 0.0), "positive", 1, (1,)),
+        Node("where", ("positive", "x", 0.0), "kept", 1, (2,)),
+        Node("var", ("kept", -1, 1, True), "spread", 2, (1, 2, 3)),
+        Node("and", ("positive", "positive"), "both", 3),
+        Node("mul", ("kept", "spread"), "scaled", 3),
+    )
+
+    def magnitudes(tensors, scalars, outputs, reduced, dtype):
+        (x,), (_, scaled) = tensors, outputs
+        kept = x.clamp_min(0.0)
+        bound = tolerances.magnitude("var", kept, reduced, kept.var(reduced, keepdim=True), dtype, 1)
+        return None, (kept * bound, scaled.abs())
+
+    def reference(x):
+        kept = torch.where(x > 0.0, x, 0.0)
+        return (x > 0.0) & (x > 0.0), kept * kept.var(-1, keepdim=True)
+
+    return Case(region("bools_across_passes", "x", "", nodes, "both scaled"), reference, rows_of((5,)), magnitudes)
+
+
 def normalise_case() -> Case:
     """Pointwise code after the reductions: (x - mean) / (std + eps) * gain, with a scalar gain."""
     nodes = (
@@ -313,6 +337,7 @@ CASES = {
         residual_layer_norm_case(),
         rms_norm_case(),
         statistics_case(),
+        bools_across_passes_case(),
         normalise_case(),
         awkward_names_case(),
     ]
@@ -386,6 +411,9 @@ def assert_matches(case: Case, tensors, scalars, actual) -> None:
     magnitudes = case.magnitudes(wide_tensors, scalars, wide, reduced, computed_in)
     for got, want, exact, scale in zip(actual, wide, eager, magnitudes, strict=True):
         assert got.dtype == exact.dtype and got.shape == exact.shape
+        if got.dtype == torch.bool:  # comparisons of the inputs themselves: exact
+            assert torch.equal(got, exact)
+            continue
         scale, rounded = scale if isinstance(scale, tuple) else (scale, None)
         dtype = computed_in if got.dtype == torch.float64 else got.dtype
         assert_within(got, want, shape[reduced], scale, dtype, rounded)
