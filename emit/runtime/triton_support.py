@@ -108,12 +108,15 @@ def _common(a, b):
 # -- arithmetic ------------------------------------------------------------------------
 @triton.jit
 def _fmod(a, b):
-    """C's fmod (the dividend's sign), or the integer remainder. Compiled for a GPU, Triton's float `%`
-    gives inf % y = inf: fmod's is NaN."""
-    truncated = a % b
-    if truncated.dtype.is_floating():
-        truncated = tl.where(tl.abs(a) == float("inf"), float("nan"), truncated)
-    return truncated
+    """C's fmod (the dividend's sign), or the integer remainder. Compiled for a GPU, Triton's float `%` is
+    a - b * trunc(a / b), wrong once the quotient is large (1e30 % 0.3) and inf % y = inf: libdevice's
+    fmod is exact, as eager's is."""
+    if INTERPRETED:
+        return a % b  # numpy's fmod
+    elif a.dtype.is_floating():
+        return libdevice.fmod(a, b)
+    else:
+        return a % b
 
 
 @triton.jit
