@@ -20,7 +20,7 @@ from pathlib import Path
 from emit.cpp import Kind, render_cpp_file, value_kinds
 from emit.layout import LINE_LENGTH, double_quoted, hug_powers, layout_text
 from emit.triton import render_triton_file
-from transpiler.dtypes import bool_hazards
+from transpiler.dtypes import bool_hazards, stored_constants
 from transpiler.hoisting import Origin
 from transpiler.inlining import kernel_view
 from transpiler.ir import Epilogue, Region
@@ -72,7 +72,7 @@ def emit(
     source_lines = {n: line.rstrip("\r\n") for n, line in enumerate(lines, 1)}
     shown = [origin.region(r) for r in regions] if origin else regions
     module = _module_text(text, list(zip(regions, shown)), source_path, kernels_module, epilogues)
-    kernels = [kernel_view(r)[0] for r in shown]
+    kernels = [stored_constants(kernel_view(r)[0]) for r in shown]
     kernels_file, triton_file, cpp_file = kernel_file_names(stem)
     files = [
         # The module is the user's text with generated lines, which are emitted formatted (`_condition`,

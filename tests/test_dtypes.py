@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from transpiler.dtypes import bool_hazards, promote, value_dtypes
+from transpiler.dtypes import bool_hazards, promote, stored_constants, value_dtypes
 from transpiler.ir import Input, Node, Output, Region
 from transpiler.ops import CAST, OPS, REDUCTIONS, Domain
 
@@ -133,6 +133,23 @@ def test_bool_hazards_through_reductions():
     assert bool_hazards(Region("r", "m.py", "f", 1, 2, m, largest, (Output("y", "y"),))) == (frozenset({"m"}),)
     assert bool_hazards(Region("r", "m.py", "f", 1, 2, m, total, (Output("y", "y"),))) == ()
     assert torch.tensor([[True, False]]).amax(-1).dtype == torch.bool and torch.tensor([[True]]).sum(-1).dtype == torch.int64
+
+
+def test_constants_torch_stores_in_an_integer_dtype_are_truncated():
+    """addcmul's value and masked_fill's fill, where the op computes on integers, as eager uses them."""
+    inputs = (Input("x", "x", True), Input("m", "m", True))
+    nodes = (
+        Node(CAST.name, ("x", "int32"), "i", 1, (1,)),
+        Node("addcmul", ("i", "i", "i", 0.5), "a", 2, (3,)),
+        Node("masked_fill", ("i", "m", -2.7), "f", 3, (2,)),
+        Node("addcmul", ("x", "x", "x", 0.5), "g", 4, (3,)),
+    )
+    region = Region("r", "m.py", "f", 1, 4, inputs, nodes, (Output("a", "a"), Output("f", "f"), Output("g", "g")))
+    stored = stored_constants(region)
+    assert [n.operands for n in stored.nodes[1:]] == [("i", "i", "i", 0.0), ("i", "m", -2.0), ("x", "x", "x", 0.5)]
+    i = torch.tensor([-1, 3], dtype=torch.int32)
+    assert torch.addcmul(i, i, i, value=0.5).tolist() == torch.addcmul(i, i, i, value=0).tolist()
+    assert i.masked_fill(torch.tensor([True, False]), -2.7).tolist() == [-2, 3]
 
 
 def test_a_narrowing_cast_holds_its_dtype_through_later_ops():

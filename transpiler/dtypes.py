@@ -14,7 +14,9 @@ row primitives of lowered reductions) are None: computed in the wide type, not r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 from transpiler.ir import Node, Region
 from transpiler.ops import CAST, CAST_LIKE, Domain, OpKind
@@ -121,6 +123,27 @@ def storage_dtypes(
         if None not in each and "bool" not in each:
             dtypes[node.out] = each
     return dtypes
+
+
+# Scalar operands torch converts to the tensor's dtype before computing: addcmul's `value`, masked_fill's fill.
+_STORED_SCALARS = {"addcmul": 3, "masked_fill": 2}
+
+
+def stored_constants(region: Region) -> Region:
+    """The region with each such constant as torch uses it where its op computes on integers: truncated
+    (`addcmul(t, t, t, value=0.5)` of int32 tensors adds 0, not 0.5). The kernels compute in a float type."""
+    tensors = [item.name for item in region.tensor_inputs]
+    per_storage = [value_dtypes(region, {t: storage for t in tensors}) for storage in ("float32", "bfloat16")]
+    nodes = []
+    for node in region.nodes:
+        position = _STORED_SCALARS.get(node.op)
+        integral = all(d.get(node.out) in INTEGER[1:] for d in per_storage)
+        if position is not None and position in node.constants and integral:
+            operands = list(node.operands)
+            operands[position] = float(math.trunc(operands[position]))
+            node = replace(node, operands=tuple(operands))
+        nodes.append(node)
+    return replace(region, nodes=tuple(nodes))
 
 
 # Ops that pass a bool through as a bool in both backends (C++ keeps the kind, Triton the int1).
