@@ -52,7 +52,13 @@ BACKGROUND = _ASYNC and not triton.knobs.runtime.interpret
 @triton.jit
 def widen(x):
     """Half and bfloat16 values are computed in float32 (torch's opmath type)."""
-    if x.dtype.is_fp16() or x.dtype.is_bf16():
+    if x.dtype.is_bf16():
+        if INTERPRETED:
+            # Exactly, as compiled kernels convert: the interpreter flushes subnormal bfloat16 values to zero.
+            return (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+        else:
+            return x.to(tl.float32)
+    elif x.dtype.is_fp16():
         return x.to(tl.float32)
     else:
         return x
