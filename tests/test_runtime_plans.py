@@ -153,3 +153,12 @@ def test_bool_inputs_read_as_numbers(trees):
     assert_same(expected, model, (x.half(), m.half()))
     assert_same(expected, model, (x, m))
     assert paths(runtime) == {"cpp": 2}
+
+
+def test_an_output_with_elements_beside_an_empty_input_falls_back(trees):
+    """u = sigmoid(x * 2.0) of a (3,) x beside a (0, 3) y: the kernel's space is empty, u is not: the original
+    code computes it (the narrowed view of an empty output raised)."""
+    runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
+    paths(runtime)
+    assert_same(*pair(trees, "Narrow"), (torch.randn(3), torch.randn(0, 3)))
+    assert list(paths(runtime)) == ["fallback: an output's shape is not the broadcast of the inputs'"]

@@ -558,6 +558,8 @@ def _narrowing(eager, kernel) -> tuple[torch.Size | None, ...] | None:
             continue
         if len(have) > len(full) or any(h not in (f, 1) for h, f in zip(reversed(have), reversed(full))):
             return None
+        if math.prod(full) == 0 and math.prod(have):  # a (1,) value beside a (0,) input: the kernel computes none
+            return None
         narrow.append(torch.Size(have))
     return tuple(narrow) if any(n is not None for n in narrow) else ()
 
