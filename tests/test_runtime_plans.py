@@ -56,6 +56,13 @@ class Scale(nn.Module):
         return torch.tanh(x * 2.0) * self.weight
 
 
+class SignOfComparison(nn.Module):
+    def forward(self, z, w):
+        t = z <= w
+        t.sign_()
+        return t
+
+
 class BoolNumbers(nn.Module):
     def forward(self, x, m):
         return (torch.sigmoid(m) + 0.001).to(x.dtype) * x
@@ -114,7 +121,7 @@ def assert_same(expected_model, model, inputs: tuple) -> None:
         expected, actual = expected_model(*inputs), model(*inputs)
     for e, a in zip(expected, actual, strict=True) if isinstance(expected, tuple) else [(expected, actual)]:
         assert (a.shape, a.dtype) == (e.shape, e.dtype)
-        bound = 16 * unit_roundoff(e.dtype)
+        bound = 16 * unit_roundoff(e.dtype) if e.dtype.is_floating_point else 0
         torch.testing.assert_close(a, e, rtol=bound, atol=bound)
 
 
@@ -162,3 +169,13 @@ def test_an_output_with_elements_beside_an_empty_input_falls_back(trees):
     paths(runtime)
     assert_same(*pair(trees, "Narrow"), (torch.randn(3), torch.randn(0, 3)))
     assert list(paths(runtime)) == ["fallback: an output's shape is not the broadcast of the inputs'"]
+
+
+def test_half_kernels_build_on_this_cpu(trees):
+    """A half region of comparisons: gcc 12 with -march=native on a CPU with AVX512-FP16 emitted masked
+    `vmovsh` that binutils 2.40 rejects, and the file's kernels all fell back (cpp_support.flags)."""
+    runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
+    paths(runtime)
+    z, w = torch.randn(4, 33).half(), torch.randn(33).half()
+    assert_same(*pair(trees, "SignOfComparison"), (z, w))
+    assert paths(runtime) == {"cpp": 1}

@@ -41,6 +41,10 @@ HEADER = HERE / "transpile_runtime.h"
 # No -ffast-math: kernels must keep NaN, infinities and signed zeros exactly as torch does.
 # -fno-math-errno changes no value: it lets loops that call libm functions vectorise.
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=c++17")
+# Where the CPU has AVX512-FP16, gcc 12 emits masked `vmovsh` for half values, which binutils 2.40 cannot
+# assemble (the build failed): such builds do without those instructions (the kernels convert halves with
+# F16C, as without AVX512-FP16).
+NO_FP16_INSTRUCTIONS = "-mno-avx512fp16"
 NO_COMPILER = "no C++ compiler: using the eager fallback"
 # Temporaries of a build start with this; one older than STALE_S was left by a process that
 # died mid-build (a build takes seconds, up to minutes on a loaded machine).
@@ -80,6 +84,22 @@ def find_compiler() -> Compiler | None:
     if result.returncode != 0:
         return None
     return Compiler(tuple(command), result.stdout.splitlines()[0] if result.stdout else "")
+
+
+@functools.lru_cache(maxsize=None)
+def flags(compiler: Compiler) -> tuple[str, ...]:
+    """The build's flags: FLAGS, and NO_FP16_INSTRUCTIONS where the CPU has AVX512-FP16 and the compiler
+    knows the option (one probe a process)."""
+    if "avx512_fp16" not in cpu_identity():
+        return FLAGS
+    try:
+        probe = subprocess.run(
+            [*compiler.command, NO_FP16_INSTRUCTIONS, "-x", "c++", "-fsyntax-only", "-"],
+            input="", capture_output=True, text=True, timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return FLAGS
+    return (*FLAGS, NO_FP16_INSTRUCTIONS) if probe.returncode == 0 else FLAGS
 
 
 def cache_directory() -> Path:
@@ -141,7 +161,7 @@ def build(source: Path, compiler: Compiler) -> tuple[Path, bool]:
     text = source.read_text()
     key = hashlib.sha256(
         "\0".join(
-            (text, HEADER.read_text(), compiler.version, " ".join(compiler.command), *FLAGS, cpu_identity())
+            (text, HEADER.read_text(), compiler.version, " ".join(compiler.command), *flags(compiler), cpu_identity())
         ).encode()
     ).hexdigest()[:32]
     directory = private_directory(cache_directory())
@@ -162,7 +182,7 @@ def build(source: Path, compiler: Compiler) -> tuple[Path, bool]:
     except OSError as error:
         raise CacheError(f"cannot write in {directory}: {error.strerror or error}") from error
     try:
-        command = [*compiler.command, *FLAGS, f"-I{HERE}", str(source), "-o", str(temporary)]
+        command = [*compiler.command, *flags(compiler), f"-I{HERE}", str(source), "-o", str(temporary)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             message = f"{shlex.join(command)} failed:\n{result.stderr}"
