@@ -362,6 +362,11 @@ def test_op_matches_eager(library, name, data):
     assert_matches(run(library, case, tensors, scalars), case.reference(*tensors, *scalars))
 
 
+def _finite(t: torch.Tensor) -> torch.Tensor:
+    bound = min(1e6, torch.finfo(t.dtype).max)
+    return torch.nan_to_num(t, 0.0, bound, -bound)
+
+
 @needs_compiler
 @pytest.mark.parametrize("name", ["round_trips", "bool_flow", "awkward_names"])
 @SETTINGS
@@ -369,8 +374,9 @@ def test_op_matches_eager(library, name, data):
 def test_multi_node_regions(library, name, data):
     case = CASES[name]
     tensors, scalars = data.draw(arguments(case))
-    # int32 casts of NaN, infinities and huge values are implementation-defined in C++ and torch alike.
-    tensors = [torch.nan_to_num(t, 0.0, 1e6, -1e6) if t.is_floating_point() else t for t in tensors]
+    # int32 casts of NaN, infinities and huge values are implementation-defined in C++ and torch alike; and
+    # torch's vectorised float gelu gives NaN at +inf (its scalar path inf): finite values only, in each dtype.
+    tensors = [_finite(t) if t.is_floating_point() else t for t in tensors]
     expected = case.reference(*tensors, *scalars)
     # Outputs that do not cover the broadcast shape take the runtime's fallback, not a kernel.
     assume(all(e.shape == torch.broadcast_shapes(*(t.shape for t in tensors)) for e in expected))
