@@ -310,7 +310,7 @@ def test_the_kernel_matches_the_original(kernel, layout, dtype):
 def test_kernels_read_the_input_at_the_shifted_coordinate():
     """Both backends locate q's rotated element from its own offsets, on every index path."""
     triton = render_triton_file([ROTARY_REGION], {}, "emit.runtime.triton_support")
-    assert "t1 = rotate_half(q_ptr, q_offsets, offsets, q_half, mask)" in triton
+    assert "t1 = rounded(rotate_half(q_ptr, q_offsets, offsets, q_half, mask), STORAGE)" in triton
     cpp = render_cpp_file([ROTARY_REGION], {}, "")
     assert "const C t1 = rounded<T, C>(rotate_half<C>(q_ptr, q_offset, index, q_half));" in cpp
 

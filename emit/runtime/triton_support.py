@@ -78,7 +78,7 @@ def cast(x, dtype: tl.constexpr):
     """x.to(dtype); a half or bfloat16 result is rounded to that dtype, then computed on in float32."""
     if dtype.is_fp16() or dtype.is_bf16():
         # Through float32: the interpreter turns ints into bfloat16 NaNs.
-        return x.to(tl.float32).to(dtype).to(tl.float32)
+        return _narrowed(x.to(tl.float32), dtype)
     else:
         return x.to(dtype)
 
@@ -88,10 +88,25 @@ def rounded(x, dtype: tl.constexpr):
     """x as eager holds it, in dtype: a half or bfloat16 value is rounded to that dtype, then computed on
     in float32 (eager rounds every op's result; overflow to inf and narrowing before a cast show)."""
     if (dtype.is_fp16() or dtype.is_bf16()) and x.dtype.is_floating():
-        # Round to nearest even, as torch and compiled kernels do (the interpreter would truncate to bfloat16).
-        return x.to(dtype, fp_downcast_rounding="rtne").to(tl.float32)
+        return _narrowed(x, dtype)
     else:
         return x
+
+
+@triton.jit
+def _narrowed(x, dtype: tl.constexpr):
+    """The float32 x rounded to nearest even in the half or bfloat16 `dtype`, held as a float32 value."""
+    if INTERPRETED:
+        if dtype.is_bf16():
+            # By the bits: the interpreter's float32 -> bfloat16 conversion truncates, and its
+            # round-to-nearest mode does not carry into the exponent (0.9999 gave 0.996).
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = bits + 0x7FFF + ((bits >> 16) & 1)
+            return tl.where(x != x, x, ((bits >> 16) << 16).to(tl.float32, bitcast=True))
+        else:
+            return x.to(dtype).to(tl.float32)  # numpy's conversion, to nearest even
+    else:
+        return x.to(dtype).to(tl.float32)
 
 
 @triton.jit
