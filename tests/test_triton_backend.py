@@ -385,3 +385,21 @@ def check_on_cuda() -> None:
             expected = eager(op, names, set(), env)
             (actual,) = run_kernel(region, list(env.values()), [], [expected.dtype])
             assert_matches(actual, expected)
+
+
+def test_a_value_whose_dtype_depends_on_the_call_is_rounded_by_it() -> None:
+    """`(x.half() * x) * 3.0`: the product is a half for half x, float32 for float32 or bfloat16 x (half and
+    bfloat16 promote to float32): `rounded_by` picks its dtype from the call's STORAGE, as eager holds it.
+    Each op rounded as eager rounds it, the results are eager's to the bit."""
+    nodes = (
+        Node(CAST.name, ("x", "float16"), "h", 1, (1,)),
+        Node("mul", ("h", "x"), "y", 1),
+        Node("mul", ("y", 3.0), "z", 1, (1,)),
+    )
+    region = Region("by_storage", "m.py", "f", 1, 1, (Input("x", "x", True),), nodes, (Output("z", "z"),))
+    assert "y = rounded_by(h * x, STORAGE, tl.float32, tl.float16, tl.float32)" in render_triton(region, {})
+    x = torch.linspace(-7.0, 7.0, 101) + 0.013
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        expected = (x.to(dtype).half() * x.to(dtype)) * 3.0
+        (actual,) = run_kernel(region, [x.to(dtype)], [], [expected.dtype])
+        assert actual.dtype == expected.dtype and torch.equal(actual, expected), dtype
