@@ -338,7 +338,7 @@ class Kernel:
             return "fallback: bool inputs that eager keeps as bools where the kernel computes numbers"
         signature = tuple((t.shape, t.dtype) for t in tensors) + tuple(type(s) for s in scalars)
         try:
-            values, dtypes = self._signature_plans(signature, modules, device)
+            values, dtypes, value_dtypes = self._signature_plans(signature, modules, device)
         except (RuntimeError, TypeError, ValueError, IndexError) as error:  # torch would raise: the original code does
             return f"fallback: {type(error).__name__} from torch"
         read = [t for i, t in enumerate(tensors) if i not in self.dtype_only]
@@ -362,7 +362,7 @@ class Kernel:
         if storage is not None and not self._computes_in(signature, modules, storage):
             return f"fallback: {MIXED_FLOATS}"
         if self.rows is not None:
-            return self._plan_rows(backend, tensors, shape, values, dtypes)
+            return self._plan_rows(backend, tensors, shape, values, dtypes, value_dtypes)
         narrow = _narrowing(outputs, [shape] * len(outputs))
         if narrow is None:
             return "fallback: an output's shape is not the broadcast of the inputs'"
@@ -379,12 +379,14 @@ class Kernel:
             return "fallback: 2**31 elements or more"
         launch = _nothing
         if n_elements:
-            launch = backend.pointwise(self, [t.dtype for t in tensors], dtypes, n_elements, sizes, strides, contiguous)
+            launch = backend.pointwise(
+                self, [t.dtype for t in tensors], dtypes, value_dtypes, n_elements, sizes, strides, contiguous
+            )
             if isinstance(launch, str):
                 return f"fallback: {launch}"
         return Plan(tuple((shape, dense, dtype) for dtype in dtypes), device, launch, backend.name, narrow)
 
-    def _plan_rows(self, backend, tensors, shape, values, dtypes) -> Plan | str:
+    def _plan_rows(self, backend, tensors, shape, values, dtypes, value_dtypes) -> Plan | str:
         """A kernel with reductions: the rows of the iteration space `shape` along the reduced dim.
 
         `values`: the shape of every value, by name, as eager computes them. A reduction's dim
@@ -443,7 +445,7 @@ class Kernel:
             # Every element output is a contiguous tensor of `shape`: one layout serves them all.
             strides = strides[:-1] + strides[-1:] * (len(outputs) - len(rows.row_outputs))
             launch = backend.rows(
-                self, [t.dtype for t in tensors], dtypes, n_rows, row_size, outer_sizes, strides, contiguous
+                self, [t.dtype for t in tensors], dtypes, value_dtypes, n_rows, row_size, outer_sizes, strides, contiguous
             )
             if isinstance(launch, str):
                 return f"fallback: {launch}"
@@ -480,8 +482,9 @@ class Kernel:
 
     def _signature_plan(
         self, signature: tuple, scalars: tuple, device: torch.device
-    ) -> tuple[dict[str, torch.Size], tuple[torch.dtype, ...]]:
-        """Every value's shape and the outputs' dtypes for one input signature, as torch computes them.
+    ) -> tuple[dict[str, torch.Size], tuple[torch.dtype, ...], dict[str, torch.dtype]]:
+        """Every value's shape, the outputs' dtypes and every value's dtype for one input signature, as torch
+        computes them.
 
         Shapes: by the kernel's shape program (`value_shapes`), which raises where eager
         would. Dtypes: the eager reference run on one-element tensors of the input dtypes
@@ -489,11 +492,14 @@ class Kernel:
         some errors are the device's (CUDA's `where` rejects a 1e30 scalar beside a half
         tensor, CUDA's layer norm a float32 weight beside a half input; the CPU's take both).
         Meta tensors would do both, but their first use imports torch's Python meta kernels
-        and sympy: a second that a first call must not pay.
+        and sympy: a second that a first call must not pay. The reference computes one value
+        a line, named as in the region: its locals give each value's dtype (`_run_keeping_locals`).
         """
         values = value_shapes(self.shapes, [shape for shape, _ in signature[: self.tensor_inputs]])
         samples = [torch.ones((1,) * len(s), dtype=dtype, device=device) for s, dtype in signature[: self.tensor_inputs]]
-        return values, tuple(r.dtype for r in self.reference(*samples, *scalars))
+        results, local = _run_keeping_locals(self.reference, (*samples, *scalars))
+        value_dtypes = {name: v.dtype for name, v in local.items() if isinstance(v, torch.Tensor)}
+        return values, tuple(r.dtype for r in results), value_dtypes
 
     # -- kernels, loaded on first use ---------------------------------------------------
     @functools.cached_property
@@ -523,6 +529,23 @@ class _DtypeTrace(TorchFunctionMode):
             tuple(v.dtype if isinstance(v, torch.Tensor) else ("read", v) if isinstance(v, torch.dtype) else None for v in values)
         )
         return result
+
+
+def _run_keeping_locals(function, args: tuple) -> tuple[object, dict[str, object]]:
+    """`function(*args)` and the local variables it ended with (a profile hook sees its frame return)."""
+    kept: dict[str, object] = {}
+
+    def profile(frame, event, arg) -> None:
+        if event == "return" and frame.f_code is function.__code__:
+            kept.update(frame.f_locals)
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        result = function(*args)
+    finally:
+        sys.setprofile(previous)
+    return result, kept
 
 
 def _dtype_trace(reference, inputs: tuple, scalars: tuple) -> list:
@@ -774,12 +797,12 @@ class _Triton(_Backend):
         (outputs are stored in their own dtypes)."""
         return self.support.storage_dtype(tensor_dtypes)
 
-    def pointwise(self, kernel: Kernel, tensor_dtypes, output_dtypes, n_elements, sizes, strides, contiguous):
+    def pointwise(self, kernel: Kernel, tensor_dtypes, output_dtypes, value_dtypes, n_elements, sizes, strides, contiguous):
         return self.support.pointwise_launcher(
             kernel.triton_kernel, n_elements, sizes, strides, contiguous, len(tensor_dtypes), self.storage(tensor_dtypes, ())
         )
 
-    def rows(self, kernel: Kernel, tensor_dtypes, output_dtypes, n_rows, row_size, outer_sizes, strides, contiguous):
+    def rows(self, kernel: Kernel, tensor_dtypes, output_dtypes, value_dtypes, n_rows, row_size, outer_sizes, strides, contiguous):
         return self.support.rows_launcher(
             kernel.triton_kernel, n_rows, row_size, outer_sizes, strides, contiguous, self.storage(tensor_dtypes, ())
         )
@@ -797,11 +820,11 @@ class _Cpp(_Backend):
         """The one floating dtype C++ kernels store inputs and outputs in: the widest of all."""
         return self.support.storage_dtype([*tensor_dtypes, *output_dtypes])
 
-    def pointwise(self, kernel: Kernel, tensor_dtypes, output_dtypes, n_elements, sizes, strides, contiguous):
+    def pointwise(self, kernel: Kernel, tensor_dtypes, output_dtypes, value_dtypes, n_elements, sizes, strides, contiguous):
         layout = self.support.pointwise_layout(n_elements, sizes, strides, contiguous)
         return self._launcher(kernel, [*tensor_dtypes, *output_dtypes], layout)
 
-    def rows(self, kernel: Kernel, tensor_dtypes, output_dtypes, n_rows, row_size, outer_sizes, strides, contiguous):
+    def rows(self, kernel: Kernel, tensor_dtypes, output_dtypes, value_dtypes, n_rows, row_size, outer_sizes, strides, contiguous):
         layout = self.support.rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
         return self._launcher(kernel, [*tensor_dtypes, *output_dtypes], layout)
 
