@@ -6,7 +6,10 @@ double for float64); values the IR proves boolean (comparisons, isnan/isinf, log
 ops, `to(bool)`, masks of `where`/`masked_fill`) are stored as `bool`. The kinds are
 exported beside each kernel (`{name}_kinds`), so the runtime (`cpp_support.py`) can
 convert a tensor whose dtype disagrees with them at the boundary; integer tensors are
-outside the model and take the eager fallback.
+outside the model and take the eager fallback. Values of an integer dtype (after `x.int()`)
+are computed in their C++ integer type, wrapping as torch's; a region with an integer op
+whose template is not exact on integers gets no kernel (`integer_support`), and its kinds
+string says why.
 
 Regions with reductions get a row kernel instead (`_render_row_kernel`): threads share the
 rows, and each row runs the passes of `transpiler.lowering.passes` as vectorised loops over
@@ -26,7 +29,7 @@ from transpiler import lowering
 from transpiler.dtypes import storage_dtypes
 from transpiler.ir import Node, Operand, Region
 from transpiler.lowering import Level, RowRegion
-from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, Domain
+from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, Domain, OpKind
 
 # Storage type T and compute type C of each entry point, by torch dtype name.
 ENTRY_TYPES = {
@@ -48,6 +51,12 @@ CAST_TYPES = {
     "uint8": "uint8_t",
     "bool": "bool",
 }
+# Values of an integer dtype are computed in its C++ type, with two's complement wrapping as torch's
+# (the kernels build with -fwrapv), by the ops whose template is right on integers of one type.
+INTEGER_TYPES = frozenset(("int8_t", "int16_t", "int32_t", "int64_t", "uint8_t"))
+INTEGER_OPS = frozenset(
+    ("add", "sub", "mul", "neg", "abs", "maximum", "minimum", "where", "identity", "pos", "clamp", "clamp_min", "clamp_max")
+)
 # Operands read as booleans, beyond those of the logical ops (Domain.BOOL).
 BOOL_OPERANDS = {"where": (0,), "masked_fill": (1,)}
 # Ops whose result has the kind of their operands (a `where` of two bools is a bool).
@@ -107,6 +116,11 @@ class Names:
     def value(self, name: str) -> str:
         return self.values[name]
 
+    def integer(self, name: str) -> str | None:
+        """The integer C++ type the value is computed in, or None for a floating or bool value."""
+        ctype = self.types.get(name)
+        return ctype if ctype in INTEGER_TYPES else None
+
     def pointer(self, name: str) -> str:
         return f"{self.values[name]}_ptr"
 
@@ -141,13 +155,21 @@ class Names:
 def render_cpp_file(regions: list[Region], source_lines: dict[int, str], header: str) -> str:
     """One C++ source file with the kernels of all `regions` of a Python file."""
     lowered = {r.name: lowering.lower(r) for r in regions if lowering.has_reductions(r)}
-    kernels = [
-        _render_row_kernel(lowered[r.name], source_lines) if r.name in lowered else _render_kernel(r, source_lines)
-        for r in regions
-    ]
-    entry_points = [
-        _render_row_entry_points(lowered[r.name]) if r.name in lowered else _render_entry_points(r) for r in regions
-    ]
+    kernels, entry_points = [], []
+    for r in regions:
+        reason = _unsupported(lowered.get(r.name) or r)
+        if reason is not None:
+            kernels.append(f"// {r.name}: {r.path}:{r.lines}, in {r.function}: no C++ kernel ({reason}).\n")
+            entry_points.append(
+                f"// {r.name}: the original code runs ({reason}).\n"
+                f'extern const char {r.name}_kinds[] = "{UNSUPPORTED}{reason}";\n'
+            )
+        elif r.name in lowered:
+            kernels.append(_render_row_kernel(lowered[r.name], source_lines))
+            entry_points.append(_render_row_entry_points(lowered[r.name]))
+        else:
+            kernels.append(_render_kernel(r, source_lines))
+            entry_points.append(_render_entry_points(r))
     parts = [
         "\n".join(f"// {line}".rstrip() for line in header.splitlines()),
         '#include "transpile_runtime.h"',
@@ -156,6 +178,18 @@ def render_cpp_file(regions: list[Region], source_lines: dict[int, str], header:
         'extern "C" {\n\n' + "\n".join(entry_points) + '\n}  // extern "C"',
     ]
     return "\n\n".join(parts) + "\n"
+
+
+# A region's kinds string starts so when it has no kernel: the runtime gives the rest as the reason.
+UNSUPPORTED = "unsupported: "
+
+
+def _unsupported(region: Region | RowRegion) -> str | None:
+    """Why the region gets no C++ kernel, or None (see `integer_support`)."""
+    if isinstance(region, RowRegion):
+        saved = _column_work(region, lowering.passes(region)[1])[1]
+        return integer_support(region.region, cpp_names(region.region, _ROW_KERNEL_NAMES, region.original), saved)
+    return integer_support(region, cpp_names(region))
 
 
 # -- kinds ------------------------------------------------------------------------------
@@ -280,7 +314,7 @@ def _literal(constant: Operand) -> str:
 
 
 def _render_operand(node: Node, position: int, names: Names, kinds: dict[str, Kind]) -> str:
-    """Operand `position` of `node`, converted to the kind the op reads there."""
+    """Operand `position` of `node`, converted to the type the op reads there."""
     operand = node.operands[position]
     if node.definition is CAST and position == 1:
         return CAST_TYPES[operand]
@@ -289,9 +323,22 @@ def _render_operand(node: Node, position: int, names: Names, kinds: dict[str, Ki
     have = _operand_kind(node, position, kinds)
     if _wanted_kind(node, position, kinds) is Kind.BOOL:
         return text if have is Kind.BOOL else f"({text} != C(0))"  # a number read as a bool, as torch's logical ops
+    integer = names.integer(node.out)
+    if node.definition is CAST and have is Kind.FLOAT:
+        return text  # converted by the cast itself
+    if integer is not None:  # an integer op: every operand in the result's type, as torch promotes them
+        return text if names.integer(operand) == integer and not constant else f"{integer}({text})"
     if have is Kind.BOOL or constant:
         return f"C({text})"  # bools read as numbers are 0 and 1, as torch promotes them; literals take type C
+    if names.integer(operand) is not None and not _compares_integers(node, names):
+        return f"C({text})"  # an integer promoted to floating: converted before the op, as torch does
     return text
+
+
+def _compares_integers(node: Node, names: Names) -> bool:
+    """A comparison of integer values only: exact in their own types (torch compares them so)."""
+    values = [o for p, o in enumerate(node.operands) if p not in node.constants]
+    return node.definition.returns_bool and all(names.integer(v) is not None for v in values)
 
 
 def _wanted_kind(node: Node, position: int, kinds: dict[str, Kind]) -> Kind:
@@ -309,7 +356,7 @@ _SCALAR_POWER = "power_scalar<T>({0}, {1})"
 
 
 def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
-    """One statement: `const C out = <the op's cpp template>;`."""
+    """One statement: `const C out = <the op's cpp template>;` (an integer value: of its integer type)."""
     if node.op == ACTIVATION.name:
         return _render_activation(node, names, kinds)
     template = node.definition.cpp
@@ -318,11 +365,30 @@ def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
     for position in node.constants:
         template = template.replace(f"C({{{position}}})", f"{{{position}}}")  # the literal is already a C(...)
     operands = [_render_operand(node, position, names, kinds) for position in range(len(node.operands))]
-    ctype = "bool" if kinds[node.out] is Kind.BOOL else "C"
+    integer = names.integer(node.out)
+    ctype = "bool" if kinds[node.out] is Kind.BOOL else integer or "C"
     value = template.format(*operands)
-    if node.out in names.types:
+    if node.out in names.types and integer is None:
         value = f"rounded<{names.types[node.out]}, C>({value})"
     return f"const {ctype} {names.value(node.out)} = {value};"
+
+
+def integer_support(region: Region, names: Names, saved: Iterable[str] = ()) -> str | None:
+    """Why the C++ kernel cannot compute the region's integer values, or None.
+
+    Integer values are exact only in integer arithmetic: an op whose template is not right on
+    integers (floor division, remainder, powers), a row reduction of integers (accumulated in C)
+    and an integer value kept in a row of scratch (of C) would change them.
+    """
+    saved = frozenset(saved)
+    for node in region.nodes:
+        if names.integer(node.out) is not None and node.op not in INTEGER_OPS and node.definition is not CAST:
+            return f"{node.op} of integers"
+        if node.definition.kind is OpKind.ROW and any(names.integer(v) is not None for v in node.values()):
+            return f"{node.op} of integers"
+        if node.out in saved and names.integer(node.out) is not None:
+            return "an integer value reused across passes"
+    return None
 
 
 def _render_activation(node: Node, names: Names, kinds: dict[str, Kind]) -> str:

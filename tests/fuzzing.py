@@ -153,7 +153,11 @@ FILE_HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional a
 
 
 # -- inputs ---------------------------------------------------------------------------------------
-SPECIALS = (math.nan, math.inf, -math.inf, -0.0, 0.0, 1e30, -1e30, 65504.0, -65504.0, 1e-40, 6e-8, 1e-45, 1e20)
+# 3e9, 2**31 and 2**24 + 1: past int32 and past float32's integers, for casts to integers and back.
+SPECIALS = (
+    math.nan, math.inf, -math.inf, -0.0, 0.0, 1e30, -1e30, 65504.0, -65504.0, 1e-40, 6e-8, 1e-45, 1e20,
+    3e9, -2.0**31, 2.0**24 + 1,
+)
 
 
 def _storage(spec: InputSpec) -> tuple[list[int], str]:
@@ -171,11 +175,14 @@ def _storage(spec: InputSpec) -> tuple[list[int], str]:
 
 
 def _stored_values(spec: InputSpec, shape: list[int]) -> torch.Tensor:
-    """The storage's values in float64 (or bool), drawn from the spec's seed."""
+    """The storage's values in float64 (bool; int64 for integers of the whole range), drawn from the spec's seed."""
     g = torch.Generator().manual_seed(spec.seed)
     if spec.dtype == "bool":
         return torch.rand(shape, generator=g) < 0.5
     if spec.dtype in INTS:
+        if spec.values == "huge":  # the whole range: integer ops must wrap as torch's, not round as floats
+            info = torch.iinfo(getattr(torch, spec.dtype))
+            return torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64)
         return torch.randint(-4, 5, shape, generator=g).double()
     values = torch.randn(shape, generator=g, dtype=torch.float64)
     if spec.values == "huge":

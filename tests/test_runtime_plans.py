@@ -5,6 +5,8 @@ C++ kernels and run beside its original (eager PyTorch), each call's kernel path
   the kernel fills the broadcast shape, the call returns eager's part of it;
 - a reduction over a value of lower rank than the iteration space (its dim right-aligned), and a
   region whose values are all 0-dim (one row of one column);
+- integer values (after `x.int()`) computed in their integer types, wrapping as torch's; a region whose
+  integer ops the C++ kernels do not compute exactly (floor division) gets no C++ kernel;
 - several floating dtypes in one call: widened to the widest where eager computes every op in it,
   else the original code (eager rounds a half value the kernel would hold as a float).
 """
@@ -66,6 +68,17 @@ class SignOfComparison(nn.Module):
 class BoolNumbers(nn.Module):
     def forward(self, x, m):
         return (torch.sigmoid(m) + 0.001).to(x.dtype) * x
+
+
+class IntegerArithmetic(nn.Module):
+    def forward(self, x):
+        t = torch.maximum(x.int() * 2 - 7, x.int().abs())
+        return t.float() + x
+
+
+class IntegerDivision(nn.Module):
+    def forward(self, x):
+        return (x.long() // 3).float() * x
 """
 
 # (class, inputs): the last dims broadcast, lower ranks, 0-dim tensors.
@@ -179,3 +192,21 @@ def test_half_kernels_build_on_this_cpu(trees):
     z, w = torch.randn(4, 33).half(), torch.randn(33).half()
     assert_same(*pair(trees, "SignOfComparison"), (z, w))
     assert paths(runtime) == {"cpp": 1}
+
+
+def test_integer_values_wrap_as_torchs(trees):
+    """`x.int() * 2` of 2e9 wraps to -294967296 in eager; computed in float and converted back it was
+    -4e9 rounded to an int32 (wrong). Integer values are computed in their own types."""
+    runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
+    paths(runtime)
+    x = torch.tensor([2e9, -2.1e9, 1.5e9, 3.0, -7.5, 16777217.0, 0.0, -1.0])
+    assert_same(*pair(trees, "IntegerArithmetic"), (x,))
+    assert paths(runtime) == {"cpp": 1}
+
+
+def test_integer_ops_the_kernels_cannot_compute_exactly_run_the_original(trees):
+    """Floor division of integers: no C++ kernel (the kernel file says why), the original code runs."""
+    runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
+    paths(runtime)
+    assert_same(*pair(trees, "IntegerDivision"), (torch.tensor([2e9, -7.5, 5.0]),))
+    assert paths(runtime) == {"fallback: no C++ kernel: floordiv of integers": 1}

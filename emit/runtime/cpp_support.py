@@ -40,7 +40,8 @@ HERE = Path(__file__).resolve().parent
 HEADER = HERE / "transpile_runtime.h"
 # No -ffast-math: kernels must keep NaN, infinities and signed zeros exactly as torch does.
 # -fno-math-errno changes no value: it lets loops that call libm functions vectorise.
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=c++17")
+# -fwrapv: integer values wrap on overflow as torch's do (emit/cpp.py computes them in their own types).
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fwrapv", "-shared", "-fPIC", "-std=c++17")
 # Where the CPU has AVX512-FP16, gcc 12 emits masked `vmovsh` for half values, which binutils 2.40 cannot
 # assemble (the build failed): such builds do without those instructions (the kernels convert halves with
 # F16C, as without AVX512-FP16).
@@ -249,16 +250,23 @@ def storage_dtype(dtypes: Sequence[torch.dtype]) -> torch.dtype:
     return functools.reduce(torch.promote_types, floating) if floating else torch.float32
 
 
+# The kinds string of a region with no C++ kernel starts so; the reason follows (emit/cpp.py).
+UNSUPPORTED = "unsupported: "
+
+
 @dataclass(frozen=True)
 class Kinds:
     """Which tensor inputs and outputs of a kernel are stored as bool (the rest in the call's floating dtype)."""
 
     inputs: tuple[bool, ...]
     outputs: tuple[bool, ...]
+    unsupported: str | None = None  # why the region has no C++ kernel
 
     @classmethod
     def parse(cls, text: str) -> Kinds:
-        """From the string each kernel file exports: `x:T mask:bool -> y:T`."""
+        """From the string each kernel file exports: `x:T mask:bool -> y:T`, or `unsupported: <why>`."""
+        if text.startswith(UNSUPPORTED):
+            return cls((), (), text.removeprefix(UNSUPPORTED))
         inputs, _, outputs = text.partition("->")
         return cls(*(tuple(item.endswith(":bool") for item in side.split()) for side in (inputs, outputs)))
 
@@ -333,8 +341,9 @@ class CppLibrary:
         layout = rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
         self.launcher(entry, dtypes, layout)(tensors, scalars, outputs)
 
-    def launcher(self, entry: str, dtypes: Sequence[torch.dtype], layout: tuple) -> Callable[..., None]:
-        """Kernel `entry` (a region name) as `launch(tensors, scalars, outputs)`, for tensors of `dtypes`.
+    def launcher(self, entry: str, dtypes: Sequence[torch.dtype], layout: tuple) -> Callable[..., None] | str:
+        """Kernel `entry` (a region name) as `launch(tensors, scalars, outputs)`, for tensors of `dtypes`;
+        or why the region has no C++ kernel.
 
         `dtypes` are the tensor inputs' and then the outputs' (which `unsupported` accepted);
         `layout` the C arguments after the data, from `pointwise_layout` or `rows_layout`.
@@ -345,6 +354,8 @@ class CppLibrary:
         """
         floating = storage_dtype(dtypes)
         kinds = self.kinds(entry)
+        if kinds.unsupported is not None:
+            return f"no C++ kernel: {kinds.unsupported}"
         input_dtypes = [torch.bool if is_bool else floating for is_bool in kinds.inputs]
         output_dtypes = [torch.bool if is_bool else floating for is_bool in kinds.outputs]
         function = getattr(self._library, f"{entry}_{str(floating).removeprefix('torch.')}")
