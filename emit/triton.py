@@ -31,6 +31,8 @@ SUPPORT_FILE = Path(__file__).parent / "runtime" / "triton_support.py"
 INDENT = "    "
 # torch dtype names whose Triton spelling differs.
 TRITON_DTYPES = {"bool": "int1"}
+# A value's dtype on the call, a kernel parameter: `<value>_dtype` (the launcher finds the value by that name).
+DTYPE_SUFFIX = "_dtype"
 
 
 def _support_names() -> frozenset[str]:
@@ -45,7 +47,7 @@ HELPERS = _support_names()
 # Names a region value must not take inside a kernel: they would shadow what the kernel uses.
 RESERVED = (
     HELPERS
-    | {"tl", "triton", "offsets", "mask", "n_elements", "CONTIGUOUS", "BLOCK_SIZE", "STORAGE"}
+    | {"tl", "triton", "offsets", "mask", "n_elements", "CONTIGUOUS", "NDIM", "BLOCK_SIZE"}
     | {f"{prefix}{d}" for prefix in ("size", "index") for d in range(RANK)}
 )
 _IDENTIFIER = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
@@ -78,6 +80,10 @@ class _Names:
             if node.op in ROW_REDUCTIONS or accumulated.intersection(node.values()):
                 accumulated.add(node.out)
         self.integral = frozenset(v for v, d in as_ints.items() if d not in FLOATING and v not in accumulated)
+        # The values rounded to a dtype that depends on the call: the kernel takes each as a constexpr.
+        casts = {n.out for n in region.nodes if n.definition in (CAST, CAST_LIKE)}
+        self.dtype_parameters = {v: f"{v}{DTYPE_SUFFIX}" for v, d in self.rounding.items() if d is None and v not in casts}
+        reserved = reserved | frozenset(self.dtype_parameters.values())
         taken = set(values) | reserved
         self._names: dict[str, str] = {}
         for value in values:
@@ -88,40 +94,35 @@ class _Names:
         return self._names[value]
 
 
-_STORAGE_PARAMETER = "STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's"
-# The dtypes a call's floating inputs may all have (Triton takes no float64), as `rounded_by` takes them.
-_STORAGES = ("float32", "float16", "bfloat16")
+def dtype_parameters(names: _Names) -> list[str]:
+    """The kernel's last parameters: per value rounded to a dtype that depends on the call, that dtype."""
+    parameters = [f"{p}: tl.constexpr," for p in names.dtype_parameters.values()]
+    if parameters:
+        parameters[0] += "  # each value's dtype in eager on this call: the value is rounded to it"
+    return parameters
 
 
-def _rounding(region: Region, typed: Region | None) -> dict[str, str]:
-    """Per value eager may hold in half or bfloat16, that dtype as a Triton constexpr: `STORAGE` (the call's
-    floating inputs' dtype), a fixed `tl.float16`, or `rounded_by`'s three dtypes, one per storage."""
+def _rounding(region: Region, typed: Region | None) -> dict[str, str | None]:
+    """The values eager may hold in half or bfloat16: per value, that dtype as Triton spells it (`tl.float16`)
+    where the region fixes it, or None where it depends on the call's input dtypes (`x * w` is a half for
+    half x and w, float32 beside a float32 w): the launcher then gives it as a constexpr."""
     kinds = value_kinds(region)
     bools = frozenset(i.name for i in region.tensor_inputs if kinds[i.name] is Kind.BOOL)
     rounding = {}
-    for value, dtypes in storage_dtypes(region, bools, _STORAGES, typed).items():
-        if not {"float16", "bfloat16"} & set(dtypes):
-            continue
-        if dtypes == _STORAGES:
-            rounding[value] = "STORAGE"
-        elif len(set(dtypes)) == 1:
-            rounding[value] = f"tl.{dtypes[0]}"
-        else:
-            rounding[value] = ", ".join(["STORAGE", *(f"tl.{d}" for d in dtypes)])
+    # Its dtypes when every floating input is of one of these dtypes: enough to tell fixed from varying.
+    for value, dtypes in storage_dtypes(region, bools, ("float32", "float16", "bfloat16"), typed).items():
+        if {"float16", "bfloat16"} & set(dtypes):
+            rounding[value] = f"tl.{dtypes[0]}" if len(set(dtypes)) == 1 else None
     return rounding
 
 
 def _rounded(node: Node, expression: str, names: _Names) -> str:
     """`expression`, rounded where eager holds the node's value in a narrower dtype than the kernel computes in
     (a cast rounds itself)."""
-    dtype = names.rounding.get(node.out)
-    if dtype is None or node.definition in (CAST, CAST_LIKE):
+    if node.out not in names.rounding or node.definition in (CAST, CAST_LIKE):
         return expression
-    return f"{'rounded_by' if ',' in dtype else 'rounded'}({expression}, {dtype})"
-
-
-def uses_storage(names: _Names) -> bool:
-    return any(d.startswith("STORAGE") for d in names.rounding.values())
+    dtype = names.rounding[node.out] or names.dtype_parameters[node.out]
+    return f"rounded({expression}, {dtype})"
 
 
 def _fresh(name: str, taken: set[str]) -> str:
@@ -210,7 +211,7 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
     lines += [f"{INDENT}n_elements,"] + [f"{INDENT}size{d}," for d in range(RANK)]
     lines += [f"{INDENT}{names[i.name]}_stride{d}," for i in tensors for d in range(RANK)]
     lines += [f"{INDENT}CONTIGUOUS: tl.constexpr,", f"{INDENT}NDIM: tl.constexpr,", f"{INDENT}BLOCK_SIZE: tl.constexpr,"]
-    lines += [f"{INDENT}{_STORAGE_PARAMETER}"] * uses_storage(names) + ["):"]
+    lines += [f"{INDENT}{parameter}" for parameter in dtype_parameters(names)] + ["):"]
     lines.append(f'{INDENT}"""{region.function} in {region.path}:{region.lines}."""')
     lines.append(f"{INDENT}# Each program computes BLOCK_SIZE consecutive elements of the outputs")
     lines.append(f"{INDENT}offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)")
@@ -272,7 +273,7 @@ def _input_offsets(inputs: list[str]) -> list[str]:
 # Names a row kernel uses besides region values, and the suffixes it derives per tensor
 # (a value named like another's derived name is renamed).
 _ROW_LOCALS = "tl triton row row_mask cols col mask start rest n_rows R outer_size1 outer_size2 index0 index1 index2"
-ROW_KERNEL_NAMES = HELPERS | set(_ROW_LOCALS.split()) | {"CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK", "STORAGE"}
+ROW_KERNEL_NAMES = HELPERS | set(_ROW_LOCALS.split()) | {"CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK"}
 _DERIVED = ("_ptr", "_row", "_stride", "_stride_r", "_partial") + tuple(f"_stride{d}" for d in range(RANK - 1))
 # What a ROW op accumulates: the comment's word, the partials' identity, the helper that accumulates.
 _REDUCTIONS = {
@@ -402,7 +403,7 @@ class _RowKernel:
             "LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass",
             "ROWS: tl.constexpr,  # rows a program computes",
             "RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED",
-            *[_STORAGE_PARAMETER] * uses_storage(self.names),
+            *dtype_parameters(self.names),
         )
         self.emit(0, "):")
         self.emit(1, f'"""{self.source.function} in {self.source.path}:{self.source.lines}."""')

@@ -26,6 +26,7 @@ import torch  # noqa: E402
 
 import emit.runtime  # noqa: E402
 from emit.cpp import render_cpp_file  # noqa: E402
+from emit.module import _reference as eager_reference  # noqa: E402
 from emit.runtime import Kernel  # noqa: E402
 from emit.runtime.cpp_support import CppLibrary, find_compiler  # noqa: E402
 from emit.triton import render_triton_file  # noqa: E402
@@ -221,15 +222,11 @@ def test_the_eager_rendering_is_rotate_half(d):
 
 
 def reference(region: Region):
-    """The region in eager PyTorch, node by node from the op table's `eager` templates."""
-
-    def run(*args):
-        env = {"torch": torch, **{i.name: a for i, a in zip(region.inputs, args)}}
-        for node in region.nodes:
-            env[node.out] = eval(node.definition.eager.format(*node.operands), env)
-        return tuple(env[o.value] for o in region.outputs)
-
-    return run
+    """The region in eager PyTorch as kernel files define it (one value a line, under its name: the runtime
+    reads each value's dtype from its locals)."""
+    namespace = {"torch": torch}
+    exec(eager_reference(region, "m.py", []), namespace)
+    return namespace[f"{region.name}_reference"]
 
 
 ROTARY_REGION = rotations(source())[0]
@@ -310,7 +307,7 @@ def test_the_kernel_matches_the_original(kernel, layout, dtype):
 def test_kernels_read_the_input_at_the_shifted_coordinate():
     """Both backends locate q's rotated element from its own offsets, on every index path."""
     triton = render_triton_file([ROTARY_REGION], {}, "emit.runtime.triton_support")
-    assert "t1 = rounded(rotate_half(q_ptr, q_offsets, offsets, q_half, mask), STORAGE)" in triton
+    assert "t1 = rounded(rotate_half(q_ptr, q_offsets, offsets, q_half, mask), t1_dtype)" in triton
     cpp = render_cpp_file([ROTARY_REGION], {}, "")
     assert "const C t1 = rounded<T, C>(rotate_half<C>(q_ptr, q_offset, index, q_half));" in cpp
 

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,7 @@ import emit.runtime  # noqa: E402
 import emit.triton  # noqa: E402
 from emit.runtime import layout, triton_support  # noqa: E402
 from emit.triton import render_constant, render_triton, render_triton_file, triton_helpers_used  # noqa: E402
+from transpiler.dtypes import value_dtypes  # noqa: E402
 from transpiler.ir import Input, Node, Output, Region  # noqa: E402
 from transpiler.ops import CAST, OPS, Domain, Op  # noqa: E402
 
@@ -82,15 +84,29 @@ def compile_region(region: Region):
     return getattr(module, f"{region.name}_kernel")
 
 
+def eager_dtypes(region: Region, tensors: list[torch.Tensor], scalars: list) -> dict[str, torch.dtype]:
+    """Each value's dtype as eager computes it from these inputs, by transpiler/dtypes.py's promotion rules
+    (the runtime takes them from the eager reference: tests/test_triton_dtypes.py covers that path)."""
+    given = dict(zip((i.name for i in region.scalar_inputs), scalars, strict=True))
+    nodes = []
+    for node in region.nodes:  # each scalar input as the constant it is on this call: an int or a float
+        at = [n for n, o in enumerate(node.operands) if n not in node.constants and o in given]
+        operands = tuple(given[o] if n in at else o for n, o in enumerate(node.operands))
+        nodes.append(replace(node, operands=operands, constants=tuple(sorted({*node.constants, *at}))))
+    names = {i.name: str(t.dtype).removeprefix("torch.") for i, t in zip(region.tensor_inputs, tensors, strict=True)}
+    dtypes = value_dtypes(replace(region, nodes=tuple(nodes)), names)
+    return {v: getattr(torch, d) for v, d in dtypes.items() if d is not None}
+
+
 def run_kernel(region: Region, tensors: list[torch.Tensor], scalars: list, out_dtypes):
     """Launch the region's kernel the way the runtime does: broadcast shape, layout, fresh outputs."""
     shape = torch.broadcast_shapes(*(t.shape for t in tensors))
     outputs = [torch.empty(shape, dtype=dtype, device=tensors[0].device) for dtype in out_dtypes]
     contiguous, sizes, strides = layout(tensors, shape)
     assert sizes is not None
-    triton_support.launch(
-        compile_region(region), tensors, scalars, outputs, outputs[0].numel(), sizes, strides, contiguous
-    )
+    kernel = compile_region(region)
+    dtypes = eager_dtypes(region, tensors, scalars)
+    triton_support.launch(kernel, tensors, scalars, outputs, outputs[0].numel(), sizes, strides, contiguous, dtypes)
     return outputs
 
 
@@ -294,9 +310,10 @@ def test_kernel_text_is_readable_and_black_formatted() -> None:
     assert [a.arg for a in function.args.args][:3] == ["h_ptr", "h1_out_ptr", "n_elements"]
     assert "    h_ptr,  # input h\n" in source and "    h1_out_ptr,  # output h (h1)\n" in source
     assert "# models/mlp.py:30  h = 0.5 * h * (1 + torch.tanh(" in source
-    # Each value rounded as eager holds it: in the call's floating dtype (a no-op for float32 inputs)
-    assert "    cube = rounded(h * h * h, STORAGE)\n" in source and "t = rounded(tanh(inner2), STORAGE)" in source
-    assert "    STORAGE: tl.constexpr,  # the dtype of the floating inputs" in source
+    # Each value rounded as eager holds it: in its dtype on the call (a no-op for float32), a constexpr per value
+    assert "    cube = rounded(h * h * h, cube_dtype)\n" in source and "t = rounded(tanh(inner2), t_dtype)" in source
+    assert "    cube_dtype: tl.constexpr,  # each value's dtype in eager on this call" in source
+    assert [a.arg for a in function.args.args][-3:] == ["t2_dtype", "half_dtype", "h1_dtype"]
     for phase in ("# Load the inputs", "# Compute", "# Store the outputs"):
         assert phase in source
 
@@ -344,7 +361,7 @@ def test_unsupported_names_float64_and_launch_refuses_int32_overflow() -> None:
     assert "float64" in helpers.unsupported([torch.float64], [torch.float64])
     assert helpers.unsupported([torch.float32], [torch.complex64]) is not None
     with pytest.raises(ValueError, match="2\\*\\*31"):
-        helpers.launch(None, [], [], [], 2**31, (), [], True)
+        helpers.launch(None, [], [], [], 2**31, (), [], True, {})
 
 
 # -- on a GPU: the same kernels compiled, with libdevice in the helpers -----------------------------------
@@ -387,17 +404,18 @@ def check_on_cuda() -> None:
             assert_matches(actual, expected)
 
 
-def test_a_value_whose_dtype_depends_on_the_call_is_rounded_by_it() -> None:
+def test_a_value_whose_dtype_depends_on_the_call_is_rounded_to_it() -> None:
     """`(x.half() * x) * 3.0`: the product is a half for half x, float32 for float32 or bfloat16 x (half and
-    bfloat16 promote to float32): `rounded_by` picks its dtype from the call's STORAGE, as eager holds it.
-    Each op rounded as eager rounds it, the results are eager's to the bit."""
+    bfloat16 promote to float32): the kernel takes its dtype on the call as a constexpr and rounds it to that,
+    as eager holds it. Each op rounded as eager rounds it, the results are eager's to the bit."""
     nodes = (
         Node(CAST.name, ("x", "float16"), "h", 1, (1,)),
         Node("mul", ("h", "x"), "y", 1),
         Node("mul", ("y", 3.0), "z", 1, (1,)),
     )
-    region = Region("by_storage", "m.py", "f", 1, 1, (Input("x", "x", True),), nodes, (Output("z", "z"),))
-    assert "y = rounded_by(h * x, STORAGE, tl.float32, tl.float16, tl.float32)" in render_triton(region, {})
+    region = Region("by_call", "m.py", "f", 1, 1, (Input("x", "x", True),), nodes, (Output("z", "z"),))
+    source = render_triton(region, {})
+    assert "y = rounded(h * x, y_dtype)" in source and "h = cast(x, tl.float16)\n" in source
     x = torch.linspace(-7.0, 7.0, 101) + 0.013
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         expected = (x.to(dtype).half() * x.to(dtype)) * 3.0

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 # First: it turns Triton's interpreter on before triton is imported (or skips, as this module must).
-from tests.test_triton_backend import INTERPRET, compile_region  # isort: skip
+from tests.test_triton_backend import INTERPRET, compile_region, eager_dtypes  # isort: skip
 
 import black  # noqa: E402
 import torch  # noqa: E402
@@ -63,8 +63,9 @@ def run_rows(region: Region, tensors: list[torch.Tensor], scalars: list, out_dty
     contiguous = dim == len(shape) - 1 and all(t.shape == shape and t.is_contiguous() for t in tensors)
     kernel = compile_region(region)
     n_rows = math.prod(outer)
+    outer_sizes, dtypes = (1,) * len(pad) + outer, eager_dtypes(region, tensors, scalars)
     triton_support.launch_rows(
-        kernel, tensors, scalars, outputs, n_rows, shape[dim], (1,) * len(pad) + outer, strides, contiguous
+        kernel, tensors, scalars, outputs, n_rows, shape[dim], outer_sizes, strides, contiguous, dtypes
     )
     return outputs
 
@@ -367,7 +368,7 @@ def test_kernel_text_is_readable_and_black_formatted() -> None:
     assert function.name == "attention_probs_kernel"
     arguments = [a.arg for a in function.args.args]
     assert arguments[:4] == ["scores_ptr", "mask_value_ptr", "scale", "probs_out_ptr"]
-    assert arguments[-5:] == ["CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK", "STORAGE"]
+    assert arguments[-7:] == ["CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK", "scaled_dtype", "masked_dtype", "probs_dtype"]
     assert "    mask_value_ptr,  # input attention_mask\n" in source
     assert "# models/attention.py:21  probs = x.softmax(-1)" in source
     for phase in (
@@ -392,8 +393,8 @@ def test_region_values_never_shadow_kernel_names() -> None:
         "clash", "m.py", "f", 60, 61, (Input("mask", "mask", True), Input("x", "x", True)), nodes, (Output("R", "R"),)
     )
     source = render_triton(region, {})
-    assert "row_value = rounded(x * 2.0, STORAGE)" in source and "R_value = " in source
-    assert "x_row_value = rounded(row_value + x, STORAGE)" in source
+    assert "row_value = rounded(x * 2.0, row_dtype)" in source and "R_value = " in source
+    assert "x_row_value = rounded(row_value + x, x_row_dtype)" in source
     mask, x = torch.randn(3, 10), torch.randn(3, 10)
     (actual,) = run_rows(region, [mask, x], [], [torch.float32])
     expected = torch.softmax(3 * x.double(), -1)
@@ -414,10 +415,10 @@ def test_kernel_file_imports_exactly_the_helpers_used() -> None:
 
 def test_launch_refuses_int32_overflow_and_skips_empty_work() -> None:
     with pytest.raises(ValueError, match="2\\*\\*31"):
-        triton_support.launch_rows(None, [], [], [], 2**20, 2**11, (1, 1, 2**20), [(0, 0, 2**11, 1)], True)
+        triton_support.launch_rows(None, [], [], [], 2**20, 2**11, (1, 1, 2**20), [(0, 0, 2**11, 1)], True, {})
     with pytest.raises(ValueError, match="2\\*\\*31"):  # a large stride, few elements
-        triton_support.launch_rows(None, [], [], [], 2, 2, (1, 1, 2), [(0, 0, 2**31, 1)], False)
-    triton_support.launch_rows(None, [], [], [], 0, 5, (1, 1, 0), [(0, 0, 5, 1)], True)  # no rows: no launch
+        triton_support.launch_rows(None, [], [], [], 2, 2, (1, 1, 2), [(0, 0, 2**31, 1)], False, {})
+    triton_support.launch_rows(None, [], [], [], 0, 5, (1, 1, 0), [(0, 0, 5, 1)], True, {})  # no rows: no launch
 
 
 # -- on a GPU: the same kernels compiled, with their real block sizes ------------------------------------------

@@ -792,20 +792,26 @@ class _Triton(_Backend):
 
         super().__init__(triton_support)
 
-    def storage(self, tensor_dtypes, output_dtypes) -> torch.dtype:
-        """The widest floating input's dtype: kernels round values to the dtypes eager gives them from it
-        (outputs are stored in their own dtypes)."""
-        return self.support.storage_dtype(tensor_dtypes)
+    def storage(self, tensor_dtypes, output_dtypes) -> None:
+        """None: Triton kernels load each input in its own dtype and round each value to the dtype eager
+        holds it in on the call (`value_dtypes`), so a call with several floating dtypes needs no one dtype."""
+        return None
 
     def pointwise(self, kernel: Kernel, tensor_dtypes, output_dtypes, value_dtypes, n_elements, sizes, strides, contiguous):
-        return self.support.pointwise_launcher(
-            kernel.triton_kernel, n_elements, sizes, strides, contiguous, len(tensor_dtypes), self.storage(tensor_dtypes, ())
-        )
+        try:
+            return self.support.pointwise_launcher(
+                kernel.triton_kernel, n_elements, sizes, strides, contiguous, len(tensor_dtypes), value_dtypes
+            )
+        except ValueError as error:  # int32 offsets would overflow, or a value the reference does not type
+            return str(error)
 
     def rows(self, kernel: Kernel, tensor_dtypes, output_dtypes, value_dtypes, n_rows, row_size, outer_sizes, strides, contiguous):
-        return self.support.rows_launcher(
-            kernel.triton_kernel, n_rows, row_size, outer_sizes, strides, contiguous, self.storage(tensor_dtypes, ())
-        )
+        try:
+            return self.support.rows_launcher(
+                kernel.triton_kernel, n_rows, row_size, outer_sizes, strides, contiguous, value_dtypes
+            )
+        except ValueError as error:
+            return str(error)
 
 
 class _Cpp(_Backend):

@@ -110,17 +110,6 @@ def _narrowed(x, dtype: tl.constexpr):
 
 
 @triton.jit
-def rounded_by(x, storage: tl.constexpr, if_float32: tl.constexpr, if_float16: tl.constexpr, if_bfloat16: tl.constexpr):
-    """x rounded to the dtype eager gives it when the call's floating inputs are of dtype `storage`."""
-    if storage.is_fp16():
-        return rounded(x, if_float16)
-    elif storage.is_bf16():
-        return rounded(x, if_bfloat16)
-    else:
-        return rounded(x, if_float32)
-
-
-@triton.jit
 def _common(a, b):
     """a and b as tensors of their promoted dtype and broadcast shape: either may be a Python constant."""
     return tl.where(True, a, b), tl.where(False, a, b)
@@ -655,25 +644,32 @@ def _hooks_installed() -> bool:
     return bool(getattr(hook, "calls", hook))  # a HookChain in Triton 3.6, a callable or None before
 
 
-def storage_dtype(tensor_dtypes) -> torch.dtype:
-    """The dtype eager computes a call in when its floating inputs are all of one: the widest of them
-    (float16 and bfloat16 make float32), float32 when none is floating. Outputs are stored as they are."""
-    floating = [dtype for dtype in tensor_dtypes if dtype.is_floating_point]
-    return functools.reduce(torch.promote_types, floating) if floating else torch.float32
+# A kernel's last parameters, after its launch constants, are the dtypes eager holds some of its values in on
+# the call, each named after its value with this suffix (emit/triton.py `dtype_parameters`).
+DTYPE_SUFFIX = "_dtype"
 
 
-def _storage(kernel, storage) -> dict:
-    """The `STORAGE` constexpr of a kernel that rounds values to the dtypes eager holds them in."""
-    if storage is None or "STORAGE" not in getattr(kernel, "arg_names", ()):
+def _value_dtypes(kernel, last_constant: str, value_dtypes) -> dict:
+    """The kernel's dtype constexprs: each value's dtype in `value_dtypes` (torch dtypes by value name) as
+    Triton's. ValueError when a value has none."""
+    names = list(getattr(kernel, "arg_names", ()))
+    if last_constant not in names:
         return {}
-    return {"STORAGE": getattr(tl, str(storage).removeprefix("torch."))}
+    constexprs = {}
+    for name in names[names.index(last_constant) + 1 :]:
+        dtype = value_dtypes.get(name.removesuffix(DTYPE_SUFFIX))
+        if dtype is None:
+            raise ValueError(f"no dtype for the kernel's value {name.removesuffix(DTYPE_SUFFIX)}")
+        constexprs[name] = tl.int1 if dtype == torch.bool else getattr(tl, str(dtype).removeprefix("torch."))
+    return constexprs
 
 
-def pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, n_tensors: int, storage=None) -> Launcher:
+def pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, n_tensors: int, value_dtypes) -> Launcher:
     """The launcher of a generated pointwise kernel over `n_elements` output elements.
 
     `sizes` and `strides` (one 4-tuple per tensor input) describe the strided layout;
-    on the contiguous path they may be empty and the kernel ignores them.
+    on the contiguous path they may be empty and the kernel ignores them. `value_dtypes`:
+    the dtype of every value of the region as eager computes it on this call, by name.
     """
     if n_elements >= 2**31 or _largest_offset(sizes, strides) >= 2**31:
         raise ValueError("Triton kernels index with int32: 2**31 elements or more are not supported")
@@ -686,20 +682,21 @@ def pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, n_tensors
     # power of two (at least 128), so few block sizes are ever compiled.
     block_size = min(MAX_BLOCK_SIZE, max(128, triton.next_power_of_2(n_elements)))
     flat_strides = tuple(stride for per_input in strides for stride in per_input)
+    constants = {"CONTIGUOUS": contiguous, "NDIM": ndim, "BLOCK_SIZE": block_size}
     return Launcher(
         kernel,
         (triton.cdiv(n_elements, block_size),),
         (n_elements, *sizes, *flat_strides),
-        {"CONTIGUOUS": contiguous, "NDIM": ndim, "BLOCK_SIZE": block_size, **_storage(kernel, storage)},
+        {**constants, **_value_dtypes(kernel, "BLOCK_SIZE", value_dtypes)},
         num_warps=max(1, block_size // 256),
     )
 
 
-def launch(kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> None:
+def launch(kernel, tensors, scalars, outputs, n_elements, sizes, strides, contiguous, value_dtypes) -> None:
     """Run a generated pointwise kernel once (see `pointwise_launcher`)."""
     if n_elements:
-        storage = storage_dtype([t.dtype for t in tensors])
-        pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, len(tensors), storage)(tensors, scalars, outputs)
+        launcher = pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, len(tensors), value_dtypes)
+        launcher(tensors, scalars, outputs)
 
 
 def _largest_offset(sizes, strides) -> int:
@@ -724,11 +721,12 @@ ELEMENTS_PER_WARP = 512
 MAX_WARPS = 8
 
 
-def rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous, storage=None) -> Launcher:
+def rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous, value_dtypes) -> Launcher:
     """The launcher of a generated row-reduction kernel over `n_rows` rows of `row_size` columns.
 
     `strides` holds a (outer0, outer1, outer2, reduced) tuple per element tensor: the
     tensor inputs, then the element outputs. Row outputs are contiguous, one value a row.
+    `value_dtypes`: as for `pointwise_launcher`.
     """
     if n_rows * row_size >= 2**31 or _largest_offset((*outer_sizes, row_size), strides) >= 2**31:
         raise ValueError("Triton kernels index with int32: 2**31 elements or more are not supported")
@@ -737,17 +735,18 @@ def rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous, st
     # Never more rows per program than there are rows: few tile shapes get compiled.
     rows = min(max(1, ELEMENTS_PER_PROGRAM // rblock), triton.next_power_of_2(n_rows))
     flat_strides = tuple(stride for per_tensor in strides for stride in per_tensor)
+    constants = {"CONTIGUOUS": contiguous, "LOOPED": looped, "ROWS": rows, "RBLOCK": rblock}
     return Launcher(
         kernel,
         (triton.cdiv(n_rows, rows),),
         (n_rows, row_size, outer_sizes[1], outer_sizes[2], *flat_strides),
-        {"CONTIGUOUS": contiguous, "LOOPED": looped, "ROWS": rows, "RBLOCK": rblock, **_storage(kernel, storage)},
+        {**constants, **_value_dtypes(kernel, "RBLOCK", value_dtypes)},
         num_warps=min(MAX_WARPS, max(1, rows * rblock // ELEMENTS_PER_WARP)),
     )
 
 
-def launch_rows(kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous) -> None:
+def launch_rows(kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous, value_dtypes) -> None:
     """Run a generated row-reduction kernel once (see `rows_launcher`)."""
     if n_rows:
-        storage = storage_dtype([t.dtype for t in tensors])
-        rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous, storage)(tensors, scalars, outputs)
+        launcher = rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous, value_dtypes)
+        launcher(tensors, scalars, outputs)

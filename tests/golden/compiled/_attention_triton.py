@@ -26,7 +26,8 @@ def fused_mul_add_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    q_1_dtype: tl.constexpr,
 ):
     """fixtures.models.attention.Attention.forward in models/attention.py:33."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -61,7 +62,7 @@ def fused_mul_add_kernel(
     q = widen(tl.load(q_ptr + q_offsets, mask=mask))
     # Compute
     # models/attention.py:33  q = q + 0.1 * rotate_half(q)  # a toy rotary embedding, via the cross-file helper
-    t0 = rounded(0.1 * _rotate_half, STORAGE)
-    q_1 = rounded(q + t0, STORAGE)
+    t0 = rounded(0.1 * _rotate_half, t0_dtype)
+    q_1 = rounded(q + t0, q_1_dtype)
     # Store the outputs, converted to their dtypes
     tl.store(q_1_out_ptr + offsets, q_1.to(q_1_out_ptr.dtype.element_ty), mask=mask)

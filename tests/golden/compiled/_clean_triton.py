@@ -26,7 +26,8 @@ def fused_silu_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    h_dtype: tl.constexpr,
 ):
     """fixtures.models.clean.GatedMLP.forward in models/clean.py:45."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -61,8 +62,8 @@ def fused_silu_kernel(
     up = widen(tl.load(up_ptr + up_offsets, mask=mask))
     # Compute
     # models/clean.py:45  h = F.silu(gate) * up
-    t0 = rounded(gate * tl.sigmoid(gate), STORAGE)
-    h = rounded(t0 * up, STORAGE)
+    t0 = rounded(gate * tl.sigmoid(gate), t0_dtype)
+    h = rounded(t0 * up, h_dtype)
     # Store the outputs, converted to their dtypes
     tl.store(h_out_ptr + offsets, h.to(h_out_ptr.dtype.element_ty), mask=mask)
 
@@ -88,7 +89,11 @@ def fused_sum_clamp_min_kernel(
     LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
     ROWS: tl.constexpr,  # rows a program computes
     RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    total_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
 ):
     """fixtures.models.clean.MaskedMeanPool.forward in models/clean.py:62-63."""
     # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
@@ -119,12 +124,12 @@ def fused_sum_clamp_min_kernel(
         weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
         # Compute (reductions over the lanes in `mask`)
         # models/clean.py:62  total = (x * weights).sum(dim=1)
-        t0 = rounded(x * weights, STORAGE)
-        total = rounded(row_sum(t0, mask), STORAGE)
+        t0 = rounded(x * weights, t0_dtype)
+        total = rounded(row_sum(t0, mask), total_dtype)
         # models/clean.py:63  return total / weights.sum(dim=1).clamp(min=1.0)
-        t1 = rounded(row_sum(weights, mask), STORAGE)
-        t2 = rounded(clamp_min(t1, 1.0), STORAGE)
-        t3 = rounded(divide(total, t2), STORAGE)
+        t1 = rounded(row_sum(weights, mask), t1_dtype)
+        t2 = rounded(clamp_min(t1, 1.0), t2_dtype)
+        t3 = rounded(divide(total, t2), t3_dtype)
         # Store the element outputs, converted to their dtypes
         # Store the row outputs (one value a row), converted to their dtypes
         tl.store(t3_out_ptr + row, t3.to(t3_out_ptr.dtype.element_ty), mask=row_mask)
@@ -140,16 +145,16 @@ def fused_sum_clamp_min_kernel(
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
             # models/clean.py:62  total = (x * weights).sum(dim=1)
-            t0 = rounded(x * weights, STORAGE)
+            t0 = rounded(x * weights, t0_dtype)
             total_partial = accumulate_sum(total_partial, t0, mask)
             t1_partial = accumulate_sum(t1_partial, weights, mask)
             start += RBLOCK
         # models/clean.py:62  total = (x * weights).sum(dim=1)
-        total = rounded(row_sum(total_partial, row_mask), STORAGE)
+        total = rounded(row_sum(total_partial, row_mask), total_dtype)
         # models/clean.py:63  return total / weights.sum(dim=1).clamp(min=1.0)
-        t1 = rounded(row_sum(t1_partial, row_mask), STORAGE)
-        t2 = rounded(clamp_min(t1, 1.0), STORAGE)
-        t3 = rounded(divide(total, t2), STORAGE)
+        t1 = rounded(row_sum(t1_partial, row_mask), t1_dtype)
+        t2 = rounded(clamp_min(t1, 1.0), t2_dtype)
+        t3 = rounded(divide(total, t2), t3_dtype)
         # Store the row outputs (one value a row), converted to their dtypes
         tl.store(t3_out_ptr + row, t3.to(t3_out_ptr.dtype.element_ty), mask=row_mask)
 
@@ -181,7 +186,10 @@ def fused_rotary_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    q_1_dtype: tl.constexpr,
 ):
     """fixtures.models.clean.DecoderBlock.forward in models/clean.py:91."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -222,10 +230,10 @@ def fused_rotary_kernel(
     sin = widen(tl.load(sin_ptr + sin_offsets, mask=mask))
     # Compute
     # models/clean.py:91  q = (q * cos) + (rotate_half(q) * sin)
-    t0 = rounded(q * cos, STORAGE)
-    t1 = rounded(rotate_half(q_ptr, q_offsets, offsets, q_half, mask), STORAGE)
-    t2 = rounded(t1 * sin, STORAGE)
-    q_1 = rounded(t0 + t2, STORAGE)
+    t0 = rounded(q * cos, t0_dtype)
+    t1 = rounded(rotate_half(q_ptr, q_offsets, offsets, q_half, mask), t1_dtype)
+    t2 = rounded(t1 * sin, t2_dtype)
+    q_1 = rounded(t0 + t2, q_1_dtype)
     # Store the outputs, converted to their dtypes
     tl.store(q_1_out_ptr + offsets, q_1.to(q_1_out_ptr.dtype.element_ty), mask=mask)
 
@@ -257,7 +265,10 @@ def fused_rotary_2_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    k_1_dtype: tl.constexpr,
 ):
     """fixtures.models.clean.DecoderBlock.forward in models/clean.py:92."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -298,10 +309,10 @@ def fused_rotary_2_kernel(
     sin = widen(tl.load(sin_ptr + sin_offsets, mask=mask))
     # Compute
     # models/clean.py:92  k = (k * cos) + (rotate_half(k) * sin)
-    t0 = rounded(k * cos, STORAGE)
-    t1 = rounded(rotate_half(k_ptr, k_offsets, offsets, k_half, mask), STORAGE)
-    t2 = rounded(t1 * sin, STORAGE)
-    k_1 = rounded(t0 + t2, STORAGE)
+    t0 = rounded(k * cos, t0_dtype)
+    t1 = rounded(rotate_half(k_ptr, k_offsets, offsets, k_half, mask), t1_dtype)
+    t2 = rounded(t1 * sin, t2_dtype)
+    k_1 = rounded(t0 + t2, k_1_dtype)
     # Store the outputs, converted to their dtypes
     tl.store(k_1_out_ptr + offsets, k_1.to(k_1_out_ptr.dtype.element_ty), mask=mask)
 
@@ -347,7 +358,8 @@ def fused_layer_norm_kernel(
     LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
     ROWS: tl.constexpr,  # rows a program computes
     RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    h_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    h_1_dtype: tl.constexpr,
 ):
     """fixtures.models.clean.DecoderBlock.forward in models/clean.py:94-98."""
     # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
@@ -396,7 +408,7 @@ def fused_layer_norm_kernel(
         ln_2_bias = widen(tl.load(ln_2_bias_ptr + ln_2_bias_row + col * ln_2_bias_stride, mask=mask))
         # Compute (reductions over the lanes in `mask`)
         # models/clean.py:94  h = attn + x
-        h = rounded(attn + x, STORAGE)
+        h = rounded(attn + x, h_dtype)
         # models/clean.py:98  h = self.ln_2(h)
         row_sum0 = row_sum(h, mask)
         row_size0 = tl.cast(R, tl.float32)
@@ -416,7 +428,7 @@ def fused_layer_norm_kernel(
         rsqrt0 = divide(1.0, tl.sqrt_rn(add0))
         mul2 = sub2 * rsqrt0
         mul3 = mul2 * ln_2_weight
-        h_1 = rounded(mul3 + ln_2_bias, STORAGE)
+        h_1 = rounded(mul3 + ln_2_bias, h_1_dtype)
         # Store the element outputs, converted to their dtypes
         tl.store(h_1_out_ptr + h_1_out_row + col * h_1_out_stride, h_1.to(h_1_out_ptr.dtype.element_ty), mask=mask)
         tl.store(h_out_ptr + h_out_row + col * h_out_stride, h.to(h_out_ptr.dtype.element_ty), mask=mask)
@@ -433,7 +445,7 @@ def fused_layer_norm_kernel(
             attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             # models/clean.py:94  h = attn + x
-            h = rounded(attn + x, STORAGE)
+            h = rounded(attn + x, h_dtype)
             row_sum0_partial = accumulate_sum(row_sum0_partial, h, mask)
             start += RBLOCK
         # models/clean.py:98  h = self.ln_2(h)
@@ -449,7 +461,7 @@ def fused_layer_norm_kernel(
             attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             # models/clean.py:94  h = attn + x
-            h = rounded(attn + x, STORAGE)
+            h = rounded(attn + x, h_dtype)
             # models/clean.py:98  h = self.ln_2(h)
             sub0 = h - div0
             mul0 = sub0 * sub0
@@ -477,13 +489,13 @@ def fused_layer_norm_kernel(
             ln_2_weight = widen(tl.load(ln_2_weight_ptr + ln_2_weight_row + col * ln_2_weight_stride, mask=mask))
             ln_2_bias = widen(tl.load(ln_2_bias_ptr + ln_2_bias_row + col * ln_2_bias_stride, mask=mask))
             # models/clean.py:94  h = attn + x
-            h = rounded(attn + x, STORAGE)
+            h = rounded(attn + x, h_dtype)
             # models/clean.py:98  h = self.ln_2(h)
             sub0 = h - div0
             sub2 = sub0 - div3
             mul2 = sub2 * rsqrt0
             mul3 = mul2 * ln_2_weight
-            h_1 = rounded(mul3 + ln_2_bias, STORAGE)
+            h_1 = rounded(mul3 + ln_2_bias, h_1_dtype)
             # Store the element outputs, converted to their dtypes
             tl.store(h_1_out_ptr + h_1_out_row + col * h_1_out_stride, h_1.to(h_1_out_ptr.dtype.element_ty), mask=mask)
             tl.store(h_out_ptr + h_out_row + col * h_out_stride, h.to(h_out_ptr.dtype.element_ty), mask=mask)

@@ -21,7 +21,14 @@ def fused_tanh_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    t4_dtype: tl.constexpr,
+    t5_dtype: tl.constexpr,
+    t6_dtype: tl.constexpr,
+    t7_dtype: tl.constexpr,
 ):
     """fixtures.models.layers.tanh_gelu in models/layers.py:26."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -50,14 +57,14 @@ def fused_tanh_kernel(
     x = widen(tl.load(x_ptr + x_offsets, mask=mask))
     # Compute
     # models/layers.py:26  return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
-    t0 = rounded(0.5 * x, STORAGE)
-    t1 = rounded(x * x * x, STORAGE)
-    t2 = rounded(0.044715 * t1, STORAGE)
-    t3 = rounded(x + t2, STORAGE)
-    t4 = rounded(0.7978845608028654 * t3, STORAGE)
-    t5 = rounded(tanh(t4), STORAGE)
-    t6 = rounded(1.0 + t5, STORAGE)
-    t7 = rounded(t0 * t6, STORAGE)
+    t0 = rounded(0.5 * x, t0_dtype)
+    t1 = rounded(x * x * x, t1_dtype)
+    t2 = rounded(0.044715 * t1, t2_dtype)
+    t3 = rounded(x + t2, t3_dtype)
+    t4 = rounded(0.7978845608028654 * t3, t4_dtype)
+    t5 = rounded(tanh(t4), t5_dtype)
+    t6 = rounded(1.0 + t5, t6_dtype)
+    t7 = rounded(t0 * t6, t7_dtype)
     # Store the outputs, converted to their dtypes
     tl.store(t7_out_ptr + offsets, t7.to(t7_out_ptr.dtype.element_ty), mask=mask)
 
@@ -88,7 +95,12 @@ def fused_rms_norm_kernel(
     LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
     ROWS: tl.constexpr,  # rows a program computes
     RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    variance_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    t4_dtype: tl.constexpr,
 ):
     """fixtures.models.layers.RMSNorm.forward in models/layers.py:36-37."""
     # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
@@ -123,15 +135,15 @@ def fused_rms_norm_kernel(
         weight = widen(tl.load(weight_ptr + weight_row + col * weight_stride, mask=mask))
         # Compute (reductions over the lanes in `mask`)
         # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
-        t0 = rounded(x * x, STORAGE)
+        t0 = rounded(x * x, t0_dtype)
         row_sum0 = row_sum(t0, mask)
         row_size0 = tl.cast(R, tl.float32)
-        variance = rounded(divide(row_sum0, row_size0), STORAGE)
+        variance = rounded(divide(row_sum0, row_size0), variance_dtype)
         # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
-        t1 = rounded(variance + eps, STORAGE)
-        t2 = rounded(divide(1.0, tl.sqrt_rn(t1)), STORAGE)
-        t3 = rounded(x * t2, STORAGE)
-        t4 = rounded(t3 * weight, STORAGE)
+        t1 = rounded(variance + eps, t1_dtype)
+        t2 = rounded(divide(1.0, tl.sqrt_rn(t1)), t2_dtype)
+        t3 = rounded(x * t2, t3_dtype)
+        t4 = rounded(t3 * weight, t4_dtype)
         # Store the element outputs, converted to their dtypes
         tl.store(t4_out_ptr + t4_out_row + col * t4_out_stride, t4.to(t4_out_ptr.dtype.element_ty), mask=mask)
     else:
@@ -146,15 +158,15 @@ def fused_rms_norm_kernel(
             mask = row_mask & (col < R)
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
-            t0 = rounded(x * x, STORAGE)
+            t0 = rounded(x * x, t0_dtype)
             row_sum0_partial = accumulate_sum(row_sum0_partial, t0, mask)
             start += RBLOCK
         # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
         row_sum0 = row_sum(row_sum0_partial, row_mask)
-        variance = rounded(divide(row_sum0, row_size0), STORAGE)
+        variance = rounded(divide(row_sum0, row_size0), variance_dtype)
         # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
-        t1 = rounded(variance + eps, STORAGE)
-        t2 = rounded(divide(1.0, tl.sqrt_rn(t1)), STORAGE)
+        t1 = rounded(variance + eps, t1_dtype)
+        t2 = rounded(divide(1.0, tl.sqrt_rn(t1)), t2_dtype)
         # Pass 2: the element outputs
         start = 0
         while start < R:
@@ -163,8 +175,8 @@ def fused_rms_norm_kernel(
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             weight = widen(tl.load(weight_ptr + weight_row + col * weight_stride, mask=mask))
             # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
-            t3 = rounded(x * t2, STORAGE)
-            t4 = rounded(t3 * weight, STORAGE)
+            t3 = rounded(x * t2, t3_dtype)
+            t4 = rounded(t3 * weight, t4_dtype)
             # Store the element outputs, converted to their dtypes
             tl.store(t4_out_ptr + t4_out_row + col * t4_out_stride, t4.to(t4_out_ptr.dtype.element_ty), mask=mask)
             start += RBLOCK

@@ -25,7 +25,8 @@ def fused_sum_kernel(
     LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
     ROWS: tl.constexpr,  # rows a program computes
     RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    _sum_div_dtype: tl.constexpr,
 ):
     """fixtures.models.moe.Router.forward in models/moe.py:25."""
     # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
@@ -55,8 +56,8 @@ def fused_sum_kernel(
         weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
         # Compute (reductions over the lanes in `mask`)
         # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
-        t0 = rounded(row_sum(weights, mask), STORAGE)
-        _sum_div = rounded(divide(weights, t0), STORAGE)
+        t0 = rounded(row_sum(weights, mask), t0_dtype)
+        _sum_div = rounded(divide(weights, t0), _sum_div_dtype)
         # Store the element outputs, converted to their dtypes
         tl.store(
             _sum_div_out_ptr + _sum_div_out_row + col * _sum_div_out_stride,
@@ -75,7 +76,7 @@ def fused_sum_kernel(
             t0_partial = accumulate_sum(t0_partial, weights, mask)
             start += RBLOCK
         # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
-        t0 = rounded(row_sum(t0_partial, row_mask), STORAGE)
+        t0 = rounded(row_sum(t0_partial, row_mask), t0_dtype)
         # Pass 2: the element outputs
         start = 0
         while start < R:
@@ -83,7 +84,7 @@ def fused_sum_kernel(
             mask = row_mask & (col < R)
             weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
             # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
-            _sum_div = rounded(divide(weights, t0), STORAGE)
+            _sum_div = rounded(divide(weights, t0), _sum_div_dtype)
             # Store the element outputs, converted to their dtypes
             tl.store(
                 _sum_div_out_ptr + _sum_div_out_row + col * _sum_div_out_stride,
@@ -115,7 +116,7 @@ def fused_lt_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    weights_1_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
 ):
     """fixtures.models.moe.MoE.forward in models/moe.py:40."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -151,6 +152,6 @@ def fused_lt_kernel(
     # Compute
     # models/moe.py:40  weights = weights * (self.slot_positions(experts) < self.capacity)  # drop overflow slots
     t0 = _slot_positions < capacity
-    weights_1 = rounded(weights * t0, STORAGE)
+    weights_1 = rounded(weights * t0, weights_1_dtype)
     # Store the outputs, converted to their dtypes
     tl.store(weights_1_out_ptr + offsets, weights_1.to(weights_1_out_ptr.dtype.element_ty), mask=mask)

@@ -42,7 +42,8 @@ def fused_batch_norm_relu_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    out_dtype: tl.constexpr,
 ):
     """fixtures.models.vision.ConvBlock.forward in models/vision.py:26."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -98,9 +99,9 @@ def fused_batch_norm_relu_kernel(
     t0 = rounded(
         _conv1 * (divide(1.0, tl.sqrt_rn(bn1_running_var + bn1_eps)) * bn1_weight)
         + (bn1_bias - bn1_running_mean * (divide(1.0, tl.sqrt_rn(bn1_running_var + bn1_eps)) * bn1_weight)),
-        STORAGE,
+        t0_dtype,
     )
-    out = rounded(relu(t0), STORAGE)
+    out = rounded(relu(t0), out_dtype)
     # Store the outputs, converted to their dtypes
     tl.store(out_out_ptr + offsets, out.to(out_out_ptr.dtype.element_ty), mask=mask)
 
@@ -126,7 +127,8 @@ def fused_relu_kernel(
     CONTIGUOUS: tl.constexpr,
     NDIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t1_dtype: tl.constexpr,
 ):
     """fixtures.models.vision.ConvBlock.forward in models/vision.py:28."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
@@ -161,8 +163,8 @@ def fused_relu_kernel(
     _shortcut = widen(tl.load(_shortcut_ptr + _shortcut_offsets, mask=mask))
     # Compute
     # models/vision.py:28  return F.relu(out + self.shortcut(x))
-    t0 = rounded(out + _shortcut, STORAGE)
-    t1 = rounded(relu(t0), STORAGE)
+    t0 = rounded(out + _shortcut, t0_dtype)
+    t1 = rounded(relu(t0), t1_dtype)
     # Store the outputs, converted to their dtypes
     tl.store(t1_out_ptr + offsets, t1.to(t1_out_ptr.dtype.element_ty), mask=mask)
 
@@ -183,7 +185,7 @@ def fused_amax_eq_kernel(
     LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
     ROWS: tl.constexpr,  # rows a program computes
     RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
-    STORAGE: tl.constexpr,  # the dtype of the floating inputs: values are rounded as eager's
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
 ):
     """fixtures.models.vision.TinyResNet.forward in models/vision.py:43."""
     # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
@@ -209,7 +211,7 @@ def fused_amax_eq_kernel(
         pooled = widen(tl.load(pooled_ptr + pooled_row + col * pooled_stride, mask=mask))
         # Compute (reductions over the lanes in `mask`)
         # models/vision.py:43  dead = torch.nonzero(pooled.amax(dim=0) == 0)  # TP401: data-dependent output shape
-        t0 = rounded(row_max(pooled, mask), STORAGE)
+        t0 = rounded(row_max(pooled, mask), t0_dtype)
         _amax_eq = t0 == 0
         # Store the element outputs, converted to their dtypes
         # Store the row outputs (one value a row), converted to their dtypes
@@ -226,7 +228,7 @@ def fused_amax_eq_kernel(
             t0_partial = accumulate_max(t0_partial, pooled, mask)
             start += RBLOCK
         # models/vision.py:43  dead = torch.nonzero(pooled.amax(dim=0) == 0)  # TP401: data-dependent output shape
-        t0 = rounded(row_max(t0_partial, row_mask), STORAGE)
+        t0 = rounded(row_max(t0_partial, row_mask), t0_dtype)
         _amax_eq = t0 == 0
         # Store the row outputs (one value a row), converted to their dtypes
         tl.store(_amax_eq_out_ptr + row, _amax_eq.to(_amax_eq_out_ptr.dtype.element_ty), mask=row_mask)
