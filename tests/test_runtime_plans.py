@@ -7,6 +7,8 @@ C++ kernels and run beside its original (eager PyTorch), each call's kernel path
   region whose values are all 0-dim (one row of one column);
 - integer values (after `x.int()`) computed in their integer types, wrapping as torch's; a region whose
   integer ops the C++ kernels do not compute exactly (floor division) gets no C++ kernel;
+- integer inputs (an attention mask), converted to the call's floating dtype where eager converts
+  them so first, else the original code;
 - several floating dtypes in one call: widened to the widest where eager computes every op in it,
   else the original code (eager rounds a half value the kernel would hold as a float).
 """
@@ -74,6 +76,16 @@ class IntegerArithmetic(nn.Module):
     def forward(self, x):
         t = torch.maximum(x.int() * 2 - 7, x.int().abs())
         return t.float() + x
+
+
+class ExtendedMask(nn.Module):
+    def forward(self, x, mask):
+        return (1.0 - mask[:, None, :].to(x.dtype)) * -10000.0 + x
+
+
+class IntegerInput(nn.Module):
+    def forward(self, x, i):
+        return torch.sigmoid(i.long().float() + x) * 2.0
 
 
 class IntegerDivision(nn.Module):
@@ -210,3 +222,18 @@ def test_integer_ops_the_kernels_cannot_compute_exactly_run_the_original(trees):
     paths(runtime)
     assert_same(*pair(trees, "IntegerDivision"), (torch.tensor([2e9, -7.5, 5.0]),))
     assert paths(runtime) == {"fallback: no C++ kernel: floordiv of integers": 1}
+
+
+def test_integer_inputs_converted_as_eager_converts_them(trees):
+    """An int64 attention mask made a float (transformers' extended mask): the kernel reads it converted to
+    x's dtype at the boundary, as eager converts it first. `i.long().float()` reads i as an integer first:
+    converted at the boundary, 2**40 + 1 would become 2**40 in float32, so that call runs the original."""
+    runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
+    paths(runtime)
+    mask = torch.tensor([[1, 1, 0, 2**40 + 1], [0, 1, 1, 1]])
+    for dtype in (torch.float32, torch.bfloat16):
+        assert_same(*pair(trees, "ExtendedMask"), (torch.randn(2, 3, 4, dtype=dtype), mask))
+    assert paths(runtime) == {"cpp": 2}
+    assert_same(*pair(trees, "IntegerInput"), (torch.randn(4), mask[0]))
+    reason = "fallback: an integer input that eager does not first convert to the call's floating dtype"
+    assert paths(runtime) == {reason: 1}

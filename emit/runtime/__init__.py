@@ -361,8 +361,10 @@ class Kernel:
         storage = backend.storage([t.dtype for t in tensors], dtypes)  # the one floating dtype eager computes in
         if storage is not None and not self._computes_in(signature, modules, storage):
             return f"fallback: {MIXED_FLOATS}"
+        if storage is not None and not self._promotes_integers(tensors, value_dtypes, storage):
+            return "fallback: an integer input that eager does not first convert to the call's floating dtype"
         if self.rows is not None:
-            return self._plan_rows(backend, tensors, shape, values, dtypes, value_dtypes)
+            return self._plan_rows(backend, tensors, shape, values, dtypes, value_dtypes, storage is not None)
         narrow = _narrowing(outputs, [shape] * len(outputs))
         if narrow is None:
             return "fallback: an output's shape is not the broadcast of the inputs'"
@@ -386,17 +388,18 @@ class Kernel:
                 return f"fallback: {launch}"
         return Plan(tuple((shape, dense, dtype) for dtype in dtypes), device, launch, backend.name, narrow)
 
-    def _plan_rows(self, backend, tensors, shape, values, dtypes, value_dtypes) -> Plan | str:
+    def _plan_rows(self, backend, tensors, shape, values, dtypes, value_dtypes, converted: bool) -> Plan | str:
         """A kernel with reductions: the rows of the iteration space `shape` along the reduced dim.
 
         `values`: the shape of every value, by name, as eager computes them. A reduction's dim
         is its operand's, right-aligned in the space (`x.sum(-2)` of a 2-d x beside a 3-d y
         reduces the space's dim 1, once per row of y's leading dim). A space of 0 dims (every
-        input 0-dim) is one row of one column.
+        input 0-dim) is one row of one column. `converted`: integer inputs reach the kernel converted to
+        the call's floating dtype, as eager converts them first (`_promotes_integers`).
         """
         rows = self.rows
         space, dim = (shape, None) if shape else (torch.Size([1]), 0)
-        if any(not (t.is_floating_point() or t.dtype == torch.bool) for t in tensors):
+        if not converted and any(not (t.is_floating_point() or t.dtype == torch.bool) for t in tensors):
             return "fallback: reductions of integer tensors"
         for step in self.shapes.steps:
             if step.dim is None or not shape:
@@ -479,6 +482,21 @@ class Kernel:
             len(a) == len(b) and all(x == y or (x is torch.bool and y == storage) for x, y in zip(a, b))
             for a, b in zip(original, modelled)
         )
+
+    def _promotes_integers(self, tensors: tuple, value_dtypes: dict[str, torch.dtype], storage: torch.dtype) -> bool:
+        """Whether eager converts each integer tensor input read as a number to `storage` before anything else.
+
+        Kernels that hold one floating dtype (C++) read such an input converted to it at the boundary
+        (`x_int * 0.5`, `mask.to(x.dtype)`), which gives eager's values only when every value read from
+        the input is of that dtype: `x_int.long()` or `x_int + x_int` would see a rounded integer.
+        """
+        for n, tensor in enumerate(tensors):
+            if tensor.is_floating_point() or tensor.dtype == torch.bool or n in self.bool_inputs or n in self.dtype_only:
+                continue
+            name = self.shapes.inputs[n]
+            if any(value_dtypes.get(step.value) != storage for step in self.shapes.steps if name in step.reads):
+                return False
+        return True
 
     def _signature_plan(
         self, signature: tuple, scalars: tuple, device: torch.device

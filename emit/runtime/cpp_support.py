@@ -58,6 +58,7 @@ LOCATED_ERROR = re.compile(r":\d+:\d+: (fatal )?error")
 # The dtype model of the generated kernels (emit/cpp.py): one floating storage dtype per call, and bools.
 # A narrower floating tensor is widened to it at the boundary (exact), a bool converted.
 ENTRY_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+INTEGER_INPUTS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 class CppBuildError(RuntimeError):
@@ -231,12 +232,14 @@ def _clean_temporaries(directory: Path) -> None:
 
 
 def unsupported(tensor_dtypes: Sequence[torch.dtype], output_dtypes: Sequence[torch.dtype]) -> str | None:
-    """Why the C++ kernels cannot take these dtypes, or None: floating and bool tensors.
+    """Why the C++ kernels cannot take these dtypes, or None: floating and bool tensors, and integer inputs.
 
     Several floating dtypes in one call run in the widest (`storage_dtype`) where the runtime
-    finds that eager computes the call as it would with every floating input widened to it.
+    finds that eager computes the call as it would with every floating input widened to it; an
+    integer input is converted to it where eager converts it so first (`Kernel._promotes_integers`).
     """
-    dtypes = [*tensor_dtypes, *output_dtypes]
+    inputs = [d for d in tensor_dtypes if d not in INTEGER_INPUTS]
+    dtypes = [*inputs, *output_dtypes]
     other = sorted({str(d).removeprefix("torch.") for d in dtypes if d not in ENTRY_DTYPES and d != torch.bool})
     if other:
         return f"C++ kernels take floating and bool tensors, not {', '.join(other)}"
