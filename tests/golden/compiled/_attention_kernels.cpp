@@ -4,8 +4,9 @@
 
 // Dtype model: each kernel is a template over T, the storage type of all its floating tensors
 // (float, double, half or bfloat16), and C, the type it computes in (double for double, else
-// float); boolean values are bool. The extern "C" entry points at the end instantiate it once
-// per dtype of T, and `<kernel>_kinds` says which tensors are T and which are bool.
+// float); boolean values are bool, integer values (`x.int()`) their C++ integer type. The extern "C"
+// entry points at the end instantiate it once per dtype of T, and `<kernel>_kinds` says which
+// tensors are T and which are bool.
 
 namespace transpile {
 
