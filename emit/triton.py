@@ -153,7 +153,10 @@ def _expression(node: Node, names: _Names) -> str:
         operands = [o if i in node.constants else f"floating({o})" for i, o in enumerate(operands)]
     exponent = node.operands[1] if node.op == "pow" and 1 in node.constants and 0 not in node.constants else None
     if type(exponent) in (int, float) and exponent in _POWERS:
-        return _POWERS[exponent].format(operands[0])
+        base = operands[0]
+        if abs(exponent) == 0.5 and node.operands[0] in names.integral:
+            base = f"floating({base})"  # an integer or bool to the power 0.5 is a float32 in torch
+        return _POWERS[exponent].format(base)
     return node.definition.triton.format(*operands)
 
 

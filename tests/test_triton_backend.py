@@ -421,3 +421,17 @@ def test_a_value_whose_dtype_depends_on_the_call_is_rounded_to_it() -> None:
         expected = (x.to(dtype).half() * x.to(dtype)) * 3.0
         (actual,) = run_kernel(region, [x.to(dtype)], [], [expected.dtype])
         assert actual.dtype == expected.dtype and torch.equal(actual, expected), dtype
+
+
+@pytest.mark.parametrize("exponent", [0.5, -0.5])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool], ids=str)
+def test_square_roots_of_integers_are_float32(exponent, dtype) -> None:
+    """`m ** 0.5` of an integer or bool m is float32 in eager: the kernel converts m first (the square root
+    of an integer did not compile)."""
+    node = Node("pow", ("m", exponent), "y", 1, (1,))
+    region = Region("int_pow", "m.py", "f", 1, 1, (Input("m", "m", True),), (node,), (Output("y", "y"),))
+    m = torch.tensor([0, 1, 2, 7, 65536, 2**31 - 1]).to(dtype)
+    expected = m**exponent
+    (actual,) = run_kernel(region, [m], [], [expected.dtype])
+    assert expected.dtype == torch.float32
+    assert torch.equal(actual, expected), (actual, expected)
