@@ -154,8 +154,9 @@ def _expression(node: Node, names: _Names) -> str:
     exponent = node.operands[1] if node.op == "pow" and 1 in node.constants and 0 not in node.constants else None
     if type(exponent) in (int, float) and exponent in _POWERS:
         base = operands[0]
-        if abs(exponent) == 0.5 and node.operands[0] in names.integral:
-            base = f"floating({base})"  # an integer or bool to the power 0.5 is a float32 in torch
+        if type(exponent) is float and node.operands[0] in names.integral:
+            # An integer or bool to a float power is a float32 in torch: `x * x` of an int32 would wrap.
+            base = f"floating({base})"
         return _POWERS[exponent].format(base)
     return node.definition.triton.format(*operands)
 

@@ -60,6 +60,11 @@ class Norm(nn.Module):
 
     def forward(self, x):
         return self.norm(x * 3.0)
+
+
+class FloatPower(nn.Module):
+    def forward(self, x, i):
+        return i ** 2.0 * x + 1.0
 """
 
 
@@ -143,3 +148,10 @@ def test_layer_norm_of_a_bfloat16_input_with_a_float32_weight(trees, runtime):
     magnitude, rounded = layer_norm_magnitude(h, weight, bias, wide, norm.eps)
     assert_within(actual, wide, 16, magnitude, rounded=rounded)
     assert_within(expected, wide, 16, magnitude, rounded=rounded)  # the bound holds for eager too
+
+
+def test_an_integer_to_a_float_power_is_a_float(trees, runtime):
+    """`i ** 2.0` of an int32 is float32 in eager: 100000 squared is 1e10, not an int32 that wrapped."""
+    x, i = torch.ones(3), torch.tensor([100000, 5, -70000], dtype=torch.int32)
+    expected, actual, _ = run(trees, runtime, "FloatPower", x, i)
+    assert torch.equal(actual, expected)
