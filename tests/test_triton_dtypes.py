@@ -62,6 +62,11 @@ class Norm(nn.Module):
         return self.norm(x * 3.0)
 
 
+class IntegerPlusHalf(nn.Module):
+    def forward(self, x, i):
+        return (i + x) * 2.0
+
+
 class FloatPower(nn.Module):
     def forward(self, x, i):
         return i ** 2.0 * x + 1.0
@@ -155,3 +160,14 @@ def test_an_integer_to_a_float_power_is_a_float(trees, runtime):
     x, i = torch.ones(3), torch.tensor([100000, 5, -70000], dtype=torch.int32)
     expected, actual, _ = run(trees, runtime, "FloatPower", x, i)
     assert torch.equal(actual, expected)
+
+
+def test_an_integer_that_eager_rounds_to_half_first_runs_the_original(trees, runtime):
+    """`i + x_half` rounds the int64 2049 to the half 2048 before adding 1 (eager: 4096 after doubling); the
+    kernel would add exactly and round the sum (4100). Such calls take the original code."""
+    original, transpiled = trees
+    x, i = torch.ones(3, dtype=torch.float16), torch.tensor([2049, 5, -3])
+    expected, actual = original.IntegerPlusHalf()(x, i), transpiled.IntegerPlusHalf()(x, i)
+    assert torch.equal(actual, expected) and expected[0].item() == 4096
+    counts = {path: n for kernel in runtime.KERNELS for path, n in kernel.counts.items()}
+    assert counts == {"fallback: an integer that eager rounds to half or bfloat16 before an op": 1}

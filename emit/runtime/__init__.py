@@ -361,6 +361,8 @@ class Kernel:
         storage = backend.storage([t.dtype for t in tensors], dtypes)  # the one floating dtype eager computes in
         if storage is not None and not self._computes_in(signature, modules, storage):
             return f"fallback: {MIXED_FLOATS}"
+        if self._rounds_integers(value_dtypes):
+            return "fallback: an integer that eager rounds to half or bfloat16 before an op"
         if storage is not None and not self._promotes_integers(tensors, value_dtypes, storage):
             return "fallback: an integer input that eager does not first convert to the call's floating dtype"
         if self.rows is not None:
@@ -482,6 +484,21 @@ class Kernel:
             len(a) == len(b) and all(x == y or (x is torch.bool and y == storage) for x, y in zip(a, b))
             for a, b in zip(original, modelled)
         )
+
+    def _rounds_integers(self, value_dtypes: dict[str, torch.dtype]) -> bool:
+        """Whether an op meets an integer with a half or bfloat16 value: eager rounds the integer to that dtype
+        first (`i + x_half` of 2049 adds 2048), the kernels convert it exactly and round only the result.
+
+        A value computed from one tensor alone is a cast where it turns an integer into a half (exact in
+        both); `i * 0.5` is a float32.
+        """
+        narrow = (torch.float16, torch.bfloat16)
+        for step in self.shapes.steps:
+            if len(step.reads) > 1 and value_dtypes.get(step.value) in narrow:
+                read = [value_dtypes.get(r) for r in step.reads]
+                if any(d is not None and not d.is_floating_point and d != torch.bool for d in read):
+                    return True
+        return False
 
     def _promotes_integers(self, tensors: tuple, value_dtypes: dict[str, torch.dtype], storage: torch.dtype) -> bool:
         """Whether eager converts each integer tensor input read as a number to `storage` before anything else.
