@@ -359,7 +359,8 @@ class Kernel:
         if reason is not None:
             return f"fallback: {reason}"
         storage = backend.storage([t.dtype for t in tensors], dtypes)  # the one floating dtype eager computes in
-        if storage is not None and not self._computes_in(signature, modules, storage):
+        model = storage or self._integer_model(tensors)
+        if model is not None and not self._computes_in(signature, modules, model):
             return f"fallback: {MIXED_FLOATS}"
         if self._rounds_integers(value_dtypes):
             return "fallback: an integer that eager rounds to half or bfloat16 before an op"
@@ -484,6 +485,23 @@ class Kernel:
             len(a) == len(b) and all(x == y or (x is torch.bool and y == storage) for x, y in zip(a, b))
             for a, b in zip(original, modelled)
         )
+
+    def _integer_model(self, tensors: tuple) -> torch.dtype | None:
+        """For kernels that hold each value in its own dtype (Triton): where an integer tensor is read as a
+        number, the one floating dtype its call is checked in as the C++ kernels' calls are (the widest
+        floating input, else float32); None without such an input.
+
+        The kernels' integer semantics are checked against eager only through this model: a logical
+        op's eager spelling is bitwise on integers (`~x`), an integer constant's truncation
+        (`addcmul(..., value=0.5)`) is decided for floating inputs (`dtypes.stored_constants`).
+        """
+        if not any(
+            not (t.is_floating_point() or t.dtype == torch.bool) and n not in self.bool_inputs and n not in self.dtype_only
+            for n, t in enumerate(tensors)
+        ):
+            return None
+        floating = [t.dtype for t in tensors if t.is_floating_point()]
+        return functools.reduce(torch.promote_types, floating) if floating else torch.float32
 
     def _rounds_integers(self, value_dtypes: dict[str, torch.dtype]) -> bool:
         """Whether an op meets an integer with a half or bfloat16 value: eager rounds the integer to that dtype
