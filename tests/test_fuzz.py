@@ -61,7 +61,7 @@ def test_the_budget_reaches_the_kernels(results):
 
 
 # -- the checker can fail --------------------------------------------------------------------------
-X = InputSpec("x", (3, 4), "float32", "contiguous", "specials", 2)  # a NaN and two infinities among its values
+X = InputSpec("x", (3, 4), "float32", "contiguous", "specials", 12)  # a NaN and two infinities among its values
 PROGRAM = Program(1, (X,), (), (Stmt("t1", "{0} * 2.0", ("x",)), Stmt("t2", "torch.exp({0})", ("t1",))), ("t2",))
 
 
@@ -95,6 +95,8 @@ def test_wrong_values_shapes_and_dtypes_are_caught():
         def forward(self, x):
             return torch.exp(x.double() * 2.0)
 
+    x = fuzzing.make_input(X)
+    assert x.isnan().any() and x.isinf().sum() == 2  # what the cases below rely on
     assert _outcome(Off) == "wrong value"
     assert _outcome(NanToZero) == "wrong value"  # NaN placement is part of the value
     assert _outcome(Broadcast) == "wrong shape"

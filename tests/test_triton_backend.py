@@ -311,7 +311,8 @@ def test_kernel_text_is_readable_and_black_formatted() -> None:
     assert "    h_ptr,  # input h\n" in source and "    h1_out_ptr,  # output h (h1)\n" in source
     assert "# models/mlp.py:30  h = 0.5 * h * (1 + torch.tanh(" in source
     # Each value rounded as eager holds it: in its dtype on the call (a no-op for float32), a constexpr per value
-    assert "    cube = rounded(h * h * h, cube_dtype)\n" in source and "t = rounded(tanh(inner2), t_dtype)" in source
+    # `h ** 3.0` is a float32 of an integer h (floating: a no-op on floats), not an int that wraps
+    assert "    cube = rounded(floating(h) * floating(h) * floating(h), cube_dtype)\n" in source and "t = rounded(tanh(inner2), t_dtype)" in source
     assert "    cube_dtype: tl.constexpr,  # each value's dtype in eager on this call" in source
     assert [a.arg for a in function.args.args][-3:] == ["t2_dtype", "half_dtype", "h1_dtype"]
     for phase in ("# Load the inputs", "# Compute", "# Store the outputs"):
@@ -333,7 +334,7 @@ def test_kernel_file_imports_exactly_the_helpers_used() -> None:
     regions = [gelu_tanh_region(), scaled_residual_region()]
     text = render_triton_file(regions, {}, "_transpile_runtime.triton_support", '"""Kernels of models/mlp.py."""')
     assert text.startswith('"""Kernels of models/mlp.py."""\n\nimport triton\n')
-    assert "from _transpile_runtime.triton_support import rounded, tanh, widen\n" in text
+    assert "from _transpile_runtime.triton_support import floating, rounded, tanh, widen\n" in text
     assert triton_helpers_used(scaled_residual_region()) == ["rounded", "widen"]
     assert text.count("@triton.jit") == 2
 
