@@ -33,6 +33,8 @@ INDENT = "    "
 TRITON_DTYPES = {"bool": "int1"}
 # A value's dtype on the call, a kernel parameter: `<value>_dtype` (the launcher finds the value by that name).
 DTYPE_SUFFIX = "_dtype"
+# The kernel's attribute naming the values it refuses to compute where they are integers (`integer_refusals`).
+INTEGER_REFUSALS = "integer_refusals"
 
 
 def _support_names() -> frozenset[str]:
@@ -161,6 +163,38 @@ def _expression(node: Node, names: _Names) -> str:
     return node.definition.triton.format(*operands)
 
 
+def integer_refusals(region: Region) -> dict[str, str]:
+    """The values of the region that its Triton kernel does not compute as eager where they are integers, each
+    with why: the launcher gives the call to the original code where one is (`triton_support.INTEGER_REFUSALS`).
+
+    Integer floor division and remainder by a tensor: eager raises on a zero divisor, a kernel cannot (a constant
+    divisor is checked by the eager reference). Integer powers other than `x ** 2` and `x ** 3` (multiplications,
+    which wrap as torch's): `power` computes in floats.
+    """
+    may_be_integers = value_dtypes(region, {i.name: "int64" for i in region.tensor_inputs})
+    refusals = {}
+    for node in region.nodes:
+        if may_be_integers.get(node.out) in FLOATING:
+            continue
+        if node.op in ("floordiv", "remainder") and 1 not in node.constants:
+            refusals[node.out] = f"an integer {'floor division' if node.op == 'floordiv' else 'remainder'} by a tensor (eager raises on a zero divisor)"
+        elif node.op == "pow" and not (1 in node.constants and type(node.operands[1]) is int and node.operands[1] in (2, 3)):
+            refusals[node.out] = "an integer power other than x ** 2 and x ** 3"
+    return refusals
+
+
+def _refusal_lines(region: Region) -> str:
+    """The kernel file's lines after the kernel that set its `integer_refusals`, if any."""
+    refusals = integer_refusals(region)
+    if not refusals:
+        return ""
+    entries = ", ".join(f'"{value}": "{why}"' for value, why in refusals.items())  # as black quotes them
+    return (
+        "\n\n# Values eager computes otherwise where they are integers: the launcher refuses such calls\n"
+        f"{region.name}_kernel.{INTEGER_REFUSALS} = {{{entries}}}\n"
+    )
+
+
 def _statements(node: Node, names: _Names, expression=None) -> list[str]:
     """The node as kernel lines: `out = <expression>`, or for an activation chosen at run time a
     constexpr switch over the ops of `ACTIVATION_OPS` (Triton compiles only the branch taken)."""
@@ -205,7 +239,7 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
     """The source of the region's `@triton.jit` kernel, named `<region.name>_kernel`, laid out as black would
     (emit/layout.py)."""
     if has_reductions(region):
-        return layout_text(_RowKernel(region, source_lines).text)
+        return layout_text(_RowKernel(region, source_lines).text + _refusal_lines(region))
     names = _Names(region)
     tensors = region.tensor_inputs
     lines = ["@triton.jit", f"def {region.name}_kernel("]
@@ -240,7 +274,7 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
         lines.append(
             f"{INDENT}tl.store({pointer} + offsets, {names[output.value]}.to({pointer}.dtype.element_ty), mask=mask)"
         )
-    return layout_text("\n".join(lines) + "\n")
+    return layout_text("\n".join(lines) + "\n" + _refusal_lines(region))
 
 
 def _source_comment(region: Region, line: int, source_lines: dict[int, str]) -> str:

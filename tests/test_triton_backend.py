@@ -242,6 +242,9 @@ def test_op_matches_eager(op: Op, data, shape) -> None:
     scalars = [env[i.name] for i in region.scalar_inputs]
     assume(tensors and expected.shape == torch.broadcast_shapes(*(t.shape for t in tensors)))
     assume(not emit.runtime._rounds_zero_dim(tensors))  # the runtime sends these to the original code
+    # So do the launchers, for integer values the kernel refuses (integer floor division by a tensor).
+    dtypes = eager_dtypes(region, tensors, scalars)
+    assume(all(dtypes[value].is_floating_point for value in emit.triton.integer_refusals(region)))
     (actual,) = run_kernel(region, tensors, scalars, [expected.dtype])
     assert_matches(actual, expected)
 
@@ -334,8 +337,8 @@ def test_kernel_file_imports_exactly_the_helpers_used() -> None:
     regions = [gelu_tanh_region(), scaled_residual_region()]
     text = render_triton_file(regions, {}, "_transpile_runtime.triton_support", '"""Kernels of models/mlp.py."""')
     assert text.startswith('"""Kernels of models/mlp.py."""\n\nimport triton\n')
-    assert "from _transpile_runtime.triton_support import floating, rounded, tanh, widen\n" in text
-    assert triton_helpers_used(scaled_residual_region()) == ["rounded", "widen"]
+    assert "from _transpile_runtime.triton_support import floating, rounded, stored, tanh, widen\n" in text
+    assert triton_helpers_used(scaled_residual_region()) == ["rounded", "stored", "widen"]
     assert text.count("@triton.jit") == 2
 
 

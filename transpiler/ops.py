@@ -103,6 +103,32 @@ def _compare(name: str, symbol: str, torch_fn: str, alias: str) -> Op:
     return Op(name, 2, f"{{0}} {symbol} {{1}}", f"{{0}} {symbol} {{1}}", f"{{0}} {symbol} {{1}}", spellings, Domain.ANY, returns_bool=True)
 
 
+def _logical(name: str, torch_fn: str, cpp: str, arity: int = 2) -> Op:
+    """torch's logical function `torch.fn`: a bool of whether its operands are nonzero, whatever their dtype.
+
+    Domain.BOOL: the C++ kernels read the operands as bools (`x != 0`), as torch does; the Triton
+    helper of the same name does so where they are not bools already."""
+    params = ("input", "other")[:arity]
+    operands = ", ".join(f"{{{n}}}" for n in range(arity))
+    spellings = (f"torch.{torch_fn}({', '.join(params)})", f"Tensor.{torch_fn}({', '.join(params[1:])})")
+    return Op(name, arity, f"torch.{torch_fn}({operands})", f"{torch_fn}({operands})", cpp, spellings, Domain.BOOL, returns_bool=True)
+
+
+def _bitwise(name: str, symbol: str, dunder: str, cpp: str) -> Op:
+    """`a & b`, `a | b`, `a ^ b`, `~a` and their functions: bitwise on integers (an integer result), logical on
+    bools; eager raises on floats.
+
+    Domain.BOOL: the C++ kernels compute them on bools only (an integer input takes the original code
+    there); Triton computes them as written in the operands' dtype, which is eager's: bitwise on integers,
+    logical on int1 (a bool joining an integer is 0 or 1)."""
+    unary = name == "bitwise_not"
+    eager = f"{symbol}{{0}}" if unary else f"{{0}} {symbol} {{1}}"
+    params = ("input",) if unary else ("input", "other")
+    methods = (f"Tensor.{method}({', '.join(params[1:])})" for method in (name, f"{name}_", f"__{dunder}__"))
+    spellings = (f"{symbol}a" if unary else f"a {symbol} b", f"torch.{name}({', '.join(params)})", *methods)
+    return Op(name, len(params), eager, eager, cpp, spellings, Domain.BOOL)
+
+
 F = "torch.nn.functional"
 
 OPS: tuple[Op, ...] = (
@@ -123,7 +149,7 @@ OPS: tuple[Op, ...] = (
     _binary("maximum", None, "maximum", "maximum({0}, {1})", "maximum({0}, {1})", keeps_bool=True, bool_exact=True),
     Op("lerp", 3, "torch.lerp({0}, {1}, {2})", "lerp({0}, {1}, {2})", "lerp({0}, {1}, {2})",
        ("torch.lerp(input, end, weight)", "Tensor.lerp(end, weight)", "Tensor.lerp_(end, weight)")),
-    Op("addcmul", 4, "torch.addcmul({0}, {1}, {2}, value={3})", "{0} + {3} * {1} * {2}", "{0} + C({3}) * {1} * {2}",
+    Op("addcmul", 4, "torch.addcmul({0}, {1}, {2}, value={3})", "addcmul({0}, {1}, {2}, {3})", "{0} + C({3}) * {1} * {2}",
        ("torch.addcmul(input, tensor1, tensor2, value:=1)", "Tensor.addcmul(tensor1, tensor2, value:=1)", "Tensor.addcmul_(tensor1, tensor2, value:=1)"),
        constant_operands=(3,)),
     # (value * tensor1) / tensor2, in torch's order: value * (tensor1 / tensor2) overflows elsewhere.
@@ -137,15 +163,19 @@ OPS: tuple[Op, ...] = (
     _compare("ge", ">=", "ge", "greater_equal"),
     _compare("eq", "==", "eq", "eq"),
     _compare("ne", "!=", "ne", "not_equal"),
-    Op("and", 2, "{0} & {1}", "{0} & {1}", "{0} & {1}", ("a & b", "torch.logical_and(input, other)", "Tensor.logical_and(other)"), Domain.BOOL),
-    Op("or", 2, "{0} | {1}", "{0} | {1}", "{0} | {1}", ("a | b", "torch.logical_or(input, other)", "Tensor.logical_or(other)"), Domain.BOOL),
-    Op("xor", 2, "{0} ^ {1}", "{0} ^ {1}", "{0} ^ {1}", ("a ^ b", "torch.logical_xor(input, other)", "Tensor.logical_xor(other)"), Domain.BOOL),
-    Op("not", 1, "~{0}", "{0} == 0", "!{0}", ("~a", "torch.logical_not(input)", "Tensor.logical_not()"), Domain.BOOL),
+    _logical("and", "logical_and", "{0} & {1}"),
+    _logical("or", "logical_or", "{0} | {1}"),
+    _logical("xor", "logical_xor", "{0} ^ {1}"),
+    _logical("not", "logical_not", "!{0}", arity=1),
+    _bitwise("bitwise_and", "&", "and", "{0} & {1}"),
+    _bitwise("bitwise_or", "|", "or", "{0} | {1}"),
+    _bitwise("bitwise_xor", "^", "xor", "{0} ^ {1}"),
+    _bitwise("bitwise_not", "~", "invert", "!{0}"),
     Op("isnan", 1, "torch.isnan({0})", "{0} != {0}", "std::isnan({0})", ("torch.isnan(input)", "Tensor.isnan()"), returns_bool=True),
     Op("isinf", 1, "torch.isinf({0})", "is_inf({0})", "std::isinf({0})", ("torch.isinf(input)", "Tensor.isinf()"), returns_bool=True),
     Op("where", 3, "torch.where({0}, {1}, {2})", "tl.where({0}, {1}, {2})", "{0} ? {1} : {2}",
        ("torch.where(condition, input, other)",), Domain.ANY),
-    Op("masked_fill", 3, "{0}.masked_fill({1}, {2})", "tl.where({1}, {2}, {0})", "{1} ? C({2}) : {0}",
+    Op("masked_fill", 3, "{0}.masked_fill({1}, {2})", "tl.where({1}, stored({2}, {0}), {0})", "{1} ? C({2}) : {0}",
        ("Tensor.masked_fill(mask, value)", "Tensor.masked_fill_(mask, value)", "torch.masked_fill(input, mask, value)"),
        constant_operands=(2,), keeps_bool=True),
     # -- exponentials, logarithms, roots -----------------------------------------------

@@ -115,7 +115,28 @@ def _common(a, b):
     return tl.where(True, a, b), tl.where(False, a, b)
 
 
+@triton.jit
+def stored(value, like):
+    """The Python number `value` as torch uses it in an op of like's dtype (masked_fill's fill, addcmul's
+    value): converted to that dtype first, which truncates toward zero for integers (through float64, exact
+    where a float32 constant would round 123456789.0) and is `value != 0` for bools; floats take it as it is."""
+    if like.dtype.is_floating():
+        return value
+    else:
+        return tl.full([], value, tl.float64).to(like.dtype)
+
+
 # -- arithmetic ------------------------------------------------------------------------
+@triton.jit
+def addcmul(t, t1, t2, value):
+    """torch.addcmul: t + value * t1 * t2, the tensors converted to their promoted dtype first (an int32 product
+    beside a float must not wrap) and value to it too (`stored`: an integer op truncates 0.5 to 0)."""
+    t, t1 = _common(t, t1)
+    t, t2 = _common(t, t2)
+    t1, t = _common(t1, t)
+    return t + stored(value, t) * t1 * t2
+
+
 @triton.jit
 def _fmod(a, b):
     """C's fmod (the dividend's sign), or the integer remainder. Compiled for a GPU, Triton's float `%` is
@@ -280,6 +301,35 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + tanh(inner))
 
 
+# -- logical functions: operands of any dtype, nonzero is true -----------------------------------
+@triton.jit
+def _truth(x):
+    if x.dtype.is_int1():
+        return x
+    else:
+        return x != 0  # NaN is true, -0.0 false, as in torch
+
+
+@triton.jit
+def logical_and(a, b):
+    return _truth(a) & _truth(b)
+
+
+@triton.jit
+def logical_or(a, b):
+    return _truth(a) | _truth(b)
+
+
+@triton.jit
+def logical_xor(a, b):
+    return _truth(a) ^ _truth(b)
+
+
+@triton.jit
+def logical_not(x):
+    return _truth(x) == 0
+
+
 # -- classification and clamping ------------------------------------------------------------
 @triton.jit
 def is_inf(x):
@@ -304,13 +354,17 @@ def clamp_max(x, high):
 
 @triton.jit
 def nan_to_num(x, nan, posinf, neginf):
-    """torch.nan_to_num; a None bound is float32's largest finite value (torch uses x's dtype's)."""
-    if posinf is None:
-        posinf = _FLOAT32_MAX
-    if neginf is None:
-        neginf = -_FLOAT32_MAX
-    x = tl.where(x != x, nan, x)
-    return tl.where(x == float("inf"), posinf, tl.where(x == float("-inf"), neginf, x))
+    """torch.nan_to_num; a None bound is float32's largest finite value (torch uses x's dtype's). Integers and
+    bools are returned as they are (the bounds, floats, would make them float32)."""
+    if x.dtype.is_floating():
+        if posinf is None:
+            posinf = _FLOAT32_MAX
+        if neginf is None:
+            neginf = -_FLOAT32_MAX
+        x = tl.where(x != x, nan, x)
+        return tl.where(x == float("inf"), posinf, tl.where(x == float("-inf"), neginf, x))
+    else:
+        return x
 
 
 # -- rounding: integers are already integral and keep their dtype -----------------------------
@@ -649,6 +703,20 @@ def _hooks_installed() -> bool:
 DTYPE_SUFFIX = "_dtype"
 
 
+# A kernel's values that it does not compute as eager does where they are integers, with why, by value name
+# (emit/triton.py `integer_refusals`): the kernel file sets this attribute on the kernel.
+INTEGER_REFUSALS = "integer_refusals"
+
+
+def _refuse_integers(kernel, value_dtypes) -> None:
+    """ValueError (the fallback's reason) where a value of the kernel's `integer_refusals` is an integer or bool on
+    this call (`value_dtypes`: torch dtypes by value name)."""
+    for value, reason in getattr(kernel, INTEGER_REFUSALS, {}).items():
+        dtype = value_dtypes.get(value)
+        if dtype is None or not dtype.is_floating_point:
+            raise ValueError(reason)
+
+
 def _value_dtypes(kernel, last_constant: str, value_dtypes) -> dict:
     """The kernel's dtype constexprs: each value's dtype in `value_dtypes` (torch dtypes by value name) as
     Triton's. ValueError when a value has none."""
@@ -673,6 +741,7 @@ def pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, n_tensors
     """
     if n_elements >= 2**31 or _largest_offset(sizes, strides) >= 2**31:
         raise ValueError("Triton kernels index with int32: 2**31 elements or more are not supported")
+    _refuse_integers(kernel, value_dtypes)
     if contiguous:
         sizes, strides = (1, 1, 1, 1), [(0, 0, 0, 0)] * n_tensors
     # Dims in use: the runtime pads sizes with leading 1s; the kernel skips those dims.
@@ -730,6 +799,7 @@ def rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous, va
     """
     if n_rows * row_size >= 2**31 or _largest_offset((*outer_sizes, row_size), strides) >= 2**31:
         raise ValueError("Triton kernels index with int32: 2**31 elements or more are not supported")
+    _refuse_integers(kernel, value_dtypes)
     looped = row_size > MAX_ONE_PASS
     rblock = LOOP_BLOCK if looped else triton.next_power_of_2(row_size)
     # Never more rows per program than there are rows: few tile shapes get compiled.

@@ -1,0 +1,193 @@
+"""Triton kernels on integer and bool values, against eager PyTorch in the same dtypes.
+
+Each test renders a region, launches its kernel under Triton's interpreter as the runtime does
+(tests/test_triton_backend.py `run_kernel`) and compares with torch bit for bit: `&`, `|`, `^`, `~`
+are bitwise on integers and logical on bools, the logical functions take any dtype, a constant
+that torch converts to the op's dtype (masked_fill's fill, addcmul's value) is truncated for
+integers, and integers wrap as torch's. What the kernels cannot compute as eager (an integer
+division by a tensor, which raises on a zero divisor in eager) the launcher refuses, with why.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# First: it turns Triton's interpreter on before triton is imported (or skips, as this module must).
+from tests.test_triton_backend import eager, eager_dtypes, run_kernel  # noqa: E402  # isort: skip
+
+import torch  # noqa: E402
+
+import emit.triton  # noqa: E402
+from emit.runtime import triton_support  # noqa: E402
+from transpiler.dtypes import value_dtypes  # noqa: E402
+from transpiler.ir import Input, Node, Output, Region  # noqa: E402
+from transpiler.ops import BY_NAME, spellings_of  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, inside the interpreter
+
+
+def full_range(dtype: torch.dtype, n: int = 64, seed: int = 0) -> torch.Tensor:
+    """n values of `dtype` over its whole range, its extremes, 0, 1, -1 and 2**24 + 1 (no float32) included."""
+    generator = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(n, generator=generator) < 0.5
+    info = torch.iinfo(dtype)
+    values = torch.randint(info.min, info.max, (n,), generator=generator, dtype=dtype)
+    values[:6] = torch.tensor([info.min, info.max, 0, 1, -1, 2**24 + 1], dtype=dtype)
+    return values
+
+
+def run_op(name: str, operands: tuple, env: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the kernel's result, eager's) of one op of the table on `env`'s tensors; constants are the other operands."""
+    op = BY_NAME[name]
+    constants = {n for n, operand in enumerate(operands) if operand not in env}
+    inputs = tuple(Input(v, v, True) for v in dict.fromkeys(o for o in operands if o in env))
+    node = Node(name, operands, "result", 1, tuple(sorted(constants)))
+    region = Region(f"{name}_region", "test.py", "f", 1, 1, inputs, (node,), (Output("result", "result"),))
+    expected = eager(op, list(operands), constants, env)
+    (actual,) = run_kernel(region, [env[i.name] for i in inputs], [], [expected.dtype])
+    return actual, expected
+
+
+def assert_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    assert torch.equal(actual, expected), (actual, expected)
+
+
+# -- the bitwise operators and the logical functions -----------------------------------------------
+PAIRS = [(torch.int32, torch.int32), (torch.int64, torch.int32), (torch.bool, torch.bool), (torch.bool, torch.int64)]
+
+
+@pytest.mark.parametrize("name", ["bitwise_and", "bitwise_or", "bitwise_xor"])
+@pytest.mark.parametrize("dtypes", PAIRS, ids=lambda d: f"{d[0]}-{d[1]}".replace("torch.", ""))
+def test_bitwise_operators_are_bitwise_on_integers_and_logical_on_bools(name, dtypes):
+    env = {"a": full_range(dtypes[0], seed=1), "b": full_range(dtypes[1], seed=2)}
+    assert_equal(*run_op(name, ("a", "b"), env))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool], ids=str)
+def test_invert_is_bitwise_not(dtype):
+    assert_equal(*run_op("bitwise_not", ("a",), {"a": full_range(dtype)}))
+
+
+LOGICAL_DTYPES = [torch.int32, torch.int64, torch.float32, torch.float16, torch.bool]
+
+
+def logical_operand(dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Zeros and nonzeros of `dtype`; floats with NaN, -0.0 and infinities."""
+    if dtype.is_floating_point:
+        specials = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"), 0.5, -1e-30, 3.0])
+        return specials[torch.randperm(8, generator=torch.Generator().manual_seed(seed))].to(dtype)
+    values = full_range(dtype, 8, seed)
+    return values if dtype == torch.bool else values * (torch.arange(8) % 3 != 0)
+
+
+@pytest.mark.parametrize("name", ["and", "or", "xor"])
+@pytest.mark.parametrize("first", LOGICAL_DTYPES, ids=str)
+@pytest.mark.parametrize("second", [torch.int32, torch.float32, torch.bool], ids=str)
+def test_logical_functions_take_any_dtype_and_give_bools(name, first, second):
+    env = {"a": logical_operand(first, 3), "b": logical_operand(second, 4)}
+    actual, expected = run_op(name, ("a", "b"), env)
+    assert expected.dtype == torch.bool
+    assert_equal(actual, expected)
+
+
+@pytest.mark.parametrize("dtype", LOGICAL_DTYPES, ids=str)
+def test_logical_not_takes_any_dtype(dtype):
+    assert_equal(*run_op("not", ("a",), {"a": logical_operand(dtype, 5)}))
+
+
+def test_operators_and_logical_functions_are_different_ops():
+    assert [s.op.name for s in spellings_of("a&b")] == ["bitwise_and"]
+    assert [s.op.name for s in spellings_of("~a")] == ["bitwise_not"]
+    assert [s.op.name for s in spellings_of("Tensor.__or__")] == ["bitwise_or"]
+    assert [s.op.name for s in spellings_of("torch.logical_xor")] == ["xor"]
+    # Typed as torch types them: logical functions give bools, the operators the integers' promotion.
+    nodes = (Node("and", ("i", "j"), "both", 1), Node("bitwise_and", ("i", "j"), "bits", 1))
+    region = Region("r", "m.py", "f", 1, 1, (Input("i", "i", True), Input("j", "j", True)), nodes, ())
+    assert value_dtypes(region, {"i": "int32", "j": "int64"}) == {"i": "int32", "j": "int64", "both": "bool", "bits": "int64"}
+
+
+# -- constants torch converts to the op's dtype ----------------------------------------------------
+@pytest.mark.parametrize("fill", [0.5, -2.7, 123456789.0, -10000.0, 3])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32], ids=str)
+def test_masked_fill_converts_its_fill_to_the_input_dtype(fill, dtype):
+    x = full_range(dtype) if not dtype.is_floating_point else torch.randn(64)
+    env = {"x": x, "m": torch.arange(64) % 3 == 0}
+    assert_equal(*run_op("masked_fill", ("x", "m", fill), env))
+
+
+@pytest.mark.parametrize("value", [0.5, 2.7, -1.5, 3])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_addcmul_truncates_its_value_for_integers_and_wraps_as_torch(value, dtype):
+    env = {"t": full_range(dtype, seed=6), "a": full_range(dtype, seed=7), "b": full_range(torch.int32, seed=8)}
+    actual, expected = run_op("addcmul", ("t", "a", "b", value), env)
+    assert expected.dtype == dtype
+    assert_equal(actual, expected)
+
+
+def test_addcmul_of_integers_beside_a_float_multiplies_floats():
+    """torch converts every operand to float32 first: the int32 product 3 * 100000 * 100000 does not wrap."""
+    env = {"t": torch.zeros(4), "a": torch.full((4,), 100000, dtype=torch.int32), "b": torch.full((4,), 100000, dtype=torch.int32)}
+    actual, expected = run_op("addcmul", ("t", "a", "b", 3), env)
+    assert expected[0] == 3e10
+    assert_equal(actual, expected)
+
+
+# -- integer arithmetic ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["floordiv", "remainder"])
+@pytest.mark.parametrize("divisor", [3, -3, 7])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_division_of_integers_by_a_constant_floors_as_torch(name, divisor, dtype):
+    assert_equal(*run_op(name, ("x", divisor), {"x": full_range(dtype, seed=9)}))
+
+
+@pytest.mark.parametrize("exponent", [2, 3])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_small_integer_powers_wrap_as_torch(exponent, dtype):
+    assert_equal(*run_op("pow", ("x", exponent), {"x": full_range(dtype, seed=10)}))
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "neg", "abs", "nan_to_num", "clamp_min", "sign", "relu"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_integer_arithmetic_wraps_as_torch(name, dtype):
+    operands = {1: ("x",), 2: ("x", "y"), 4: ("x", 0.0, None, None)}[BY_NAME[name].arity]
+    if name == "clamp_min":
+        operands = ("x", -5)
+    env = {"x": full_range(dtype, seed=11), "y": full_range(torch.int32, seed=12)}
+    assert_equal(*run_op(name, operands, {k: v for k, v in env.items() if k in operands}))
+
+
+# -- what the kernels refuse ---------------------------------------------------------------------
+def division_region() -> Region:
+    nodes = (Node("floordiv", ("x", "y"), "q", 1), Node("pow", ("q", 4), "p", 2, (1,)), Node("pow", ("x", 2), "s", 2, (1,)))
+    inputs = (Input("x", "x", True), Input("y", "y", True))
+    return Region("division", "test.py", "f", 1, 2, inputs, nodes, (Output("p", "p"), Output("s", "s")))
+
+
+def test_integer_division_by_a_tensor_and_general_powers_are_refused_with_why():
+    refusals = emit.triton.integer_refusals(division_region())
+    assert refusals == {
+        "q": "an integer floor division by a tensor (eager raises on a zero divisor)",
+        "p": "an integer power other than x ** 2 and x ** 3",
+    }
+    x, y = torch.tensor([7, -7], dtype=torch.int32), torch.tensor([0, 2], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        x // y  # what a kernel could not raise
+    with pytest.raises(ValueError, match="an integer floor division by a tensor"):
+        run_kernel(division_region(), [x, y], [], [torch.int32, torch.int32])
+
+
+def test_floating_calls_of_a_kernel_with_refusals_run():
+    x, y = torch.tensor([7.5, -7.0]), torch.tensor([2.0, 0.0])
+    p, s = run_kernel(division_region(), [x, y], [], [torch.float32, torch.float32])
+    assert torch.equal(p, (x // y) ** 4) and torch.equal(s, x**2)
+
+
+def test_kernel_files_and_launchers_name_the_refusals_alike():
+    assert emit.triton.INTEGER_REFUSALS == triton_support.INTEGER_REFUSALS
+    text = emit.triton.render_triton(division_region(), {})
+    assert '\ndivision_kernel.integer_refusals = {\n    "q": "an integer floor division' in text
+    # A region whose values are floats whatever its inputs refuses nothing.
+    floats = Region("f", "t.py", "f", 1, 1, (Input("x", "x", True),), (Node("to", ("x", "float32"), "h", 1, (1,)), Node("floordiv", ("h", "h"), "q", 1)), (Output("q", "q"),))
+    assert emit.triton.integer_refusals(floats) == {}
