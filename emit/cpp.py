@@ -1,15 +1,17 @@
 """The C++ backend: one C++17 source file with a kernel per region and `extern "C"` entry points.
 
-Dtype model: every floating tensor input and floating output of a region has one
-storage dtype T (float32, float64, float16 or bfloat16), computed in C (float, or
-double for float64); values the IR proves boolean (comparisons, isnan/isinf, logical
-ops, `to(bool)`, masks of `where`/`masked_fill`) are stored as `bool`. The kinds are
-exported beside each kernel (`{name}_kinds`), so the runtime (`cpp_support.py`) can
-convert a tensor whose dtype disagrees with them at the boundary; integer tensors are
-outside the model and take the eager fallback. Values of an integer dtype (after `x.int()`)
-are computed in their C++ integer type, wrapping as torch's; a region with an integer op
-whose template is not exact on integers gets no kernel (`integer_support`), and its kinds
-string says why.
+Dtype model: each kernel is a template over the dtypes eager gives its values on a call.
+Values whose dtype follows the inputs' (`transpiler.dtypes.type_classes`) are grouped into
+classes of equal dtype, one type parameter each (T, T1, ...); values of a fixed dtype
+(`x.half()`, a comparison's bool) have it written out. Floating values are computed in C
+(float, or double where a value is float64) and rounded to their dtype after every op, as
+eager holds them; values the IR proves boolean are `bool`; integer values are computed in
+their C++ integer type, wrapping as torch's. Four extern "C" entry points instantiate a
+kernel for calls whose floating inputs share one dtype; the runtime (`cpp_support.py`)
+builds an instantiation for any other call whose dtypes fit the classes (`bind`). The
+types are exported beside each kernel (`{name}_kinds`, `{name}_types`). A region with an
+integer op whose template is not exact on integers gets no kernel (`integer_support`),
+and its kinds string says why.
 
 Regions with reductions get a row kernel instead (`_render_row_kernel`): threads share the
 rows, and each row runs the passes of `transpiler.lowering.passes` as vectorised loops over
@@ -26,18 +28,11 @@ from enum import Enum
 from typing import ClassVar
 
 from transpiler import lowering
-from transpiler.dtypes import storage_dtypes
+from transpiler.dtypes import TypeClass, type_classes
 from transpiler.ir import Node, Operand, Region
 from transpiler.lowering import Level, RowRegion
 from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, Domain, OpKind
 
-# Storage type T and compute type C of each entry point, by torch dtype name.
-ENTRY_TYPES = {
-    "float32": ("float", "float"),
-    "float64": ("double", "double"),
-    "float16": ("transpile::half", "float"),
-    "bfloat16": ("transpile::bfloat16", "float"),
-}
 # C++ types that casts name (`to(dtype)`): values are rounded through them, then computed in C.
 CAST_TYPES = {
     "float32": "float",
@@ -84,11 +79,12 @@ _ROW_KERNEL_NAMES = frozenset(
 
 
 DTYPE_MODEL = """\
-// Dtype model: each kernel is a template over T, the storage type of all its floating tensors
-// (float, double, half or bfloat16), and C, the type it computes in (double for double, else
-// float); boolean values are bool, integer values (`x.int()`) their C++ integer type. The extern "C"
-// entry points at the end instantiate it once per dtype of T, and `<kernel>_kinds` says which
-// tensors are T and which are bool."""
+// Dtype model: each kernel is a template over the dtypes eager gives its values on a call: T, T1, ...
+// each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
+// the kernel; C is the type it computes in (double where a value is double, else float). Each value
+// is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
+// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
+// floating inputs share one dtype; the runtime builds any other instantiation a call needs."""
 
 
 class Kind(Enum):
@@ -107,9 +103,13 @@ class Names:
     # The one activation module's code (`self.act`): a template parameter ACT of the kernel, so that
     # each instantiation keeps one op and its loops vectorise; None without exactly one.
     activation: str | None = None
-    # The C++ type eager holds each value in where that can be narrower than the compute type C
-    # (`storage_types`): the kernel rounds the value to it, as eager does after every op.
+    # The C++ type eager holds each value in (`value_types`): a class's type parameter or a fixed
+    # type; the kernel rounds the value to it, as eager does after every op.
     types: dict[str, str] = field(default_factory=dict)
+    # The type parameters, each with its class of values.
+    classes: tuple[tuple[str, TypeClass], ...] = ()
+    # The values of a fixed dtype (torch's name), for the runtime's check of eager's dtypes.
+    fixed: dict[str, str] = field(default_factory=dict)
     SUFFIXES: ClassVar[tuple[str, ...]] = tuple(
         "_ptr _out _strides _offset _row _step _nan _block _total _saved".split()
     )
@@ -166,23 +166,30 @@ def render_cpp_file(regions: list[Region], source_lines: dict[int, str], header:
                 f'extern const char {r.name}_kinds[] = "{UNSUPPORTED}{reason}";\n'
             )
         elif r.name in lowered:
-            kernels.append(_render_row_kernel(lowered[r.name], source_lines))
-            entry_points.append(_render_row_entry_points(lowered[r.name]))
+            entry, externs = _render_row_entry_points(lowered[r.name])
+            kernels.append(f"{_render_row_kernel(lowered[r.name], source_lines)}\n{entry}")
+            entry_points.append(externs)
         else:
-            kernels.append(_render_kernel(r, source_lines))
-            entry_points.append(_render_entry_points(r))
+            entry, externs = _render_entry_points(r)
+            kernels.append(f"{_render_kernel(r, source_lines)}\n{entry}")
+            entry_points.append(externs)
     parts = [
         "\n".join(f"// {line}".rstrip() for line in header.splitlines()),
         '#include "transpile_runtime.h"',
         DTYPE_MODEL,
         "namespace transpile {\n\n" + "\n".join(kernels) + "\n}  // namespace transpile",
-        'extern "C" {\n\n' + "\n".join(entry_points) + '\n}  // extern "C"',
+        f"// A build of one call's instantiation (cpp_support.py) defines {ONE_SIGNATURE}: it needs none of these.\n"
+        f"#ifndef {ONE_SIGNATURE}\n"
+        'extern "C" {\n\n' + "\n".join(entry_points) + '\n}  // extern "C"\n'
+        "#endif",
     ]
     return "\n\n".join(parts) + "\n"
 
 
 # A region's kinds string starts so when it has no kernel: the runtime gives the rest as the reason.
 UNSUPPORTED = "unsupported: "
+# Defined by the runtime's build of one instantiation, which includes the kernel file (cpp_support.py).
+ONE_SIGNATURE = "TRANSPILE_ONE_SIGNATURE"
 
 
 def _unsupported(region: Region | RowRegion) -> str | None:
@@ -238,12 +245,34 @@ def _operand_kind(node: Node, position: int, kinds: dict[str, Kind]) -> Kind:
     return kinds[operand]
 
 
-def kinds_signature(region: Region) -> str:
-    """The storage kind of each tensor input and output, as exported for the runtime: `x:T mask:bool -> y:T`."""
+def _qualified(ctype: str) -> str:
+    """A C++ type as named outside namespace transpile."""
+    return f"transpile::{ctype}" if ctype in ("half", "bfloat16") else ctype
+
+
+def kinds_signature(region: Region, names: Names) -> str:
+    """The element type of each tensor input and output, as exported for the runtime: `x:T mask:bool -> y:T1`,
+    a type parameter, `bool` or the dtype of a value of a fixed dtype (`h:float16`)."""
     kinds = value_kinds(region)
-    inputs = " ".join(f"{item.name}:{kinds[item.name].value}" for item in region.tensor_inputs)
-    outputs = " ".join(f"{output.value}:{kinds[output.value].value}" for output in region.outputs)
+
+    def kind(value: str) -> str:
+        if kinds[value] is Kind.BOOL:
+            return "bool"
+        return names.fixed.get(value) or names.types[value]
+
+    inputs = " ".join(f"{item.name}:{kind(item.name)}" for item in region.tensor_inputs)
+    outputs = " ".join(f"{output.value}:{kind(output.value)}" for output in region.outputs)
     return f"{inputs} -> {outputs}".strip()
+
+
+def types_signature(names: Names) -> str:
+    """The values of each type parameter, with its dtype in each entry point, and those of each fixed dtype, as
+    exported for the runtime (`cpp_support.Types`): `T:float32,float64,float16,bfloat16=x,t0 bool=t1`."""
+    groups = [f"{name}:{','.join(c.uniform)}={','.join(c.members)}" for name, c in names.classes]
+    fixed: dict[str, list[str]] = {}
+    for value, dtype in names.fixed.items():
+        fixed.setdefault(dtype, []).append(value)
+    return " ".join([*groups, *(f"{dtype}={','.join(values)}" for dtype, values in fixed.items())])
 
 
 # -- names ------------------------------------------------------------------------------
@@ -259,40 +288,40 @@ def cpp_names(region: Region, reserved: frozenset[str] = frozenset(), typed: Reg
     for value in values:
         name = re.sub(r"\W", "_", value)
         taken = (*chosen.values(), *values)  # renamed values keep their suffixed names clear of the others
-        while name in claimed or name in chosen.values() or _is_derived(name, taken):
+        while name in claimed or name in chosen.values() or _is_derived(name, taken) or _TYPE_PARAMETER.fullmatch(name):
             name += "_"
         chosen[value] = name
     codes = {node.operands[1] for node in region.nodes if node.op == ACTIVATION.name}
     activation = next(iter(codes)) if len(codes) == 1 else None
-    return Names(chosen, frozenset(item.name for item in region.scalar_inputs), activation, storage_types(region, typed))
+    classes, fixed = value_types(region, typed)
+    types = {member: name for name, c in classes for member in c.members}
+    types |= {value: CAST_TYPES[dtype] for value, dtype in fixed.items()}
+    scalars = frozenset(item.name for item in region.scalar_inputs)
+    return Names(chosen, scalars, activation, types, classes, fixed)
 
 
-# The four storage types T of a kernel's floating tensors, in `by_storage`'s order (transpile_runtime.h).
-_STORAGE_ORDER = ("float32", "float64", "float16", "bfloat16")
+# The dtype of the floating inputs of each extern "C" entry point, in order.
+ENTRY_DTYPES = ("float32", "float64", "float16", "bfloat16")
+# A kernel's type parameters: T, T1, T2, ... (a value of such a name is renamed).
+_TYPE_PARAMETER = re.compile(r"T\d*")
 
 
-def storage_types(region: Region, typed: Region | None = None) -> dict[str, str]:
-    """Per computed value that eager may hold in a type narrower than C, that type as a C++ expression.
+def value_types(region: Region, typed: Region | None = None) -> tuple[tuple[tuple[str, TypeClass], ...], dict[str, str]]:
+    """The kernel's type parameters with their classes of values, and the values of a fixed dtype.
 
-    The kernel's floating tensors are all of one storage type T (bools aside), so each value's
-    eager dtype follows from T alone: `T` (a half region's intermediates are halves), a fixed
-    type (`half` after `x.half()`), or `by_storage<T, ...>`, one type per T. Values typed double,
-    bool, or not at all (inside a lowered reduction) are computed as they are. A lowered region's
-    dtypes are those of `typed`, where a reduction's result has its operand's dtype.
+    An output the table cannot type is a class of its own: the runtime reads its dtype on the
+    call. Values typed neither way (inside a lowered reduction) are computed in C as they are.
+    A lowered region's dtypes are those of `typed`, where a reduction's result has its operand's dtype.
     """
     kinds = value_kinds(region)
     bools = frozenset(item.name for item in region.tensor_inputs if kinds[item.name] is Kind.BOOL)
-    types = {}
-    for value, dtypes in storage_dtypes(region, bools, _STORAGE_ORDER, typed).items():
-        if kinds[value] is Kind.BOOL or set(dtypes) == {"float64"}:
-            continue
-        if dtypes == _STORAGE_ORDER:
-            types[value] = "T"
-        elif len(set(dtypes)) == 1:
-            types[value] = CAST_TYPES[dtypes[0]]
-        else:
-            types[value] = f"by_storage<T, {', '.join(CAST_TYPES[d] for d in dtypes)}>"
-    return types
+    classes, fixed = type_classes(region, bools, ENTRY_DTYPES, typed)
+    typed_values = {member for c in classes for member in c.members} | set(fixed)
+    classes += tuple(
+        TypeClass((o.value,), ENTRY_DTYPES) for o in region.outputs if o.value not in typed_values
+    )
+    names = ("T", *(f"T{k}" for k in range(1, len(classes))))
+    return tuple(zip(names, classes)), fixed
 
 
 def _is_derived(name: str, values: Iterable[str]) -> bool:
@@ -353,7 +382,7 @@ def _wanted_kind(node: Node, position: int, kinds: dict[str, Kind]) -> Kind:
 # torch's CPU pow special-cases a scalar exponent (2, 3, 0.5, ...: multiplications and roots) and
 # takes std::pow for a tensor exponent; they differ at -inf and -0.0 (`pow(-inf, 0.5)` is inf,
 # `sqrt(-inf)` NaN). A constant exponent folds `power_scalar`'s tests away.
-_SCALAR_POWER = "power_scalar<T>({0}, {1})"
+_SCALAR_POWER = "power_scalar<{type}>({{0}}, {{1}})"
 
 
 def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
@@ -362,14 +391,14 @@ def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
         return _render_activation(node, names, kinds)
     template = node.definition.cpp
     if node.op == "pow" and (1 in node.constants or node.operands[1] in names.scalars):
-        template = _SCALAR_POWER
+        template = _SCALAR_POWER.format(type=names.types.get(node.out, "C"))
     for position in node.constants:
         template = template.replace(f"C({{{position}}})", f"{{{position}}}")  # the literal is already a C(...)
     operands = [_render_operand(node, position, names, kinds) for position in range(len(node.operands))]
     integer = names.integer(node.out)
     ctype = "bool" if kinds[node.out] is Kind.BOOL else integer or "C"
     value = template.format(*operands)
-    if node.out in names.types and integer is None:
+    if kinds[node.out] is Kind.FLOAT and names.types.get(node.out, "double") != "double" and integer is None:
         value = f"rounded<{names.types[node.out]}, C>({value})"
     return f"const {ctype} {names.value(node.out)} = {value};"
 
@@ -408,21 +437,24 @@ def _render_activation(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
 
 
 # -- the kernel ---------------------------------------------------------------------------
-_STORAGE = {Kind.FLOAT: "T", Kind.BOOL: "bool"}
+def _storage(name: str, names: Names, kinds: dict[str, Kind]) -> str:
+    """The C++ type of a tensor input's or output's elements: its value's type, bool for a boolean value."""
+    return "bool" if kinds[name] is Kind.BOOL else names.types[name]
 
 
 def _data_parameters(region: Region, names: Names, kinds: dict[str, Kind], per_row: Iterable[str] = ()) -> list:
     """(declaration, comment) of the kernel's pointers and scalars; `per_row`: outputs with one value per row."""
     per_row = set(per_row)
     parameters = [
-        (f"const {_STORAGE[kinds[t.name]]}* {names.pointer(t.name)}", f"input {t.source}") for t in region.tensor_inputs
+        (f"const {_storage(t.name, names, kinds)}* {names.pointer(t.name)}", f"input {t.source}")
+        for t in region.tensor_inputs
     ]
     parameters += [
         (f"{_ctype(kinds[s.name])} {names.value(s.name)}", f"scalar {s.source}") for s in region.scalar_inputs
     ]
     parameters += [
         (
-            f"{_STORAGE[kinds[o.value]]}* {names.output(o.value)}",
+            f"{_storage(o.value, names, kinds)}* {names.output(o.value)}",
             f"output {o.target}"
             + ("" if o.target == o.value else f" ({o.value})")
             + (": one value per row" if o.value in per_row else ""),
@@ -437,8 +469,20 @@ def _signature(name: str, parameters: list[tuple[str, str]], names: Names) -> st
     declarations = [f"{d}," for d, _ in parameters[:-1]] + [f"{parameters[-1][0]}) {{"]
     width = max(len(d) for d in declarations)
     lines = "\n".join(f"    {d:<{width}}  // {comment}" for d, (_, comment) in zip(declarations, parameters))
-    activation = ", int ACT" if names.activation else ""
-    return f"template <typename T, typename C{activation}>\nstatic void {name}(\n{lines}\n"
+    return f"{_template(names)}\nstatic void {name}(\n{lines}\n"
+
+
+def _template(names: Names) -> str:
+    """The kernel's template line, after a comment saying which values each type parameter holds."""
+    comments = []
+    for name, c in names.classes:
+        members = [names.value(m) for m in c.members]
+        first, *rest = _wrap([f"{name}: the dtype of {members[0]}", *members[1:]], "", 114).split("\n")
+        comments += [f"// {first}", *(f"//   {line}" for line in rest)]
+    parameters = [f"typename {name}" for name, _ in names.classes] + ["typename C"]
+    if names.activation:
+        parameters.append("int ACT")
+    return "\n".join([*comments, f"template <{', '.join(parameters)}>"])
 
 
 def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
@@ -590,11 +634,11 @@ class _Strided:
 def _strided_tensors(lowered: RowRegion, names: Names, kinds: dict[str, Kind]) -> list[_Strided]:
     """The ELEMENT tensors in the runtime's stride order: the tensor inputs, then the element outputs."""
     tensors = [
-        _Strided(t.name, t.source, f"const {_STORAGE[kinds[t.name]]}*", names.pointer(t.name))
+        _Strided(t.name, t.source, f"const {_storage(t.name, names, kinds)}*", names.pointer(t.name))
         for t in lowered.region.tensor_inputs
     ]
     return tensors + [
-        _Strided(o.value, o.target, f"{_STORAGE[kinds[o.value]]}*", names.output(o.value))
+        _Strided(o.value, o.target, f"{_storage(o.value, names, kinds)}*", names.output(o.value))
         for o in lowered.element_outputs
     ]
 
@@ -885,68 +929,72 @@ def _render_row_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
 
 
 # -- entry points -------------------------------------------------------------------------
-def _render_entry_points(region: Region) -> str:
-    """The kinds string, then one `extern "C"` function per storage dtype, arguments in the runtime's order."""
-    strides = [f"transpile::strides_of(strides, {k})" for k in range(len(region.tensor_inputs))]
-    return _entry_points(
-        region,
-        cpp_names(region),
-        ["int64_t n_elements", "const int64_t* sizes", "const int64_t* strides", "int contiguous"],
-        ["n_elements", "sizes", *strides, "contiguous != 0"],
-    )
+# The parameters after the data of every pointwise and row kernel's entry points (cpp_support.py's layouts).
+POINTWISE_LAYOUT = ("int64_t n_elements", "const int64_t* sizes", "const int64_t* strides", "int contiguous")
+ROWS_LAYOUT = ("int64_t n_rows", "int64_t row_size", "const int64_t* outer_sizes", "const int64_t* strides", "int contiguous")
 
 
-def _entry_points(region: Region, names: Names, layout: list[str], layout_arguments: list[str]) -> str:
-    """The entry points of a kernel: its data pointers and scalars, then the `layout` parameters it passes on."""
+def _render_entry_points(region: Region) -> tuple[str, str]:
+    """The entry template and the extern "C" part of a pointwise kernel: strides per tensor input."""
+    strides = [f"strides_of(strides, {k})" for k in range(len(region.tensor_inputs))]
+    return _entry_points(region, cpp_names(region), POINTWISE_LAYOUT, ["n_elements", "sizes", *strides, "contiguous != 0"])
+
+
+def _render_row_entry_points(lowered: RowRegion) -> tuple[str, str]:
+    """The entry template and the extern "C" part of a row kernel: strides per ELEMENT tensor."""
+    region = lowered.region
+    names = cpp_names(region, _ROW_KERNEL_NAMES, lowered.original)
+    count = len(region.tensor_inputs) + len(lowered.element_outputs)
+    strides = [f"strides_of(strides, {k})" for k in range(count)]
+    return _entry_points(region, names, ROWS_LAYOUT, ["n_rows", "row_size", "outer_sizes", *strides, "contiguous != 0"])
+
+
+def _entry_points(region: Region, names: Names, layout: tuple[str, ...], layout_arguments: list[str]) -> tuple[str, str]:
+    """A kernel's entry template, `{name}_entry<T..., C>` over untyped pointers (data pointers and scalars, then
+    the `layout` parameters it passes on as `layout_arguments`), and its extern "C" part: the kinds and types
+    strings, and one entry point per dtype of ENTRY_DTYPES."""
     kinds = value_kinds(region)
     tensors = region.tensor_inputs
     parameters = [f"const void* {names.value(t.name)}" for t in tensors]
     parameters += [f"double {names.value(s.name)}" for s in region.scalar_inputs]
     parameters += [f"void* {names.value(o.value)}" for o in region.outputs]
     parameters += layout
+    arguments = [f"static_cast<const {_storage(t.name, names, kinds)}*>({names.value(t.name)})" for t in tensors]
+    arguments += [names.value(s.name) for s in region.scalar_inputs]
+    arguments += [f"static_cast<{_storage(o.value, names, kinds)}*>({names.value(o.value)})" for o in region.outputs]
+    arguments += layout_arguments
+    types = [name for name, _ in names.classes] + ["C"]
+    call = f"{region.name}<{', '.join(types)}"
+    if names.activation is None:
+        body = f"  {call}>(\n{_wrap(arguments, '      ')});\n"
+    else:  # one instantiation per code of ACTIVATION_OPS: the kernel's op is known when it is compiled
+        code = f"static_cast<int>({names.value(names.activation)})"
+        body = (
+            f"  with_constant<{len(ACTIVATION_OPS)}>({code}, [&](auto ACT) {{\n"
+            f"    {call}, decltype(ACT)::value>(\n{_wrap(arguments, ' ' * 8)});\n"
+            "  });\n"
+        )
+    entry = (
+        f"// {region.name} on untyped pointers, for the extern \"C\" entry points.\n"
+        f"template <{', '.join(f'typename {t}' for t in types)}>\n"
+        f"static void {region.name}_entry(\n{_wrap(parameters, '    ')}) {{\n{body}}}\n"
+    )
+    forwarded = [p.split()[-1].lstrip("*") for p in parameters]
     functions = []
-    for dtype, (storage, compute) in ENTRY_TYPES.items():
-        cast = {Kind.FLOAT: storage, Kind.BOOL: "bool"}
-        arguments = [f"static_cast<const {cast[kinds[t.name]]}*>({names.value(t.name)})" for t in tensors]
-        arguments += [names.value(s.name) for s in region.scalar_inputs]
-        arguments += [f"static_cast<{cast[kinds[o.value]]}*>({names.value(o.value)})" for o in region.outputs]
-        arguments += layout_arguments
-        call = f"transpile::{region.name}<{storage}, {compute}"
-        if names.activation is None:
-            body = f"  {call}>(\n{_wrap(arguments, '      ')});\n"
-        else:  # one instantiation per code of ACTIVATION_OPS: the kernel's op is known when it is compiled
-            code = f"static_cast<int>({names.value(names.activation)})"
-            body = (
-                f"  transpile::with_constant<{len(ACTIVATION_OPS)}>({code}, [&](auto ACT) {{\n"
-                f"    {call}, decltype(ACT)::value>(\n{_wrap(arguments, ' ' * 8)});\n"
-                "  });\n"
-            )
-        functions.append(f"void {region.name}_{dtype}(\n{_wrap(parameters, '    ')}) {{\n{body}}}\n")
-    return (
-        f"// {region.name}: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).\n"
-        f'extern const char {region.name}_kinds[] = "{kinds_signature(region)}";\n\n' + "\n".join(functions)
+    for k, dtype in enumerate(ENTRY_DTYPES):
+        bound = [_qualified(CAST_TYPES[c.uniform[k]]) for _, c in names.classes]
+        wide = "float64" in (*(c.uniform[k] for _, c in names.classes), *names.fixed.values())
+        call = f"transpile::{region.name}_entry<{', '.join([*bound, 'double' if wide else 'float'])}>"
+        functions.append(
+            f"void {region.name}_{dtype}(\n{_wrap(parameters, '    ')}) {{\n{_call(call, forwarded, 2)}}}\n"
+        )
+    externs = (
+        f"// {region.name}: the element type of each tensor input and output (T...: see the kernel), and the\n"
+        "// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.\n"
+        f'extern const char {region.name}_kinds[] = "{kinds_signature(region, names)}";\n'
+        f'extern const char {region.name}_types[] = "{types_signature(names)}";\n\n' + "\n".join(functions)
     )
-
-
-def _render_row_entry_points(lowered: RowRegion) -> str:
-    """The entry points of a row kernel: `launch_rows`' layout after the data, strides per ELEMENT tensor."""
-    region = lowered.region
-    names = cpp_names(region, _ROW_KERNEL_NAMES, lowered.original)
-    strides = [
-        f"transpile::strides_of(strides, {k})" for k in range(len(region.tensor_inputs) + len(lowered.element_outputs))
-    ]
-    return _entry_points(
-        region,
-        names,
-        [
-            "int64_t n_rows",
-            "int64_t row_size",
-            "const int64_t* outer_sizes",
-            "const int64_t* strides",
-            "int contiguous",
-        ],
-        ["n_rows", "row_size", "outer_sizes", *strides, "contiguous != 0"],
-    )
+    return entry, externs
 
 
 def _wrap(items: list[str], indent: str, width: int = 120) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from emit.cpp import Kind, render_cpp_file, value_kinds
+from emit.cpp import render_cpp_file
 from emit.layout import LINE_LENGTH, double_quoted, hug_powers, layout_text
 from emit.triton import render_triton_file
 from transpiler.dtypes import bool_hazards, stored_constants
@@ -376,7 +376,7 @@ def _kernels_text(regions: list[Region], source_path: str, stem: str, depth: int
             f'{region.name} = Kernel("{region.name}", {region.name}_reference, tensor_inputs={len(region.tensor_inputs)}, '
             f"shapes={shape_program(kernel)}, "
             f'source="{source_path}:{region.lines}", triton=(_TRITON_FILE, "{region.name}_kernel"), cpp=_CPP_FILE'
-            f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)}{_bool_hazards(kernel)}{_bool_inputs(kernel)})\n"
+            f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)}{_bool_hazards(kernel)})\n"
         )
     return "".join(parts).rstrip("\n") + "\n" + "".join(f"\n\n{block}" for block in blocks)
 
@@ -431,13 +431,6 @@ def _bool_hazards(region: Region) -> str:
     positions = {item.name: n for n, item in enumerate(region.tensor_inputs)}
     hazards = tuple(tuple(sorted(positions[name] for name in hazard)) for hazard in bool_hazards(region))
     return f", bool_hazards={hazards!r}" if hazards else ""
-
-
-def _bool_inputs(region: Region) -> str:
-    """The `bool_inputs=` argument: the tensor inputs the kernels read only as bools (emit/cpp.py's kinds)."""
-    kinds = value_kinds(region)
-    positions = tuple(n for n, item in enumerate(region.tensor_inputs) if kinds[item.name] is Kind.BOOL)
-    return f", bool_inputs={positions!r}" if positions else ""
 
 
 def _like_inputs(checks: tuple[tuple[str, int], ...]) -> str:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 ROOT = Path(__file__).resolve().parent.parent
 # "cuda": the Triton kernels compiled for a GPU, the programs and their inputs on it (`benchmarks/fuzz.py`
@@ -624,10 +625,20 @@ def _reduced_length(program: Program) -> int:
     return max((s for i in program.inputs for s in i.shape), default=1) if any(s.reduces for s in program.body) else 1
 
 
-def value_mismatch(actual: torch.Tensor, expected: torch.Tensor, wide: torch.Tensor | None, ops: int, length: int) -> str | None:
+def value_mismatch(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    wide: torch.Tensor | None,
+    ops: int,
+    length: int,
+    computed: torch.dtype | None = None,
+) -> str | None:
     """Where `actual` differs from eager's `expected` by more than the op chain's rounding allows, or None.
 
-    The bound per element: `rtol * (|expected| + 1)` from the result dtype's epsilon, the chain's
+    The bound per element: `rtol * (|expected| + 1)` from the epsilon of the result dtype, or of
+    float32 where eager computed an op in it (`computed`: the narrowest floating dtype of any op's
+    result; a float32 gelu cast to float64 carries float32's rounding, and a kernel computing it in
+    double before rounding differs from torch's float gelu by an ulp of float32), the chain's
     op count and the reduced length, plus twice the distance between eager and `wide`, the same
     program run with float32 inputs, buffers and parameters widened to float64 (explicit casts
     kept): an ill-conditioned element (a cancellation, an overflow at the boundary, a comparison
@@ -642,7 +653,9 @@ def value_mismatch(actual: torch.Tensor, expected: torch.Tensor, wide: torch.Ten
         cond = torch.where(torch.isnan(exp) == torch.isnan(w), (exp - w).abs().nan_to_num(nan=0.0, posinf=math.inf), torch.full_like(exp, math.inf))
         cond = torch.where((exp == w) | (torch.isnan(exp) & torch.isnan(w)), torch.zeros_like(cond), cond)
     if expected.dtype.is_floating_point:
-        rtol = 4 * EPS.get(expected.dtype, 2.0**-23) * (ops + 1) * length
+        # Only float32 widens the bound: a missed rounding to half or bfloat16 must stay visible.
+        eps = max(EPS.get(expected.dtype, 2.0**-23), EPS[computed] if computed == torch.float32 else 0.0)
+        rtol = 4 * eps * (ops + 1) * length
     else:
         rtol = 0.0
     with torch.no_grad():
@@ -657,6 +670,22 @@ def value_mismatch(actual: torch.Tensor, expected: torch.Tensor, wide: torch.Ten
         f"{int(bad.sum())} of {bad.numel()} elements differ, first at {list(index)}: "
         f"eager {expected[index].item()!r}, transpiled {actual[index].item()!r}"
     )
+
+
+class _Narrowest(TorchFunctionMode):
+    """Records the narrowest floating dtype of any op's tensor result (the largest epsilon)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtype: torch.dtype | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        for value in result if isinstance(result, (tuple, list)) else (result,):
+            if isinstance(value, torch.Tensor) and value.dtype in EPS:
+                if self.dtype is None or EPS[value.dtype] > EPS[self.dtype]:
+                    self.dtype = value.dtype
+        return result
 
 
 def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -696,7 +725,8 @@ def compare(program: Program, original_cls, transpiled_cls, device: str = "cpu")
     eager_in = [make_input(i, device=device) for i in program.inputs]
     ours_in = [make_input(i, device=device) for i in program.inputs]
     wide_in = [make_input(i, wide=True, device=device) for i in program.inputs]
-    expected, eager_error = _call(original, eager_in)
+    with _Narrowest() as narrowest:
+        expected, eager_error = _call(original, eager_in)
     actual, error = _call(transpiled, ours_in)
     if eager_error or error:
         if eager_error and not error:
@@ -715,7 +745,7 @@ def compare(program: Program, original_cls, transpiled_cls, device: str = "cpu")
             return "wrong shape", f"output {k}: eager {tuple(e.shape)}, transpiled {tuple(a.shape)}"
         if a.dtype != e.dtype:
             return "wrong dtype", f"output {k}: eager {e.dtype}, transpiled {a.dtype}"
-        mismatch = value_mismatch(a, e, wide[k] if wide else None, ops, length)
+        mismatch = value_mismatch(a, e, wide[k] if wide else None, ops, length, narrowest.dtype)
         if mismatch:
             return "wrong value", f"output {k} ({e.dtype}): {mismatch}"
         eager_alias = [i for i, x in enumerate(eager_in) if _shares_storage(e, x)]

@@ -36,7 +36,7 @@ from emit.cpp import render_cpp_file
 from emit.runtime import Kernel
 from emit.runtime import cpp_support
 from emit.runtime.cpp_support import CppBuildError, CppLibrary, build, find_compiler
-from tests.transpiled import importable, shapes_of
+from tests.transpiled import importable, reference_of, shapes_of
 from transpiler.engine import Cache, RunResult
 from transpiler.ir import Input, Node, Output, Region
 
@@ -58,12 +58,8 @@ REGION = Region(
 SOURCE_NAME = "_cache_kernels.cpp"
 
 
-def reference(x, y):
-    return ((x + y) * 2.0,)
-
-
 def make_kernel(source: Path) -> Kernel:
-    return Kernel(REGION.name, reference, 2, shapes_of(REGION), "test.py:1", cpp=source)
+    return Kernel(REGION.name, reference_of(REGION), 2, shapes_of(REGION), "test.py:1", cpp=source)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +97,7 @@ def _runs_the_kernel(source: Path) -> None:
     kernel = make_kernel(source)
     x, y = _inputs()
     (out,) = kernel(x, y)
-    torch.testing.assert_close(out, reference(x, y)[0], rtol=0, atol=0)  # one add and one multiply: exact
+    torch.testing.assert_close(out, (x + y) * 2.0, rtol=0, atol=0)  # one add and one multiply: exact
     assert dict(kernel.counts) == {"cpp": 1}
 
 

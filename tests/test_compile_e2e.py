@@ -18,7 +18,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from emit.runtime import MIXED_FLOATS  # noqa: E402  (the text the compiled copy of the runtime reports)
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "compiled"
@@ -181,11 +180,13 @@ def test_a_plan_per_call_signature(compiled, monkeypatch, tmp_path):
     transposed = torch.randn(16, 4, 3).permute(2, 1, 0)  # the same shape, other strides
     for inputs in (x, x, x.clone(), transposed, transposed, x.half()):
         (expected,) = kernel.reference(inputs, norm.weight, norm.eps)  # the original statements, eager
-        torch.testing.assert_close(norm(inputs), expected)
-    # A half x beside the float32 weight: eager squares x in half, the kernel (one floating dtype) cannot.
-    mixed = f"fallback: {MIXED_FLOATS}"
-    assert kernel.counts == {"cpp": 5, mixed: 1}
-    assert len(kernel._plans) == 3  # contiguous float32, transposed float32, float16 (a fallback, kept too)
+        # A half x beside the float32 weight: eager computes each value up to `x * rsqrt(...)` in half, the
+        # last product in float32. torch's half rsqrt is not always the correctly rounded one the kernel
+        # computes: an ulp of half in rsqrt and one more in the product, relative to the result.
+        tolerance = {"rtol": 2 * 2**-10, "atol": 1e-5} if inputs.dtype == torch.float16 else {}
+        torch.testing.assert_close(norm(inputs), expected, **tolerance)
+    assert kernel.counts == {"cpp": 6}
+    assert len(kernel._plans) == 3  # contiguous float32, transposed float32, float16 beside float32
 
 
 def test_mixed_floating_dtypes_run_widened_where_eager_computes_in_the_widest(compiled, monkeypatch, tmp_path):

@@ -25,13 +25,15 @@ from emit.cpp import Kind, render_cpp_file, value_kinds
 from emit.runtime import Kernel, layout
 from emit.runtime.cpp_support import (
     NO_COMPILER,
+    Binding,
     CppBuildError,
     CppLibrary,
+    Kinds,
+    Types,
+    bind,
     find_compiler,
-    storage_dtype,
-    unsupported,
 )
-from tests.transpiled import shapes_of
+from tests.transpiled import reference_of, shapes_of
 from transpiler.ir import Input, Node, Output, Region
 from transpiler.ops import BY_NAME, CAST, OPS, Op
 
@@ -326,7 +328,6 @@ def run(library: Libraries, case: Case, tensors: list[torch.Tensor], scalars: li
     metas = case.reference(*(t.to("meta") for t in tensors), *scalars)
     shape = torch.broadcast_shapes(*(t.shape for t in tensors))
     outputs = tuple(torch.empty(shape, dtype=m.dtype) for m in metas)
-    assert unsupported([t.dtype for t in tensors], [o.dtype for o in outputs]) is None
     contiguous, sizes, strides = layout(tensors, shape)
     library.call(case.region.name, tensors, scalars, outputs, math.prod(shape), sizes, strides, contiguous)
     return outputs
@@ -426,7 +427,7 @@ def test_runtime_kernel_runs_cpp(kernel_files, cache_dir):
     """Through the runtime's Kernel: the C++ path runs and agrees with the region's eager code."""
     case = CASES["fused_gelu_tanh_scale"]
     part = list(CASES).index(case.region.name) % BUILD_JOBS
-    kernel = Kernel(case.region.name, case.reference, 1, shapes_of(case.region), "test.py:1-2", cpp=kernel_files[part])
+    kernel = Kernel(case.region.name, reference_of(case.region), 1, shapes_of(case.region), "test.py:1-2", cpp=kernel_files[part])
     h = torch.randn(64, 33)[:, 1:]
     (out,) = kernel(h, 0.5)
     assert_matches((out,), case.reference(h, 0.5))
@@ -434,18 +435,27 @@ def test_runtime_kernel_runs_cpp(kernel_files, cache_dir):
 
 
 # -- dtype model ----------------------------------------------------------------------------
-def test_unsupported_dtypes():
-    assert unsupported([torch.float16, torch.bool], [torch.float16, torch.bool]) is None
-    assert unsupported([torch.bool], [torch.bool]) is None
-    # Integer inputs: the runtime decides (Kernel._promotes_integers); integer outputs are not taken.
-    assert unsupported([torch.int32], [torch.float32]) is None
-    assert "int32" in unsupported([torch.float32], [torch.int32])
-    assert "int64" in unsupported([torch.float32], [torch.int64])
-    # Several floating dtypes: the runtime decides (Kernel._computes_in); they are stored in the widest.
-    assert unsupported([torch.float32, torch.float16], [torch.float32]) is None
-    assert storage_dtype([torch.bfloat16, torch.bool, torch.float16]) == torch.float32
-    assert storage_dtype([torch.float32, torch.float64]) == torch.float64
-    assert storage_dtype([torch.bool]) == torch.float32
+def test_bind_types_each_class_from_eager_dtypes():
+    """`bind` gives each type parameter eager's dtype of its values, and refuses what the kernel cannot compute."""
+    kinds = Kinds.parse("x:T w:T1 i:T2 m:bool -> y:T3 c:bool")
+    uniform = "float32,float64,float16,bfloat16"
+    types = Types.parse(f"T:{uniform}=x,h T1:{uniform}=w T2:{uniform}=i T3:{uniform}=y bool=c")
+    f16, f32, f64, i64 = torch.float16, torch.float32, torch.float64, torch.int64
+    readers = {"x": ["h"], "w": ["y"], "i": ["y"], "m": ["c"]}
+    inputs = {"x": f16, "w": f32, "i": i64, "m": torch.bool}
+    values = {"h": f16, "y": f32, "c": torch.bool}
+    binding = bind(kinds, types, inputs, values, readers)
+    assert binding == Binding((f16, f32, f32, f32), f32, (f16, f32, f32, torch.bool), (f32, torch.bool))
+    # A float64 value makes the kernel compute in double.
+    assert bind(kinds, types, {**inputs, "w": f64}, {**values, "y": f64}, readers).compute == f64
+    # Eager splits a class: h is float32 where x is a half.
+    assert "several dtypes" in bind(kinds, types, inputs, {**values, "h": f32}, readers)
+    # A fixed dtype eager does not give (`~i` of an integer is bitwise: an int64, not a bool).
+    assert "c" in bind(kinds, types, inputs, {**values, "c": i64}, readers)
+    # Integer values of a class: the kernel would compute them in floating point.
+    assert "int64" in bind(kinds, types, {**inputs, "i": f32}, {**values, "y": i64}, readers)
+    # An integer input read by a value that keeps it an integer is not converted first in eager.
+    assert "integer input" in bind(kinds, types, inputs, values, {**readers, "i": ["y", "h"]})
 
 
 def test_kinds_come_from_the_ir():
@@ -541,7 +551,7 @@ def test_missing_compiler_warns_and_falls_back(tmp_path, monkeypatch):
     source.write_text(render_cpp_file([case.region], {}, "No compiler."))
     with pytest.warns(RuntimeWarning, match=re.escape(NO_COMPILER)):
         assert CppLibrary.load(source) is None
-    kernel = Kernel(case.region.name, case.reference, 2, shapes_of(case.region), "test.py:1", cpp=source)
+    kernel = Kernel(case.region.name, reference_of(case.region), 2, shapes_of(case.region), "test.py:1", cpp=source)
     with pytest.warns(RuntimeWarning, match=re.escape(NO_COMPILER)):
         assert kernel(torch.ones(3), torch.ones(3)) is None
     assert dict(kernel.counts) == {"fallback: no C++ compiler": 1}

@@ -25,7 +25,7 @@ from emit.runtime import Kernel, Rows, broadcast, row_layout
 from emit.runtime.cpp_support import CppLibrary, find_compiler
 from tests import tolerances
 from tests.tolerances import assert_within, layer_norm_magnitude
-from tests.transpiled import shapes_of
+from tests.transpiled import reference_of, shapes_of
 from transpiler.ir import Input, Node, Output, Region
 from transpiler import lowering
 from transpiler.lowering import Level, lower
@@ -559,7 +559,13 @@ def test_through_the_runtime(libraries, kernel_files, keepdim):
     rows = Rows(dim=-1, keepdim=keepdim, row_outputs=row_outputs)
     tensors, _ = case.inputs(96, torch.float32, True, generator(7))
     kernel = Kernel(
-        case.region.name, case.reference, len(tensors), shapes_of(case.region), "model.py:1-3", cpp=kernel_files[part], rows=rows
+        case.region.name,
+        reference_of(case.region),
+        len(tensors),
+        shapes_of(case.region),
+        "model.py:1-3",
+        cpp=kernel_files[part],
+        rows=rows,
     )
     outputs = kernel(*tensors)
     assert dict(kernel.counts) == {"cpp": 1}

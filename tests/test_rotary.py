@@ -26,11 +26,10 @@ import torch  # noqa: E402
 
 import emit.runtime  # noqa: E402
 from emit.cpp import render_cpp_file  # noqa: E402
-from emit.module import _reference as eager_reference  # noqa: E402
 from emit.runtime import Kernel  # noqa: E402
 from emit.runtime.cpp_support import CppLibrary, find_compiler  # noqa: E402
 from emit.triton import render_triton_file  # noqa: E402
-from tests.transpiled import importable, shapes_of  # noqa: E402
+from tests.transpiled import importable, reference_of, shapes_of  # noqa: E402
 from transpiler.ir import Node, Output, Region  # noqa: E402
 from transpiler.lowering import NotLowerable, lower  # noqa: E402
 from transpiler.ops import BY_NAME  # noqa: E402
@@ -221,14 +220,6 @@ def test_the_eager_rendering_is_rotate_half(d):
     assert torch.equal(rendered, torch.cat((-x2, x1), dim=-1))
 
 
-def reference(region: Region):
-    """The region in eager PyTorch as kernel files define it (one value a line, under its name: the runtime
-    reads each value's dtype from its locals)."""
-    namespace = {"torch": torch}
-    exec(eager_reference(region, "m.py", []), namespace)
-    return namespace[f"{region.name}_reference"]
-
-
 ROTARY_REGION = rotations(source())[0]
 
 
@@ -256,7 +247,7 @@ def kernel(request, kernel_files, monkeypatch) -> Kernel:
     emit.runtime._backend.cache_clear()
     cpp, triton = kernel_files
     name = ROTARY_REGION.name
-    yield Kernel(name, reference(ROTARY_REGION), 3, shapes_of(ROTARY_REGION), "m.py:1", triton=(triton, f"{name}_kernel"), cpp=cpp)
+    yield Kernel(name, reference_of(ROTARY_REGION), 3, shapes_of(ROTARY_REGION), "m.py:1", triton=(triton, f"{name}_kernel"), cpp=cpp)
     emit.runtime._backend.cache_clear()
 
 

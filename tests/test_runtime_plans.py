@@ -159,32 +159,31 @@ def test_the_kernel_runs_and_matches_eager(trees, name, inputs):
 
 
 def test_mixed_floating_dtypes(trees):
-    """A bfloat16 weight beside a float32 x: eager computes every op in float32, so the kernel runs with the
-    weight widened (exact). A float16 x beside it: eager rounds `x * 2.0` to a half, so the call falls back."""
+    """A bfloat16 weight beside a float32 x: eager computes every op in float32. A float16 x beside it: eager
+    rounds `x * 2.0` and the tanh to halves and multiplies in float32. Each call binds the kernel's classes
+    of values to eager's dtypes (the second one with an instantiation built for it) and runs."""
     runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
     paths(runtime)
     expected, model = pair(trees, "Scale", torch.bfloat16)
     x = torch.randn(5, 6)
     assert_same(expected, model, (x,))
-    assert paths(runtime) == {"cpp": 1}
     assert_same(expected, model, (x.half(),))
-    assert paths(runtime) == {f"fallback: {runtime.MIXED_FLOATS}": 1}
+    assert paths(runtime) == {"cpp": 2}
 
 
 def test_bool_inputs_read_as_numbers(trees):
-    """A bool m read as a number: `sigmoid(m) + 0.001` is float32 in eager, rounded once to x's dtype. Beside a
-    half x, the kernels' model (every number input in the call's one dtype) would compute it in half, rounding
-    twice: the call falls back. Beside a float32 x, or with a half m, the model holds and the kernel runs."""
+    """A bool m read as a number: `sigmoid(m) + 0.001` is float32 in eager, rounded once to x's dtype. The
+    kernel converts m to the dtype of its class (float32) at the boundary, exactly, beside a half or a float32
+    x, and reads a half m as it is."""
     runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
     paths(runtime)
     expected, model = pair(trees, "BoolNumbers")
     x = torch.randn(5, 6)
     m = torch.rand(5, 6) < 0.5
     assert_same(expected, model, (x.half(), m))
-    assert paths(runtime) == {f"fallback: {runtime.MIXED_FLOATS}": 1}
     assert_same(expected, model, (x.half(), m.half()))
     assert_same(expected, model, (x, m))
-    assert paths(runtime) == {"cpp": 2}
+    assert paths(runtime) == {"cpp": 3}
 
 
 def test_an_output_with_elements_beside_an_empty_input_falls_back(trees):
@@ -235,5 +234,5 @@ def test_integer_inputs_converted_as_eager_converts_them(trees):
         assert_same(*pair(trees, "ExtendedMask"), (torch.randn(2, 3, 4, dtype=dtype), mask))
     assert paths(runtime) == {"cpp": 2}
     assert_same(*pair(trees, "IntegerInput"), (torch.randn(4), mask[0]))
-    reason = "fallback: an integer input that eager does not first convert to the call's floating dtype"
+    reason = "fallback: an integer input (i) that eager does not convert to a floating dtype first"
     assert paths(runtime) == {reason: 1}

@@ -37,3 +37,15 @@ def shapes_of(region):
     from emit.runtime import Shapes, Step
 
     return eval(shape_program(region), {"Shapes": Shapes, "Step": Step})
+
+
+def reference_of(region):
+    """The eager reference a kernel file gives the runtime's Kernel for `region` (emit.module): one value a
+    line, under its name, as the runtime reads each value's dtype from its locals."""
+    import torch
+
+    from emit.module import _reference
+
+    namespace = {"torch": torch}
+    exec(_reference(region, "test.py", []), namespace)
+    return namespace[f"{region.name}_reference"]

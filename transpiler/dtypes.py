@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from transpiler.ir import Node, Region
 from transpiler.ops import CAST, CAST_LIKE, Domain, OpKind
@@ -201,3 +201,44 @@ def bool_hazards(region: Region) -> tuple[frozenset[str], ...]:
         bools[node.out] = result
     minimal = [h for h in hazards if not any(other < h for other in hazards)]
     return tuple(sorted(minimal, key=lambda h: (len(h), sorted(h))))
+
+
+@dataclass(frozen=True)
+class TypeClass:
+    """Values whose eager dtypes are equal on every call: a kernel gives them one type parameter."""
+
+    members: tuple[str, ...]  # inputs first, then computed values, in region order
+    uniform: tuple[str, ...]  # their dtype when every floating input is of one storage dtype, per storage
+
+
+def type_classes(
+    region: Region, bool_inputs: frozenset[str], storages: tuple[str, ...], typed: Region | None = None
+) -> tuple[tuple[TypeClass, ...], dict[str, str]]:
+    """The values whose dtype follows the call's input dtypes, grouped into classes of equal dtype, and the
+    values whose dtype is the same on every call (`x.half()`, a comparison's bool), with that dtype.
+
+    A value's dtype is torch's promotion over some inputs' dtypes and some fixed dtypes (casts), so
+    probes tell the classes apart: every floating input of each storage dtype, then each input float64
+    (and bfloat16) beside float16 others, which shows the inputs a value's dtype depends on. Values the
+    table cannot type are in neither. The runtime checks each class against eager's dtypes on the call
+    (`cpp_support.bind`): a class that eager splits takes the original code, so a probe that missed a
+    difference costs a kernel call, never a result. `typed`: as for `storage_dtypes`.
+    """
+    tensors = [item.name for item in region.tensor_inputs]
+    numbers = [t for t in tensors if t not in bool_inputs]
+    probes = [dict.fromkeys(numbers, storage) for storage in storages]
+    for name in numbers:
+        for wide in ("float64", "bfloat16"):
+            probes.append({t: wide if t == name else "float16" for t in numbers})
+    runs = [value_dtypes(typed or region, {t: probe.get(t, "bool") for t in tensors}) for probe in probes]
+    classes: dict[tuple[str, ...], list[str]] = {}
+    fixed: dict[str, str] = {}
+    for value in [*numbers, *(node.out for node in region.nodes)]:
+        key = tuple(run.get(value) for run in runs)
+        if None in key:
+            continue
+        if len(set(key)) == 1:
+            fixed[value] = key[0]
+        else:
+            classes.setdefault(key, []).append(value)
+    return tuple(TypeClass(tuple(members), key[: len(storages)]) for key, members in classes.items()), fixed

@@ -336,9 +336,10 @@ CAST = Op(
 )
 
 # `x.to(other.dtype)`, also through a variable (`dtype = x.dtype` ... `y.to(dtype)`): a cast to
-# the storage dtype of tensor input {1}, which the kernels know from its pointer (Triton) or T (C++).
+# the storage dtype of tensor input {1}, which the kernels know from its pointer (Triton) or from the
+# type of its class (C++, which rounds the value to it: emit/cpp.py `render_node`).
 CAST_LIKE = Op(
-    "to_like", 2, "{0}.to({1}.dtype)", "cast({0}, {1}_ptr.dtype.element_ty)", "C(T({0}))", (), Domain.FLOAT,
+    "to_like", 2, "{0}.to({1}.dtype)", "cast({0}, {1}_ptr.dtype.element_ty)", "{0}", (), Domain.FLOAT,
     dtype_operands=(1,), may_alias=True,
 )
 

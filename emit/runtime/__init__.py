@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from .activations import Activation, Activations
 from .graphs import CudaGraphs, GraphedBlocks, cuda_graph_blocks, cuda_graphs
@@ -49,8 +48,6 @@ _FORCED = os.environ.get("TRANSPILE_BACKEND", "")
 # `TRANSPILE_COMPILE=sync`: a Triton kernel compiles on its signature's first call, which waits for it.
 _BACKGROUND = os.environ.get("TRANSPILE_COMPILE", "background") != "sync"
 COMPILING = "fallback: compiling in the background"
-# A call with several floating dtypes that a one-dtype backend cannot widen to one (`_computes_in`).
-MIXED_FLOATS = "the kernels compute a call in one floating dtype, and eager computes this call in several"
 
 KERNELS: list["Kernel"] = []
 MAX_PLANS = 256  # call signatures remembered per kernel
@@ -241,7 +238,6 @@ class Kernel:
         like_inputs: tuple[int, ...] = (),
         activations: tuple[Activations, tuple[int, ...], bool] | None = None,
         bool_hazards: tuple[tuple[int, ...], ...] = (),
-        bool_inputs: tuple[int, ...] = (),
     ) -> None:
         self.name = name
         self.reference = reference  # the region in eager PyTorch: (tensors..., scalars...) -> tuple
@@ -263,9 +259,6 @@ class Kernel:
         # Sets of tensor inputs (positions) which, when all are bool, make eager keep as bool a value the
         # kernels compute as a number (`m + m` is True, not 2): such calls take the original code.
         self.bool_hazards = bool_hazards
-        # Tensor inputs the kernels read only as bools (conditions, logical operands); the others they
-        # read as numbers of the call's floating dtype (`_computes_in`).
-        self.bool_inputs = frozenset(bool_inputs)
         self.counts: collections.Counter[str] = collections.Counter()
         self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
         self._plans: dict[tuple, Plan | str] = {}  # per call signature (see `_signature`)
@@ -334,8 +327,6 @@ class Kernel:
             return "fallback: inputs on several devices"
         if _rounds_zero_dim([t for i, t in enumerate(tensors) if i not in self.dtype_only]):
             return "fallback: a 0-dim tensor of a wider float dtype (torch rounds it first)"
-        if any(all(tensors[i].dtype == torch.bool for i in hazard) for hazard in self.bool_hazards):
-            return "fallback: bool inputs that eager keeps as bools where the kernel computes numbers"
         signature = tuple((t.shape, t.dtype) for t in tensors) + tuple(type(s) for s in scalars)
         try:
             values, dtypes, value_dtypes = self._signature_plans(signature, modules, device)
@@ -350,24 +341,16 @@ class Kernel:
         # Only the inputs read for their values are indexed; a dtype-only input stands in as 0-dim.
         tensors = tuple(t.new_empty(()) if i in self.dtype_only else t for i, t in enumerate(tensors))
         dtypes, computed = dtypes[: len(outputs)], dtypes[len(outputs) :]
-        if any(dtype != tensors[i].dtype for dtype, i in zip(computed, self.like_inputs, strict=True)):
-            return "fallback: a cast to the dtype of a computed value other than its input's"
         backend = _backend(device)
         if backend is None:
             return f"fallback: no kernel for {device.type} tensors"
-        reason = backend.unsupported([t.dtype for t in tensors], dtypes)
-        if reason is not None:
-            return f"fallback: {reason}"
-        storage = backend.storage([t.dtype for t in tensors], dtypes)  # the one floating dtype eager computes in
-        model = storage or self._integer_model(tensors)
-        if model is not None and not self._computes_in(signature, modules, model):
-            return f"fallback: {MIXED_FLOATS}"
+        typing = backend.typing(self, tensors, dtypes, computed, value_dtypes)
+        if isinstance(typing, str):
+            return f"fallback: {typing}"
         if self._rounds_integers(value_dtypes):
             return "fallback: an integer that eager rounds to half or bfloat16 before an op"
-        if storage is not None and not self._promotes_integers(tensors, value_dtypes, storage):
-            return "fallback: an integer input that eager does not first convert to the call's floating dtype"
         if self.rows is not None:
-            return self._plan_rows(backend, tensors, shape, values, dtypes, value_dtypes, storage is not None)
+            return self._plan_rows(backend, tensors, scalars, shape, values, dtypes, typing)
         narrow = _narrowing(outputs, [shape] * len(outputs))
         if narrow is None:
             return "fallback: an output's shape is not the broadcast of the inputs'"
@@ -384,26 +367,21 @@ class Kernel:
             return "fallback: 2**31 elements or more"
         launch = _nothing
         if n_elements:
-            launch = backend.pointwise(
-                self, [t.dtype for t in tensors], dtypes, value_dtypes, n_elements, sizes, strides, contiguous
-            )
+            launch = backend.pointwise(self, typing, len(scalars), n_elements, sizes, strides, contiguous)
             if isinstance(launch, str):
                 return f"fallback: {launch}"
         return Plan(tuple((shape, dense, dtype) for dtype in dtypes), device, launch, backend.name, narrow)
 
-    def _plan_rows(self, backend, tensors, shape, values, dtypes, value_dtypes, converted: bool) -> Plan | str:
+    def _plan_rows(self, backend, tensors, scalars, shape, values, dtypes, typing) -> Plan | str:
         """A kernel with reductions: the rows of the iteration space `shape` along the reduced dim.
 
         `values`: the shape of every value, by name, as eager computes them. A reduction's dim
         is its operand's, right-aligned in the space (`x.sum(-2)` of a 2-d x beside a 3-d y
         reduces the space's dim 1, once per row of y's leading dim). A space of 0 dims (every
-        input 0-dim) is one row of one column. `converted`: integer inputs reach the kernel converted to
-        the call's floating dtype, as eager converts them first (`_promotes_integers`).
+        input 0-dim) is one row of one column. `typing`: what the backend's `typing` gave the call.
         """
         rows = self.rows
         space, dim = (shape, None) if shape else (torch.Size([1]), 0)
-        if not converted and any(not (t.is_floating_point() or t.dtype == torch.bool) for t in tensors):
-            return "fallback: reductions of integer tensors"
         for step in self.shapes.steps:
             if step.dim is None or not shape:
                 continue
@@ -450,58 +428,10 @@ class Kernel:
         if n_rows:
             # Every element output is a contiguous tensor of `shape`: one layout serves them all.
             strides = strides[:-1] + strides[-1:] * (len(outputs) - len(rows.row_outputs))
-            launch = backend.rows(
-                self, [t.dtype for t in tensors], dtypes, value_dtypes, n_rows, row_size, outer_sizes, strides, contiguous
-            )
+            launch = backend.rows(self, typing, len(scalars), n_rows, row_size, outer_sizes, strides, contiguous)
             if isinstance(launch, str):
                 return f"fallback: {launch}"
         return Plan(outputs, device=tensors[0].device, launch=launch, path=backend.name, narrow=narrow)
-
-    def _computes_in(self, signature: tuple, scalars: tuple, storage: torch.dtype) -> bool:
-        """Whether eager computes this signature as it would with every floating tensor input in `storage`.
-
-        Backends whose kernels store every floating tensor in one dtype (C++) take a call with
-        several (a float16 input beside a float32 weight) by widening each input to the widest,
-        an exact conversion. That gives eager's values when widening changes no dtype that eager
-        computes: the reference, run on one-element tensors, must give every op a result of the
-        same dtype both ways (`x_half * 2.0` stays a half, so a half beside a float falls back
-        unless each op sees the float).
-        """
-        inputs = signature[: self.tensor_inputs]
-        # The kernels' model: every input read as a number is of dtype `storage`. A bool or integer
-        # input read as one must not change what eager computes either (`sigmoid(m)` of a bool m is
-        # float32, not the half of the call's other inputs).
-        model = tuple((shape, dtype if n in self.bool_inputs else storage) for n, (shape, dtype) in enumerate(inputs))
-        if model == inputs:
-            return True
-        widened = model
-        try:
-            original, modelled = _dtype_trace(self.reference, inputs, scalars), _dtype_trace(self.reference, widened, scalars)
-        except (RuntimeError, TypeError, ValueError, IndexError):  # widened, eager raises: not the same program
-            return False
-        # A bool result the model computes as a number is the same value: `bool_hazards` exclude the ops
-        # where it is not (`m + m`); a dtype read with `.dtype` must be the same.
-        return len(original) == len(modelled) and all(
-            len(a) == len(b) and all(x == y or (x is torch.bool and y == storage) for x, y in zip(a, b))
-            for a, b in zip(original, modelled)
-        )
-
-    def _integer_model(self, tensors: tuple) -> torch.dtype | None:
-        """For kernels that hold each value in its own dtype (Triton): where an integer tensor is read as a
-        number, the one floating dtype its call is checked in as the C++ kernels' calls are (the widest
-        floating input, else float32); None without such an input.
-
-        The kernels' integer semantics are checked against eager only through this model: a logical
-        op's eager spelling is bitwise on integers (`~x`), an integer constant's truncation
-        (`addcmul(..., value=0.5)`) is decided for floating inputs (`dtypes.stored_constants`).
-        """
-        if not any(
-            not (t.is_floating_point() or t.dtype == torch.bool) and n not in self.bool_inputs and n not in self.dtype_only
-            for n, t in enumerate(tensors)
-        ):
-            return None
-        floating = [t.dtype for t in tensors if t.is_floating_point()]
-        return functools.reduce(torch.promote_types, floating) if floating else torch.float32
 
     def _rounds_integers(self, value_dtypes: dict[str, torch.dtype]) -> bool:
         """Whether an op meets an integer with a half or bfloat16 value: eager rounds the integer to that dtype
@@ -517,21 +447,6 @@ class Kernel:
                 if any(d is not None and not d.is_floating_point and d != torch.bool for d in read):
                     return True
         return False
-
-    def _promotes_integers(self, tensors: tuple, value_dtypes: dict[str, torch.dtype], storage: torch.dtype) -> bool:
-        """Whether eager converts each integer tensor input read as a number to `storage` before anything else.
-
-        Kernels that hold one floating dtype (C++) read such an input converted to it at the boundary
-        (`x_int * 0.5`, `mask.to(x.dtype)`), which gives eager's values only when every value read from
-        the input is of that dtype: `x_int.long()` or `x_int + x_int` would see a rounded integer.
-        """
-        for n, tensor in enumerate(tensors):
-            if tensor.is_floating_point() or tensor.dtype == torch.bool or n in self.bool_inputs or n in self.dtype_only:
-                continue
-            name = self.shapes.inputs[n]
-            if any(value_dtypes.get(step.value) != storage for step in self.shapes.steps if name in step.reads):
-                return False
-        return True
 
     def _signature_plan(
         self, signature: tuple, scalars: tuple, device: torch.device
@@ -568,22 +483,6 @@ class Kernel:
         return CppLibrary.for_file(self._cpp_file)
 
 
-class _DtypeTrace(TorchFunctionMode):
-    """Records the dtype of every torch function's result (a tensor's, or a dtype read with `.dtype`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.dtypes: list = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        values = result if isinstance(result, (tuple, list)) else (result,)
-        self.dtypes.append(
-            tuple(v.dtype if isinstance(v, torch.Tensor) else ("read", v) if isinstance(v, torch.dtype) else None for v in values)
-        )
-        return result
-
-
 def _run_keeping_locals(function, args: tuple) -> tuple[object, dict[str, object]]:
     """`function(*args)` and the local variables it ended with (a profile hook sees its frame return)."""
     kept: dict[str, object] = {}
@@ -599,14 +498,6 @@ def _run_keeping_locals(function, args: tuple) -> tuple[object, dict[str, object
     finally:
         sys.setprofile(previous)
     return result, kept
-
-
-def _dtype_trace(reference, inputs: tuple, scalars: tuple) -> list:
-    """The dtypes of every op's result as the `reference` runs on one-element tensors of `inputs` (shape, dtype)."""
-    samples = [torch.ones((1,) * len(shape), dtype=dtype) for shape, dtype in inputs]
-    with _DtypeTrace() as trace:
-        reference(*samples, *scalars)
-    return trace.dtypes
 
 
 def _compile_in_background(plan: Plan | str, tensors: tuple, scalars: tuple) -> Plan | str | _Compiling:
@@ -823,42 +714,49 @@ def _load_file(path: Path):
 
 
 class _Backend:
-    """One kernel backend: its support module's dtype check, and launchers for planned geometries.
+    """One kernel backend: whether its kernels take a call's dtypes, and launchers for planned geometries.
 
-    `pointwise` and `rows` return `launch(tensors, scalars, outputs)`, or why there is none.
+    `typing` returns what the launchers need to know of the call's dtypes, or why the kernels
+    cannot take them; `pointwise` and `rows` return `launch(tensors, scalars, outputs)`, or why
+    there is none.
     """
 
     name: str
 
-    def __init__(self, support) -> None:
-        self.support = support
-
-    def unsupported(self, tensor_dtypes, output_dtypes) -> str | None:
-        return self.support.unsupported(tuple(tensor_dtypes), tuple(output_dtypes))
-
 
 class _Triton(_Backend):
+    """Triton kernels load each input in its own dtype and round each value to the dtype eager holds it in on
+    the call (`value_dtypes`), so a call with several floating dtypes needs no one dtype."""
+
     name = "triton"
 
     def __init__(self) -> None:
         from _transpile_runtime import triton_support
 
-        super().__init__(triton_support)
+        self.support = triton_support
 
-    def storage(self, tensor_dtypes, output_dtypes) -> None:
-        """None: Triton kernels load each input in its own dtype and round each value to the dtype eager
-        holds it in on the call (`value_dtypes`), so a call with several floating dtypes needs no one dtype."""
-        return None
+    def typing(self, kernel: Kernel, tensors, dtypes, computed, value_dtypes) -> dict | str:
+        """The call's value dtypes, or why the Triton kernels do not model them."""
+        if any(all(tensors[i].dtype == torch.bool for i in hazard) for hazard in kernel.bool_hazards):
+            return "bool inputs that eager keeps as bools where the kernel computes numbers"
+        if any(dtype != tensors[i].dtype for dtype, i in zip(computed, kernel.like_inputs, strict=True)):
+            return "a cast to the dtype of a computed value other than its input's"
+        reason = self.support.unsupported(tuple(t.dtype for t in tensors), tuple(dtypes))
+        if reason is not None:
+            return reason
+        if kernel.rows is not None and any(not (t.is_floating_point() or t.dtype == torch.bool) for t in tensors):
+            return "reductions of integer tensors"
+        return value_dtypes
 
-    def pointwise(self, kernel: Kernel, tensor_dtypes, output_dtypes, value_dtypes, n_elements, sizes, strides, contiguous):
+    def pointwise(self, kernel: Kernel, value_dtypes, scalars, n_elements, sizes, strides, contiguous):
         try:
             return self.support.pointwise_launcher(
-                kernel.triton_kernel, n_elements, sizes, strides, contiguous, len(tensor_dtypes), value_dtypes
+                kernel.triton_kernel, n_elements, sizes, strides, contiguous, kernel.tensor_inputs, value_dtypes
             )
         except ValueError as error:  # int32 offsets would overflow, or a value the reference does not type
             return str(error)
 
-    def rows(self, kernel: Kernel, tensor_dtypes, output_dtypes, value_dtypes, n_rows, row_size, outer_sizes, strides, contiguous):
+    def rows(self, kernel: Kernel, value_dtypes, scalars, n_rows, row_size, outer_sizes, strides, contiguous):
         try:
             return self.support.rows_launcher(
                 kernel.triton_kernel, n_rows, row_size, outer_sizes, strides, contiguous, value_dtypes
@@ -868,31 +766,34 @@ class _Triton(_Backend):
 
 
 class _Cpp(_Backend):
+    """C++ kernels are templates over the dtypes of classes of values, bound per call (`cpp_support.bind`)."""
+
     name = "cpp"
 
     def __init__(self) -> None:
         from _transpile_runtime import cpp_support
 
-        super().__init__(cpp_support)
+        self.support = cpp_support
 
-    def storage(self, tensor_dtypes, output_dtypes) -> torch.dtype:
-        """The one floating dtype C++ kernels store inputs and outputs in: the widest of all."""
-        return self.support.storage_dtype([*tensor_dtypes, *output_dtypes])
-
-    def pointwise(self, kernel: Kernel, tensor_dtypes, output_dtypes, value_dtypes, n_elements, sizes, strides, contiguous):
-        layout = self.support.pointwise_layout(n_elements, sizes, strides, contiguous)
-        return self._launcher(kernel, [*tensor_dtypes, *output_dtypes], layout)
-
-    def rows(self, kernel: Kernel, tensor_dtypes, output_dtypes, value_dtypes, n_rows, row_size, outer_sizes, strides, contiguous):
-        layout = self.support.rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
-        return self._launcher(kernel, [*tensor_dtypes, *output_dtypes], layout)
-
-    @staticmethod
-    def _launcher(kernel: Kernel, dtypes, layout):
+    def typing(self, kernel: Kernel, tensors, dtypes, computed, value_dtypes):
+        """The call's `cpp_support.Binding`, or why the C++ kernel cannot take it."""
         library = kernel.cpp_library
         if isinstance(library, str):  # no compiler, a failed build, an unusable cache
             return library
-        return library.launcher(kernel.name, dtypes, layout)
+        kinds = library.kinds(kernel.name)
+        if kinds.unsupported is not None:
+            return f"no C++ kernel: {kinds.unsupported}"
+        inputs = {name: t.dtype for name, t in zip(kernel.shapes.inputs, tensors)}
+        readers = {name: [step.value for step in kernel.shapes.steps if name in step.reads] for name in inputs}
+        return self.support.bind(kinds, library.types(kernel.name), inputs, value_dtypes, readers)
+
+    def pointwise(self, kernel: Kernel, binding, scalars, n_elements, sizes, strides, contiguous):
+        layout = self.support.pointwise_layout(n_elements, sizes, strides, contiguous)
+        return kernel.cpp_library.launcher(kernel.name, binding, layout, scalars)
+
+    def rows(self, kernel: Kernel, binding, scalars, n_rows, row_size, outer_sizes, strides, contiguous):
+        layout = self.support.rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
+        return kernel.cpp_library.launcher(kernel.name, binding, layout, scalars)
 
 
 @functools.lru_cache(maxsize=None)

@@ -55,10 +55,24 @@ STALE_S = 3600.0
 # building it again would fail the same way, unlike a killed compiler or a full disk.
 LOCATED_ERROR = re.compile(r":\d+:\d+: (fatal )?error")
 
-# The dtype model of the generated kernels (emit/cpp.py): one floating storage dtype per call, and bools.
-# A narrower floating tensor is widened to it at the boundary (exact), a bool converted.
+# The dtype model of the generated kernels (emit/cpp.py): type parameters, each the dtype of a class of
+# values, bound per call (`bind`); the extern "C" entry points instantiate them for these input dtypes.
 ENTRY_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-INTEGER_INPUTS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+# The element types a type parameter can stand for, as C++ names them outside namespace transpile.
+CPP_TYPES = {
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.float16: "transpile::half",
+    torch.bfloat16: "transpile::bfloat16",
+    torch.bool: "bool",
+}
+# The parameters of an entry point after the data: the C declarations of `pointwise_layout`'s and
+# `rows_layout`'s arguments (emit/cpp.py writes its entry points with these).
+POINTWISE_LAYOUT = ("int64_t n_elements", "const int64_t* sizes", "const int64_t* strides", "int contiguous")
+ROWS_LAYOUT = ("int64_t n_rows", "int64_t row_size", "const int64_t* outer_sizes", "const int64_t* strides", "int contiguous")
+# Defined by the build of one call's instantiation, which includes the kernel file: it leaves out the file's
+# own entry points (emit/cpp.py).
+ONE_SIGNATURE = "TRANSPILE_ONE_SIGNATURE"
 
 
 class CppBuildError(RuntimeError):
@@ -160,14 +174,19 @@ def build(source: Path, compiler: Compiler) -> tuple[Path, bool]:
     the failure is recorded), CacheError when the cache cannot be used, OSError when the
     kernel file cannot be read.
     """
-    text = source.read_text()
+    return build_text(source.read_text(), source.stem, compiler)
+
+
+def build_text(text: str, stem: str, compiler: Compiler) -> tuple[Path, bool]:
+    """The shared library of the C++ source `text`, named after `stem`, and whether it came from the cache
+    (see `build`)."""
     key = hashlib.sha256(
         "\0".join(
             (text, HEADER.read_text(), compiler.version, " ".join(compiler.command), *flags(compiler), cpu_identity())
         ).encode()
     ).hexdigest()[:32]
     directory = private_directory(cache_directory())
-    library = directory / f"{source.stem}-{key}.so"
+    library = directory / f"{stem}-{key}.so"
     record, failure = library.with_suffix(".sha256"), library.with_suffix(".failed")
     if failure.exists():
         raise CppBuildError(f"{failure.read_text()}\n(recorded in {failure}: delete it to build again)")
@@ -184,8 +203,8 @@ def build(source: Path, compiler: Compiler) -> tuple[Path, bool]:
     except OSError as error:
         raise CacheError(f"cannot write in {directory}: {error.strerror or error}") from error
     try:
-        command = [*compiler.command, *flags(compiler), f"-I{HERE}", str(source), "-o", str(temporary)]
-        result = subprocess.run(command, capture_output=True, text=True)
+        command = [*compiler.command, *flags(compiler), f"-I{HERE}", "-x", "c++", "-", "-o", str(temporary)]
+        result = subprocess.run(command, input=text, capture_output=True, text=True)
         if result.returncode != 0:
             message = f"{shlex.join(command)} failed:\n{result.stderr}"
             if LOCATED_ERROR.search(result.stderr):  # an error in the code, not a full disk: it would fail again
@@ -231,60 +250,126 @@ def _clean_temporaries(directory: Path) -> None:
         pass
 
 
-def unsupported(tensor_dtypes: Sequence[torch.dtype], output_dtypes: Sequence[torch.dtype]) -> str | None:
-    """Why the C++ kernels cannot take these dtypes, or None: floating and bool tensors, and integer inputs.
-
-    Several floating dtypes in one call run in the widest (`storage_dtype`) where the runtime
-    finds that eager computes the call as it would with every floating input widened to it; an
-    integer input is converted to it where eager converts it so first (`Kernel._promotes_integers`).
-    """
-    inputs = [d for d in tensor_dtypes if d not in INTEGER_INPUTS]
-    dtypes = [*inputs, *output_dtypes]
-    other = sorted({str(d).removeprefix("torch.") for d in dtypes if d not in ENTRY_DTYPES and d != torch.bool})
-    if other:
-        return f"C++ kernels take floating and bool tensors, not {', '.join(other)}"
-    return None
-
-
-def storage_dtype(dtypes: Sequence[torch.dtype]) -> torch.dtype:
-    """The one floating dtype the kernels store a call's floating tensors in: the widest of `dtypes`
-    (torch's promotion: float16 and bfloat16 make float32), float32 when none is floating."""
-    floating = [dtype for dtype in dtypes if dtype in ENTRY_DTYPES]
-    return functools.reduce(torch.promote_types, floating) if floating else torch.float32
-
-
 # The kinds string of a region with no C++ kernel starts so; the reason follows (emit/cpp.py).
 UNSUPPORTED = "unsupported: "
 
 
+def _dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
 @dataclass(frozen=True)
 class Kinds:
-    """Which tensor inputs and outputs of a kernel are stored as bool (the rest in the call's floating dtype)."""
+    """The element type of each tensor input and output of a kernel: a type parameter's name (`T`, `T1`, ...),
+    `bool`, or a dtype's name (an output of a fixed dtype)."""
 
-    inputs: tuple[bool, ...]
-    outputs: tuple[bool, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
     unsupported: str | None = None  # why the region has no C++ kernel
 
     @classmethod
     def parse(cls, text: str) -> Kinds:
-        """From the string each kernel file exports: `x:T mask:bool -> y:T`, or `unsupported: <why>`."""
+        """From the string each kernel file exports: `x:T mask:bool -> y:T1`, or `unsupported: <why>`."""
         if text.startswith(UNSUPPORTED):
             return cls((), (), text.removeprefix(UNSUPPORTED))
         inputs, _, outputs = text.partition("->")
-        return cls(*(tuple(item.endswith(":bool") for item in side.split()) for side in (inputs, outputs)))
+        return cls(*(tuple(item.rpartition(":")[2] for item in side.split()) for side in (inputs, outputs)))
+
+
+@dataclass(frozen=True)
+class Types:
+    """A kernel's type parameters, each with its values and its dtype in each entry point (ENTRY_DTYPES'
+    order), and the values of a fixed dtype."""
+
+    parameters: tuple[tuple[str, tuple[torch.dtype, ...], tuple[str, ...]], ...]
+    fixed: tuple[tuple[str, torch.dtype], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Types:
+        """From the string each kernel file exports: `T:float32,float64,float16,bfloat16=x,t0 bool=t1`."""
+        parameters, fixed = [], []
+        for group in text.split():
+            head, _, values = group.partition("=")
+            name, _, uniform = head.partition(":")
+            if uniform:
+                parameters.append((name, tuple(map(_dtype, uniform.split(","))), tuple(values.split(","))))
+            else:
+                fixed += [(value, _dtype(name)) for value in values.split(",")]
+        return cls(tuple(parameters), tuple(fixed))
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The dtypes of one call: each type parameter's, the type the kernel computes in, and the dtype the
+    kernel reads each tensor input in and writes each output in."""
+
+    parameters: tuple[torch.dtype, ...]
+    compute: torch.dtype  # float64 where a value is float64, else float32
+    inputs: tuple[torch.dtype, ...]
+    outputs: tuple[torch.dtype, ...]
+
+
+def bind(
+    kinds: Kinds, types: Types, inputs: dict[str, torch.dtype], values: dict[str, torch.dtype], readers: dict[str, list[str]]
+) -> Binding | str:
+    """The binding of a call whose tensor inputs have `inputs` dtypes (by name, in order) and whose values
+    eager computes in `values` dtypes, or why the kernel cannot take it.
+
+    Each value of a fixed dtype must have it in eager, and the values of one type parameter one dtype:
+    floating or bool (integer values are computed in their types only after a cast, in the kernel).
+    A bool or integer tensor that the kernel reads as a number is converted to its parameter's dtype at
+    the boundary, exactly as eager promotes it; an integer one only where eager converts it to that dtype
+    before anything else (`readers`: the values computed from each input), or the kernel would see it
+    rounded where eager did not round it (`x_int.long()`).
+    """
+    for value, dtype in types.fixed:
+        if values.get(value) != dtype:
+            return f"eager computes {value} as {values.get(value)}, the C++ kernel as {dtype}"
+    bound = []
+    for name, _, members in types.parameters:
+        integers = [m for m in members if m in inputs and not (inputs[m].is_floating_point or inputs[m] == torch.bool)]
+        held = {values.get(m) for m in members if m not in inputs}
+        held |= {inputs[m] for m in members if m in inputs and inputs[m].is_floating_point}
+        if not held:  # a class of bool or integer inputs alone: read as eager reads them
+            held = {inputs[m] for m in members if inputs[m] == torch.bool}
+            held |= {values.get(r) for m in integers for r in readers.get(m, ())}
+        dtype = held.pop() if len(held) == 1 else None
+        for member in integers:
+            if dtype is None or not dtype.is_floating_point or any(values.get(r) != dtype for r in readers.get(member, ())):
+                return f"an integer input ({member}) that eager does not convert to a floating dtype first"
+        if dtype is None:
+            return f"eager computes the values of {name} ({', '.join(members)}) in several dtypes"
+        if dtype not in CPP_TYPES:
+            return f"{', '.join(members)}: {dtype} values, which the C++ kernel computes in floating point"
+        bound.append(dtype)
+    dtypes = {name: dtype for (name, _, _), dtype in zip(types.parameters, bound)}
+    wide = torch.float64 in (*bound, *(dtype for _, dtype in types.fixed))
+    return Binding(
+        tuple(bound),
+        torch.float64 if wide else torch.float32,
+        tuple(dtypes.get(kind) or _dtype(kind) for kind in kinds.inputs),
+        tuple(dtypes.get(kind) or _dtype(kind) for kind in kinds.outputs),
+    )
 
 
 class CppLibrary:
-    """The built kernels of one generated `.cpp` file."""
+    """The built kernels of one generated `.cpp` file, and the instantiations built for calls beside them."""
 
     _loaded: dict[Path, CppLibrary | None] = {}  # one build per file and process
     _lock = threading.Lock()
 
-    def __init__(self, path: Path, cache_hit: bool) -> None:
+    def __init__(self, source: Path, compiler: Compiler, path: Path, cache_hit: bool) -> None:
+        self.source = source  # the kernel file
+        self.compiler = compiler
         self.path = path  # the shared library
         self.cache_hit = cache_hit  # False: this process compiled it
         self._library = ctypes.CDLL(str(path))
         self._kinds: dict[str, Kinds] = {}
+        self._types: dict[str, Types] = {}
+        # Per (entry, parameters' dtypes, compute type): the instantiation's function, or why there is none.
+        self._instances: dict[tuple, Callable | str] = {}
+        self._instances_lock = threading.Lock()
+        self._instance_libraries: list[ctypes.CDLL] = []  # kept loaded while their functions may run
 
     @classmethod
     def for_file(cls, source: Path) -> CppLibrary | str:
@@ -303,12 +388,8 @@ class CppLibrary:
     def _load_or_why(cls, source: Path) -> CppLibrary | str:
         try:
             library = cls.load(source)
-        except CppBuildError as error:
-            why, detail = "the C++ kernels failed to build", str(error)
-        except CacheError as error:
-            why = detail = f"C++ kernel cache: {error}"
-        except OSError as error:  # reading the kernel file, or loading the library
-            why, detail = f"the C++ kernels cannot be loaded ({type(error).__name__})", str(error)
+        except (CppBuildError, CacheError, OSError) as error:
+            why, detail = _why(error, "the C++ kernels")
         else:
             return "no C++ compiler" if library is None else library
         warnings.warn(f"{source.name}: {why}, the original code runs: {detail}", RuntimeWarning, stacklevel=4)
@@ -324,51 +405,77 @@ class CppLibrary:
         if compiler is None:
             warnings.warn(NO_COMPILER, RuntimeWarning, stacklevel=2)
             return None
-        return cls(*build(Path(source), compiler))
+        return cls(Path(source), compiler, *build(Path(source), compiler))
+
+    def _string(self, name: str) -> str:
+        exported = ctypes.c_char.in_dll(self._library, name)  # a C string: read up to its NUL
+        return ctypes.string_at(ctypes.addressof(exported)).decode()
 
     def kinds(self, entry: str) -> Kinds:
         if entry not in self._kinds:
-            exported = ctypes.c_char.in_dll(self._library, f"{entry}_kinds")  # a C string: read up to its NUL
-            self._kinds[entry] = Kinds.parse(ctypes.string_at(ctypes.addressof(exported)).decode())
+            self._kinds[entry] = Kinds.parse(self._string(f"{entry}_kinds"))
         return self._kinds[entry]
 
+    def types(self, entry: str) -> Types:
+        if entry not in self._types:
+            self._types[entry] = Types.parse(self._string(f"{entry}_types"))
+        return self._types[entry]
+
+    def uniform(self, entry: str, dtypes: Sequence[torch.dtype]) -> Binding:
+        """The binding of the entry point for the widest floating dtype of `dtypes` (float32 without one)."""
+        floating = [dtype for dtype in dtypes if dtype in ENTRY_DTYPES]
+        k = ENTRY_DTYPES.index(functools.reduce(torch.promote_types, floating) if floating else torch.float32)
+        kinds, types = self.kinds(entry), self.types(entry)
+        values = {name: uniform[k] for name, uniform, _ in types.parameters}
+        wide = torch.float64 in (*values.values(), *(dtype for _, dtype in types.fixed))
+        return Binding(
+            tuple(values.values()),
+            torch.float64 if wide else torch.float32,
+            tuple(values.get(kind) or _dtype(kind) for kind in kinds.inputs),
+            tuple(values.get(kind) or _dtype(kind) for kind in kinds.outputs),
+        )
+
     def call(self, entry: str, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> None:
-        """Run kernel `entry` (a region name) once: see `launcher` and `pointwise_layout`."""
-        dtypes = [t.dtype for t in (*tensors, *outputs)]
+        """Run kernel `entry` (a region name) once with the entry point of its tensors' dtype (`uniform`):
+        see `launcher` and `pointwise_layout`."""
+        binding = self.uniform(entry, [t.dtype for t in (*tensors, *outputs)])
         layout = pointwise_layout(n_elements, sizes, strides, contiguous)
-        self.launcher(entry, dtypes, layout)(tensors, scalars, outputs)
+        self.launcher(entry, binding, layout, len(scalars))(tensors, scalars, outputs)
 
     def call_rows(self, entry: str, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous) -> None:
-        """Run the row kernel `entry` once: see `launcher` and `rows_layout`."""
-        dtypes = [t.dtype for t in (*tensors, *outputs)]
+        """Run the row kernel `entry` once (see `call` and `rows_layout`)."""
+        binding = self.uniform(entry, [t.dtype for t in (*tensors, *outputs)])
         layout = rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
-        self.launcher(entry, dtypes, layout)(tensors, scalars, outputs)
+        self.launcher(entry, binding, layout, len(scalars))(tensors, scalars, outputs)
 
-    def launcher(self, entry: str, dtypes: Sequence[torch.dtype], layout: tuple) -> Callable[..., None] | str:
-        """Kernel `entry` (a region name) as `launch(tensors, scalars, outputs)`, for tensors of `dtypes`;
-        or why the region has no C++ kernel.
+    def launcher(self, entry: str, binding: Binding, layout: tuple, scalars: int) -> Callable[..., None] | str:
+        """Kernel `entry` (a region name) as `launch(tensors, scalars, outputs)` for calls of `binding`, or why
+        there is none.
 
-        `dtypes` are the tensor inputs' and then the outputs' (which `unsupported` accepted);
-        `layout` the C arguments after the data, from `pointwise_layout` or `rows_layout`.
-        The entry point is the one of `storage_dtype(dtypes)`. A tensor whose dtype
-        disagrees with the kernel's kinds (a bool tensor the IR reads as a number, a
-        number it reads as a bool, a bool result of numbers) is converted at the
-        boundary, as torch would promote it.
+        `layout`: the C arguments after the data, from `pointwise_layout` or `rows_layout`; `scalars`: how
+        many scalar arguments. The entry point of the binding where one has it, else an instantiation
+        built for it (`instance`). A tensor of another dtype than the binding's (a bool or integer
+        tensor read as a number, `bind` says when) is converted at the boundary, as torch would promote it;
+        an output of another dtype gets a staging tensor.
         """
-        floating = storage_dtype(dtypes)
         kinds = self.kinds(entry)
         if kinds.unsupported is not None:
             return f"no C++ kernel: {kinds.unsupported}"
-        input_dtypes = [torch.bool if is_bool else floating for is_bool in kinds.inputs]
-        output_dtypes = [torch.bool if is_bool else floating for is_bool in kinds.outputs]
-        function = getattr(self._library, f"{entry}_{str(floating).removeprefix('torch.')}")
+        types = self.types(entry)
+        for k, dtype in enumerate(ENTRY_DTYPES):
+            if all(uniform[k] == bound for (_, uniform, _), bound in zip(types.parameters, binding.parameters)):
+                function = getattr(self._library, f"{entry}_{str(dtype).removeprefix('torch.')}")
+                break
+        else:
+            function = self.instance(entry, binding, scalars, ROWS_LAYOUT if len(layout) == 5 else POINTWISE_LAYOUT)
+            if isinstance(function, str):
+                return function
         set_threads = self._library.omp_set_num_threads
 
         def launch(tensors, scalars, outputs) -> None:
-            inputs = [_conform(t, dtype) for t, dtype in zip(tensors, input_dtypes)]
-            # Outputs of another dtype get a staging tensor, copied (and so converted) afterwards.
+            inputs = [_conform(t, dtype) for t, dtype in zip(tensors, binding.inputs)]
             staged = [
-                o if o.dtype == dtype else torch.empty_like(o, dtype=dtype) for o, dtype in zip(outputs, output_dtypes)
+                o if o.dtype == dtype else torch.empty_like(o, dtype=dtype) for o, dtype in zip(outputs, binding.outputs)
             ]
             set_threads(torch.get_num_threads())  # a fair comparison with eager: the same threads
             function(
@@ -382,6 +489,49 @@ class CppLibrary:
                     output.copy_(result)
 
         return launch
+
+    def instance(self, entry: str, binding: Binding, scalars: int, layout: Sequence[str]) -> Callable | str:
+        """Kernel `entry` instantiated for `binding`: a library of the kernel file and one extern "C" function
+        (`layout`: the declarations of the parameters after the data), built once (and cached like the file's
+        library); or why not, warned about once."""
+        key = (entry, binding.parameters, binding.compute)
+        with self._instances_lock:
+            if key not in self._instances:
+                self._instances[key] = self._build_instance(entry, binding, scalars, layout)
+            return self._instances[key]
+
+    def _build_instance(self, entry: str, binding: Binding, scalars: int, layout: Sequence[str]) -> Callable | str:
+        kinds = self.kinds(entry)
+        parameters = [f"const void* input{n}" for n in range(len(kinds.inputs))]
+        parameters += [f"double scalar{n}" for n in range(scalars)]
+        parameters += [f"void* output{n}" for n in range(len(kinds.outputs))]
+        parameters += layout
+        arguments = ", ".join(p.split()[-1].lstrip("*") for p in parameters)
+        types = ", ".join(CPP_TYPES[dtype] for dtype in (*binding.parameters, binding.compute))
+        text = (
+            f"#define {ONE_SIGNATURE}\n#line 1 \"{self.source.name}\"\n{self.source.read_text()}\n"
+            f"// {entry} for a call of these dtypes, built by the runtime.\n"
+            f'extern "C" void transpile_instance({", ".join(parameters)}) {{\n'
+            f"  transpile::{entry}_entry<{types}>({arguments});\n}}\n"
+        )
+        try:
+            path, _ = build_text(text, f"{self.source.stem}-{entry}", self.compiler)
+            library = ctypes.CDLL(str(path))
+            self._instance_libraries.append(library)
+            return library.transpile_instance
+        except (CppBuildError, CacheError, OSError) as error:
+            why, detail = _why(error, f"the C++ instantiation of {entry}")
+            warnings.warn(f"{self.source.name}: {why}, the original code runs: {detail}", RuntimeWarning, stacklevel=2)
+            return why
+
+
+def _why(error: Exception, what: str) -> tuple[str, str]:
+    """Why a build or load of `what` failed, as a fallback reason, and the detail to warn with."""
+    if isinstance(error, CppBuildError):
+        return f"{what} failed to build", str(error)
+    if isinstance(error, CacheError):
+        return f"C++ kernel cache: {error}", str(error)
+    return f"{what} cannot be loaded ({type(error).__name__})", str(error)
 
 
 def pointwise_layout(n_elements: int, sizes: Sequence[int], strides: Sequence[Sequence[int]], contiguous: bool) -> tuple:

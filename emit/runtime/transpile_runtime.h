@@ -122,14 +122,8 @@ static_assert(sizeof(half) == 2, "half must match torch.float16's layout");
 // Rounding to the dtype eager holds a value in: kernels compute in C, eager rounds each op's result.
 // ---------------------------------------------------------------------------------------------
 
-// The type of a value whose dtype depends on the kernel's storage type T (float, double, half or
-// bfloat16): one type for each T, in that order (emit/cpp.py `storage_types`).
-template <typename T, typename F32, typename F64, typename F16, typename BF16>
-using by_storage = std::conditional_t<
-    std::is_same_v<T, float>, F32,
-    std::conditional_t<std::is_same_v<T, double>, F64, std::conditional_t<std::is_same_v<T, half>, F16, BF16>>>;
-
-// x rounded to D and computed on as C: a no-op where D is C, one conversion each way otherwise.
+// x rounded to D (a floating type, or bool: 0 or 1) and computed on as C: a no-op where D is C, one
+// conversion each way otherwise.
 template <typename D, typename C>
 inline C rounded(C x) {
   if constexpr (std::is_same_v<D, C>) {

@@ -2,20 +2,24 @@
 
 #include "transpile_runtime.h"
 
-// Dtype model: each kernel is a template over T, the storage type of all its floating tensors
-// (float, double, half or bfloat16), and C, the type it computes in (double for double, else
-// float); boolean values are bool, integer values (`x.int()`) their C++ integer type. The extern "C"
-// entry points at the end instantiate it once per dtype of T, and `<kernel>_kinds` says which
-// tensors are T and which are bool.
+// Dtype model: each kernel is a template over the dtypes eager gives its values on a call: T, T1, ...
+// each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
+// the kernel; C is the type it computes in (double where a value is double, else float). Each value
+// is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
+// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
+// floating inputs share one dtype; the runtime builds any other instantiation a call needs.
 
 namespace transpile {
 
 // fused_mul_add: models/attention.py:33, in fixtures.models.attention.Attention.forward
-template <typename T, typename C>
+// T: the dtype of _rotate_half, t0
+// T1: the dtype of q
+// T2: the dtype of q_1
+template <typename T, typename T1, typename T2, typename C>
 static void fused_mul_add(
     const T* _rotate_half_ptr,            // input _rotate_half
-    const T* q_ptr,                       // input q
-    T* q_1_out,                           // output q (q_1)
+    const T1* q_ptr,                      // input q
+    T2* q_1_out,                          // output q (q_1)
     int64_t n,                            // number of output elements
     const int64_t* sizes,                 // strided path: 4 sizes, padded on the left with 1s
     const int64_t* _rotate_half_strides,  // strided path: 4 element strides of _rotate_half
@@ -28,7 +32,7 @@ static void fused_mul_add(
     const C q = static_cast<C>(q_ptr[q_offset]);
     // line 33: q = q + 0.1 * rotate_half(q)  # a toy rotary embedding, via the cross-file helper
     const C t0 = rounded<T, C>(C(0.1) * _rotate_half);
-    const C q_1 = rounded<T, C>(q + t0);
+    const C q_1 = rounded<T2, C>(q + t0);
     // Store the outputs.
     store(q_1_out, index, q_1);
   };
@@ -58,45 +62,54 @@ static void fused_mul_add(
   }
 }
 
+// fused_mul_add on untyped pointers, for the extern "C" entry points.
+template <typename T, typename T1, typename T2, typename C>
+static void fused_mul_add_entry(
+    const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes,
+    const int64_t* strides, int contiguous) {
+  fused_mul_add<T, T1, T2, C>(
+      static_cast<const T*>(_rotate_half), static_cast<const T1*>(q), static_cast<T2*>(q_1), n_elements, sizes,
+      strides_of(strides, 0), strides_of(strides, 1), contiguous != 0);
+}
+
 }  // namespace transpile
 
+// A build of one call's instantiation (cpp_support.py) defines TRANSPILE_ONE_SIGNATURE: it needs none of these.
+#ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_mul_add: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
-extern const char fused_mul_add_kinds[] = "_rotate_half:T q:T -> q_1:T";
+// fused_mul_add: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+extern const char fused_mul_add_kinds[] = "_rotate_half:T q:T1 -> q_1:T2";
+extern const char fused_mul_add_types[] = "T:float32,float64,float16,bfloat16=_rotate_half,t0 T1:float32,float64,float16,bfloat16=q T2:float32,float64,float16,bfloat16=q_1";
 
 void fused_mul_add_float32(
     const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_mul_add<float, float>(
-      static_cast<const float*>(_rotate_half), static_cast<const float*>(q), static_cast<float*>(q_1), n_elements,
-      sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_mul_add_entry<float, float, float, float>(
+      _rotate_half, q, q_1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_mul_add_float64(
     const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_mul_add<double, double>(
-      static_cast<const double*>(_rotate_half), static_cast<const double*>(q), static_cast<double*>(q_1), n_elements,
-      sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_mul_add_entry<double, double, double, double>(
+      _rotate_half, q, q_1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_mul_add_float16(
     const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_mul_add<transpile::half, float>(
-      static_cast<const transpile::half*>(_rotate_half), static_cast<const transpile::half*>(q),
-      static_cast<transpile::half*>(q_1), n_elements, sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_mul_add_entry<transpile::half, transpile::half, transpile::half, float>(
+      _rotate_half, q, q_1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_mul_add_bfloat16(
     const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_mul_add<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(_rotate_half), static_cast<const transpile::bfloat16*>(q),
-      static_cast<transpile::bfloat16*>(q_1), n_elements, sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_mul_add_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
+      _rotate_half, q, q_1, n_elements, sizes, strides, contiguous);
 }
 
 }  // extern "C"
+#endif

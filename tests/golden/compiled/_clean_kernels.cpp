@@ -2,20 +2,24 @@
 
 #include "transpile_runtime.h"
 
-// Dtype model: each kernel is a template over T, the storage type of all its floating tensors
-// (float, double, half or bfloat16), and C, the type it computes in (double for double, else
-// float); boolean values are bool, integer values (`x.int()`) their C++ integer type. The extern "C"
-// entry points at the end instantiate it once per dtype of T, and `<kernel>_kinds` says which
-// tensors are T and which are bool.
+// Dtype model: each kernel is a template over the dtypes eager gives its values on a call: T, T1, ...
+// each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
+// the kernel; C is the type it computes in (double where a value is double, else float). Each value
+// is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
+// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
+// floating inputs share one dtype; the runtime builds any other instantiation a call needs.
 
 namespace transpile {
 
 // fused_silu: models/clean.py:45, in fixtures.models.clean.GatedMLP.forward
-template <typename T, typename C>
+// T: the dtype of gate, t0
+// T1: the dtype of up
+// T2: the dtype of h
+template <typename T, typename T1, typename T2, typename C>
 static void fused_silu(
     const T* gate_ptr,            // input gate
-    const T* up_ptr,              // input up
-    T* h_out,                     // output h
+    const T1* up_ptr,             // input up
+    T2* h_out,                    // output h
     int64_t n,                    // number of output elements
     const int64_t* sizes,         // strided path: 4 sizes, padded on the left with 1s
     const int64_t* gate_strides,  // strided path: 4 element strides of gate
@@ -28,7 +32,7 @@ static void fused_silu(
     const C up = static_cast<C>(up_ptr[up_offset]);
     // line 45: h = F.silu(gate) * up
     const C t0 = rounded<T, C>(gate * sigmoid(gate));
-    const C h = rounded<T, C>(t0 * up);
+    const C h = rounded<T2, C>(t0 * up);
     // Store the outputs.
     store(h_out, index, h);
   };
@@ -58,12 +62,25 @@ static void fused_silu(
   }
 }
 
+// fused_silu on untyped pointers, for the extern "C" entry points.
+template <typename T, typename T1, typename T2, typename C>
+static void fused_silu_entry(
+    const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
+    int contiguous) {
+  fused_silu<T, T1, T2, C>(
+      static_cast<const T*>(gate), static_cast<const T1*>(up), static_cast<T2*>(h), n_elements, sizes,
+      strides_of(strides, 0), strides_of(strides, 1), contiguous != 0);
+}
+
 // fused_sum_clamp_min: models/clean.py:62-63, in fixtures.models.clean.MaskedMeanPool.forward
-template <typename T, typename C>
+// T: the dtype of x
+// T1: the dtype of weights, t1, t2
+// T2: the dtype of t0, total, t3
+template <typename T, typename T1, typename T2, typename C>
 static void fused_sum_clamp_min(
     const T* x_ptr,                  // input x
-    const T* weights_ptr,            // input weights
-    T* t3_out,                       // output return (t3): one value per row
+    const T1* weights_ptr,           // input weights
+    T2* t3_out,                      // output return (t3): one value per row
     int64_t n_rows,                  // number of rows
     int64_t R,                       // row length: the size of the reduced dim, at least 1
     const int64_t* outer_sizes,      // strided path: the 3 row dims, padded on the left with 1s
@@ -72,7 +89,7 @@ static void fused_sum_clamp_min(
     bool contiguous) {               // element (row, col) of every tensor is at row * R + col
   // One row: `*_row` points at its first element in each tensor and `*_step` is the tensor's column
   // stride (a compile-time 1 on the contiguous path, so that the column loops are unit-stride).
-  const auto compute_row = [=](int64_t row, const T* x_row, auto x_step, const T* weights_row, auto weights_step) {
+  const auto compute_row = [=](int64_t row, const T* x_row, auto x_step, const T1* weights_row, auto weights_step) {
     // Pass 1: the row sum of t0 and the row sum of weights.
     double total_total = 0;
     double t1_total = 0;
@@ -85,7 +102,7 @@ static void fused_sum_clamp_min(
         const C x = static_cast<C>(x_row[col * x_step]);
         const C weights = static_cast<C>(weights_row[col * weights_step]);
         // line 62: total = (x * weights).sum(dim=1)
-        const C t0 = rounded<T, C>(x * weights);
+        const C t0 = rounded<T2, C>(x * weights);
         total_block += t0;
         t1_block += weights;
       }
@@ -95,8 +112,8 @@ static void fused_sum_clamp_min(
     const C total = C(total_total);
     const C t1 = C(t1_total);
     // line 63: return total / weights.sum(dim=1).clamp(min=1.0)
-    const C t2 = rounded<T, C>(clamp_min(t1, C(1.0)));
-    const C t3 = rounded<T, C>(total / t2);
+    const C t2 = rounded<T1, C>(clamp_min(t1, C(1.0)));
+    const C t3 = rounded<T2, C>(total / t2);
     // The row outputs: one value per row.
     store(t3_out, row, t3);
   };
@@ -121,7 +138,7 @@ static void fused_sum_clamp_min(
       for (int64_t o2 = 0; o2 < size2; ++o2) {
         const int64_t row = (o0 * size1 + o1) * size2 + o2;
         const T* x_row = x_ptr + o0 * x_strides[0] + o1 * x_strides[1] + o2 * x_strides[2];
-        const T* weights_row =
+        const T1* weights_row =
             weights_ptr + o0 * weights_strides[0] + o1 * weights_strides[1] + o2 * weights_strides[2];
         if (unit_columns) {
           compute_row(row, x_row, unit, weights_row, unit);
@@ -133,14 +150,30 @@ static void fused_sum_clamp_min(
   }
 }
 
+// fused_sum_clamp_min on untyped pointers, for the extern "C" entry points.
+template <typename T, typename T1, typename T2, typename C>
+static void fused_sum_clamp_min_entry(
+    const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
+    const int64_t* strides, int contiguous) {
+  fused_sum_clamp_min<T, T1, T2, C>(
+      static_cast<const T*>(x), static_cast<const T1*>(weights), static_cast<T2*>(t3), n_rows, row_size, outer_sizes,
+      strides_of(strides, 0), strides_of(strides, 1), contiguous != 0);
+}
+
 // fused_rotary: models/clean.py:91, in fixtures.models.clean.DecoderBlock.forward
-template <typename T, typename C>
+// T: the dtype of q, t1
+// T1: the dtype of cos
+// T2: the dtype of sin
+// T3: the dtype of t0
+// T4: the dtype of t2
+// T5: the dtype of q_1
+template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename C>
 static void fused_rotary(
     const T* q_ptr,              // input q
-    const T* cos_ptr,            // input cos
-    const T* sin_ptr,            // input sin
+    const T1* cos_ptr,           // input cos
+    const T2* sin_ptr,           // input sin
     C q_half,                    // scalar q.shape[-1] // 2
-    T* q_1_out,                  // output q (q_1)
+    T5* q_1_out,                 // output q (q_1)
     int64_t n,                   // number of output elements
     const int64_t* sizes,        // strided path: 4 sizes, padded on the left with 1s
     const int64_t* q_strides,    // strided path: 4 element strides of q
@@ -154,10 +187,10 @@ static void fused_rotary(
     const C cos = static_cast<C>(cos_ptr[cos_offset]);
     const C sin = static_cast<C>(sin_ptr[sin_offset]);
     // line 91: q = (q * cos) + (rotate_half(q) * sin)
-    const C t0 = rounded<T, C>(q * cos);
+    const C t0 = rounded<T3, C>(q * cos);
     const C t1 = rounded<T, C>(rotate_half<C>(q_ptr, q_offset, index, q_half));
-    const C t2 = rounded<T, C>(t1 * sin);
-    const C q_1 = rounded<T, C>(t0 + t2);
+    const C t2 = rounded<T4, C>(t1 * sin);
+    const C q_1 = rounded<T5, C>(t0 + t2);
     // Store the outputs.
     store(q_1_out, index, q_1);
   };
@@ -188,14 +221,30 @@ static void fused_rotary(
   }
 }
 
+// fused_rotary on untyped pointers, for the extern "C" entry points.
+template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename C>
+static void fused_rotary_entry(
+    const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
+    const int64_t* strides, int contiguous) {
+  fused_rotary<T, T1, T2, T3, T4, T5, C>(
+      static_cast<const T*>(q), static_cast<const T1*>(cos), static_cast<const T2*>(sin), q_half, static_cast<T5*>(q_1),
+      n_elements, sizes, strides_of(strides, 0), strides_of(strides, 1), strides_of(strides, 2), contiguous != 0);
+}
+
 // fused_rotary_2: models/clean.py:92, in fixtures.models.clean.DecoderBlock.forward
-template <typename T, typename C>
+// T: the dtype of k, t1
+// T1: the dtype of cos
+// T2: the dtype of sin
+// T3: the dtype of t0
+// T4: the dtype of t2
+// T5: the dtype of k_1
+template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename C>
 static void fused_rotary_2(
     const T* k_ptr,              // input k
-    const T* cos_ptr,            // input cos
-    const T* sin_ptr,            // input sin
+    const T1* cos_ptr,           // input cos
+    const T2* sin_ptr,           // input sin
     C k_half,                    // scalar k.shape[-1] // 2
-    T* k_1_out,                  // output k (k_1)
+    T5* k_1_out,                 // output k (k_1)
     int64_t n,                   // number of output elements
     const int64_t* sizes,        // strided path: 4 sizes, padded on the left with 1s
     const int64_t* k_strides,    // strided path: 4 element strides of k
@@ -209,10 +258,10 @@ static void fused_rotary_2(
     const C cos = static_cast<C>(cos_ptr[cos_offset]);
     const C sin = static_cast<C>(sin_ptr[sin_offset]);
     // line 92: k = (k * cos) + (rotate_half(k) * sin)
-    const C t0 = rounded<T, C>(k * cos);
+    const C t0 = rounded<T3, C>(k * cos);
     const C t1 = rounded<T, C>(rotate_half<C>(k_ptr, k_offset, index, k_half));
-    const C t2 = rounded<T, C>(t1 * sin);
-    const C k_1 = rounded<T, C>(t0 + t2);
+    const C t2 = rounded<T4, C>(t1 * sin);
+    const C k_1 = rounded<T5, C>(t0 + t2);
     // Store the outputs.
     store(k_1_out, index, k_1);
   };
@@ -243,16 +292,31 @@ static void fused_rotary_2(
   }
 }
 
+// fused_rotary_2 on untyped pointers, for the extern "C" entry points.
+template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename C>
+static void fused_rotary_2_entry(
+    const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
+    const int64_t* strides, int contiguous) {
+  fused_rotary_2<T, T1, T2, T3, T4, T5, C>(
+      static_cast<const T*>(k), static_cast<const T1*>(cos), static_cast<const T2*>(sin), k_half, static_cast<T5*>(k_1),
+      n_elements, sizes, strides_of(strides, 0), strides_of(strides, 1), strides_of(strides, 2), contiguous != 0);
+}
+
 // fused_layer_norm: models/clean.py:94-98, in fixtures.models.clean.DecoderBlock.forward
-template <typename T, typename C>
+// T: the dtype of attn
+// T1: the dtype of x
+// T2: the dtype of ln_2_weight
+// T3: the dtype of ln_2_bias
+// T4: the dtype of h, h_1
+template <typename T, typename T1, typename T2, typename T3, typename T4, typename C>
 static void fused_layer_norm(
     const T* attn_ptr,                   // input attn
-    const T* x_ptr,                      // input x
-    const T* ln_2_weight_ptr,            // input self.ln_2.weight
-    const T* ln_2_bias_ptr,              // input self.ln_2.bias
+    const T1* x_ptr,                     // input x
+    const T2* ln_2_weight_ptr,           // input self.ln_2.weight
+    const T3* ln_2_bias_ptr,             // input self.ln_2.bias
     C ln_2_eps,                          // scalar self.ln_2.eps
-    T* h_1_out,                          // output h (h_1)
-    T* h_out,                            // output residual (h)
+    T4* h_1_out,                         // output h (h_1)
+    T4* h_out,                           // output residual (h)
     int64_t n_rows,                      // number of rows
     int64_t R,                           // row length: the size of the reduced dim, at least 1
     const int64_t* outer_sizes,          // strided path: the 3 row dims, padded on the left with 1s
@@ -269,8 +333,8 @@ static void fused_layer_norm(
   // One row: `*_row` points at its first element in each tensor and `*_step` is the tensor's column
   // stride (a compile-time 1 on the contiguous path, so that the column loops are unit-stride).
   const auto compute_row = [=](
-      int64_t row, const T* attn_row, auto attn_step, const T* x_row, auto x_step, const T* ln_2_weight_row,
-      auto ln_2_weight_step, const T* ln_2_bias_row, auto ln_2_bias_step, T* h_1_row, auto h_1_step, T* h_row,
+      int64_t row, const T* attn_row, auto attn_step, const T1* x_row, auto x_step, const T2* ln_2_weight_row,
+      auto ln_2_weight_step, const T3* ln_2_bias_row, auto ln_2_bias_step, T4* h_1_row, auto h_1_step, T4* h_row,
       auto h_step) {
     // Values that later passes reuse: a row of C each, per thread (kept from call to call).
     thread_local std::vector<C> scratch;
@@ -287,7 +351,7 @@ static void fused_layer_norm(
         const C attn = static_cast<C>(attn_row[col * attn_step]);
         const C x = static_cast<C>(x_row[col * x_step]);
         // line 94: h = attn + x
-        const C h = rounded<T, C>(attn + x);
+        const C h = rounded<T4, C>(attn + x);
         h_saved[col] = h;
         row_sum0_block += h;
       }
@@ -338,7 +402,7 @@ static void fused_layer_norm(
       const C sub2 = sub0 - div3;
       const C mul2 = sub2 * rsqrt0;
       const C mul3 = mul2 * ln_2_weight;
-      const C h_1 = rounded<T, C>(mul3 + ln_2_bias);
+      const C h_1 = rounded<T4, C>(mul3 + ln_2_bias);
       store(h_1_row, col * h_1_step, h_1);
       store(h_row, col * h_step, h);
     }
@@ -368,13 +432,13 @@ static void fused_layer_norm(
       for (int64_t o2 = 0; o2 < size2; ++o2) {
         const int64_t row = (o0 * size1 + o1) * size2 + o2;
         const T* attn_row = attn_ptr + o0 * attn_strides[0] + o1 * attn_strides[1] + o2 * attn_strides[2];
-        const T* x_row = x_ptr + o0 * x_strides[0] + o1 * x_strides[1] + o2 * x_strides[2];
-        const T* ln_2_weight_row =
+        const T1* x_row = x_ptr + o0 * x_strides[0] + o1 * x_strides[1] + o2 * x_strides[2];
+        const T2* ln_2_weight_row =
             ln_2_weight_ptr + o0 * ln_2_weight_strides[0] + o1 * ln_2_weight_strides[1] + o2 * ln_2_weight_strides[2];
-        const T* ln_2_bias_row =
+        const T3* ln_2_bias_row =
             ln_2_bias_ptr + o0 * ln_2_bias_strides[0] + o1 * ln_2_bias_strides[1] + o2 * ln_2_bias_strides[2];
-        T* h_1_row = h_1_out + o0 * h_1_strides[0] + o1 * h_1_strides[1] + o2 * h_1_strides[2];
-        T* h_row = h_out + o0 * h_strides[0] + o1 * h_strides[1] + o2 * h_strides[2];
+        T4* h_1_row = h_1_out + o0 * h_1_strides[0] + o1 * h_1_strides[1] + o2 * h_1_strides[2];
+        T4* h_row = h_out + o0 * h_strides[0] + o1 * h_strides[1] + o2 * h_strides[2];
         if (unit_columns) {
           compute_row(
               row, attn_row, unit, x_row, unit, ln_2_weight_row, unit, ln_2_bias_row, unit, h_1_row, unit, h_row, unit);
@@ -388,213 +452,186 @@ static void fused_layer_norm(
   }
 }
 
+// fused_layer_norm on untyped pointers, for the extern "C" entry points.
+template <typename T, typename T1, typename T2, typename T3, typename T4, typename C>
+static void fused_layer_norm_entry(
+    const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
+    void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
+  fused_layer_norm<T, T1, T2, T3, T4, C>(
+      static_cast<const T*>(attn), static_cast<const T1*>(x), static_cast<const T2*>(ln_2_weight),
+      static_cast<const T3*>(ln_2_bias), ln_2_eps, static_cast<T4*>(h_1), static_cast<T4*>(h), n_rows, row_size,
+      outer_sizes, strides_of(strides, 0), strides_of(strides, 1), strides_of(strides, 2), strides_of(strides, 3),
+      strides_of(strides, 4), strides_of(strides, 5), contiguous != 0);
+}
+
 }  // namespace transpile
 
+// A build of one call's instantiation (cpp_support.py) defines TRANSPILE_ONE_SIGNATURE: it needs none of these.
+#ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_silu: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
-extern const char fused_silu_kinds[] = "gate:T up:T -> h:T";
+// fused_silu: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+extern const char fused_silu_kinds[] = "gate:T up:T1 -> h:T2";
+extern const char fused_silu_types[] = "T:float32,float64,float16,bfloat16=gate,t0 T1:float32,float64,float16,bfloat16=up T2:float32,float64,float16,bfloat16=h";
 
 void fused_silu_float32(
     const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
     int contiguous) {
-  transpile::fused_silu<float, float>(
-      static_cast<const float*>(gate), static_cast<const float*>(up), static_cast<float*>(h), n_elements, sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_silu_entry<float, float, float, float>(gate, up, h, n_elements, sizes, strides, contiguous);
 }
 
 void fused_silu_float64(
     const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
     int contiguous) {
-  transpile::fused_silu<double, double>(
-      static_cast<const double*>(gate), static_cast<const double*>(up), static_cast<double*>(h), n_elements, sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_silu_entry<double, double, double, double>(gate, up, h, n_elements, sizes, strides, contiguous);
 }
 
 void fused_silu_float16(
     const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
     int contiguous) {
-  transpile::fused_silu<transpile::half, float>(
-      static_cast<const transpile::half*>(gate), static_cast<const transpile::half*>(up),
-      static_cast<transpile::half*>(h), n_elements, sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_silu_entry<transpile::half, transpile::half, transpile::half, float>(
+      gate, up, h, n_elements, sizes, strides, contiguous);
 }
 
 void fused_silu_bfloat16(
     const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
     int contiguous) {
-  transpile::fused_silu<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(gate), static_cast<const transpile::bfloat16*>(up),
-      static_cast<transpile::bfloat16*>(h), n_elements, sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_silu_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
+      gate, up, h, n_elements, sizes, strides, contiguous);
 }
 
-// fused_sum_clamp_min: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
-extern const char fused_sum_clamp_min_kinds[] = "x:T weights:T -> t3:T";
+// fused_sum_clamp_min: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+extern const char fused_sum_clamp_min_kinds[] = "x:T weights:T1 -> t3:T2";
+extern const char fused_sum_clamp_min_types[] = "T:float32,float64,float16,bfloat16=x T1:float32,float64,float16,bfloat16=weights,t1,t2 T2:float32,float64,float16,bfloat16=t0,total,t3";
 
 void fused_sum_clamp_min_float32(
     const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum_clamp_min<float, float>(
-      static_cast<const float*>(x), static_cast<const float*>(weights), static_cast<float*>(t3), n_rows, row_size,
-      outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_sum_clamp_min_entry<float, float, float, float>(
+      x, weights, t3, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_sum_clamp_min_float64(
     const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum_clamp_min<double, double>(
-      static_cast<const double*>(x), static_cast<const double*>(weights), static_cast<double*>(t3), n_rows, row_size,
-      outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_sum_clamp_min_entry<double, double, double, double>(
+      x, weights, t3, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_sum_clamp_min_float16(
     const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum_clamp_min<transpile::half, float>(
-      static_cast<const transpile::half*>(x), static_cast<const transpile::half*>(weights),
-      static_cast<transpile::half*>(t3), n_rows, row_size, outer_sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_sum_clamp_min_entry<transpile::half, transpile::half, transpile::half, float>(
+      x, weights, t3, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_sum_clamp_min_bfloat16(
     const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum_clamp_min<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(x), static_cast<const transpile::bfloat16*>(weights),
-      static_cast<transpile::bfloat16*>(t3), n_rows, row_size, outer_sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_sum_clamp_min_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
+      x, weights, t3, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
-// fused_rotary: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
-extern const char fused_rotary_kinds[] = "q:T cos:T sin:T -> q_1:T";
+// fused_rotary: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+extern const char fused_rotary_kinds[] = "q:T cos:T1 sin:T2 -> q_1:T5";
+extern const char fused_rotary_types[] = "T:float32,float64,float16,bfloat16=q,t1 T1:float32,float64,float16,bfloat16=cos T2:float32,float64,float16,bfloat16=sin T3:float32,float64,float16,bfloat16=t0 T4:float32,float64,float16,bfloat16=t2 T5:float32,float64,float16,bfloat16=q_1";
 
 void fused_rotary_float32(
     const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_rotary<float, float>(
-      static_cast<const float*>(q), static_cast<const float*>(cos), static_cast<const float*>(sin), q_half,
-      static_cast<float*>(q_1), n_elements, sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
-      transpile::strides_of(strides, 2), contiguous != 0);
+  transpile::fused_rotary_entry<float, float, float, float, float, float, float>(
+      q, cos, sin, q_half, q_1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_rotary_float64(
     const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_rotary<double, double>(
-      static_cast<const double*>(q), static_cast<const double*>(cos), static_cast<const double*>(sin), q_half,
-      static_cast<double*>(q_1), n_elements, sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), transpile::strides_of(strides, 2), contiguous != 0);
+  transpile::fused_rotary_entry<double, double, double, double, double, double, double>(
+      q, cos, sin, q_half, q_1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_rotary_float16(
     const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_rotary<transpile::half, float>(
-      static_cast<const transpile::half*>(q), static_cast<const transpile::half*>(cos),
-      static_cast<const transpile::half*>(sin), q_half, static_cast<transpile::half*>(q_1), n_elements, sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
-      contiguous != 0);
+  transpile::fused_rotary_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>(
+      q, cos, sin, q_half, q_1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_rotary_bfloat16(
     const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_rotary<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(q), static_cast<const transpile::bfloat16*>(cos),
-      static_cast<const transpile::bfloat16*>(sin), q_half, static_cast<transpile::bfloat16*>(q_1), n_elements, sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
-      contiguous != 0);
+  transpile::fused_rotary_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
+      q, cos, sin, q_half, q_1, n_elements, sizes, strides, contiguous);
 }
 
-// fused_rotary_2: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
-extern const char fused_rotary_2_kinds[] = "k:T cos:T sin:T -> k_1:T";
+// fused_rotary_2: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+extern const char fused_rotary_2_kinds[] = "k:T cos:T1 sin:T2 -> k_1:T5";
+extern const char fused_rotary_2_types[] = "T:float32,float64,float16,bfloat16=k,t1 T1:float32,float64,float16,bfloat16=cos T2:float32,float64,float16,bfloat16=sin T3:float32,float64,float16,bfloat16=t0 T4:float32,float64,float16,bfloat16=t2 T5:float32,float64,float16,bfloat16=k_1";
 
 void fused_rotary_2_float32(
     const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_rotary_2<float, float>(
-      static_cast<const float*>(k), static_cast<const float*>(cos), static_cast<const float*>(sin), k_half,
-      static_cast<float*>(k_1), n_elements, sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
-      transpile::strides_of(strides, 2), contiguous != 0);
+  transpile::fused_rotary_2_entry<float, float, float, float, float, float, float>(
+      k, cos, sin, k_half, k_1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_rotary_2_float64(
     const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_rotary_2<double, double>(
-      static_cast<const double*>(k), static_cast<const double*>(cos), static_cast<const double*>(sin), k_half,
-      static_cast<double*>(k_1), n_elements, sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), transpile::strides_of(strides, 2), contiguous != 0);
+  transpile::fused_rotary_2_entry<double, double, double, double, double, double, double>(
+      k, cos, sin, k_half, k_1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_rotary_2_float16(
     const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_rotary_2<transpile::half, float>(
-      static_cast<const transpile::half*>(k), static_cast<const transpile::half*>(cos),
-      static_cast<const transpile::half*>(sin), k_half, static_cast<transpile::half*>(k_1), n_elements, sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
-      contiguous != 0);
+  transpile::fused_rotary_2_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>(
+      k, cos, sin, k_half, k_1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_rotary_2_bfloat16(
     const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_rotary_2<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(k), static_cast<const transpile::bfloat16*>(cos),
-      static_cast<const transpile::bfloat16*>(sin), k_half, static_cast<transpile::bfloat16*>(k_1), n_elements, sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
-      contiguous != 0);
+  transpile::fused_rotary_2_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
+      k, cos, sin, k_half, k_1, n_elements, sizes, strides, contiguous);
 }
 
-// fused_layer_norm: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
-extern const char fused_layer_norm_kinds[] = "attn:T x:T ln_2_weight:T ln_2_bias:T -> h_1:T h:T";
+// fused_layer_norm: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+extern const char fused_layer_norm_kinds[] = "attn:T x:T1 ln_2_weight:T2 ln_2_bias:T3 -> h_1:T4 h:T4";
+extern const char fused_layer_norm_types[] = "T:float32,float64,float16,bfloat16=attn T1:float32,float64,float16,bfloat16=x T2:float32,float64,float16,bfloat16=ln_2_weight T3:float32,float64,float16,bfloat16=ln_2_bias T4:float32,float64,float16,bfloat16=h,h_1";
 
 void fused_layer_norm_float32(
     const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
     void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_layer_norm<float, float>(
-      static_cast<const float*>(attn), static_cast<const float*>(x), static_cast<const float*>(ln_2_weight),
-      static_cast<const float*>(ln_2_bias), ln_2_eps, static_cast<float*>(h_1), static_cast<float*>(h), n_rows,
-      row_size, outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
-      transpile::strides_of(strides, 2), transpile::strides_of(strides, 3), transpile::strides_of(strides, 4),
-      transpile::strides_of(strides, 5), contiguous != 0);
+  transpile::fused_layer_norm_entry<float, float, float, float, float, float>(
+      attn, x, ln_2_weight, ln_2_bias, ln_2_eps, h_1, h, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_layer_norm_float64(
     const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
     void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_layer_norm<double, double>(
-      static_cast<const double*>(attn), static_cast<const double*>(x), static_cast<const double*>(ln_2_weight),
-      static_cast<const double*>(ln_2_bias), ln_2_eps, static_cast<double*>(h_1), static_cast<double*>(h), n_rows,
-      row_size, outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
-      transpile::strides_of(strides, 2), transpile::strides_of(strides, 3), transpile::strides_of(strides, 4),
-      transpile::strides_of(strides, 5), contiguous != 0);
+  transpile::fused_layer_norm_entry<double, double, double, double, double, double>(
+      attn, x, ln_2_weight, ln_2_bias, ln_2_eps, h_1, h, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_layer_norm_float16(
     const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
     void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_layer_norm<transpile::half, float>(
-      static_cast<const transpile::half*>(attn), static_cast<const transpile::half*>(x),
-      static_cast<const transpile::half*>(ln_2_weight), static_cast<const transpile::half*>(ln_2_bias), ln_2_eps,
-      static_cast<transpile::half*>(h_1), static_cast<transpile::half*>(h), n_rows, row_size, outer_sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
-      transpile::strides_of(strides, 3), transpile::strides_of(strides, 4), transpile::strides_of(strides, 5),
-      contiguous != 0);
+  transpile::fused_layer_norm_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>(
+      attn, x, ln_2_weight, ln_2_bias, ln_2_eps, h_1, h, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_layer_norm_bfloat16(
     const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
     void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_layer_norm<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(attn), static_cast<const transpile::bfloat16*>(x),
-      static_cast<const transpile::bfloat16*>(ln_2_weight), static_cast<const transpile::bfloat16*>(ln_2_bias),
-      ln_2_eps, static_cast<transpile::bfloat16*>(h_1), static_cast<transpile::bfloat16*>(h), n_rows, row_size,
-      outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
-      transpile::strides_of(strides, 2), transpile::strides_of(strides, 3), transpile::strides_of(strides, 4),
-      transpile::strides_of(strides, 5), contiguous != 0);
+  transpile::fused_layer_norm_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
+      attn, x, ln_2_weight, ln_2_bias, ln_2_eps, h_1, h, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 }  // extern "C"
+#endif

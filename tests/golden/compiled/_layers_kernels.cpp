@@ -2,15 +2,17 @@
 
 #include "transpile_runtime.h"
 
-// Dtype model: each kernel is a template over T, the storage type of all its floating tensors
-// (float, double, half or bfloat16), and C, the type it computes in (double for double, else
-// float); boolean values are bool, integer values (`x.int()`) their C++ integer type. The extern "C"
-// entry points at the end instantiate it once per dtype of T, and `<kernel>_kinds` says which
-// tensors are T and which are bool.
+// Dtype model: each kernel is a template over the dtypes eager gives its values on a call: T, T1, ...
+// each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
+// the kernel; C is the type it computes in (double where a value is double, else float). Each value
+// is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
+// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
+// floating inputs share one dtype; the runtime builds any other instantiation a call needs.
 
 namespace transpile {
 
 // fused_tanh: models/layers.py:26, in fixtures.models.layers.tanh_gelu
+// T: the dtype of x, t0, t1, t2, t3, t4, t5, t6, t7
 template <typename T, typename C>
 static void fused_tanh(
     const T* x_ptr,            // input x
@@ -60,13 +62,24 @@ static void fused_tanh(
   }
 }
 
-// fused_rms_norm: models/layers.py:36-37, in fixtures.models.layers.RMSNorm.forward
+// fused_tanh on untyped pointers, for the extern "C" entry points.
 template <typename T, typename C>
+static void fused_tanh_entry(
+    const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
+  fused_tanh<T, C>(
+      static_cast<const T*>(x), static_cast<T*>(t7), n_elements, sizes, strides_of(strides, 0), contiguous != 0);
+}
+
+// fused_rms_norm: models/layers.py:36-37, in fixtures.models.layers.RMSNorm.forward
+// T: the dtype of x, t0, variance, t1, t2, t3
+// T1: the dtype of weight
+// T2: the dtype of t4
+template <typename T, typename T1, typename T2, typename C>
 static void fused_rms_norm(
     const T* x_ptr,                 // input x
-    const T* weight_ptr,            // input self.weight
+    const T1* weight_ptr,           // input self.weight
     C eps,                          // scalar self.eps
-    T* t4_out,                      // output return (t4)
+    T2* t4_out,                     // output return (t4)
     int64_t n_rows,                 // number of rows
     int64_t R,                      // row length: the size of the reduced dim, at least 1
     const int64_t* outer_sizes,     // strided path: the 3 row dims, padded on the left with 1s
@@ -80,7 +93,7 @@ static void fused_rms_norm(
   // One row: `*_row` points at its first element in each tensor and `*_step` is the tensor's column
   // stride (a compile-time 1 on the contiguous path, so that the column loops are unit-stride).
   const auto compute_row = [=](
-      int64_t row, const T* x_row, auto x_step, const T* weight_row, auto weight_step, T* t4_row, auto t4_step) {
+      int64_t row, const T* x_row, auto x_step, const T1* weight_row, auto weight_step, T2* t4_row, auto t4_step) {
     // Pass 1: the row sum of t0.
     double row_sum0_total = 0;
     for (int64_t block = 0; block < R; block += sum_block) {
@@ -108,7 +121,7 @@ static void fused_rms_norm(
       const C weight = static_cast<C>(weight_row[col * weight_step]);
       // line 37: return x * torch.rsqrt(variance + self.eps) * self.weight
       const C t3 = rounded<T, C>(x * t2);
-      const C t4 = rounded<T, C>(t3 * weight);
+      const C t4 = rounded<T2, C>(t3 * weight);
       store(t4_row, col * t4_step, t4);
     }
   };
@@ -133,8 +146,8 @@ static void fused_rms_norm(
       for (int64_t o2 = 0; o2 < size2; ++o2) {
         const int64_t row = (o0 * size1 + o1) * size2 + o2;
         const T* x_row = x_ptr + o0 * x_strides[0] + o1 * x_strides[1] + o2 * x_strides[2];
-        const T* weight_row = weight_ptr + o0 * weight_strides[0] + o1 * weight_strides[1] + o2 * weight_strides[2];
-        T* t4_row = t4_out + o0 * t4_strides[0] + o1 * t4_strides[1] + o2 * t4_strides[2];
+        const T1* weight_row = weight_ptr + o0 * weight_strides[0] + o1 * weight_strides[1] + o2 * weight_strides[2];
+        T2* t4_row = t4_out + o0 * t4_strides[0] + o1 * t4_strides[1] + o2 * t4_strides[2];
         if (unit_columns) {
           compute_row(row, x_row, unit, weight_row, unit, t4_row, unit);
         } else {
@@ -145,78 +158,79 @@ static void fused_rms_norm(
   }
 }
 
+// fused_rms_norm on untyped pointers, for the extern "C" entry points.
+template <typename T, typename T1, typename T2, typename C>
+static void fused_rms_norm_entry(
+    const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
+    const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
+  fused_rms_norm<T, T1, T2, C>(
+      static_cast<const T*>(x), static_cast<const T1*>(weight), eps, static_cast<T2*>(t4), n_rows, row_size,
+      outer_sizes, strides_of(strides, 0), strides_of(strides, 1), strides_of(strides, 2), contiguous != 0);
+}
+
 }  // namespace transpile
 
+// A build of one call's instantiation (cpp_support.py) defines TRANSPILE_ONE_SIGNATURE: it needs none of these.
+#ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_tanh: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
+// fused_tanh: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_tanh_kinds[] = "x:T -> t7:T";
+extern const char fused_tanh_types[] = "T:float32,float64,float16,bfloat16=x,t0,t1,t2,t3,t4,t5,t6,t7";
 
 void fused_tanh_float32(
     const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_tanh<float, float>(
-      static_cast<const float*>(x), static_cast<float*>(t7), n_elements, sizes, transpile::strides_of(strides, 0),
-      contiguous != 0);
+  transpile::fused_tanh_entry<float, float>(x, t7, n_elements, sizes, strides, contiguous);
 }
 
 void fused_tanh_float64(
     const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_tanh<double, double>(
-      static_cast<const double*>(x), static_cast<double*>(t7), n_elements, sizes, transpile::strides_of(strides, 0),
-      contiguous != 0);
+  transpile::fused_tanh_entry<double, double>(x, t7, n_elements, sizes, strides, contiguous);
 }
 
 void fused_tanh_float16(
     const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_tanh<transpile::half, float>(
-      static_cast<const transpile::half*>(x), static_cast<transpile::half*>(t7), n_elements, sizes,
-      transpile::strides_of(strides, 0), contiguous != 0);
+  transpile::fused_tanh_entry<transpile::half, float>(x, t7, n_elements, sizes, strides, contiguous);
 }
 
 void fused_tanh_bfloat16(
     const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_tanh<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(x), static_cast<transpile::bfloat16*>(t7), n_elements, sizes,
-      transpile::strides_of(strides, 0), contiguous != 0);
+  transpile::fused_tanh_entry<transpile::bfloat16, float>(x, t7, n_elements, sizes, strides, contiguous);
 }
 
-// fused_rms_norm: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
-extern const char fused_rms_norm_kinds[] = "x:T weight:T -> t4:T";
+// fused_rms_norm: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+extern const char fused_rms_norm_kinds[] = "x:T weight:T1 -> t4:T2";
+extern const char fused_rms_norm_types[] = "T:float32,float64,float16,bfloat16=x,t0,variance,t1,t2,t3 T1:float32,float64,float16,bfloat16=weight T2:float32,float64,float16,bfloat16=t4";
 
 void fused_rms_norm_float32(
     const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
     const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rms_norm<float, float>(
-      static_cast<const float*>(x), static_cast<const float*>(weight), eps, static_cast<float*>(t4), n_rows, row_size,
-      outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
-      transpile::strides_of(strides, 2), contiguous != 0);
+  transpile::fused_rms_norm_entry<float, float, float, float>(
+      x, weight, eps, t4, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_rms_norm_float64(
     const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
     const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rms_norm<double, double>(
-      static_cast<const double*>(x), static_cast<const double*>(weight), eps, static_cast<double*>(t4), n_rows,
-      row_size, outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1),
-      transpile::strides_of(strides, 2), contiguous != 0);
+  transpile::fused_rms_norm_entry<double, double, double, double>(
+      x, weight, eps, t4, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_rms_norm_float16(
     const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
     const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rms_norm<transpile::half, float>(
-      static_cast<const transpile::half*>(x), static_cast<const transpile::half*>(weight), eps,
-      static_cast<transpile::half*>(t4), n_rows, row_size, outer_sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), transpile::strides_of(strides, 2), contiguous != 0);
+  transpile::fused_rms_norm_entry<transpile::half, transpile::half, transpile::half, float>(
+      x, weight, eps, t4, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_rms_norm_bfloat16(
     const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
     const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rms_norm<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(x), static_cast<const transpile::bfloat16*>(weight), eps,
-      static_cast<transpile::bfloat16*>(t4), n_rows, row_size, outer_sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), transpile::strides_of(strides, 2), contiguous != 0);
+  transpile::fused_rms_norm_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
+      x, weight, eps, t4, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 }  // extern "C"
+#endif

@@ -2,15 +2,17 @@
 
 #include "transpile_runtime.h"
 
-// Dtype model: each kernel is a template over T, the storage type of all its floating tensors
-// (float, double, half or bfloat16), and C, the type it computes in (double for double, else
-// float); boolean values are bool, integer values (`x.int()`) their C++ integer type. The extern "C"
-// entry points at the end instantiate it once per dtype of T, and `<kernel>_kinds` says which
-// tensors are T and which are bool.
+// Dtype model: each kernel is a template over the dtypes eager gives its values on a call: T, T1, ...
+// each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
+// the kernel; C is the type it computes in (double where a value is double, else float). Each value
+// is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
+// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
+// floating inputs share one dtype; the runtime builds any other instantiation a call needs.
 
 namespace transpile {
 
 // fused_sum: models/moe.py:25, in fixtures.models.moe.Router.forward
+// T: the dtype of weights, t0, _sum_div
 template <typename T, typename C>
 static void fused_sum(
     const T* weights_ptr,             // input weights
@@ -80,13 +82,25 @@ static void fused_sum(
   }
 }
 
-// fused_lt: models/moe.py:40, in fixtures.models.moe.MoE.forward
+// fused_sum on untyped pointers, for the extern "C" entry points.
 template <typename T, typename C>
+static void fused_sum_entry(
+    const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
+    const int64_t* strides, int contiguous) {
+  fused_sum<T, C>(
+      static_cast<const T*>(weights), static_cast<T*>(_sum_div), n_rows, row_size, outer_sizes, strides_of(strides, 0),
+      strides_of(strides, 1), contiguous != 0);
+}
+
+// fused_lt: models/moe.py:40, in fixtures.models.moe.MoE.forward
+// T: the dtype of _slot_positions
+// T1: the dtype of weights, weights_1
+template <typename T, typename T1, typename C>
 static void fused_lt(
     const T* _slot_positions_ptr,            // input _slot_positions
-    const T* weights_ptr,                    // input weights
+    const T1* weights_ptr,                   // input weights
     C capacity,                              // scalar self.capacity
-    T* weights_1_out,                        // output weights (weights_1)
+    T1* weights_1_out,                       // output weights (weights_1)
     int64_t n,                               // number of output elements
     const int64_t* sizes,                    // strided path: 4 sizes, padded on the left with 1s
     const int64_t* _slot_positions_strides,  // strided path: 4 element strides of _slot_positions
@@ -99,7 +113,7 @@ static void fused_lt(
     const C weights = static_cast<C>(weights_ptr[weights_offset]);
     // line 40: weights = weights * (self.slot_positions(experts) < self.capacity)  # drop overflow slots
     const bool t0 = _slot_positions < capacity;
-    const C weights_1 = rounded<T, C>(weights * C(t0));
+    const C weights_1 = rounded<T1, C>(weights * C(t0));
     // Store the outputs.
     store(weights_1_out, index, weights_1);
   };
@@ -130,82 +144,85 @@ static void fused_lt(
   }
 }
 
+// fused_lt on untyped pointers, for the extern "C" entry points.
+template <typename T, typename T1, typename C>
+static void fused_lt_entry(
+    const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements,
+    const int64_t* sizes, const int64_t* strides, int contiguous) {
+  fused_lt<T, T1, C>(
+      static_cast<const T*>(_slot_positions), static_cast<const T1*>(weights), capacity, static_cast<T1*>(weights_1),
+      n_elements, sizes, strides_of(strides, 0), strides_of(strides, 1), contiguous != 0);
+}
+
 }  // namespace transpile
 
+// A build of one call's instantiation (cpp_support.py) defines TRANSPILE_ONE_SIGNATURE: it needs none of these.
+#ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_sum: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
+// fused_sum: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_sum_kinds[] = "weights:T -> _sum_div:T";
+extern const char fused_sum_types[] = "T:float32,float64,float16,bfloat16=weights,t0,_sum_div";
 
 void fused_sum_float32(
     const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum<float, float>(
-      static_cast<const float*>(weights), static_cast<float*>(_sum_div), n_rows, row_size, outer_sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_sum_entry<float, float>(weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_sum_float64(
     const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum<double, double>(
-      static_cast<const double*>(weights), static_cast<double*>(_sum_div), n_rows, row_size, outer_sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_sum_entry<double, double>(weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_sum_float16(
     const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum<transpile::half, float>(
-      static_cast<const transpile::half*>(weights), static_cast<transpile::half*>(_sum_div), n_rows, row_size,
-      outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_sum_entry<transpile::half, float>(
+      weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_sum_bfloat16(
     const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(weights), static_cast<transpile::bfloat16*>(_sum_div), n_rows, row_size,
-      outer_sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_sum_entry<transpile::bfloat16, float>(
+      weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
-// fused_lt: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
-extern const char fused_lt_kinds[] = "_slot_positions:T weights:T -> weights_1:T";
+// fused_lt: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+extern const char fused_lt_kinds[] = "_slot_positions:T weights:T1 -> weights_1:T1";
+extern const char fused_lt_types[] = "T:float32,float64,float16,bfloat16=_slot_positions T1:float32,float64,float16,bfloat16=weights,weights_1 bool=t0";
 
 void fused_lt_float32(
     const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements,
     const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_lt<float, float>(
-      static_cast<const float*>(_slot_positions), static_cast<const float*>(weights), capacity,
-      static_cast<float*>(weights_1), n_elements, sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_lt_entry<float, float, float>(
+      _slot_positions, weights, capacity, weights_1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_lt_float64(
     const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements,
     const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_lt<double, double>(
-      static_cast<const double*>(_slot_positions), static_cast<const double*>(weights), capacity,
-      static_cast<double*>(weights_1), n_elements, sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_lt_entry<double, double, double>(
+      _slot_positions, weights, capacity, weights_1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_lt_float16(
     const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements,
     const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_lt<transpile::half, float>(
-      static_cast<const transpile::half*>(_slot_positions), static_cast<const transpile::half*>(weights), capacity,
-      static_cast<transpile::half*>(weights_1), n_elements, sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_lt_entry<transpile::half, transpile::half, float>(
+      _slot_positions, weights, capacity, weights_1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_lt_bfloat16(
     const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements,
     const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_lt<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(_slot_positions), static_cast<const transpile::bfloat16*>(weights),
-      capacity, static_cast<transpile::bfloat16*>(weights_1), n_elements, sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_lt_entry<transpile::bfloat16, transpile::bfloat16, float>(
+      _slot_positions, weights, capacity, weights_1, n_elements, sizes, strides, contiguous);
 }
 
 }  // extern "C"
+#endif

@@ -2,24 +2,31 @@
 
 #include "transpile_runtime.h"
 
-// Dtype model: each kernel is a template over T, the storage type of all its floating tensors
-// (float, double, half or bfloat16), and C, the type it computes in (double for double, else
-// float); boolean values are bool, integer values (`x.int()`) their C++ integer type. The extern "C"
-// entry points at the end instantiate it once per dtype of T, and `<kernel>_kinds` says which
-// tensors are T and which are bool.
+// Dtype model: each kernel is a template over the dtypes eager gives its values on a call: T, T1, ...
+// each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
+// the kernel; C is the type it computes in (double where a value is double, else float). Each value
+// is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
+// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
+// floating inputs share one dtype; the runtime builds any other instantiation a call needs.
 
 namespace transpile {
 
 // fused_batch_norm_relu: models/vision.py:26, in fixtures.models.vision.ConvBlock.forward
-template <typename T, typename C>
+// T: the dtype of _conv1
+// T1: the dtype of bn1_running_mean
+// T2: the dtype of bn1_running_var
+// T3: the dtype of bn1_weight
+// T4: the dtype of bn1_bias
+// T5: the dtype of t0, out
+template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename C>
 static void fused_batch_norm_relu(
     const T* _conv1_ptr,                      // input _conv1
-    const T* bn1_running_mean_ptr,            // input self.bn1.running_mean[:, None, None]
-    const T* bn1_running_var_ptr,             // input self.bn1.running_var[:, None, None]
-    const T* bn1_weight_ptr,                  // input self.bn1.weight[:, None, None]
-    const T* bn1_bias_ptr,                    // input self.bn1.bias[:, None, None]
+    const T1* bn1_running_mean_ptr,           // input self.bn1.running_mean[:, None, None]
+    const T2* bn1_running_var_ptr,            // input self.bn1.running_var[:, None, None]
+    const T3* bn1_weight_ptr,                 // input self.bn1.weight[:, None, None]
+    const T4* bn1_bias_ptr,                   // input self.bn1.bias[:, None, None]
     C bn1_eps,                                // scalar self.bn1.eps
-    T* out_out,                               // output out
+    T5* out_out,                              // output out
     int64_t n,                                // number of output elements
     const int64_t* sizes,                     // strided path: 4 sizes, padded on the left with 1s
     const int64_t* _conv1_strides,            // strided path: 4 element strides of _conv1
@@ -39,8 +46,8 @@ static void fused_batch_norm_relu(
     const C bn1_weight = static_cast<C>(bn1_weight_ptr[bn1_weight_offset]);
     const C bn1_bias = static_cast<C>(bn1_bias_ptr[bn1_bias_offset]);
     // line 26: out = F.relu(self.bn1(self.conv1(x)))
-    const C t0 = rounded<T, C>(_conv1 * ((C(1) / std::sqrt(bn1_running_var + C(bn1_eps))) * bn1_weight) + (bn1_bias - bn1_running_mean * ((C(1) / std::sqrt(bn1_running_var + C(bn1_eps))) * bn1_weight)));
-    const C out = rounded<T, C>(relu(t0));
+    const C t0 = rounded<T5, C>(_conv1 * ((C(1) / std::sqrt(bn1_running_var + C(bn1_eps))) * bn1_weight) + (bn1_bias - bn1_running_mean * ((C(1) / std::sqrt(bn1_running_var + C(bn1_eps))) * bn1_weight)));
+    const C out = rounded<T5, C>(relu(t0));
     // Store the outputs.
     store(out_out, index, out);
   };
@@ -76,12 +83,28 @@ static void fused_batch_norm_relu(
   }
 }
 
+// fused_batch_norm_relu on untyped pointers, for the extern "C" entry points.
+template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename C>
+static void fused_batch_norm_relu_entry(
+    const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
+    const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
+    int contiguous) {
+  fused_batch_norm_relu<T, T1, T2, T3, T4, T5, C>(
+      static_cast<const T*>(_conv1), static_cast<const T1*>(bn1_running_mean), static_cast<const T2*>(bn1_running_var),
+      static_cast<const T3*>(bn1_weight), static_cast<const T4*>(bn1_bias), bn1_eps, static_cast<T5*>(out), n_elements,
+      sizes, strides_of(strides, 0), strides_of(strides, 1), strides_of(strides, 2), strides_of(strides, 3),
+      strides_of(strides, 4), contiguous != 0);
+}
+
 // fused_relu: models/vision.py:28, in fixtures.models.vision.ConvBlock.forward
-template <typename T, typename C>
+// T: the dtype of out
+// T1: the dtype of _shortcut
+// T2: the dtype of t0, t1
+template <typename T, typename T1, typename T2, typename C>
 static void fused_relu(
     const T* out_ptr,                  // input out
-    const T* _shortcut_ptr,            // input _shortcut
-    T* t1_out,                         // output return (t1)
+    const T1* _shortcut_ptr,           // input _shortcut
+    T2* t1_out,                        // output return (t1)
     int64_t n,                         // number of output elements
     const int64_t* sizes,              // strided path: 4 sizes, padded on the left with 1s
     const int64_t* out_strides,        // strided path: 4 element strides of out
@@ -93,8 +116,8 @@ static void fused_relu(
     const C out = static_cast<C>(out_ptr[out_offset]);
     const C _shortcut = static_cast<C>(_shortcut_ptr[_shortcut_offset]);
     // line 28: return F.relu(out + self.shortcut(x))
-    const C t0 = rounded<T, C>(out + _shortcut);
-    const C t1 = rounded<T, C>(relu(t0));
+    const C t0 = rounded<T2, C>(out + _shortcut);
+    const C t1 = rounded<T2, C>(relu(t0));
     // Store the outputs.
     store(t1_out, index, t1);
   };
@@ -124,7 +147,18 @@ static void fused_relu(
   }
 }
 
+// fused_relu on untyped pointers, for the extern "C" entry points.
+template <typename T, typename T1, typename T2, typename C>
+static void fused_relu_entry(
+    const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
+    int contiguous) {
+  fused_relu<T, T1, T2, C>(
+      static_cast<const T*>(out), static_cast<const T1*>(_shortcut), static_cast<T2*>(t1), n_elements, sizes,
+      strides_of(strides, 0), strides_of(strides, 1), contiguous != 0);
+}
+
 // fused_amax_eq: models/vision.py:43, in fixtures.models.vision.TinyResNet.forward
+// T: the dtype of pooled, t0
 template <typename T, typename C>
 static void fused_amax_eq(
     const T* pooled_ptr,            // input pooled
@@ -185,131 +219,125 @@ static void fused_amax_eq(
   }
 }
 
+// fused_amax_eq on untyped pointers, for the extern "C" entry points.
+template <typename T, typename C>
+static void fused_amax_eq_entry(
+    const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
+    const int64_t* strides, int contiguous) {
+  fused_amax_eq<T, C>(
+      static_cast<const T*>(pooled), static_cast<bool*>(_amax_eq), n_rows, row_size, outer_sizes,
+      strides_of(strides, 0), contiguous != 0);
+}
+
 }  // namespace transpile
 
+// A build of one call's instantiation (cpp_support.py) defines TRANSPILE_ONE_SIGNATURE: it needs none of these.
+#ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_batch_norm_relu: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
-extern const char fused_batch_norm_relu_kinds[] = "_conv1:T bn1_running_mean:T bn1_running_var:T bn1_weight:T bn1_bias:T -> out:T";
+// fused_batch_norm_relu: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+extern const char fused_batch_norm_relu_kinds[] = "_conv1:T bn1_running_mean:T1 bn1_running_var:T2 bn1_weight:T3 bn1_bias:T4 -> out:T5";
+extern const char fused_batch_norm_relu_types[] = "T:float32,float64,float16,bfloat16=_conv1 T1:float32,float64,float16,bfloat16=bn1_running_mean T2:float32,float64,float16,bfloat16=bn1_running_var T3:float32,float64,float16,bfloat16=bn1_weight T4:float32,float64,float16,bfloat16=bn1_bias T5:float32,float64,float16,bfloat16=t0,out";
 
 void fused_batch_norm_relu_float32(
     const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
     const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
     int contiguous) {
-  transpile::fused_batch_norm_relu<float, float>(
-      static_cast<const float*>(_conv1), static_cast<const float*>(bn1_running_mean),
-      static_cast<const float*>(bn1_running_var), static_cast<const float*>(bn1_weight),
-      static_cast<const float*>(bn1_bias), bn1_eps, static_cast<float*>(out), n_elements, sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
-      transpile::strides_of(strides, 3), transpile::strides_of(strides, 4), contiguous != 0);
+  transpile::fused_batch_norm_relu_entry<float, float, float, float, float, float, float>(
+      _conv1, bn1_running_mean, bn1_running_var, bn1_weight, bn1_bias, bn1_eps, out, n_elements, sizes, strides,
+      contiguous);
 }
 
 void fused_batch_norm_relu_float64(
     const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
     const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
     int contiguous) {
-  transpile::fused_batch_norm_relu<double, double>(
-      static_cast<const double*>(_conv1), static_cast<const double*>(bn1_running_mean),
-      static_cast<const double*>(bn1_running_var), static_cast<const double*>(bn1_weight),
-      static_cast<const double*>(bn1_bias), bn1_eps, static_cast<double*>(out), n_elements, sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
-      transpile::strides_of(strides, 3), transpile::strides_of(strides, 4), contiguous != 0);
+  transpile::fused_batch_norm_relu_entry<double, double, double, double, double, double, double>(
+      _conv1, bn1_running_mean, bn1_running_var, bn1_weight, bn1_bias, bn1_eps, out, n_elements, sizes, strides,
+      contiguous);
 }
 
 void fused_batch_norm_relu_float16(
     const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
     const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
     int contiguous) {
-  transpile::fused_batch_norm_relu<transpile::half, float>(
-      static_cast<const transpile::half*>(_conv1), static_cast<const transpile::half*>(bn1_running_mean),
-      static_cast<const transpile::half*>(bn1_running_var), static_cast<const transpile::half*>(bn1_weight),
-      static_cast<const transpile::half*>(bn1_bias), bn1_eps, static_cast<transpile::half*>(out), n_elements, sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
-      transpile::strides_of(strides, 3), transpile::strides_of(strides, 4), contiguous != 0);
+  transpile::fused_batch_norm_relu_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>(
+      _conv1, bn1_running_mean, bn1_running_var, bn1_weight, bn1_bias, bn1_eps, out, n_elements, sizes, strides,
+      contiguous);
 }
 
 void fused_batch_norm_relu_bfloat16(
     const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
     const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
     int contiguous) {
-  transpile::fused_batch_norm_relu<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(_conv1), static_cast<const transpile::bfloat16*>(bn1_running_mean),
-      static_cast<const transpile::bfloat16*>(bn1_running_var), static_cast<const transpile::bfloat16*>(bn1_weight),
-      static_cast<const transpile::bfloat16*>(bn1_bias), bn1_eps, static_cast<transpile::bfloat16*>(out), n_elements,
-      sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), transpile::strides_of(strides, 2),
-      transpile::strides_of(strides, 3), transpile::strides_of(strides, 4), contiguous != 0);
+  transpile::fused_batch_norm_relu_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
+      _conv1, bn1_running_mean, bn1_running_var, bn1_weight, bn1_bias, bn1_eps, out, n_elements, sizes, strides,
+      contiguous);
 }
 
-// fused_relu: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
-extern const char fused_relu_kinds[] = "out:T _shortcut:T -> t1:T";
+// fused_relu: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+extern const char fused_relu_kinds[] = "out:T _shortcut:T1 -> t1:T2";
+extern const char fused_relu_types[] = "T:float32,float64,float16,bfloat16=out T1:float32,float64,float16,bfloat16=_shortcut T2:float32,float64,float16,bfloat16=t0,t1";
 
 void fused_relu_float32(
     const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
     int contiguous) {
-  transpile::fused_relu<float, float>(
-      static_cast<const float*>(out), static_cast<const float*>(_shortcut), static_cast<float*>(t1), n_elements, sizes,
-      transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_relu_entry<float, float, float, float>(out, _shortcut, t1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_relu_float64(
     const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
     int contiguous) {
-  transpile::fused_relu<double, double>(
-      static_cast<const double*>(out), static_cast<const double*>(_shortcut), static_cast<double*>(t1), n_elements,
-      sizes, transpile::strides_of(strides, 0), transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_relu_entry<double, double, double, double>(
+      out, _shortcut, t1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_relu_float16(
     const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
     int contiguous) {
-  transpile::fused_relu<transpile::half, float>(
-      static_cast<const transpile::half*>(out), static_cast<const transpile::half*>(_shortcut),
-      static_cast<transpile::half*>(t1), n_elements, sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_relu_entry<transpile::half, transpile::half, transpile::half, float>(
+      out, _shortcut, t1, n_elements, sizes, strides, contiguous);
 }
 
 void fused_relu_bfloat16(
     const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
     int contiguous) {
-  transpile::fused_relu<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(out), static_cast<const transpile::bfloat16*>(_shortcut),
-      static_cast<transpile::bfloat16*>(t1), n_elements, sizes, transpile::strides_of(strides, 0),
-      transpile::strides_of(strides, 1), contiguous != 0);
+  transpile::fused_relu_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
+      out, _shortcut, t1, n_elements, sizes, strides, contiguous);
 }
 
-// fused_amax_eq: storage kinds of the tensor inputs and outputs (T: the entry point's dtype).
+// fused_amax_eq: the element type of each tensor input and output (T...: see the kernel), and the
+// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_amax_eq_kinds[] = "pooled:T -> _amax_eq:bool";
+extern const char fused_amax_eq_types[] = "T:float32,float64,float16,bfloat16=pooled,t0 bool=_amax_eq";
 
 void fused_amax_eq_float32(
     const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_amax_eq<float, float>(
-      static_cast<const float*>(pooled), static_cast<bool*>(_amax_eq), n_rows, row_size, outer_sizes,
-      transpile::strides_of(strides, 0), contiguous != 0);
+  transpile::fused_amax_eq_entry<float, float>(pooled, _amax_eq, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_amax_eq_float64(
     const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_amax_eq<double, double>(
-      static_cast<const double*>(pooled), static_cast<bool*>(_amax_eq), n_rows, row_size, outer_sizes,
-      transpile::strides_of(strides, 0), contiguous != 0);
+  transpile::fused_amax_eq_entry<double, double>(pooled, _amax_eq, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_amax_eq_float16(
     const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_amax_eq<transpile::half, float>(
-      static_cast<const transpile::half*>(pooled), static_cast<bool*>(_amax_eq), n_rows, row_size, outer_sizes,
-      transpile::strides_of(strides, 0), contiguous != 0);
+  transpile::fused_amax_eq_entry<transpile::half, float>(
+      pooled, _amax_eq, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_amax_eq_bfloat16(
     const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_amax_eq<transpile::bfloat16, float>(
-      static_cast<const transpile::bfloat16*>(pooled), static_cast<bool*>(_amax_eq), n_rows, row_size, outer_sizes,
-      transpile::strides_of(strides, 0), contiguous != 0);
+  transpile::fused_amax_eq_entry<transpile::bfloat16, float>(
+      pooled, _amax_eq, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 }  // extern "C"
+#endif
