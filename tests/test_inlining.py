@@ -212,7 +212,9 @@ def test_a_computed_dtype_other_than_its_stand_ins_falls_back(transpiled):
     update = torch.randn(2, 5, 32)
     with torch.no_grad():
         torch.testing.assert_close(model(hidden, update), original(hidden, update))
-    assert kernel.counts["fallback: a cast to the dtype of a computed value other than its input's"] == 1
+    # The C++ kernel types the cast like its stand-in: eager gives them two dtypes, so the call falls back.
+    split = [r for r in kernel.counts if r.startswith("fallback: eager computes the values of") and "residual" in r]
+    assert split and kernel.counts[split[0]] >= 1, dict(kernel.counts)
 
 
 TRITON_RUN = textwrap.dedent("""
