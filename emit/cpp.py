@@ -929,7 +929,8 @@ def _render_row_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
 
 
 # -- entry points -------------------------------------------------------------------------
-# The parameters after the data of every pointwise and row kernel's entry points (cpp_support.py's layouts).
+# The parameters after the data of every pointwise and row kernel's entry points: cpp_support.py's, written
+# again here as the build does not import the runtime (and torch); tests/test_cpp_backend.py checks they agree.
 POINTWISE_LAYOUT = ("int64_t n_elements", "const int64_t* sizes", "const int64_t* strides", "int contiguous")
 ROWS_LAYOUT = ("int64_t n_rows", "int64_t row_size", "const int64_t* outer_sizes", "const int64_t* strides", "int contiguous")
 

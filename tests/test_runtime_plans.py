@@ -21,7 +21,7 @@ import pytest
 
 from emit.runtime.cpp_support import find_compiler
 from tests.tolerances import unit_roundoff
-from tests.transpiled import importable
+from tests.transpiled import original_and_transpiled
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C++ compiler")
@@ -107,14 +107,8 @@ CALLS = [
 
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory):
-    base = tmp_path_factory.mktemp("plans")
-    source = base / "src"
-    source.mkdir()
-    (source / "__init__.py").write_text("")
-    (source / "plans.py").write_text(MODEL)
-    (base / "plans_original.py").write_text(MODEL)
-    with importable(base, {source: base / PACKAGE}, (PACKAGE, "plans_original")):
-        yield importlib.import_module("plans_original"), importlib.import_module(f"{PACKAGE}.plans")
+    with original_and_transpiled(tmp_path_factory.mktemp("plans"), MODEL, PACKAGE, "plans", "plans_original") as pair:
+        yield pair
 
 
 def paths(runtime) -> dict[str, int]:

@@ -20,7 +20,7 @@ from tests.test_triton_backend import INTERPRET  # noqa: F401  # isort: skip
 import torch  # noqa: E402
 
 from tests.tolerances import assert_within, layer_norm_magnitude  # noqa: E402
-from tests.transpiled import importable  # noqa: E402
+from tests.transpiled import original_and_transpiled  # noqa: E402
 
 PACKAGE = "transpiled_triton_dtypes"
 MODEL = """
@@ -76,13 +76,8 @@ class FloatPower(nn.Module):
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory):
     base = tmp_path_factory.mktemp("triton_dtypes")
-    source = base / "src"
-    source.mkdir()
-    (source / "__init__.py").write_text("")
-    (source / "models.py").write_text(MODEL)
-    (base / "triton_dtypes_original.py").write_text(MODEL)
-    with importable(base, {source: base / PACKAGE}, (PACKAGE, "triton_dtypes_original")):
-        yield importlib.import_module("triton_dtypes_original"), importlib.import_module(f"{PACKAGE}.models")
+    with original_and_transpiled(base, MODEL, PACKAGE, "models", "triton_dtypes_original") as pair:
+        yield pair
 
 
 @pytest.fixture

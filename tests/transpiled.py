@@ -31,6 +31,21 @@ def importable(base: Path, builds: dict[Path, Path], packages: tuple[str, ...]) 
                 del sys.modules[name]
 
 
+@contextlib.contextmanager
+def original_and_transpiled(base: Path, text: str, package: str, stem: str, original: str) -> Iterator[tuple]:
+    """The module source `text` imported twice: as written (module `original`) and transpiled (`package.stem`),
+    built under `base` (see `importable`)."""
+    import importlib
+
+    source = base / "src"
+    source.mkdir()
+    (source / "__init__.py").write_text("")
+    (source / f"{stem}.py").write_text(text)
+    (base / f"{original}.py").write_text(text)
+    with importable(base, {source: base / package}, (package, original)):
+        yield importlib.import_module(original), importlib.import_module(f"{package}.{stem}")
+
+
 def shapes_of(region):
     """The `Shapes` a kernel file gives the runtime's Kernel for `region` (emit.module.shape_program)."""
     from emit.module import shape_program

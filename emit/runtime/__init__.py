@@ -789,11 +789,11 @@ class _Cpp(_Backend):
 
     def pointwise(self, kernel: Kernel, binding, scalars, n_elements, sizes, strides, contiguous):
         layout = self.support.pointwise_layout(n_elements, sizes, strides, contiguous)
-        return kernel.cpp_library.launcher(kernel.name, binding, layout, scalars)
+        return kernel.cpp_library.launcher(kernel.name, binding, layout, self.support.POINTWISE_LAYOUT, scalars)
 
     def rows(self, kernel: Kernel, binding, scalars, n_rows, row_size, outer_sizes, strides, contiguous):
         layout = self.support.rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
-        return kernel.cpp_library.launcher(kernel.name, binding, layout, scalars)
+        return kernel.cpp_library.launcher(kernel.name, binding, layout, self.support.ROWS_LAYOUT, scalars)
 
 
 @functools.lru_cache(maxsize=None)

@@ -342,7 +342,12 @@ def bind(
         if dtype not in CPP_TYPES:
             return f"{', '.join(members)}: {dtype} values, which the C++ kernel computes in floating point"
         bound.append(dtype)
-    dtypes = {name: dtype for (name, _, _), dtype in zip(types.parameters, bound)}
+    return _binding(kinds, types, bound)
+
+
+def _binding(kinds: Kinds, types: Types, bound: Sequence[torch.dtype]) -> Binding:
+    """The Binding of type parameters bound to `bound`: double where a value is double, each tensor as its kind."""
+    dtypes = {name: dtype for (name, _, _), dtype in zip(types.parameters, bound, strict=True)}
     wide = torch.float64 in (*bound, *(dtype for _, dtype in types.fixed))
     return Binding(
         tuple(bound),
@@ -425,35 +430,30 @@ class CppLibrary:
         """The binding of the entry point for the widest floating dtype of `dtypes` (float32 without one)."""
         floating = [dtype for dtype in dtypes if dtype in ENTRY_DTYPES]
         k = ENTRY_DTYPES.index(functools.reduce(torch.promote_types, floating) if floating else torch.float32)
-        kinds, types = self.kinds(entry), self.types(entry)
-        values = {name: uniform[k] for name, uniform, _ in types.parameters}
-        wide = torch.float64 in (*values.values(), *(dtype for _, dtype in types.fixed))
-        return Binding(
-            tuple(values.values()),
-            torch.float64 if wide else torch.float32,
-            tuple(values.get(kind) or _dtype(kind) for kind in kinds.inputs),
-            tuple(values.get(kind) or _dtype(kind) for kind in kinds.outputs),
-        )
+        types = self.types(entry)
+        return _binding(self.kinds(entry), types, [uniform[k] for _, uniform, _ in types.parameters])
 
     def call(self, entry: str, tensors, scalars, outputs, n_elements, sizes, strides, contiguous) -> None:
         """Run kernel `entry` (a region name) once with the entry point of its tensors' dtype (`uniform`):
         see `launcher` and `pointwise_layout`."""
         binding = self.uniform(entry, [t.dtype for t in (*tensors, *outputs)])
         layout = pointwise_layout(n_elements, sizes, strides, contiguous)
-        self.launcher(entry, binding, layout, len(scalars))(tensors, scalars, outputs)
+        self.launcher(entry, binding, layout, POINTWISE_LAYOUT, len(scalars))(tensors, scalars, outputs)
 
     def call_rows(self, entry: str, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous) -> None:
         """Run the row kernel `entry` once (see `call` and `rows_layout`)."""
         binding = self.uniform(entry, [t.dtype for t in (*tensors, *outputs)])
         layout = rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
-        self.launcher(entry, binding, layout, len(scalars))(tensors, scalars, outputs)
+        self.launcher(entry, binding, layout, ROWS_LAYOUT, len(scalars))(tensors, scalars, outputs)
 
-    def launcher(self, entry: str, binding: Binding, layout: tuple, scalars: int) -> Callable[..., None] | str:
+    def launcher(
+        self, entry: str, binding: Binding, layout: tuple, declarations: Sequence[str], scalars: int
+    ) -> Callable[..., None] | str:
         """Kernel `entry` (a region name) as `launch(tensors, scalars, outputs)` for calls of `binding`, or why
         there is none.
 
-        `layout`: the C arguments after the data, from `pointwise_layout` or `rows_layout`; `scalars`: how
-        many scalar arguments. The entry point of the binding where one has it, else an instantiation
+        `layout`: the C arguments after the data, from `pointwise_layout` or `rows_layout`, and `declarations`
+        their C parameters (POINTWISE_LAYOUT or ROWS_LAYOUT); `scalars`: how many scalar arguments. The entry point of the binding where one has it, else an instantiation
         built for it (`instance`). A tensor of another dtype than the binding's (a bool or integer
         tensor read as a number, `bind` says when) is converted at the boundary, as torch would promote it;
         an output of another dtype gets a staging tensor.
@@ -467,7 +467,7 @@ class CppLibrary:
                 function = getattr(self._library, f"{entry}_{str(dtype).removeprefix('torch.')}")
                 break
         else:
-            function = self.instance(entry, binding, scalars, ROWS_LAYOUT if len(layout) == 5 else POINTWISE_LAYOUT)
+            function = self.instance(entry, binding, scalars, declarations)
             if isinstance(function, str):
                 return function
         set_threads = self._library.omp_set_num_threads
