@@ -66,7 +66,10 @@ def _temporary(path: Path) -> Path:
 def check_writable(directory: Path) -> None:
     """Raises WriteError, before any work, when files cannot be created in `directory` (created if missing)."""
     try:
-        _create_temporary(directory, "check").unlink()
+        directory.mkdir(parents=True, exist_ok=True)
+        # A file without a name (O_TMPFILE) where the system has them: an interrupt leaves nothing behind.
+        with tempfile.TemporaryFile(dir=directory):
+            pass
     except OSError as err:
         raise WriteError(f"cannot write into {directory}: {err.strerror or err}") from err
 
@@ -74,7 +77,11 @@ def check_writable(directory: Path) -> None:
 def _create_temporary(directory: Path, name: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.transpile-{os.getpid()}-", suffix=".tmp")
-    os.close(fd)
+    try:
+        os.close(fd)
+    except BaseException:  # an interrupt before the caller holds the name: it could not remove the file
+        os.unlink(tmp)
+        raise
     return Path(tmp)
 
 
