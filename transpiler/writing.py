@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,23 +68,32 @@ def _temporary(path: Path) -> Path:
 def check_writable(directory: Path) -> None:
     """Raises WriteError, before any work, when files cannot be created in `directory` (created if missing)."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        # A file without a name (O_TMPFILE) where the system has them: an interrupt leaves nothing behind.
-        with tempfile.TemporaryFile(dir=directory):
-            pass
+        with _interrupts_held():  # an interrupt between creating the file and removing it would leave it
+            _create_temporary(directory, "check").unlink()
     except OSError as err:
         raise WriteError(f"cannot write into {directory}: {err.strerror or err}") from err
 
 
 def _create_temporary(directory: Path, name: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.transpile-{os.getpid()}-", suffix=".tmp")
-    try:
+    with _interrupts_held():  # an interrupt before the caller holds the name would leave the file
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.transpile-{os.getpid()}-", suffix=".tmp")
         os.close(fd)
-    except BaseException:  # an interrupt before the caller holds the name: it could not remove the file
-        os.unlink(tmp)
-        raise
     return Path(tmp)
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT held back for the block and delivered (as KeyboardInterrupt) when it ends, where the system can
+    block signals; elsewhere, and off the main thread (which alone runs Python's handler), nothing changes."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def remove_stale_temporaries(root: Path) -> list[Path]:
