@@ -411,7 +411,10 @@ def integer_support(region: Region, names: Names, saved: Iterable[str] = ()) -> 
     and an integer value kept in a row of scratch (of C) would change them.
     """
     saved = frozenset(saved)
+    kinds = value_kinds(region)
     for node in region.nodes:
+        if node.op == "row_sum" and all(kinds[v] is Kind.BOOL for v in node.values()):
+            continue  # a count of true values: exact in C's blocks and their double total
         if names.integer(node.out) is not None and node.op not in INTEGER_OPS and node.definition is not CAST:
             return f"{node.op} of integers"
         if node.definition.kind is OpKind.ROW and any(names.integer(v) is not None for v in node.values()):

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_regions import regions_of as regions_of_body
 from tests.transpiled import importable
+from transpiler.inlining import kernel_view
 from transpiler.ir import format_region
 from transpiler.regions import find_regions
 
@@ -283,3 +285,26 @@ def test_the_llama_decoder_layer_fuses_the_residual_add_with_its_rms_norm(llama)
         compare(model(**inputs), original(**inputs))
     layers = config.num_hidden_layers
     assert run_counts(runtime)[fused["name"]] == {"cpp": layers}
+
+
+def test_a_cast_to_a_computed_values_dtype_uses_the_dtype_promotion_gives_it():
+    """`x.to(m.dtype)` of a comparison's `m` is a cast to bool whatever the inputs, with nothing to check at
+    run time; `x.to(s.dtype)` of `s = y * 2.0` has y's dtype on every call (y stands in for it, checked);
+    of `s = x + y` neither input's, so its first input stands in, checked."""
+    (region,) = regions_of_body(
+        """
+        m = x > 0.5
+        s = y * 2.0
+        a = (x * 3.0).to(m.dtype)
+        b = torch.exp(x).to(s.dtype)
+        u = x + y
+        c = torch.sin(y).to(u.dtype)
+        return a, b, c
+        """
+    )
+    view, checks = kernel_view(region)
+    casts = {node.out: (node.op, node.operands[1]) for node in view.nodes if node.op in ("to", "to_like")}
+    assert casts["a"] == ("to", "bool")
+    assert casts["b"] == ("to_like", "y") and casts["c"] == ("to_like", "x")
+    positions = {i.name: n for n, i in enumerate(view.tensor_inputs)}
+    assert dict(checks) == {"s": positions["y"], "u": positions["x"]}

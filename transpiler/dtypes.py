@@ -25,6 +25,8 @@ FLOATING = ("bfloat16", "float16", "float32", "float64")
 INTEGER = ("bool", "uint8", "int8", "int16", "int32", "int64")
 DEFAULT_FLOAT = "float32"
 _SIZE = {"bool": 0, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+# The "dtype" of a value eager raises for before computing it (the mean of integers), on that call.
+RAISES = "raises"
 # Operands read as conditions, which take no part in promotion.
 _CONDITIONS = {"where": (0,), "masked_fill": (1,)}
 
@@ -72,9 +74,12 @@ def _node_dtype(node: Node, dtypes: Mapping[str, str | None], scalar_inputs: fro
     if definition is CAST_LIKE:
         return dtypes.get(node.operands[1])
     if definition.kind is OpKind.REDUCTION:
-        # Floating reductions keep their operand's dtype (amax and amin any dtype's); the rest fall back.
+        # Floating reductions keep their operand's dtype (amax and amin any dtype's); sums of integers and
+        # bools are int64 and logsumexp's float32; eager raises for the rest of them.
         operand = dtypes.get(node.operands[0])
-        return operand if operand in FLOATING or node.op in ("amax", "amin") else None
+        if operand in (None, RAISES) or operand in FLOATING or node.op in ("amax", "amin"):
+            return operand
+        return "int64" if node.op == "sum" else DEFAULT_FLOAT if node.op == "logsumexp" else RAISES
     if definition.kind is OpKind.ROW or node.op == "activation":
         return None  # typed by the backends' accumulation (lowered) or by a module chosen at run time
     skipped = set(definition.constant_operands) | set(_CONDITIONS.get(node.op, ()))
@@ -86,8 +91,8 @@ def _node_dtype(node: Node, dtypes: Mapping[str, str | None], scalar_inputs: fro
             scalars.append(operand)
         elif operand in scalar_inputs:
             unknown = True  # a Python number, int or float: not known here
-        elif dtypes.get(operand) is None:
-            return None  # computed from a value of unknown dtype (a lowered reduction's inside)
+        elif dtypes.get(operand) in (None, RAISES):
+            return dtypes.get(operand)  # computed from a value of unknown dtype (a lowered reduction's inside)
         else:
             tensors.append(dtypes[operand])
     if not tensors:
@@ -120,7 +125,7 @@ def storage_dtypes(
     dtypes = {}
     for node in region.nodes:
         each = tuple(d.get(node.out) for d in per_storage)
-        if None not in each and "bool" not in each:
+        if not {None, "bool", RAISES} & set(each):
             dtypes[node.out] = each
     return dtypes
 
@@ -209,6 +214,7 @@ class TypeClass:
 
     members: tuple[str, ...]  # inputs first, then computed values, in region order
     uniform: tuple[str, ...]  # their dtype when every floating input is of one storage dtype, per storage
+    integral: bool = False  # an integer input can make them integers (`i + 1`)
 
 
 def type_classes(
@@ -220,25 +226,45 @@ def type_classes(
     A value's dtype is torch's promotion over some inputs' dtypes and some fixed dtypes (casts), so
     probes tell the classes apart: every floating input of each storage dtype, then each input float64
     (and bfloat16) beside float16 others, which shows the inputs a value's dtype depends on. Values the
-    table cannot type are in neither. The runtime checks each class against eager's dtypes on the call
+    table cannot type on these floating probes are in neither. Then each input bool and int32 beside
+    float16 others, which parts the values a Python float or a true division lifts out of an input's
+    class (`i * 0.5` beside `i + 1`); a value these cannot type (beside a Python number that may be a
+    float) counts as of one unknown dtype there. The runtime checks each class against eager's dtypes on the call
     (`cpp_support.bind`): a class that eager splits takes the original code, so a probe that missed a
     difference costs a kernel call, never a result. `typed`: as for `storage_dtypes`.
     """
     tensors = [item.name for item in region.tensor_inputs]
     numbers = [t for t in tensors if t not in bool_inputs]
-    probes = [dict.fromkeys(numbers, storage) for storage in storages]
+    floating = [dict.fromkeys(numbers, storage) for storage in storages]
+    floating += [{t: wide if t == name else "float16" for t in numbers} for name in numbers for wide in ("float64", "bfloat16")]
+    other = [{t: kind if t == name else "float16" for t in numbers} for name in numbers for kind in ("bool", "int32")]
+    runs = [value_dtypes(typed or region, {t: probe.get(t, "bool") for t in tensors}) for probe in (*floating, *other)]
+    computed = [node.out for node in region.nodes]
+    keys = {value: tuple(run.get(value) or "?" for run in runs) for value in [*numbers, *computed]}
+    split = len(floating)
+    for value in computed:
+        # A value eager raises for on a probe (the mean of integers) joins the first earlier value that
+        # agrees with it on every other probe, rather than making a class of its own.
+        if RAISES in keys[value][split:] and "?" not in keys[value][:split]:
+            agree = lambda key: all(a in (RAISES, b) for a, b in zip(keys[value], key))  # noqa: E731
+            keys[value] = next((key for key in keys.values() if agree(key)), keys[value])
     for name in numbers:
-        for wide in ("float64", "bfloat16"):
-            probes.append({t: wide if t == name else "float16" for t in numbers})
-    runs = [value_dtypes(typed or region, {t: probe.get(t, "bool") for t in tensors}) for probe in probes]
+        # An integer or bool input joins the class of a value it keeps its dtype in (`i + 1`), or else of
+        # the first value of its floating dtypes (`0.1 * x`): the runtime converts it to that class's
+        # floating dtype where its readers agree, as torch promotes it, so it needs no class of its own.
+        same = [keys[v] for v in computed if keys[v][:split] == keys[name][:split]]
+        if same and keys[name] not in same:
+            keys[name] = same[0]
     classes: dict[tuple[str, ...], list[str]] = {}
     fixed: dict[str, str] = {}
-    for value in [*numbers, *(node.out for node in region.nodes)]:
-        key = tuple(run.get(value) for run in runs)
-        if None in key:
+    for value, key in keys.items():
+        if "?" in key[:split] or RAISES in key[:split]:
             continue
         if len(set(key)) == 1:
             fixed[value] = key[0]
         else:
             classes.setdefault(key, []).append(value)
-    return tuple(TypeClass(tuple(members), key[: len(storages)]) for key, members in classes.items()), fixed
+    return tuple(
+        TypeClass(tuple(members), key[: len(storages)], any(d in INTEGER[1:] for d in key[split:]))
+        for key, members in classes.items()
+    ), fixed

@@ -23,10 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from transpiler.checker import Context
+from transpiler.dtypes import FLOATING, type_classes
 from transpiler.ir import Region
 from transpiler.kinds import Kind
 from transpiler.lowering import Level, NotLowerable, has_reductions, lower
-from transpiler.ops import CAST_LIKE
+from transpiler.ops import CAST, CAST_LIKE
 from transpiler.symbols import ClassInfo
 
 _MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
@@ -181,19 +182,26 @@ class _Rebase(ast.NodeTransformer):
 def kernel_view(region: Region) -> tuple[Region, tuple[tuple[str, int], ...]]:
     """The region as its kernels compute it, and the dtype checks the runtime makes.
 
-    Each `to_like` whose dtype operand is a value the region computes gets instead the
-    first tensor input that value is computed from; per such value, (value, position of
-    that input). Raises NotLowerable when one kernel cannot compute the region (see
-    `lowering.lower`) or such a value is one per row: an input stands in only for element values.
+    Each `to_like` whose dtype operand is a value the region computes becomes a cast to that
+    value's dtype where torch's promotion fixes it whatever the inputs (`t.to(m.dtype)` with `m`
+    a comparison's bool), and otherwise gets a tensor input as a stand-in: one whose dtype is
+    the value's on every probe of `dtypes.type_classes`, or else the first input the value is
+    computed from; per stand-in, (value, position of that input). Raises NotLowerable when one
+    kernel cannot compute the region (see `lowering.lower`) or such a value is one per row: an
+    input stands in only for element values.
     """
     position = {i.name: n for n, i in enumerate(region.tensor_inputs)}
     sources: dict[str, tuple[int, ...]] = {name: (n,) for name, n in position.items()}
+    classes, fixed = type_classes(region, frozenset(), FLOATING)
+    same_dtype = {member: c.members[0] for c in classes for member in c.members if c.members[0] in position}
     nodes, checks = [], {}
     for node in region.nodes:
         sources[node.out] = tuple(sorted(set().union(*(sources.get(v, ()) for v in node.values()))))
         like = node.operands[1] if node.op == CAST_LIKE.name else None
-        if like is not None and like not in position:
-            stand_in = sources[like][0]
+        if like is not None and like in fixed:
+            node = replace(node, op=CAST.name, operands=(node.operands[0], fixed[like]), constants=(1,))
+        elif like is not None and like not in position:
+            stand_in = position[same_dtype[like]] if like in same_dtype else sources[like][0]
             checks[like] = stand_in
             node = replace(node, operands=(node.operands[0], region.tensor_inputs[stand_in].name))
         nodes.append(node)

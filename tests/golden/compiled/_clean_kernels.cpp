@@ -74,13 +74,15 @@ static void fused_silu_entry(
 
 // fused_sum_clamp_min: models/clean.py:62-63, in fixtures.models.clean.MaskedMeanPool.forward
 // T: the dtype of x
-// T1: the dtype of weights, t1, t2
-// T2: the dtype of t0, total, t3
-template <typename T, typename T1, typename T2, typename C>
+// T1: the dtype of weights, t1
+// T2: the dtype of t0, total
+// T3: the dtype of t2
+// T4: the dtype of t3
+template <typename T, typename T1, typename T2, typename T3, typename T4, typename C>
 static void fused_sum_clamp_min(
     const T* x_ptr,                  // input x
     const T1* weights_ptr,           // input weights
-    T2* t3_out,                      // output return (t3): one value per row
+    T4* t3_out,                      // output return (t3): one value per row
     int64_t n_rows,                  // number of rows
     int64_t R,                       // row length: the size of the reduced dim, at least 1
     const int64_t* outer_sizes,      // strided path: the 3 row dims, padded on the left with 1s
@@ -112,8 +114,8 @@ static void fused_sum_clamp_min(
     const C total = C(total_total);
     const C t1 = C(t1_total);
     // line 63: return total / weights.sum(dim=1).clamp(min=1.0)
-    const C t2 = rounded<T1, C>(clamp_min(t1, C(1.0)));
-    const C t3 = rounded<T2, C>(total / t2);
+    const C t2 = rounded<T3, C>(clamp_min(t1, C(1.0)));
+    const C t3 = rounded<T4, C>(total / t2);
     // The row outputs: one value per row.
     store(t3_out, row, t3);
   };
@@ -151,12 +153,12 @@ static void fused_sum_clamp_min(
 }
 
 // fused_sum_clamp_min on untyped pointers, for the extern "C" entry points.
-template <typename T, typename T1, typename T2, typename C>
+template <typename T, typename T1, typename T2, typename T3, typename T4, typename C>
 static void fused_sum_clamp_min_entry(
     const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  fused_sum_clamp_min<T, T1, T2, C>(
-      static_cast<const T*>(x), static_cast<const T1*>(weights), static_cast<T2*>(t3), n_rows, row_size, outer_sizes,
+  fused_sum_clamp_min<T, T1, T2, T3, T4, C>(
+      static_cast<const T*>(x), static_cast<const T1*>(weights), static_cast<T4*>(t3), n_rows, row_size, outer_sizes,
       strides_of(strides, 0), strides_of(strides, 1), contiguous != 0);
 }
 
@@ -503,34 +505,34 @@ void fused_silu_bfloat16(
 
 // fused_sum_clamp_min: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
-extern const char fused_sum_clamp_min_kinds[] = "x:T weights:T1 -> t3:T2";
-extern const char fused_sum_clamp_min_types[] = "T:float32,float64,float16,bfloat16=x T1:float32,float64,float16,bfloat16=weights,t1,t2 T2:float32,float64,float16,bfloat16=t0,total,t3";
+extern const char fused_sum_clamp_min_kinds[] = "x:T weights:T1 -> t3:T4";
+extern const char fused_sum_clamp_min_types[] = "T:float32,float64,float16,bfloat16=x T1:float32,float64,float16,bfloat16=weights,t1 T2:float32,float64,float16,bfloat16=t0,total T3:float32,float64,float16,bfloat16=t2 T4:float32,float64,float16,bfloat16=t3";
 
 void fused_sum_clamp_min_float32(
     const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum_clamp_min_entry<float, float, float, float>(
+  transpile::fused_sum_clamp_min_entry<float, float, float, float, float, float>(
       x, weights, t3, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_sum_clamp_min_float64(
     const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum_clamp_min_entry<double, double, double, double>(
+  transpile::fused_sum_clamp_min_entry<double, double, double, double, double, double>(
       x, weights, t3, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_sum_clamp_min_float16(
     const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum_clamp_min_entry<transpile::half, transpile::half, transpile::half, float>(
+  transpile::fused_sum_clamp_min_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>(
       x, weights, t3, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_sum_clamp_min_bfloat16(
     const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum_clamp_min_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
+  transpile::fused_sum_clamp_min_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
       x, weights, t3, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 

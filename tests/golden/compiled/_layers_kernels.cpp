@@ -12,8 +12,9 @@
 namespace transpile {
 
 // fused_tanh: models/layers.py:26, in fixtures.models.layers.tanh_gelu
-// T: the dtype of x, t0, t1, t2, t3, t4, t5, t6, t7
-template <typename T, typename C>
+// T: the dtype of x, t0, t2, t3, t4, t5, t6, t7
+// T1: the dtype of t1
+template <typename T, typename T1, typename C>
 static void fused_tanh(
     const T* x_ptr,            // input x
     T* t7_out,                 // output return (t7)
@@ -27,7 +28,7 @@ static void fused_tanh(
     const C x = static_cast<C>(x_ptr[x_offset]);
     // line 26: return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
     const C t0 = rounded<T, C>(C(0.5) * x);
-    const C t1 = rounded<T, C>(power_scalar<T>(x, C(3)));
+    const C t1 = rounded<T1, C>(power_scalar<T1>(x, C(3)));
     const C t2 = rounded<T, C>(C(0.044715) * t1);
     const C t3 = rounded<T, C>(x + t2);
     const C t4 = rounded<T, C>(C(0.7978845608028654) * t3);
@@ -63,23 +64,24 @@ static void fused_tanh(
 }
 
 // fused_tanh on untyped pointers, for the extern "C" entry points.
-template <typename T, typename C>
+template <typename T, typename T1, typename C>
 static void fused_tanh_entry(
     const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  fused_tanh<T, C>(
+  fused_tanh<T, T1, C>(
       static_cast<const T*>(x), static_cast<T*>(t7), n_elements, sizes, strides_of(strides, 0), contiguous != 0);
 }
 
 // fused_rms_norm: models/layers.py:36-37, in fixtures.models.layers.RMSNorm.forward
-// T: the dtype of x, t0, variance, t1, t2, t3
+// T: the dtype of x, variance, t1, t2, t3
 // T1: the dtype of weight
-// T2: the dtype of t4
-template <typename T, typename T1, typename T2, typename C>
+// T2: the dtype of t0
+// T3: the dtype of t4
+template <typename T, typename T1, typename T2, typename T3, typename C>
 static void fused_rms_norm(
     const T* x_ptr,                 // input x
     const T1* weight_ptr,           // input self.weight
     C eps,                          // scalar self.eps
-    T2* t4_out,                     // output return (t4)
+    T3* t4_out,                     // output return (t4)
     int64_t n_rows,                 // number of rows
     int64_t R,                      // row length: the size of the reduced dim, at least 1
     const int64_t* outer_sizes,     // strided path: the 3 row dims, padded on the left with 1s
@@ -93,7 +95,7 @@ static void fused_rms_norm(
   // One row: `*_row` points at its first element in each tensor and `*_step` is the tensor's column
   // stride (a compile-time 1 on the contiguous path, so that the column loops are unit-stride).
   const auto compute_row = [=](
-      int64_t row, const T* x_row, auto x_step, const T1* weight_row, auto weight_step, T2* t4_row, auto t4_step) {
+      int64_t row, const T* x_row, auto x_step, const T1* weight_row, auto weight_step, T3* t4_row, auto t4_step) {
     // Pass 1: the row sum of t0.
     double row_sum0_total = 0;
     for (int64_t block = 0; block < R; block += sum_block) {
@@ -103,7 +105,7 @@ static void fused_rms_norm(
       for (int64_t col = block; col < block_end; ++col) {
         const C x = static_cast<C>(x_row[col * x_step]);
         // line 36: variance = x.pow(2).mean(-1, keepdim=True)
-        const C t0 = rounded<T, C>(power_scalar<T>(x, C(2)));
+        const C t0 = rounded<T2, C>(power_scalar<T2>(x, C(2)));
         row_sum0_block += t0;
       }
       row_sum0_total += row_sum0_block;
@@ -121,7 +123,7 @@ static void fused_rms_norm(
       const C weight = static_cast<C>(weight_row[col * weight_step]);
       // line 37: return x * torch.rsqrt(variance + self.eps) * self.weight
       const C t3 = rounded<T, C>(x * t2);
-      const C t4 = rounded<T2, C>(t3 * weight);
+      const C t4 = rounded<T3, C>(t3 * weight);
       store(t4_row, col * t4_step, t4);
     }
   };
@@ -147,7 +149,7 @@ static void fused_rms_norm(
         const int64_t row = (o0 * size1 + o1) * size2 + o2;
         const T* x_row = x_ptr + o0 * x_strides[0] + o1 * x_strides[1] + o2 * x_strides[2];
         const T1* weight_row = weight_ptr + o0 * weight_strides[0] + o1 * weight_strides[1] + o2 * weight_strides[2];
-        T2* t4_row = t4_out + o0 * t4_strides[0] + o1 * t4_strides[1] + o2 * t4_strides[2];
+        T3* t4_row = t4_out + o0 * t4_strides[0] + o1 * t4_strides[1] + o2 * t4_strides[2];
         if (unit_columns) {
           compute_row(row, x_row, unit, weight_row, unit, t4_row, unit);
         } else {
@@ -159,12 +161,12 @@ static void fused_rms_norm(
 }
 
 // fused_rms_norm on untyped pointers, for the extern "C" entry points.
-template <typename T, typename T1, typename T2, typename C>
+template <typename T, typename T1, typename T2, typename T3, typename C>
 static void fused_rms_norm_entry(
     const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
     const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  fused_rms_norm<T, T1, T2, C>(
-      static_cast<const T*>(x), static_cast<const T1*>(weight), eps, static_cast<T2*>(t4), n_rows, row_size,
+  fused_rms_norm<T, T1, T2, T3, C>(
+      static_cast<const T*>(x), static_cast<const T1*>(weight), eps, static_cast<T3*>(t4), n_rows, row_size,
       outer_sizes, strides_of(strides, 0), strides_of(strides, 1), strides_of(strides, 2), contiguous != 0);
 }
 
@@ -177,58 +179,59 @@ extern "C" {
 // fused_tanh: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_tanh_kinds[] = "x:T -> t7:T";
-extern const char fused_tanh_types[] = "T:float32,float64,float16,bfloat16=x,t0,t1,t2,t3,t4,t5,t6,t7";
+extern const char fused_tanh_types[] = "T:float32,float64,float16,bfloat16=x,t0,t2,t3,t4,t5,t6,t7 T1:float32,float64,float16,bfloat16=t1";
 
 void fused_tanh_float32(
     const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_tanh_entry<float, float>(x, t7, n_elements, sizes, strides, contiguous);
+  transpile::fused_tanh_entry<float, float, float>(x, t7, n_elements, sizes, strides, contiguous);
 }
 
 void fused_tanh_float64(
     const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_tanh_entry<double, double>(x, t7, n_elements, sizes, strides, contiguous);
+  transpile::fused_tanh_entry<double, double, double>(x, t7, n_elements, sizes, strides, contiguous);
 }
 
 void fused_tanh_float16(
     const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_tanh_entry<transpile::half, float>(x, t7, n_elements, sizes, strides, contiguous);
+  transpile::fused_tanh_entry<transpile::half, transpile::half, float>(x, t7, n_elements, sizes, strides, contiguous);
 }
 
 void fused_tanh_bfloat16(
     const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_tanh_entry<transpile::bfloat16, float>(x, t7, n_elements, sizes, strides, contiguous);
+  transpile::fused_tanh_entry<transpile::bfloat16, transpile::bfloat16, float>(
+      x, t7, n_elements, sizes, strides, contiguous);
 }
 
 // fused_rms_norm: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
-extern const char fused_rms_norm_kinds[] = "x:T weight:T1 -> t4:T2";
-extern const char fused_rms_norm_types[] = "T:float32,float64,float16,bfloat16=x,t0,variance,t1,t2,t3 T1:float32,float64,float16,bfloat16=weight T2:float32,float64,float16,bfloat16=t4";
+extern const char fused_rms_norm_kinds[] = "x:T weight:T1 -> t4:T3";
+extern const char fused_rms_norm_types[] = "T:float32,float64,float16,bfloat16=x,variance,t1,t2,t3 T1:float32,float64,float16,bfloat16=weight T2:float32,float64,float16,bfloat16=t0 T3:float32,float64,float16,bfloat16=t4";
 
 void fused_rms_norm_float32(
     const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
     const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rms_norm_entry<float, float, float, float>(
+  transpile::fused_rms_norm_entry<float, float, float, float, float>(
       x, weight, eps, t4, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_rms_norm_float64(
     const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
     const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rms_norm_entry<double, double, double, double>(
+  transpile::fused_rms_norm_entry<double, double, double, double, double>(
       x, weight, eps, t4, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_rms_norm_float16(
     const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
     const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rms_norm_entry<transpile::half, transpile::half, transpile::half, float>(
+  transpile::fused_rms_norm_entry<transpile::half, transpile::half, transpile::half, transpile::half, float>(
       x, weight, eps, t4, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_rms_norm_bfloat16(
     const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
     const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rms_norm_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
+  transpile::fused_rms_norm_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
       x, weight, eps, t4, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 

@@ -12,11 +12,12 @@
 namespace transpile {
 
 // fused_sum: models/moe.py:25, in fixtures.models.moe.Router.forward
-// T: the dtype of weights, t0, _sum_div
-template <typename T, typename C>
+// T: the dtype of weights, t0
+// T1: the dtype of _sum_div
+template <typename T, typename T1, typename C>
 static void fused_sum(
     const T* weights_ptr,             // input weights
-    T* _sum_div_out,                  // output _sum_div
+    T1* _sum_div_out,                 // output _sum_div
     int64_t n_rows,                   // number of rows
     int64_t R,                        // row length: the size of the reduced dim, at least 1
     const int64_t* outer_sizes,       // strided path: the 3 row dims, padded on the left with 1s
@@ -26,7 +27,7 @@ static void fused_sum(
   // One row: `*_row` points at its first element in each tensor and `*_step` is the tensor's column
   // stride (a compile-time 1 on the contiguous path, so that the column loops are unit-stride).
   const auto compute_row = [=](
-      int64_t row, const T* weights_row, auto weights_step, T* _sum_div_row, auto _sum_div_step) {
+      int64_t row, const T* weights_row, auto weights_step, T1* _sum_div_row, auto _sum_div_step) {
     // Pass 1: the row sum of weights.
     double t0_total = 0;
     for (int64_t block = 0; block < R; block += sum_block) {
@@ -45,7 +46,7 @@ static void fused_sum(
     for (int64_t col = 0; col < R; ++col) {
       const C weights = static_cast<C>(weights_row[col * weights_step]);
       // line 25: return weights / weights.sum(dim=-1, keepdim=True), experts
-      const C _sum_div = rounded<T, C>(weights / t0);
+      const C _sum_div = rounded<T1, C>(weights / t0);
       store(_sum_div_row, col * _sum_div_step, _sum_div);
     }
   };
@@ -71,7 +72,8 @@ static void fused_sum(
         const int64_t row = (o0 * size1 + o1) * size2 + o2;
         const T* weights_row =
             weights_ptr + o0 * weights_strides[0] + o1 * weights_strides[1] + o2 * weights_strides[2];
-        T* _sum_div_row = _sum_div_out + o0 * _sum_div_strides[0] + o1 * _sum_div_strides[1] + o2 * _sum_div_strides[2];
+        T1* _sum_div_row =
+            _sum_div_out + o0 * _sum_div_strides[0] + o1 * _sum_div_strides[1] + o2 * _sum_div_strides[2];
         if (unit_columns) {
           compute_row(row, weights_row, unit, _sum_div_row, unit);
         } else {
@@ -83,12 +85,12 @@ static void fused_sum(
 }
 
 // fused_sum on untyped pointers, for the extern "C" entry points.
-template <typename T, typename C>
+template <typename T, typename T1, typename C>
 static void fused_sum_entry(
     const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  fused_sum<T, C>(
-      static_cast<const T*>(weights), static_cast<T*>(_sum_div), n_rows, row_size, outer_sizes, strides_of(strides, 0),
+  fused_sum<T, T1, C>(
+      static_cast<const T*>(weights), static_cast<T1*>(_sum_div), n_rows, row_size, outer_sizes, strides_of(strides, 0),
       strides_of(strides, 1), contiguous != 0);
 }
 
@@ -162,32 +164,34 @@ extern "C" {
 
 // fused_sum: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
-extern const char fused_sum_kinds[] = "weights:T -> _sum_div:T";
-extern const char fused_sum_types[] = "T:float32,float64,float16,bfloat16=weights,t0,_sum_div";
+extern const char fused_sum_kinds[] = "weights:T -> _sum_div:T1";
+extern const char fused_sum_types[] = "T:float32,float64,float16,bfloat16=weights,t0 T1:float32,float64,float16,bfloat16=_sum_div";
 
 void fused_sum_float32(
     const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum_entry<float, float>(weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
+  transpile::fused_sum_entry<float, float, float>(
+      weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_sum_float64(
     const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum_entry<double, double>(weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
+  transpile::fused_sum_entry<double, double, double>(
+      weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_sum_float16(
     const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum_entry<transpile::half, float>(
+  transpile::fused_sum_entry<transpile::half, transpile::half, float>(
       weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
 void fused_sum_bfloat16(
     const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
     const int64_t* strides, int contiguous) {
-  transpile::fused_sum_entry<transpile::bfloat16, float>(
+  transpile::fused_sum_entry<transpile::bfloat16, transpile::bfloat16, float>(
       weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
 }
 
