@@ -198,12 +198,12 @@ def _stored_values(spec: InputSpec, shape: list[int]) -> torch.Tensor:
     return values
 
 
-def make_input(spec: InputSpec, wide: bool = False, device: str = "cpu") -> torch.Tensor:
+def make_input(spec: InputSpec, wide: bool = False, device: str = "cpu", exact: bool = False) -> torch.Tensor:
     """The tensor `spec` describes, on `device` (its layout made there); `wide`: float32 stored as float64
-    (the same values), for the reference."""
+    (the same values), for the reference; `exact`: every floating dtype so."""
     shape, view = _storage(spec)
     stored = _stored_values(spec, shape).to(getattr(torch, spec.dtype)).to(device)
-    if wide and stored.dtype == torch.float32:
+    if (wide and stored.dtype == torch.float32) or (exact and stored.is_floating_point()):
         stored = stored.double()
     return eval(f"stored{view}", {"stored": stored}) if view else stored
 
@@ -632,6 +632,7 @@ def value_mismatch(
     ops: int,
     length: int,
     computed: torch.dtype | None = None,
+    exact: torch.Tensor | None = None,
 ) -> str | None:
     """Where `actual` differs from eager's `expected` by more than the op chain's rounding allows, or None.
 
@@ -643,7 +644,11 @@ def value_mismatch(
     program run with float32 inputs, buffers and parameters widened to float64 (explicit casts
     kept): an ill-conditioned element (a cancellation, an overflow at the boundary, a comparison
     of nearly equal values) is allowed to differ as much as eager's own rounding moved it.
-    Integers and bools are exact but for such elements; NaN placement is exact too.
+    Integers and bools are exact but for such elements; NaN placement is exact too, but where
+    `exact`, the program run with every floating input, buffer and parameter in float64, has a NaN
+    or infinity where eager has none, or the other way round: eager's overflow or cancellation
+    there is its own rounding (a half or bfloat16 layer norm whose float32 statistics overflow).
+    Half and bfloat16 widen only such elements: a missed rounding to them must stay visible.
     """
     exp = expected.detach().double()
     act = actual.detach().double()
@@ -652,6 +657,10 @@ def value_mismatch(
         w = wide.detach().double()
         cond = torch.where(torch.isnan(exp) == torch.isnan(w), (exp - w).abs().nan_to_num(nan=0.0, posinf=math.inf), torch.full_like(exp, math.inf))
         cond = torch.where((exp == w) | (torch.isnan(exp) & torch.isnan(w)), torch.zeros_like(cond), cond)
+    if exact is not None and exact.shape == expected.shape:
+        ex = exact.detach().double()
+        unstable = (torch.isnan(exp) != torch.isnan(ex)) | (torch.isinf(exp) != torch.isinf(ex))
+        cond = torch.where(unstable, torch.full_like(exp, math.inf), cond)
     if expected.dtype.is_floating_point:
         # Only float32 widens the bound: a missed rounding to half or bfloat16 must stay visible.
         eps = max(EPS.get(expected.dtype, 2.0**-23), EPS[computed] if computed == torch.float32 else 0.0)
@@ -706,10 +715,11 @@ def _call(module, inputs):
         return None, type(error).__name__
 
 
-def _widened(module: torch.nn.Module) -> torch.nn.Module:
+def _widened(module: torch.nn.Module, exact: bool = False) -> torch.nn.Module:
+    """A copy with float32 parameters and buffers in float64 (`exact`: every floating one)."""
     wide = copy.deepcopy(module)
     for tensor in [*wide.parameters(), *wide.buffers()]:
-        if tensor.dtype == torch.float32:
+        if tensor.dtype == torch.float32 or (exact and tensor.is_floating_point()):
             tensor.data = tensor.data.double()
     return wide
 
@@ -725,6 +735,8 @@ def compare(program: Program, original_cls, transpiled_cls, device: str = "cpu")
     eager_in = [make_input(i, device=device) for i in program.inputs]
     ours_in = [make_input(i, device=device) for i in program.inputs]
     wide_in = [make_input(i, wide=True, device=device) for i in program.inputs]
+    exact_module = _widened(original, exact=True).to(device)
+    exact_in = [make_input(i, device=device, exact=True) for i in program.inputs]
     with _Narrowest() as narrowest:
         expected, eager_error = _call(original, eager_in)
     actual, error = _call(transpiled, ours_in)
@@ -737,6 +749,7 @@ def compare(program: Program, original_cls, transpiled_cls, device: str = "cpu")
             return "ok", f"eager raises {eager_error}, transpiled too"
         return "different error", f"eager raises {eager_error}, transpiled {error}"
     wide, _ = _call(wide_module, wide_in)
+    exact, _ = _call(exact_module, exact_in)
     ops, length = program.ops, _reduced_length(program)
     if len(actual) != len(expected):
         return "wrong shape", f"{len(expected)} outputs in eager, {len(actual)} transpiled"
@@ -745,7 +758,7 @@ def compare(program: Program, original_cls, transpiled_cls, device: str = "cpu")
             return "wrong shape", f"output {k}: eager {tuple(e.shape)}, transpiled {tuple(a.shape)}"
         if a.dtype != e.dtype:
             return "wrong dtype", f"output {k}: eager {e.dtype}, transpiled {a.dtype}"
-        mismatch = value_mismatch(a, e, wide[k] if wide else None, ops, length, narrowest.dtype)
+        mismatch = value_mismatch(a, e, wide[k] if wide else None, ops, length, narrowest.dtype, exact[k] if exact else None)
         if mismatch:
             return "wrong value", f"output {k} ({e.dtype}): {mismatch}"
         eager_alias = [i for i, x in enumerate(eager_in) if _shares_storage(e, x)]
@@ -754,8 +767,9 @@ def compare(program: Program, original_cls, transpiled_cls, device: str = "cpu")
             names = lambda idx: [program.inputs[i].name for i in idx] or "no input"  # noqa: E731
             return "side effect", f"output {k} aliases {names(eager_alias)} in eager, {names(ours_alias)} transpiled"
     wide_after = wide_in if wide else [None] * len(eager_in)
-    for spec, e, a, w in zip(program.inputs, eager_in, ours_in, wide_after):
-        mismatch = value_mismatch(a, e, w, ops, length)
+    exact_after = exact_in if exact else [None] * len(eager_in)
+    for spec, e, a, w, x in zip(program.inputs, eager_in, ours_in, wide_after, exact_after):
+        mismatch = value_mismatch(a, e, w, ops, length, exact=x)
         if mismatch:
             return "side effect", f"input {spec.name} after the call: {mismatch}"
     for (name, e), (_, a) in zip(original.state_dict().items(), transpiled.state_dict().items()):

@@ -159,6 +159,34 @@ def test_rounding_of_an_ill_conditioned_element_is_allowed():
     assert compare(widened, Narrowing, NotNarrowed)[0] == "wrong value"
 
 
+def test_a_nan_that_comes_from_eagers_own_overflow_is_allowed():
+    """A bfloat16 layer norm of values near 1e30: eager's float32 statistics overflow to NaN, which the
+    float64 run has not; a kernel that keeps the row finite is not wrong there. A NaN that eager gives
+    for any precision (a NaN input) is still part of the value."""
+    x = InputSpec("x", (4, 8), "bfloat16", "contiguous", "huge", 5)
+    program = Program(4, (x,), (), (Stmt("t1", "F.layer_norm({0}, (8,))", ("x",), ops=2),), ("t1",))
+
+    class Norm(nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.layer_norm(x, (8,))
+
+    class Scaled(nn.Module):  # the statistics of the row scaled to its largest magnitude first
+        def forward(self, x):
+            scale = x.double().abs().amax(-1, keepdim=True)
+            return torch.nn.functional.layer_norm(x.double() / scale, (8,)).to(x.dtype)
+
+    class FiniteEverywhere(nn.Module):
+        def forward(self, x):
+            return Scaled()(x).nan_to_num(nan=0.0)
+
+    with torch.no_grad():
+        eager = Norm()(fuzzing.make_input(x))
+    assert eager.isnan().any() and not Scaled()(fuzzing.make_input(x, exact=True)).isnan().all()
+    assert compare(program, Norm, Scaled)[0] == "ok"
+    specials = Program(5, (dataclasses.replace(x, values="specials"),), (), program.body, ("t1",))
+    assert compare(specials, Norm, FiniteEverywhere)[0] == "wrong value"
+
+
 def test_generation_is_deterministic_and_runs_in_eager():
     for seed in range(30):
         program = fuzzing.generate(seed)
