@@ -15,6 +15,7 @@ import ast
 import keyword
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from emit.cpp import Kind, value_kinds
@@ -75,16 +76,25 @@ class _Names:
         values = [i.name for i in region.inputs] + [n.out for n in region.nodes]
         self.rounding = _rounding(region, typed)
         # Values that may hold integers or bools (when the tensor inputs do, or from a Python int scalar):
-        # a float function converts them first. A lowered reduction's sums and what follows are floats.
-        as_ints = value_dtypes(region, {i.name: "int64" for i in region.tensor_inputs})
-        accumulated: set[str] = set()
+        # a float function converts them first.
+        self.integral = _integral(region, typed)
+        # Values eager holds as bools when every tensor input is one: an add of them is an `or`.
+        as_bools = value_dtypes(typed or region, {i.name: "bool" for i in region.tensor_inputs})
+        self.may_be_bool = frozenset(v for v, d in as_bools.items() if d == "bool")
+        # The row sums, maxima and minima of the region's own sum, amax and amin, whose accumulators follow
+        # their dtype on the call (integers accumulate in int64); those inside lowered float reductions
+        # (softmax's maximum) accumulate in float32. A maximum or minimum is rounded to its dtype (that of
+        # its operand): integers are compared in int64.
+        self.plain = _plain_reductions(region, typed)
         for node in region.nodes:
-            if node.op in ROW_REDUCTIONS or accumulated.intersection(node.values()):
-                accumulated.add(node.out)
-        self.integral = frozenset(v for v, d in as_ints.items() if d not in FLOATING and v not in accumulated)
-        # The values rounded to a dtype that depends on the call: the kernel takes each as a constexpr.
+            if node.out in self.plain and node.op != "row_sum":
+                self.rounding.setdefault(node.out, None)
+        # The values rounded to a dtype that depends on the call, and the plain reductions: the kernel takes
+        # each one's dtype as a constexpr.
         casts = {n.out for n in region.nodes if n.definition in (CAST, CAST_LIKE)}
-        self.dtype_parameters = {v: f"{v}{DTYPE_SUFFIX}" for v, d in self.rounding.items() if d is None and v not in casts}
+        parameters = [v for v, d in self.rounding.items() if d is None and v not in casts]
+        parameters += [n.out for n in region.nodes if n.out in self.plain and n.out not in self.rounding]
+        self.dtype_parameters = {v: f"{v}{DTYPE_SUFFIX}" for v in parameters}
         reserved = reserved | frozenset(self.dtype_parameters.values())
         taken = set(values) | reserved
         self._names: dict[str, str] = {}
@@ -92,8 +102,47 @@ class _Names:
             clash = value in reserved or keyword.iskeyword(value)
             self._names[value] = _fresh(f"{value}_value", taken) if clash else value
 
+    def dtype(self, value: str) -> str:
+        """The value's dtype in the kernel's source: a fixed `tl.<dtype>`, or its dtype parameter."""
+        return self.rounding.get(value) or self.dtype_parameters[value]
+
     def __getitem__(self, value: str) -> str:
         return self._names[value]
+
+
+# The reductions whose lowered row sum, maximum or minimum is all they compute: of integers too.
+_PLAIN_REDUCTIONS = ("sum", "amax", "amin")
+
+
+def _integral(region: Region, typed: Region | None) -> frozenset[str]:
+    """The values of `region` that may hold integers or bools on some call (every value computed from integer
+    inputs, or from a Python int scalar, without a float in between).
+
+    In a lowered region a sum, amax or amin is an integer where its operand is (a sum in int64, as torch
+    sums); the row primitives inside lowered float reductions (softmax's, a mean's length) are floats:
+    eager raises on integers there, or converts them first (logsumexp).
+    """
+    plain = _plain_reductions(region, typed)
+    known = {i.name: "int64" for i in region.tensor_inputs}
+    nodes = []
+    for node in region.nodes:
+        if node.out in plain:
+            nodes.append(Node("identity", (node.operands[0],), node.out, node.line))  # of its operand's kind
+        elif node.definition.kind is OpKind.ROW:
+            known[node.out] = "float32"
+        else:
+            nodes.append(node)
+    as_ints = value_dtypes(replace(region, nodes=tuple(nodes)), known)
+    return frozenset(v for v, d in as_ints.items() if d not in FLOATING)
+
+
+def _plain_reductions(region: Region, typed: Region | None) -> frozenset[str]:
+    """The row reductions of a lowered `region` (`typed`: before lowering) that are a sum, amax or amin of the
+    region: all they compute, on integers too. The others are inside lowered float reductions."""
+    if typed is None:
+        return frozenset()
+    plain = {n.out for n in typed.nodes if n.op in _PLAIN_REDUCTIONS}
+    return frozenset(n.out for n in region.nodes if n.op in ROW_REDUCTIONS and n.out in plain)
 
 
 def dtype_parameters(names: _Names) -> list[str]:
@@ -123,8 +172,7 @@ def _rounded(node: Node, expression: str, names: _Names) -> str:
     (a cast rounds itself)."""
     if node.out not in names.rounding or node.definition in (CAST, CAST_LIKE):
         return expression
-    dtype = names.rounding[node.out] or names.dtype_parameters[node.out]
-    return f"rounded({expression}, {dtype})"
+    return f"rounded({expression}, {names.dtype(node.out)})"
 
 
 def _fresh(name: str, taken: set[str]) -> str:
@@ -150,6 +198,8 @@ _POWERS = {
 
 def _expression(node: Node, names: _Names) -> str:
     operands = [render_constant(o) if i in node.constants else names[o] for i, o in enumerate(node.operands)]
+    if node.op == "add" and node.out in names.may_be_bool:
+        return "add({}, {})".format(*operands)  # two bools add as their `or`
     if node.definition.int_to_float and set(node.values()) <= names.integral:
         # torch's float functions make float32 of integers; Triton's reject them (one float operand suffices)
         operands = [o if i in node.constants else f"floating({o})" for i, o in enumerate(operands)]
@@ -313,11 +363,12 @@ def _input_offsets(inputs: list[str]) -> list[str]:
 _ROW_LOCALS = "tl triton row row_mask cols col mask start rest n_rows R outer_size1 outer_size2 index0 index1 index2"
 ROW_KERNEL_NAMES = HELPERS | set(_ROW_LOCALS.split()) | {"CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK"}
 _DERIVED = ("_ptr", "_row", "_stride", "_stride_r", "_partial") + tuple(f"_stride{d}" for d in range(RANK - 1))
-# What a ROW op accumulates: the comment's word, the partials' identity, the helper that accumulates.
+# What a ROW op accumulates: the comment's word, the helper that makes the partials (of the reduction's
+# identity, in the dtype it accumulates in), the helper that accumulates.
 _REDUCTIONS = {
-    "row_sum": ("sum", "0.0", "accumulate_sum"),
-    "row_max": ("maximum", 'float("-inf")', "accumulate_max"),
-    "row_min": ("minimum", 'float("inf")', "accumulate_min"),
+    "row_sum": ("sum", "sum_partial", "accumulate_sum"),
+    "row_max": ("maximum", "max_partial", "accumulate_max"),
+    "row_min": ("minimum", "min_partial", "accumulate_min"),
 }
 
 
@@ -514,8 +565,10 @@ class _RowKernel:
         what = ", ".join(f"the row {_REDUCTIONS[r.op][0]} of {names[r.values()[0]]}" for r in step.reductions)
         self.emit(2, f"# Pass {number}: {what}")
         for reduction in step.reductions:
-            identity = _REDUCTIONS[reduction.op][1]
-            self.emit(2, f"{names[reduction.out]}_partial = tl.full([ROWS, RBLOCK], {identity}, tl.float32)")
+            partial = _REDUCTIONS[reduction.op][1]
+            dtype = names.dtype(reduction.out) if reduction.out in names.plain else "tl.float32"
+            self.helpers.add(partial)
+            self.emit(2, f"{names[reduction.out]}_partial = {partial}(ROWS, RBLOCK, {dtype})")
         self._block(step, [r.values()[0] for r in step.reductions])
         for reduction in step.reductions:
             partial, accumulate = f"{names[reduction.out]}_partial", _REDUCTIONS[reduction.op][2]

@@ -10,10 +10,16 @@ division by a tensor, which raises on a zero divisor in eager) the launcher refu
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 # First: it turns Triton's interpreter on before triton is imported (or skips, as this module must).
 from tests.test_triton_backend import eager, eager_dtypes, run_kernel  # noqa: E402  # isort: skip
+from tests.test_triton_reductions import run_rows  # noqa: E402  # isort: skip
 
 import torch  # noqa: E402
 
@@ -191,3 +197,123 @@ def test_kernel_files_and_launchers_name_the_refusals_alike():
     # A region whose values are floats whatever its inputs refuses nothing.
     floats = Region("f", "t.py", "f", 1, 1, (Input("x", "x", True),), (Node("to", ("x", "float32"), "h", 1, (1,)), Node("floordiv", ("h", "h"), "q", 1)), (Output("q", "q"),))
     assert emit.triton.integer_refusals(floats) == {}
+
+
+# -- reductions of integers and bools ---------------------------------------------------------------
+INTEGRAL = [torch.int32, torch.int64, torch.bool]
+
+
+def reduction_region(op: str, *then: Node) -> Region:
+    """`y = x.<op>(-1, keepdim=True)`, then `then` (reading y), the last value the output."""
+    nodes = (Node(op, ("x", -1, True), "y", 1, (1, 2)), *then)
+    return Region(f"{op}_rows", "test.py", "f", 1, 2, (Input("x", "x", True),), nodes, (Output(nodes[-1].out, "out"),))
+
+
+def integer_rows(dtype: torch.dtype, row_size: int, seed: int = 0) -> torch.Tensor:
+    """4 rows over the dtype's range: int32 rows whose sums overflow int32 and pass 2**24 (no float32 holds them)."""
+    return full_range(dtype, 4 * row_size, seed).reshape(4, row_size)
+
+
+@pytest.fixture(params=[False, True], ids=["one pass", "looped"])
+def looped(request, monkeypatch) -> bool:
+    """Both row kernel paths: rows longer than 16 columns loop over blocks of 16 where looped."""
+    if request.param:
+        monkeypatch.setattr(triton_support, "MAX_ONE_PASS", 16)
+        monkeypatch.setattr(triton_support, "LOOP_BLOCK", 16)
+    return request.param
+
+
+@pytest.mark.parametrize("op", ["sum", "amax", "amin"])
+@pytest.mark.parametrize("dtype", INTEGRAL, ids=str)
+def test_integer_reductions_are_exact_in_torch_dtypes(op, dtype, looped):
+    """A sum of integers or bools is an int64, summed in int64; amax and amin keep their operand's dtype."""
+    x = integer_rows(dtype, 37)
+    expected = getattr(torch, op)(x, -1, keepdim=True)
+    (actual,) = run_rows(reduction_region(op), [x], [], [expected.dtype])
+    assert_equal(actual, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_a_row_maximum_of_integers_wraps_in_its_dtype(dtype, looped):
+    """The kernel reduces in int64; eager's amax is of x's dtype, so `* 3` of it wraps in int32."""
+    x = integer_rows(dtype, 37, seed=1)
+    region = reduction_region("amax", Node("mul", ("y", 3), "z", 2, (1,)))
+    (actual,) = run_rows(region, [x], [], [dtype])
+    assert_equal(actual, x.amax(-1, keepdim=True) * 3)
+
+
+def test_a_row_maximum_of_bools_is_a_bool(looped):
+    """`~m.amax(-1)` is a logical not: the kernel's int64 maximum is a bool again before it."""
+    m = integer_rows(torch.bool, 37, seed=2)
+    m[0] = False
+    (actual,) = run_rows(reduction_region("amax", Node("bitwise_not", ("y",), "z", 2)), [m], [], [torch.bool])
+    assert_equal(actual, ~m.amax(-1, keepdim=True))
+
+
+@pytest.mark.parametrize("dtype", INTEGRAL, ids=str)
+def test_a_float_function_of_an_integer_sum_converts_it(dtype, looped):
+    """`x.sum(-1).sqrt()`: the int64 sum becomes float32 first, as torch converts it (Triton's sqrt takes floats)."""
+    x = torch.randint(0, 2**31 - 1, (4, 37), generator=torch.Generator().manual_seed(3)).to(dtype)
+    (actual,) = run_rows(reduction_region("sum", Node("sqrt", ("y",), "z", 2)), [x], [], [torch.float32])
+    assert_equal(actual, x.sum(-1, keepdim=True).sqrt())
+
+
+@pytest.mark.parametrize("dtype", INTEGRAL, ids=str)
+def test_logsumexp_of_integers_is_computed_in_float32(dtype, looped):
+    x = torch.randint(-20, 20, (4, 37), generator=torch.Generator().manual_seed(4)).to(dtype)
+    expected = torch.logsumexp(x, -1, keepdim=True)
+    (actual,) = run_rows(reduction_region("logsumexp"), [x], [], [expected.dtype])
+    assert actual.dtype == expected.dtype == torch.float32
+    # Both compute log(sum(exp(x - max))) + max in float32: within a few units in the last place.
+    torch.testing.assert_close(actual, expected, rtol=8 * torch.finfo(torch.float32).eps, atol=0)
+
+
+# -- bools eager keeps as bools --------------------------------------------------------------------
+def bool_add_region() -> Region:
+    """`s = m + k; return s, ~s`: on two bools eager's add is an `or` (a bool), on numbers a sum."""
+    nodes = (Node("add", ("m", "k"), "s", 1), Node("bitwise_not", ("s",), "n", 2))
+    inputs = (Input("m", "m", True), Input("k", "k", True))
+    return Region("bool_add", "test.py", "f", 1, 2, inputs, nodes, (Output("s", "s"), Output("n", "n")))
+
+
+@pytest.mark.parametrize("dtypes", [(torch.bool, torch.bool), (torch.bool, torch.int32), (torch.int32, torch.int32)], ids=str)
+def test_an_add_of_bools_is_their_or(dtypes):
+    m, k = full_range(dtypes[0], seed=13), full_range(dtypes[1], seed=14)
+    expected = (m + k, ~(m + k))
+    actual = run_kernel(bool_add_region(), [m, k], [], [e.dtype for e in expected])
+    for a, e in zip(actual, expected, strict=True):
+        assert_equal(a, e)
+    # Triton's int1 add wraps where numpy's (the interpreter's) is an `or`: the kernel says `or` itself.
+    assert "add(m, k)" in emit.triton.render_triton(bool_add_region(), {})
+
+
+# -- on a GPU: the same kernels compiled ---------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_compiled_integer_kernels_match_torch_on_cuda() -> None:
+    # A fresh process: Triton must be imported with the interpreter off.
+    environment = {**os.environ, "TRITON_INTERPRET": "0"}
+    check = "from tests.test_triton_integers import check_on_cuda; check_on_cuda()"
+    result = subprocess.run(
+        [sys.executable, "-c", check], env=environment, cwd=Path(__file__).parents[1], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def check_on_cuda() -> None:
+    """Integer and bool reductions in one pass and looped (rows of 20000), an add of bools, compiled."""
+    assert not triton_support.INTERPRETED
+    for row_size in (37, 20000):
+        for dtype in INTEGRAL:
+            x = integer_rows(dtype, row_size).cuda()
+            for op in ("sum", "amax", "amin"):
+                expected = getattr(torch, op)(x, -1, keepdim=True)
+                (actual,) = run_rows(reduction_region(op), [x], [], [expected.dtype])
+                assert_equal(actual, expected)
+            if dtype != torch.bool:
+                (actual,) = run_rows(reduction_region("amax", Node("mul", ("y", 3), "z", 2, (1,))), [x], [], [dtype])
+                assert_equal(actual, x.amax(-1, keepdim=True) * 3)
+    m, k = full_range(torch.bool, 4096, seed=13).cuda(), full_range(torch.bool, 4096, seed=14).cuda()
+    s, n = run_kernel(bool_add_region(), [m, k], [], [torch.bool, torch.bool])
+    assert_equal(s, m + k)
+    assert_equal(n, ~(m + k))

@@ -736,17 +736,13 @@ class _Triton(_Backend):
         self.support = triton_support
 
     def typing(self, kernel: Kernel, tensors, dtypes, computed, value_dtypes) -> dict | str:
-        """The call's value dtypes, or why the Triton kernels do not model them."""
-        if any(all(tensors[i].dtype == torch.bool for i in hazard) for hazard in kernel.bool_hazards):
-            return "bool inputs that eager keeps as bools where the kernel computes numbers"
+        """The call's value dtypes, or why the Triton kernels do not model them.
+
+        Bools stay int1 in the kernels, so every op eager keeps bools in computes as eager on them (an add of
+        two is their `or`); integer reductions accumulate in int64: neither needs a check here."""
         if any(dtype != tensors[i].dtype for dtype, i in zip(computed, kernel.like_inputs, strict=True)):
             return "a cast to the dtype of a computed value other than its input's"
-        reason = self.support.unsupported(tuple(t.dtype for t in tensors), tuple(dtypes))
-        if reason is not None:
-            return reason
-        if kernel.rows is not None and any(not (t.is_floating_point() or t.dtype == torch.bool) for t in tensors):
-            return "reductions of integer tensors"
-        return value_dtypes
+        return self.support.unsupported(tuple(t.dtype for t in tensors), tuple(dtypes)) or value_dtypes
 
     def pointwise(self, kernel: Kernel, value_dtypes, scalars, n_elements, sizes, strides, contiguous):
         try:

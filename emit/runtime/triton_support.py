@@ -86,9 +86,12 @@ def cast(x, dtype: tl.constexpr):
 @triton.jit
 def rounded(x, dtype: tl.constexpr):
     """x as eager holds it, in dtype: a half or bfloat16 value is rounded to that dtype, then computed on
-    in float32 (eager rounds every op's result; overflow to inf and narrowing before a cast show)."""
+    in float32 (eager rounds every op's result; overflow to inf and narrowing before a cast show); an
+    integer or bool computed in a wider integer (a row maximum, in int64) is converted to its dtype."""
     if (dtype.is_fp16() or dtype.is_bf16()) and x.dtype.is_floating():
         return _narrowed(x, dtype)
+    elif dtype.is_int() and x.dtype.is_int():
+        return x.to(dtype)
     else:
         return x
 
@@ -127,6 +130,17 @@ def stored(value, like):
 
 
 # -- arithmetic ------------------------------------------------------------------------
+@triton.jit
+def add(a, b):
+    """a + b, where eager may add two bools: their `or` then, as torch adds bools (Triton's int1 add wraps:
+    True + True would be False)."""
+    a, b = _common(a, b)
+    if a.dtype.is_int1():
+        return a | b
+    else:
+        return a + b
+
+
 @triton.jit
 def addcmul(t, t1, t2, value):
     """torch.addcmul: t + value * t1 * t2, the tensors converted to their promoted dtype first (an int32 product
@@ -505,22 +519,46 @@ def row_min(x, mask):
         return tl.reduce(x, 1, _min_nan, keep_dims=True)
 
 
-# Rows longer than one block: a float32 accumulator per lane ([ROWS, RBLOCK]) takes one
-# block after another; `row_sum` & co. reduce it once after the loop. Integer values are
-# accumulated in float32 on this path (exact up to 2**24).
+# Rows longer than one block: an accumulator per lane ([ROWS, RBLOCK]) takes one block after
+# another; `row_sum` & co. reduce it once after the loop. Its dtype follows the reduced value's
+# (`dtype`, a constexpr of the kernel): float32 for floats, int64 for integers and bools (exact).
+@triton.jit
+def sum_partial(ROWS: tl.constexpr, RBLOCK: tl.constexpr, dtype: tl.constexpr):
+    if dtype.is_floating():
+        return tl.zeros([ROWS, RBLOCK], tl.float32)
+    else:
+        return tl.zeros([ROWS, RBLOCK], tl.int64)
+
+
+@triton.jit
+def max_partial(ROWS: tl.constexpr, RBLOCK: tl.constexpr, dtype: tl.constexpr):
+    if dtype.is_floating():
+        return tl.full([ROWS, RBLOCK], float("-inf"), tl.float32)
+    else:
+        return tl.full([ROWS, RBLOCK], -9223372036854775807 - 1, tl.int64)
+
+
+@triton.jit
+def min_partial(ROWS: tl.constexpr, RBLOCK: tl.constexpr, dtype: tl.constexpr):
+    if dtype.is_floating():
+        return tl.full([ROWS, RBLOCK], float("inf"), tl.float32)
+    else:
+        return tl.full([ROWS, RBLOCK], 9223372036854775807, tl.int64)
+
+
 @triton.jit
 def accumulate_sum(partial, x, mask):
-    return partial + tl.where(mask, x, 0.0)
+    return partial + tl.where(mask, x, 0).to(partial.dtype)
 
 
 @triton.jit
 def accumulate_max(partial, x, mask):
-    return _max_nan(partial, tl.where(mask, x, float("-inf")))
+    return _max_nan(partial, tl.where(mask, x.to(partial.dtype), _lowest(partial)))
 
 
 @triton.jit
 def accumulate_min(partial, x, mask):
-    return _min_nan(partial, tl.where(mask, x, float("inf")))
+    return _min_nan(partial, tl.where(mask, x.to(partial.dtype), _highest(partial)))
 
 
 # -- launching -------------------------------------------------------------------------------

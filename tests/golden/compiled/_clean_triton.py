@@ -2,7 +2,17 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, clamp_min, divide, rotate_half, rounded, row_sum, widen
+from _transpile_runtime.triton_support import (
+    accumulate_sum,
+    add,
+    clamp_min,
+    divide,
+    rotate_half,
+    rounded,
+    row_sum,
+    sum_partial,
+    widen,
+)
 
 
 @triton.jit
@@ -136,8 +146,8 @@ def fused_sum_clamp_min_kernel(
     else:
         # Rows longer than a block: one loop over the row per pass
         # Pass 1: the row sum of t0, the row sum of weights
-        total_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
-        t1_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
+        total_partial = sum_partial(ROWS, RBLOCK, total_dtype)
+        t1_partial = sum_partial(ROWS, RBLOCK, t1_dtype)
         start = 0
         while start < R:
             col = start + cols
@@ -408,7 +418,7 @@ def fused_layer_norm_kernel(
         ln_2_bias = widen(tl.load(ln_2_bias_ptr + ln_2_bias_row + col * ln_2_bias_stride, mask=mask))
         # Compute (reductions over the lanes in `mask`)
         # models/clean.py:94  h = attn + x
-        h = rounded(attn + x, h_dtype)
+        h = rounded(add(attn, x), h_dtype)
         # models/clean.py:98  h = self.ln_2(h)
         row_sum0 = row_sum(h, mask)
         row_size0 = tl.cast(R, tl.float32)
@@ -437,7 +447,7 @@ def fused_layer_norm_kernel(
         # models/clean.py:98  h = self.ln_2(h)
         row_size0 = tl.cast(R, tl.float32)
         # Pass 1: the row sum of h
-        row_sum0_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
+        row_sum0_partial = sum_partial(ROWS, RBLOCK, tl.float32)
         start = 0
         while start < R:
             col = start + cols
@@ -445,15 +455,15 @@ def fused_layer_norm_kernel(
             attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             # models/clean.py:94  h = attn + x
-            h = rounded(attn + x, h_dtype)
+            h = rounded(add(attn, x), h_dtype)
             row_sum0_partial = accumulate_sum(row_sum0_partial, h, mask)
             start += RBLOCK
         # models/clean.py:98  h = self.ln_2(h)
         row_sum0 = row_sum(row_sum0_partial, row_mask)
         div0 = divide(row_sum0, row_size0)
         # Pass 2: the row sum of mul0, the row sum of sub0
-        row_sum1_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
-        row_sum2_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
+        row_sum1_partial = sum_partial(ROWS, RBLOCK, tl.float32)
+        row_sum2_partial = sum_partial(ROWS, RBLOCK, tl.float32)
         start = 0
         while start < R:
             col = start + cols
@@ -461,7 +471,7 @@ def fused_layer_norm_kernel(
             attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             # models/clean.py:94  h = attn + x
-            h = rounded(attn + x, h_dtype)
+            h = rounded(add(attn, x), h_dtype)
             # models/clean.py:98  h = self.ln_2(h)
             sub0 = h - div0
             mul0 = sub0 * sub0
@@ -489,7 +499,7 @@ def fused_layer_norm_kernel(
             ln_2_weight = widen(tl.load(ln_2_weight_ptr + ln_2_weight_row + col * ln_2_weight_stride, mask=mask))
             ln_2_bias = widen(tl.load(ln_2_bias_ptr + ln_2_bias_row + col * ln_2_bias_stride, mask=mask))
             # models/clean.py:94  h = attn + x
-            h = rounded(attn + x, h_dtype)
+            h = rounded(add(attn, x), h_dtype)
             # models/clean.py:98  h = self.ln_2(h)
             sub0 = h - div0
             sub2 = sub0 - div3

@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, divide, rounded, row_sum, tanh, widen
+from _transpile_runtime.triton_support import accumulate_sum, divide, rounded, row_sum, sum_partial, tanh, widen
 
 
 @triton.jit
@@ -151,7 +151,7 @@ def fused_rms_norm_kernel(
         # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
         row_size0 = tl.cast(R, tl.float32)
         # Pass 1: the row sum of t0
-        row_sum0_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
+        row_sum0_partial = sum_partial(ROWS, RBLOCK, tl.float32)
         start = 0
         while start < R:
             col = start + cols

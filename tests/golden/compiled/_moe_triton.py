@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, divide, rounded, row_sum, widen
+from _transpile_runtime.triton_support import accumulate_sum, divide, floating, rounded, row_sum, sum_partial, widen
 
 
 @triton.jit
@@ -57,7 +57,7 @@ def fused_sum_kernel(
         # Compute (reductions over the lanes in `mask`)
         # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
         t0 = rounded(row_sum(weights, mask), t0_dtype)
-        _sum_div = rounded(divide(weights, t0), _sum_div_dtype)
+        _sum_div = rounded(divide(floating(weights), floating(t0)), _sum_div_dtype)
         # Store the element outputs, converted to their dtypes
         tl.store(
             _sum_div_out_ptr + _sum_div_out_row + col * _sum_div_out_stride,
@@ -67,7 +67,7 @@ def fused_sum_kernel(
     else:
         # Rows longer than a block: one loop over the row per pass
         # Pass 1: the row sum of weights
-        t0_partial = tl.full([ROWS, RBLOCK], 0.0, tl.float32)
+        t0_partial = sum_partial(ROWS, RBLOCK, t0_dtype)
         start = 0
         while start < R:
             col = start + cols
@@ -84,7 +84,7 @@ def fused_sum_kernel(
             mask = row_mask & (col < R)
             weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
             # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
-            _sum_div = rounded(divide(weights, t0), _sum_div_dtype)
+            _sum_div = rounded(divide(floating(weights), floating(t0)), _sum_div_dtype)
             # Store the element outputs, converted to their dtypes
             tl.store(
                 _sum_div_out_ptr + _sum_div_out_row + col * _sum_div_out_stride,

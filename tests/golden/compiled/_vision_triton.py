@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_max, divide, relu, rounded, row_max, widen
+from _transpile_runtime.triton_support import accumulate_max, add, divide, max_partial, relu, rounded, row_max, widen
 
 
 @triton.jit
@@ -163,7 +163,7 @@ def fused_relu_kernel(
     _shortcut = widen(tl.load(_shortcut_ptr + _shortcut_offsets, mask=mask))
     # Compute
     # models/vision.py:28  return F.relu(out + self.shortcut(x))
-    t0 = rounded(out + _shortcut, t0_dtype)
+    t0 = rounded(add(out, _shortcut), t0_dtype)
     t1 = rounded(relu(t0), t1_dtype)
     # Store the outputs, converted to their dtypes
     tl.store(t1_out_ptr + offsets, t1.to(t1_out_ptr.dtype.element_ty), mask=mask)
@@ -219,7 +219,7 @@ def fused_amax_eq_kernel(
     else:
         # Rows longer than a block: one loop over the row per pass
         # Pass 1: the row maximum of pooled
-        t0_partial = tl.full([ROWS, RBLOCK], float("-inf"), tl.float32)
+        t0_partial = max_partial(ROWS, RBLOCK, t0_dtype)
         start = 0
         while start < R:
             col = start + cols
