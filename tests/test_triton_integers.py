@@ -276,6 +276,15 @@ def bool_add_region() -> Region:
     return Region("bool_add", "test.py", "f", 1, 2, inputs, nodes, (Output("s", "s"), Output("n", "n")))
 
 
+@pytest.mark.parametrize("name", ["add", "mul", "minimum", "maximum", "sign"])
+def test_ops_eager_keeps_bools_in_give_bools(name):
+    operands = ("m",) if BY_NAME[name].arity == 1 else ("m", "k")
+    env = {"m": full_range(torch.bool, seed=15), "k": full_range(torch.bool, seed=16)}
+    actual, expected = run_op(name, operands, {k: v for k, v in env.items() if k in operands})
+    assert expected.dtype == torch.bool
+    assert_equal(actual, expected)
+
+
 @pytest.mark.parametrize("dtypes", [(torch.bool, torch.bool), (torch.bool, torch.int32), (torch.int32, torch.int32)], ids=str)
 def test_an_add_of_bools_is_their_or(dtypes):
     m, k = full_range(dtypes[0], seed=13), full_range(dtypes[1], seed=14)

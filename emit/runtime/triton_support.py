@@ -222,8 +222,12 @@ def power(base, exponent):
 
 @triton.jit
 def sign(x):
-    """-1, 0 or 1 in x's dtype; 0 for NaN, as torch gives."""
-    return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
+    """-1, 0 or 1 in x's dtype; 0 for NaN, as torch gives; a bool's sign is itself (the interpreter's numpy has
+    no bool subtract)."""
+    if x.dtype.is_int1():
+        return x
+    else:
+        return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
 
 
 @triton.jit
