@@ -81,20 +81,22 @@ class _Names:
         # Values eager holds as bools when every tensor input is one: an add of them is an `or`.
         as_bools = value_dtypes(typed or region, {i.name: "bool" for i in region.tensor_inputs})
         self.may_be_bool = frozenset(v for v, d in as_bools.items() if d == "bool")
-        # The row sums, maxima and minima of the region's own sum, amax and amin, whose accumulators follow
-        # their dtype on the call (integers accumulate in int64); those inside lowered float reductions
-        # (softmax's maximum) accumulate in float32. A maximum or minimum is rounded to its dtype (that of
-        # its operand): integers are compared in int64.
-        self.plain = _plain_reductions(region, typed)
+        # Per row reduction, the value of the region whose dtype on the call its accumulator follows (integers
+        # accumulate in int64, float64 in float64, other floats in float32): a sum, amax or amin's own, the
+        # result's of the float reduction a row primitive was lowered from. A maximum or minimum of the
+        # region is rounded to its dtype (that of its operand): integers are compared in int64.
+        self.accumulates = _accumulated_values(region, typed)
+        plain = _plain_reductions(region, typed)
         for node in region.nodes:
-            if node.out in self.plain and node.op != "row_sum":
+            if node.out in plain and node.op != "row_sum":
                 self.rounding.setdefault(node.out, None)
-        # The values rounded to a dtype that depends on the call, and the plain reductions: the kernel takes
-        # each one's dtype as a constexpr.
+        self.plain = plain
+        # The values rounded to a dtype that depends on the call, and those accumulators follow: the kernel
+        # takes each one's dtype as a constexpr.
         casts = {n.out for n in region.nodes if n.definition in (CAST, CAST_LIKE)}
         parameters = [v for v, d in self.rounding.items() if d is None and v not in casts]
-        parameters += [n.out for n in region.nodes if n.out in self.plain and n.out not in self.rounding]
-        self.dtype_parameters = {v: f"{v}{DTYPE_SUFFIX}" for v in parameters}
+        parameters += [v for v in self.accumulates.values() if v not in self.rounding]
+        self.dtype_parameters = {v: f"{v}{DTYPE_SUFFIX}" for v in dict.fromkeys(parameters)}
         reserved = reserved | frozenset(self.dtype_parameters.values())
         taken = set(values) | reserved
         self._names: dict[str, str] = {}
@@ -134,6 +136,22 @@ def _integral(region: Region, typed: Region | None) -> frozenset[str]:
             nodes.append(node)
     as_ints = value_dtypes(replace(region, nodes=tuple(nodes)), known)
     return frozenset(v for v, d in as_ints.items() if d not in FLOATING)
+
+
+def _accumulated_values(region: Region, typed: Region | None) -> dict[str, str]:
+    """Per row reduction of a lowered `region` (`typed`: before lowering), the reduction of `typed` it computes
+    or is part of (lowering emits a reduction's row primitives right before the node that takes its name)."""
+    if typed is None:
+        return {}
+    reductions = {n.out for n in typed.nodes if n.definition.kind is OpKind.REDUCTION}
+    owners, pending = {}, []
+    for node in region.nodes:
+        if node.op in ROW_REDUCTIONS:
+            pending.append(node.out)
+        if node.out in reductions:
+            owners.update(dict.fromkeys(pending, node.out))
+            pending = []
+    return owners
 
 
 def _plain_reductions(region: Region, typed: Region | None) -> frozenset[str]:
@@ -189,8 +207,8 @@ def _fresh(name: str, taken: set[str]) -> str:
 _POWERS = {
     2: "{0} * {0}",
     3: "{0} * {0} * {0}",
-    0.5: "tl.sqrt_rn({0})",
-    -0.5: "divide(1.0, tl.sqrt_rn({0}))",
+    0.5: "sqrt_rn({0})",
+    -0.5: "divide(1.0, sqrt_rn({0}))",
     -1: "divide(1.0, {0})",
     -2: "divide(1.0, {0} * {0})",
 }
@@ -566,7 +584,7 @@ class _RowKernel:
         self.emit(2, f"# Pass {number}: {what}")
         for reduction in step.reductions:
             partial = _REDUCTIONS[reduction.op][1]
-            dtype = names.dtype(reduction.out) if reduction.out in names.plain else "tl.float32"
+            dtype = names.dtype(names.accumulates[reduction.out])
             self.helpers.add(partial)
             self.emit(2, f"{names[reduction.out]}_partial = {partial}(ROWS, RBLOCK, {dtype})")
         self._block(step, [r.values()[0] for r in step.reductions])

@@ -11,16 +11,24 @@ error bound of their summation order). Each test checks that the kernel ran (run
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 # First: it turns Triton's interpreter on before triton is imported (or skips, as this module must).
-from tests.test_triton_backend import INTERPRET  # noqa: F401  # isort: skip
+from tests.test_triton_backend import INTERPRET, run_kernel  # noqa: F401  # isort: skip
+from tests.test_triton_reductions import run_rows  # noqa: E402  # isort: skip
 
 import torch  # noqa: E402
 
+import emit.triton  # noqa: E402
+from emit.runtime import triton_support  # noqa: E402
 from tests.tolerances import assert_within, layer_norm_magnitude  # noqa: E402
 from tests.transpiled import original_and_transpiled  # noqa: E402
+from transpiler.ir import Input, Node, Output, Region  # noqa: E402
 
 PACKAGE = "transpiled_triton_dtypes"
 MODEL = """
@@ -70,6 +78,20 @@ class IntegerPlusHalf(nn.Module):
 class FloatPower(nn.Module):
     def forward(self, x, i):
         return i ** 2.0 * x + 1.0
+
+
+class Double(nn.Module):
+    def forward(self, x):
+        return (x.double() * 0.1).sqrt() + x
+
+
+class FloatScalar(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 0.1
+
+    def forward(self, x):
+        return x * self.scale + 1.0
 """
 
 
@@ -166,3 +188,122 @@ def test_an_integer_that_eager_rounds_to_half_first_runs_the_original(trees, run
     assert torch.equal(actual, expected) and expected[0].item() == 4096
     counts = {path: n for kernel in runtime.KERNELS for path, n in kernel.counts.items()}
     assert counts == {"fallback: an integer that eager rounds to half or bfloat16 before an op": 1}
+
+
+# -- float64 ----------------------------------------------------------------------------------------
+def test_a_float64_value_runs_in_float64(trees, runtime):
+    """`(x.double() * 0.1).sqrt() + x`: eager computes in float64 with the double 0.1; so does the kernel."""
+    x = values(4, 7, dtype=torch.float32).abs()
+    expected, actual, _ = run(trees, runtime, "Double", x)
+    assert expected.dtype == torch.float64
+    assert torch.equal(actual, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_a_float_scalar_beside_float64_values_runs_the_original(trees, runtime, dtype):
+    """Triton passes the Python float 0.1 to a kernel as a float32 (0.100000001): float64 calls take the original
+    code; float32 calls, where torch rounds 0.1 to a float32 too, run the kernel."""
+    original, transpiled = trees
+    x = values(4, 7, dtype=dtype)
+    assert torch.equal(transpiled.FloatScalar()(x), original.FloatScalar()(x))
+    counts = {path: n for kernel in runtime.KERNELS for path, n in kernel.counts.items()}
+    reason = "fallback: a scalar argument beside float64 values (Triton passes a Python float as a float32)"
+    assert counts == ({reason: 1} if dtype == torch.float64 else {"triton": 1})
+
+
+def region_of(*nodes: Node, inputs: tuple[str, ...] = ("x",), scalars: tuple[str, ...] = ()) -> Region:
+    """The nodes as a region of tensor `inputs` and Python `scalars`; every node's value an output."""
+    items = tuple(Input(name, name, True) for name in inputs) + tuple(Input(name, name, False) for name in scalars)
+    outputs = tuple(Output(node.out, node.out) for node in nodes)
+    return Region("f64", "test.py", "f", 1, len(nodes), items, nodes, outputs)
+
+
+def float64_values(device: str = "cpu") -> torch.Tensor:
+    """float64 values no float32 holds (1 + 2**-40), huge and tiny ones, NaN and infinities."""
+    special = [1 + 2**-40, 1e300, -1e300, 1e-300, 0.1, float("nan"), float("inf"), -float("inf"), -0.0, 7.3]
+    values = special + torch.linspace(-50, 50, 22, dtype=torch.float64).tolist()
+    return torch.tensor(values, dtype=torch.float64, device=device)
+
+
+def assert_same(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """Bit for bit, NaN where eager has NaN."""
+    assert actual.dtype == expected.dtype
+    assert torch.equal(actual.nan_to_num(7.0), expected.nan_to_num(7.0)), (actual, expected)
+    assert torch.equal(actual.isnan(), expected.isnan())
+
+
+def test_float64_ops_compute_as_eager(device: str = "cpu"):
+    """Constants in the op's dtype (the double 0.1), IEEE square root and division, Python's floor division,
+    and nan_to_num's float64 bounds: bit for bit."""
+    nodes = (
+        Node("mul", ("x", 0.1), "scaled", 1, (1,)),
+        Node("sqrt", ("x",), "root", 2),
+        Node("floordiv", ("x", 0.3), "floored", 3, (1,)),
+        Node("div", ("x", 3.0), "third", 4, (1,)),
+        Node("nan_to_num", ("x", 0.0, None, None), "finite", 5, (1, 2, 3)),
+    )
+    x = float64_values(device)
+    # IEEE division by a tensor: CUDA's eager divides by a Python scalar as a product with its reciprocal.
+    expected = (x * 0.1, x.sqrt(), x // 0.3, x / torch.full_like(x, 3.0), torch.nan_to_num(x, 0.0))
+    actual = run_kernel(region_of(*nodes), [x], [], [e.dtype for e in expected])
+    assert all(e.dtype == torch.float64 for e in expected)
+    for a, e in zip(actual, expected, strict=True):
+        assert_same(a, e)
+
+
+def test_float64_rounds_to_half_and_bfloat16_through_float32(device: str = "cpu"):
+    """1 + 2**-11 + 2**-40 lies just above the midpoint of two halves, but torch rounds a float64 to float32 first
+    (c10::Half is made from a float): to the midpoint, then to even, down. The kernel rounds as torch does."""
+    midpoints = [1 + 2**-11 + 2**-40, 1 + 2**-8 + 2**-40, -(1 + 2**-11 + 2**-40), 65520.0, 2**-25 + 2**-60]
+    x = torch.cat([float64_values(device), torch.tensor(midpoints, dtype=torch.float64, device=device)])
+    nodes = (Node("to", ("x", "float16"), "half", 1, (1,)), Node("to", ("x", "bfloat16"), "brain", 2, (1,)))
+    expected = (x.half(), x.bfloat16())
+    assert expected[0][-5] == 1.0 and expected[1][-4] == 1.0  # rounded once, they would be above 1
+    actual = run_kernel(region_of(*nodes), [x], [], [e.dtype for e in expected])
+    for a, e in zip(actual, expected, strict=True):
+        assert_same(a, e)
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["one pass", "looped"])
+def test_float64_rows_accumulate_in_float64(looped, monkeypatch):
+    """Rows of 2**25 + 1 (no float32 holds it): sums exact in float64, a softmax within float64's bound."""
+    if looped:
+        monkeypatch.setattr(triton_support, "MAX_ONE_PASS", 16)
+        monkeypatch.setattr(triton_support, "LOOP_BLOCK", 16)
+    x = torch.full((3, 37), 2.0**25 + 1, dtype=torch.float64)
+    x[1] = torch.linspace(-3, 3, 37, dtype=torch.float64) + 2**-40
+    exact = x[[0, 2]]  # sums of integers below 2**53: exact in any order
+    (total,) = run_rows(region_of(Node("sum", ("x", -1, True), "total", 1, (1, 2))), [exact], [], [torch.float64])
+    assert torch.equal(total, exact.sum(-1, keepdim=True))
+    (probabilities,) = run_rows(region_of(Node("softmax", ("x", -1), "p", 1, (1,))), [x[1:]], [], [torch.float64])
+    expected = torch.softmax(x[1:], -1)
+    torch.testing.assert_close(probabilities, expected, rtol=8 * 37 * torch.finfo(torch.float64).eps, atol=0)
+
+
+# -- on a GPU: the same kernels compiled ---------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_compiled_float64_kernels_match_torch_on_cuda() -> None:
+    # A fresh process: Triton must be imported with the interpreter off.
+    environment = {**os.environ, "TRITON_INTERPRET": "0"}
+    check = "from tests.test_triton_dtypes import check_on_cuda; check_on_cuda()"
+    result = subprocess.run(
+        [sys.executable, "-c", check], env=environment, cwd=Path(__file__).parents[1], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def check_on_cuda() -> None:
+    """The float64 tests' kernels compiled: ops, casts to half and bfloat16, rows of 37 and 20000 columns."""
+    assert not triton_support.INTERPRETED
+    test_float64_ops_compute_as_eager("cuda")
+    test_float64_rounds_to_half_and_bfloat16_through_float32("cuda")
+    for row_size in (37, 20000):
+        x = torch.full((3, row_size), 2.0**25 + 1, dtype=torch.float64, device="cuda")
+        x[1] = torch.linspace(-3, 3, row_size, dtype=torch.float64, device="cuda") + 2**-40
+        exact = x[[0, 2]]
+        (total,) = run_rows(region_of(Node("sum", ("x", -1, True), "total", 1, (1, 2))), [exact], [], [torch.float64])
+        assert torch.equal(total, exact.sum(-1, keepdim=True))
+        (p,) = run_rows(region_of(Node("softmax", ("x", -1), "p", 1, (1,))), [x[1:]], [], [torch.float64])
+        eps = torch.finfo(torch.float64).eps
+        torch.testing.assert_close(p, torch.softmax(x[1:], -1), rtol=8 * row_size * eps, atol=0)

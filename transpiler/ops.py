@@ -185,8 +185,8 @@ OPS: tuple[Op, ...] = (
     _unary("log", "log", "tl.log({0})", "std::log({0})"),
     _unary("log1p", "log1p", "log1p({0})", "std::log1p({0})", "torch.special.log1p(input)"),
     _unary("log2", "log2", "tl.log2({0})", "std::log2({0})"),
-    _unary("sqrt", "sqrt", "tl.sqrt_rn({0})", "std::sqrt({0})"),
-    _unary("rsqrt", "rsqrt", "divide(1.0, tl.sqrt_rn({0}))", "C(1) / std::sqrt({0})"),
+    _unary("sqrt", "sqrt", "sqrt_rn({0})", "std::sqrt({0})"),
+    _unary("rsqrt", "rsqrt", "divide(1.0, sqrt_rn({0}))", "C(1) / std::sqrt({0})"),
     # -- trigonometry ----------------------------------------------------------------------
     _unary("sin", "sin", "tl.sin({0})", "std::sin({0})"),
     _unary("cos", "cos", "tl.cos({0})", "std::cos({0})"),
@@ -297,7 +297,7 @@ def _scale_shift(alpha: str) -> str:
 CHANNEL_OPS: tuple[Op, ...] = (
     Op("batch_norm", 6,
        f"{F}.batch_norm({{0}}, {{1}}.flatten(), {{2}}.flatten(), {{3}}.flatten(), {{4}}.flatten(), eps={{5}})",
-       _scale_shift("(divide(1.0, tl.sqrt_rn({2} + {5})) * {3})"),
+       _scale_shift("(divide(1.0, sqrt_rn({2} + {5})) * {3})"),
        _scale_shift("((C(1) / std::sqrt({2} + C({5}))) * {3})"),
        (_batch_norm("BatchNorm2d", 4), _batch_norm("BatchNorm3d", 5)),
        constant_operands=(5,)),

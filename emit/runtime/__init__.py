@@ -745,6 +745,8 @@ class _Triton(_Backend):
         return self.support.unsupported(tuple(t.dtype for t in tensors), tuple(dtypes)) or value_dtypes
 
     def pointwise(self, kernel: Kernel, value_dtypes, scalars, n_elements, sizes, strides, contiguous):
+        if _float64_beside_scalars(kernel, value_dtypes, scalars):
+            return FLOAT64_BESIDE_SCALARS
         try:
             return self.support.pointwise_launcher(
                 kernel.triton_kernel, n_elements, sizes, strides, contiguous, kernel.tensor_inputs, value_dtypes
@@ -753,12 +755,24 @@ class _Triton(_Backend):
             return str(error)
 
     def rows(self, kernel: Kernel, value_dtypes, scalars, n_rows, row_size, outer_sizes, strides, contiguous):
+        if _float64_beside_scalars(kernel, value_dtypes, scalars):
+            return FLOAT64_BESIDE_SCALARS
         try:
             return self.support.rows_launcher(
                 kernel.triton_kernel, n_rows, row_size, outer_sizes, strides, contiguous, value_dtypes
             )
         except ValueError as error:
             return str(error)
+
+
+FLOAT64_BESIDE_SCALARS = "a scalar argument beside float64 values (Triton passes a Python float as a float32)"
+
+
+def _float64_beside_scalars(kernel: Kernel, value_dtypes, scalars: int) -> bool:
+    """Whether a Triton call computes float64 values and passes the kernel numbers (`scalars` of them, activation
+    modules' codes aside): Triton types a Python float argument float32, where eager computes with the double."""
+    modules = len(kernel.activations[1]) if kernel.activations else 0
+    return scalars > modules and torch.float64 in value_dtypes.values()
 
 
 class _Cpp(_Backend):

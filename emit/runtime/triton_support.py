@@ -23,12 +23,15 @@ import torch
 # Read once at import: the interpreter decides at `@triton.jit` time too.
 INTERPRETED: tl.constexpr = tl.constexpr(triton.knobs.runtime.interpret)
 _FLOAT32_MAX: tl.constexpr = tl.constexpr(torch.finfo(torch.float32).max)
+_FLOAT64_MAX: tl.constexpr = tl.constexpr(torch.finfo(torch.float64).max)
 
-# Dtypes a kernel loads and stores. float64 is left out: Triton types Python float
-# constants and scalar arguments as float32, so float64 results would not match torch.
+# Dtypes a kernel loads and stores. float64 values are computed in float64: Triton makes a
+# Python constant of a binary op in the op's dtype, as torch does; a scalar argument, though,
+# it passes as a float32, so the runtime refuses float64 calls of kernels that take scalars.
 SUPPORTED_DTYPES = frozenset(
     (
         torch.float32,
+        torch.float64,
         torch.float16,
         torch.bfloat16,
         torch.int8,
@@ -75,7 +78,8 @@ def floating(x):
 
 @triton.jit
 def cast(x, dtype: tl.constexpr):
-    """x.to(dtype); a half or bfloat16 result is rounded to that dtype, then computed on in float32."""
+    """x.to(dtype); a half or bfloat16 result is rounded to that dtype, then computed on in float32. A float64
+    is rounded to float32 first, as torch converts it (c10::Half and BFloat16 are made from floats)."""
     if dtype.is_fp16() or dtype.is_bf16():
         # Through float32: the interpreter turns ints into bfloat16 NaNs.
         return _narrowed(x.to(tl.float32), dtype)
@@ -173,6 +177,24 @@ def remainder(a, b):
 
 
 @triton.jit
+def _div_rn(a, b):
+    """a / b of floats rounded to nearest: tl.div_rn takes float32 only; float64's `/` is IEEE."""
+    if a.dtype.is_fp32():
+        return tl.div_rn(a, b)
+    else:
+        return a / b
+
+
+@triton.jit
+def sqrt_rn(x):
+    """The square root rounded to nearest: tl.sqrt_rn takes float32 only; float64's tl.sqrt is IEEE."""
+    if x.dtype.is_fp32():
+        return tl.sqrt_rn(x)
+    else:
+        return tl.sqrt(x)
+
+
+@triton.jit
 def divide(a, b):
     """a / b as torch computes it: IEEE division, rounded to nearest (Triton's `/` on float32 is an
     approximation that flushes subnormals: 1e-40 / 1e-40 gave NaN); integers become float32 first."""
@@ -191,12 +213,12 @@ def floor_divide(a, b):
     a, b = _common(a, b)
     truncated = _fmod(a, b)
     if truncated.dtype.is_floating():
-        quotient = tl.div_rn(a - truncated, b)
+        quotient = _div_rn(a - truncated, b)
         quotient = tl.where((truncated != 0) & ((b < 0) != (truncated < 0)), quotient - 1.0, quotient)
         floored = tl.floor(quotient)
         floored = tl.where(quotient - floored > 0.5, floored + 1.0, floored)
         # b == 0 gives inf or nan, as a / b does.
-        return tl.where(b == 0, tl.div_rn(a, b), floored)
+        return tl.where(b == 0, _div_rn(a, b), floored)
     else:
         quotient = (a - truncated) // b  # exact: a - truncated is a multiple of b
         return tl.where((truncated != 0) & ((truncated < 0) != (b < 0)), quotient - 1, quotient)
@@ -260,7 +282,7 @@ def expm1(x):
     if INTERPRETED:
         # Kahan: (u - 1) * x / log(u) cancels the rounding error of u = exp(x).
         u = tl.exp(x)
-        kahan = tl.div_rn((u - 1.0) * x, tl.log(u))
+        kahan = _div_rn((u - 1.0) * x, tl.log(u))
         result = tl.where((u == 1.0) | (x != x), x, tl.where(u - 1.0 == -1.0, -1.0, kahan))
         return tl.where(x == float("inf"), float("inf"), result)
     else:
@@ -273,7 +295,7 @@ def log1p(x):
     if INTERPRETED:
         # Kahan: log(u) * x / (u - 1) cancels the rounding error of u = 1 + x.
         u = 1.0 + x
-        kahan = tl.div_rn(tl.log(u) * x, u - 1.0)
+        kahan = _div_rn(tl.log(u) * x, u - 1.0)
         result = tl.where((u == 1.0) | (x != x), x, tl.where(u <= 0.0, tl.log(u), kahan))
         return tl.where(x == float("inf"), float("inf"), result)
     else:
@@ -372,13 +394,15 @@ def clamp_max(x, high):
 
 @triton.jit
 def nan_to_num(x, nan, posinf, neginf):
-    """torch.nan_to_num; a None bound is float32's largest finite value (torch uses x's dtype's). Integers and
-    bools are returned as they are (the bounds, floats, would make them float32)."""
+    """torch.nan_to_num; a None bound is the largest finite value of x's dtype (float32's for half and bfloat16:
+    torch uses theirs, which the store then reaches). Integers and bools are returned as they are (the bounds,
+    floats, would make them float32)."""
     if x.dtype.is_floating():
+        largest = _FLOAT64_MAX if x.dtype.is_fp64() else _FLOAT32_MAX
         if posinf is None:
-            posinf = _FLOAT32_MAX
+            posinf = largest
         if neginf is None:
-            neginf = -_FLOAT32_MAX
+            neginf = -largest
         x = tl.where(x != x, nan, x)
         return tl.where(x == float("inf"), posinf, tl.where(x == float("-inf"), neginf, x))
     else:
@@ -524,11 +548,14 @@ def row_min(x, mask):
 
 
 # Rows longer than one block: an accumulator per lane ([ROWS, RBLOCK]) takes one block after
-# another; `row_sum` & co. reduce it once after the loop. Its dtype follows the reduced value's
-# (`dtype`, a constexpr of the kernel): float32 for floats, int64 for integers and bools (exact).
+# another; `row_sum` & co. reduce it once after the loop. Its dtype follows the reduction's
+# (`dtype`, a constexpr of the kernel): float64 for float64, float32 for the other floats,
+# int64 for integers and bools (exact).
 @triton.jit
 def sum_partial(ROWS: tl.constexpr, RBLOCK: tl.constexpr, dtype: tl.constexpr):
-    if dtype.is_floating():
+    if dtype.is_fp64():
+        return tl.zeros([ROWS, RBLOCK], tl.float64)
+    elif dtype.is_floating():
         return tl.zeros([ROWS, RBLOCK], tl.float32)
     else:
         return tl.zeros([ROWS, RBLOCK], tl.int64)
@@ -536,7 +563,9 @@ def sum_partial(ROWS: tl.constexpr, RBLOCK: tl.constexpr, dtype: tl.constexpr):
 
 @triton.jit
 def max_partial(ROWS: tl.constexpr, RBLOCK: tl.constexpr, dtype: tl.constexpr):
-    if dtype.is_floating():
+    if dtype.is_fp64():
+        return tl.full([ROWS, RBLOCK], float("-inf"), tl.float64)
+    elif dtype.is_floating():
         return tl.full([ROWS, RBLOCK], float("-inf"), tl.float32)
     else:
         return tl.full([ROWS, RBLOCK], -9223372036854775807 - 1, tl.int64)
@@ -544,7 +573,9 @@ def max_partial(ROWS: tl.constexpr, RBLOCK: tl.constexpr, dtype: tl.constexpr):
 
 @triton.jit
 def min_partial(ROWS: tl.constexpr, RBLOCK: tl.constexpr, dtype: tl.constexpr):
-    if dtype.is_floating():
+    if dtype.is_fp64():
+        return tl.full([ROWS, RBLOCK], float("inf"), tl.float64)
+    elif dtype.is_floating():
         return tl.full([ROWS, RBLOCK], float("inf"), tl.float32)
     else:
         return tl.full([ROWS, RBLOCK], 9223372036854775807, tl.int64)

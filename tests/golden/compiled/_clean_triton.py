@@ -10,6 +10,7 @@ from _transpile_runtime.triton_support import (
     rotate_half,
     rounded,
     row_sum,
+    sqrt_rn,
     sum_partial,
     widen,
 )
@@ -435,7 +436,7 @@ def fused_layer_norm_kernel(
         div3 = divide(row_sum2, row_size0)
         sub2 = sub0 - div3
         add0 = div2 + ln_2_eps
-        rsqrt0 = divide(1.0, tl.sqrt_rn(add0))
+        rsqrt0 = divide(1.0, sqrt_rn(add0))
         mul2 = sub2 * rsqrt0
         mul3 = mul2 * ln_2_weight
         h_1 = rounded(mul3 + ln_2_bias, h_1_dtype)
@@ -447,7 +448,7 @@ def fused_layer_norm_kernel(
         # models/clean.py:98  h = self.ln_2(h)
         row_size0 = tl.cast(R, tl.float32)
         # Pass 1: the row sum of h
-        row_sum0_partial = sum_partial(ROWS, RBLOCK, tl.float32)
+        row_sum0_partial = sum_partial(ROWS, RBLOCK, h_1_dtype)
         start = 0
         while start < R:
             col = start + cols
@@ -462,8 +463,8 @@ def fused_layer_norm_kernel(
         row_sum0 = row_sum(row_sum0_partial, row_mask)
         div0 = divide(row_sum0, row_size0)
         # Pass 2: the row sum of mul0, the row sum of sub0
-        row_sum1_partial = sum_partial(ROWS, RBLOCK, tl.float32)
-        row_sum2_partial = sum_partial(ROWS, RBLOCK, tl.float32)
+        row_sum1_partial = sum_partial(ROWS, RBLOCK, h_1_dtype)
+        row_sum2_partial = sum_partial(ROWS, RBLOCK, h_1_dtype)
         start = 0
         while start < R:
             col = start + cols
@@ -488,7 +489,7 @@ def fused_layer_norm_kernel(
         div2 = divide(clamp_min0, row_size0)
         div3 = divide(row_sum2, row_size0)
         add0 = div2 + ln_2_eps
-        rsqrt0 = divide(1.0, tl.sqrt_rn(add0))
+        rsqrt0 = divide(1.0, sqrt_rn(add0))
         # Pass 3: the element outputs
         start = 0
         while start < R:

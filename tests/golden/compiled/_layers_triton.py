@@ -2,7 +2,16 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, divide, rounded, row_sum, sum_partial, tanh, widen
+from _transpile_runtime.triton_support import (
+    accumulate_sum,
+    divide,
+    rounded,
+    row_sum,
+    sqrt_rn,
+    sum_partial,
+    tanh,
+    widen,
+)
 
 
 @triton.jit
@@ -141,7 +150,7 @@ def fused_rms_norm_kernel(
         variance = rounded(divide(row_sum0, row_size0), variance_dtype)
         # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
         t1 = rounded(variance + eps, t1_dtype)
-        t2 = rounded(divide(1.0, tl.sqrt_rn(t1)), t2_dtype)
+        t2 = rounded(divide(1.0, sqrt_rn(t1)), t2_dtype)
         t3 = rounded(x * t2, t3_dtype)
         t4 = rounded(t3 * weight, t4_dtype)
         # Store the element outputs, converted to their dtypes
@@ -151,7 +160,7 @@ def fused_rms_norm_kernel(
         # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
         row_size0 = tl.cast(R, tl.float32)
         # Pass 1: the row sum of t0
-        row_sum0_partial = sum_partial(ROWS, RBLOCK, tl.float32)
+        row_sum0_partial = sum_partial(ROWS, RBLOCK, variance_dtype)
         start = 0
         while start < R:
             col = start + cols
@@ -166,7 +175,7 @@ def fused_rms_norm_kernel(
         variance = rounded(divide(row_sum0, row_size0), variance_dtype)
         # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
         t1 = rounded(variance + eps, t1_dtype)
-        t2 = rounded(divide(1.0, tl.sqrt_rn(t1)), t2_dtype)
+        t2 = rounded(divide(1.0, sqrt_rn(t1)), t2_dtype)
         # Pass 2: the element outputs
         start = 0
         while start < R:

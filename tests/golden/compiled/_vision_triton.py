@@ -2,7 +2,17 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_max, add, divide, max_partial, relu, rounded, row_max, widen
+from _transpile_runtime.triton_support import (
+    accumulate_max,
+    add,
+    divide,
+    max_partial,
+    relu,
+    rounded,
+    row_max,
+    sqrt_rn,
+    widen,
+)
 
 
 @triton.jit
@@ -97,8 +107,8 @@ def fused_batch_norm_relu_kernel(
     # Compute
     # models/vision.py:26  out = F.relu(self.bn1(self.conv1(x)))
     t0 = rounded(
-        _conv1 * (divide(1.0, tl.sqrt_rn(bn1_running_var + bn1_eps)) * bn1_weight)
-        + (bn1_bias - bn1_running_mean * (divide(1.0, tl.sqrt_rn(bn1_running_var + bn1_eps)) * bn1_weight)),
+        _conv1 * (divide(1.0, sqrt_rn(bn1_running_var + bn1_eps)) * bn1_weight)
+        + (bn1_bias - bn1_running_mean * (divide(1.0, sqrt_rn(bn1_running_var + bn1_eps)) * bn1_weight)),
         t0_dtype,
     )
     out = rounded(relu(t0), out_dtype)
