@@ -31,7 +31,7 @@ from transpiler import lowering
 from transpiler.dtypes import TypeClass, type_classes
 from transpiler.ir import Node, Operand, Region
 from transpiler.lowering import Level, RowRegion
-from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, Domain, OpKind
+from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, CAST_LIKE, Domain, OpKind
 
 # C++ types that casts name (`to(dtype)`): values are rounded through them, then computed in C.
 CAST_TYPES = {
@@ -50,7 +50,8 @@ CAST_TYPES = {
 # (the kernels build with -fwrapv), by the ops whose template is right on integers of one type.
 INTEGER_TYPES = frozenset(("int8_t", "int16_t", "int32_t", "int64_t", "uint8_t"))
 INTEGER_OPS = frozenset(
-    ("add", "sub", "mul", "neg", "abs", "maximum", "minimum", "where", "identity", "pos", "clamp", "clamp_min", "clamp_max")
+    ("add", "sub", "mul", "neg", "abs", "maximum", "minimum", "where", "identity", "pos", "clamp", "clamp_min", "clamp_max",
+     "relu", "sign")
 )
 # Operands read as booleans, beyond those of the logical ops (Domain.BOOL).
 BOOL_OPERANDS = {"where": (0,), "masked_fill": (1,)}
@@ -110,6 +111,9 @@ class Names:
     classes: tuple[tuple[str, TypeClass], ...] = ()
     # The values of a fixed dtype (torch's name), for the runtime's check of eager's dtypes.
     fixed: dict[str, str] = field(default_factory=dict)
+    # The values of a class that an integer input can make integers (`i + 1`): held as `held_t<T, C>`,
+    # their own integer type on such a call, so that they are exact and wrap as torch's.
+    integral: frozenset[str] = frozenset()
     SUFFIXES: ClassVar[tuple[str, ...]] = tuple(
         "_ptr _out _strides _offset _row _step _nan _block _total _saved".split()
     )
@@ -265,10 +269,17 @@ def kinds_signature(region: Region, names: Names) -> str:
     return f"{inputs} -> {outputs}".strip()
 
 
-def types_signature(names: Names) -> str:
+def types_signature(names: Names, refusals: dict[str, str] | None = None) -> str:
     """The values of each type parameter, with its dtype in each entry point, and those of each fixed dtype, as
-    exported for the runtime (`cpp_support.Types`): `T:float32,float64,float16,bfloat16=x,t0 bool=t1`."""
-    groups = [f"{name}:{','.join(c.uniform)}={','.join(c.members)}" for name, c in names.classes]
+    exported for the runtime (`cpp_support.Types`): `T:float32,float64,float16,bfloat16=x,t0 bool=t1`. A class
+    an integer input can make integers says whether the kernel computes it exactly then: `T:...:int=i,t1`,
+    or else the op that stops it (`integer_refusals`): `T:...:floor_divide=i,t1`."""
+    refusals = refusals or {}
+
+    def integers(name: str, c: TypeClass) -> str:
+        return f":{refusals.get(name, 'int')}" if c.integral else ""
+
+    groups = [f"{name}:{','.join(c.uniform)}{integers(name, c)}={','.join(c.members)}" for name, c in names.classes]
     fixed: dict[str, list[str]] = {}
     for value, dtype in names.fixed.items():
         fixed.setdefault(dtype, []).append(value)
@@ -297,7 +308,9 @@ def cpp_names(region: Region, reserved: frozenset[str] = frozenset(), typed: Reg
     types = {member: name for name, c in classes for member in c.members}
     types |= {value: CAST_TYPES[dtype] for value, dtype in fixed.items()}
     scalars = frozenset(item.name for item in region.scalar_inputs)
-    return Names(chosen, scalars, activation, types, classes, fixed)
+    kinds = value_kinds(region)  # a value the kernel computes as a bool stays one (the runtime refuses integers there)
+    integral = frozenset(m for _, c in classes if c.integral for m in c.members if kinds.get(m) is Kind.FLOAT)
+    return Names(chosen, scalars, activation, types, classes, fixed, integral)
 
 
 # The dtype of the floating inputs of each extern "C" entry point, in order.
@@ -358,10 +371,17 @@ def _render_operand(node: Node, position: int, names: Names, kinds: dict[str, Ki
         return text  # converted by the cast itself
     if integer is not None:  # an integer op: every operand in the result's type, as torch promotes them
         return text if names.integer(operand) == integer and not constant else f"{integer}({text})"
+    integral = node.out in names.integral
+    if constant and integral and type(operand) is int:
+        return f"held_t<{names.types[node.out]}, C>({text})"  # an integer where the class is of integers
     if have is Kind.BOOL or constant:
         return f"C({text})"  # bools read as numbers are 0 and 1, as torch promotes them; literals take type C
-    if names.integer(operand) is not None and not _compares_integers(node, names):
+    if names.integer(operand) is not None and not integral and not _compares_integers(node, names):
         return f"C({text})"  # an integer promoted to floating: converted before the op, as torch does
+    if operand in names.integral and not integral and not node.definition.returns_bool:
+        return f"C({text})"  # the same where the operand's class may be of integers on the call
+    if integral and names.types.get(operand) != names.types[node.out]:
+        return f"held_t<{names.types[node.out]}, C>({text})"  # another class or dtype: promoted to the result's
     return text
 
 
@@ -398,9 +418,30 @@ def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
     integer = names.integer(node.out)
     ctype = "bool" if kinds[node.out] is Kind.BOOL else integer or "C"
     value = template.format(*operands)
+    if node.out in names.integral:  # its class's type on the call: an integer type, or C rounded to it
+        return f"const auto {names.value(node.out)} = held<{names.types[node.out]}, C>({value});"
     if kinds[node.out] is Kind.FLOAT and names.types.get(node.out, "double") != "double" and integer is None:
         value = f"rounded<{names.types[node.out]}, C>({value})"
     return f"const {ctype} {names.value(node.out)} = {value};"
+
+
+def integer_refusals(region: Region, names: Names, saved: Iterable[str] = ()) -> dict[str, str]:
+    """Per type parameter whose class an integer input can make integers, the first op that would not be exact
+    on them, as `integer_support` finds them for values of a fixed integer dtype (`saved`: such a value kept in
+    a row of C scratch). The runtime takes the original code where a call binds the class to integers."""
+    saved = frozenset(saved)
+    parameter = {member: name for name, c in names.classes if c.integral for member in c.members}
+    refusals: dict[str, str] = {}
+    for node in region.nodes:
+        if node.out in parameter and node.op not in INTEGER_OPS and node.definition not in (CAST, CAST_LIKE):
+            refusals.setdefault(parameter[node.out], node.op)
+        if node.definition.kind is OpKind.ROW:
+            for value in node.values():
+                if value in parameter:
+                    refusals.setdefault(parameter[value], node.op)
+        if node.out in saved and node.out in parameter:
+            refusals.setdefault(parameter[node.out], "saved")
+    return refusals
 
 
 def integer_support(region: Region, names: Names, saved: Iterable[str] = ()) -> str | None:
@@ -536,6 +577,8 @@ def _load(name: str, names: Names, kinds: dict[str, Kind], pointer: str, offset:
     """`const C x = ...;`: a tensor element, widened to C (or read as a bool)."""
     if kinds[name] is Kind.BOOL:
         return f"const bool {names.value(name)} = load_bool({pointer}, {offset});"
+    if name in names.integral:
+        return f"const auto {names.value(name)} = static_cast<held_t<{names.types[name]}, C>>({pointer}[{offset}]);"
     return f"const C {names.value(name)} = static_cast<C>({pointer}[{offset}]);"
 
 
@@ -941,7 +984,9 @@ ROWS_LAYOUT = ("int64_t n_rows", "int64_t row_size", "const int64_t* outer_sizes
 def _render_entry_points(region: Region) -> tuple[str, str]:
     """The entry template and the extern "C" part of a pointwise kernel: strides per tensor input."""
     strides = [f"strides_of(strides, {k})" for k in range(len(region.tensor_inputs))]
-    return _entry_points(region, cpp_names(region), POINTWISE_LAYOUT, ["n_elements", "sizes", *strides, "contiguous != 0"])
+    names = cpp_names(region)
+    arguments = ["n_elements", "sizes", *strides, "contiguous != 0"]
+    return _entry_points(region, names, POINTWISE_LAYOUT, arguments, integer_refusals(region, names))
 
 
 def _render_row_entry_points(lowered: RowRegion) -> tuple[str, str]:
@@ -950,13 +995,17 @@ def _render_row_entry_points(lowered: RowRegion) -> tuple[str, str]:
     names = cpp_names(region, _ROW_KERNEL_NAMES, lowered.original)
     count = len(region.tensor_inputs) + len(lowered.element_outputs)
     strides = [f"strides_of(strides, {k})" for k in range(count)]
-    return _entry_points(region, names, ROWS_LAYOUT, ["n_rows", "row_size", "outer_sizes", *strides, "contiguous != 0"])
+    saved = _column_work(lowered, lowering.passes(lowered)[1])[1]
+    arguments = ["n_rows", "row_size", "outer_sizes", *strides, "contiguous != 0"]
+    return _entry_points(region, names, ROWS_LAYOUT, arguments, integer_refusals(region, names, saved))
 
 
-def _entry_points(region: Region, names: Names, layout: tuple[str, ...], layout_arguments: list[str]) -> tuple[str, str]:
+def _entry_points(
+    region: Region, names: Names, layout: tuple[str, ...], layout_arguments: list[str], refusals: dict[str, str]
+) -> tuple[str, str]:
     """A kernel's entry template, `{name}_entry<T..., C>` over untyped pointers (data pointers and scalars, then
     the `layout` parameters it passes on as `layout_arguments`), and its extern "C" part: the kinds and types
-    strings, and one entry point per dtype of ENTRY_DTYPES."""
+    strings (with `integer_refusals`), and one entry point per dtype of ENTRY_DTYPES."""
     kinds = value_kinds(region)
     tensors = region.tensor_inputs
     parameters = [f"const void* {names.value(t.name)}" for t in tensors]
@@ -996,7 +1045,7 @@ def _entry_points(region: Region, names: Names, layout: tuple[str, ...], layout_
         f"// {region.name}: the element type of each tensor input and output (T...: see the kernel), and the\n"
         "// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.\n"
         f'extern const char {region.name}_kinds[] = "{kinds_signature(region, names)}";\n'
-        f'extern const char {region.name}_types[] = "{types_signature(names)}";\n\n' + "\n".join(functions)
+        f'extern const char {region.name}_types[] = "{types_signature(names, refusals)}";\n\n' + "\n".join(functions)
     )
     return entry, externs
 

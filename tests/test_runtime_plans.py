@@ -78,6 +78,21 @@ class IntegerArithmetic(nn.Module):
         return t.float() + x
 
 
+class IntegerClass(nn.Module):
+    def forward(self, i, x):
+        a = i + 1
+        b = torch.maximum(a * 3 - i, a).relu()
+        return a, b, b * 0.5 + x
+
+
+class IntegerClassPower(nn.Module):
+    def forward(self, i, x):
+        a = i + 1
+        p = a.pow(3) - a
+        y = a * 0.5 + x
+        return p, y
+
+
 class ExtendedMask(nn.Module):
     def forward(self, x, mask):
         return (1.0 - mask[:, None, :].to(x.dtype)) * -10000.0 + x
@@ -209,6 +224,25 @@ def test_integer_values_wrap_as_torchs(trees):
     assert paths(runtime) == {"cpp": 1}
 
 
+def test_values_an_integer_input_keeps_integers_are_computed_in_its_type(trees):
+    """`i + 1` of an int64 or int32 input is an integer of its dtype in eager: the kernel's class of it is bound
+    to that dtype on the call and computed exactly, wrapping over the whole range; the same kernel takes
+    float inputs. A power is not exact in the kernel: a call that makes its class integers falls back."""
+    runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
+    paths(runtime)
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.int64, torch.int32):
+        info = torch.iinfo(dtype)
+        i = torch.randint(info.min, info.max, (4, 9), generator=g, dtype=torch.int64).to(dtype)
+        assert_same(*pair(trees, "IntegerClass"), (i, torch.randn(4, 9)))
+    assert_same(*pair(trees, "IntegerClass"), (torch.randn(4, 9), torch.randn(9)))
+    assert paths(runtime) == {"cpp": 3}
+    assert_same(*pair(trees, "IntegerClassPower"), (torch.randint(-9, 9, (5,)), torch.randn(5)))
+    assert paths(runtime) == {"fallback: no C++ kernel: pow of integers": 1}
+    assert_same(*pair(trees, "IntegerClassPower"), (torch.randn(5), torch.randn(5)))
+    assert paths(runtime) == {"cpp": 1}
+
+
 def test_integer_ops_the_kernels_cannot_compute_exactly_run_the_original(trees):
     """Floor division of integers: no C++ kernel (the kernel file says why), the original code runs."""
     runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
@@ -220,7 +254,7 @@ def test_integer_ops_the_kernels_cannot_compute_exactly_run_the_original(trees):
 def test_integer_inputs_converted_as_eager_converts_them(trees):
     """An int64 attention mask made a float (transformers' extended mask): the kernel reads it converted to
     x's dtype at the boundary, as eager converts it first. `i.long().float()` reads i as an integer first:
-    converted at the boundary, 2**40 + 1 would become 2**40 in float32, so that call runs the original."""
+    converted at the boundary, 2**40 + 1 would become 2**40 in float32, so the kernel reads it as int64."""
     runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
     paths(runtime)
     mask = torch.tensor([[1, 1, 0, 2**40 + 1], [0, 1, 1, 1]])
@@ -228,5 +262,4 @@ def test_integer_inputs_converted_as_eager_converts_them(trees):
         assert_same(*pair(trees, "ExtendedMask"), (torch.randn(2, 3, 4, dtype=dtype), mask))
     assert paths(runtime) == {"cpp": 2}
     assert_same(*pair(trees, "IntegerInput"), (torch.randn(4), mask[0]))
-    reason = "fallback: an integer input (i) that eager does not convert to a floating dtype first"
-    assert paths(runtime) == {reason: 1}
+    assert paths(runtime) == {"cpp": 1}

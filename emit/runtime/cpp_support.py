@@ -65,6 +65,11 @@ CPP_TYPES = {
     torch.float16: "transpile::half",
     torch.bfloat16: "transpile::bfloat16",
     torch.bool: "bool",
+    torch.uint8: "uint8_t",
+    torch.int8: "int8_t",
+    torch.int16: "int16_t",
+    torch.int32: "int32_t",
+    torch.int64: "int64_t",
 }
 # The parameters of an entry point after the data: the C declarations of `pointwise_layout`'s and
 # `rows_layout`'s arguments (emit/cpp.py writes its entry points with these).
@@ -279,23 +284,28 @@ class Kinds:
 @dataclass(frozen=True)
 class Types:
     """A kernel's type parameters, each with its values and its dtype in each entry point (ENTRY_DTYPES'
-    order), and the values of a fixed dtype."""
+    order), and the values of a fixed dtype; per parameter an integer input can make integers, `int` where
+    the kernel computes them exactly, else the op that stops it."""
 
     parameters: tuple[tuple[str, tuple[torch.dtype, ...], tuple[str, ...]], ...]
     fixed: tuple[tuple[str, torch.dtype], ...]
+    integers: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, text: str) -> Types:
-        """From the string each kernel file exports: `T:float32,float64,float16,bfloat16=x,t0 bool=t1`."""
-        parameters, fixed = [], []
+        """From the string each kernel file exports: `T:float32,float64,float16,bfloat16:int=x,t0 bool=t1`."""
+        parameters, fixed, integers = [], [], []
         for group in text.split():
             head, _, values = group.partition("=")
             name, _, uniform = head.partition(":")
+            uniform, _, exact = uniform.partition(":")
             if uniform:
                 parameters.append((name, tuple(map(_dtype, uniform.split(","))), tuple(values.split(","))))
             else:
                 fixed += [(value, _dtype(name)) for value in values.split(",")]
-        return cls(tuple(parameters), tuple(fixed))
+            if exact:
+                integers.append((name, exact))
+        return cls(tuple(parameters), tuple(fixed), tuple(integers))
 
 
 @dataclass(frozen=True)
@@ -316,15 +326,16 @@ def bind(
     eager computes in `values` dtypes, or why the kernel cannot take it.
 
     Each value of a fixed dtype must have it in eager, and the values of one type parameter one dtype:
-    floating or bool (integer values are computed in their types only after a cast, in the kernel).
-    A bool or integer tensor that the kernel reads as a number is converted to its parameter's dtype at
-    the boundary, exactly as eager promotes it; an integer one only where eager converts it to that dtype
-    before anything else (`readers`: the values computed from each input), or the kernel would see it
-    rounded where eager did not round it (`x_int.long()`).
+    floating, bool, or an integer dtype where the kernel computes the class exactly in it (`Types.integers`).
+    A bool or integer tensor of another dtype than its parameter's is converted to it at the boundary,
+    exactly as eager promotes it, but only where eager converts it to that dtype before anything else
+    (`readers`: the values computed from each input), or the kernel would see it rounded where eager did
+    not round it (`x_int.long()`).
     """
     for value, dtype in types.fixed:
         if values.get(value) != dtype:
             return f"eager computes {value} as {values.get(value)}, the C++ kernel as {dtype}"
+    exact = dict(types.integers)
     bound = []
     for name, _, members in types.parameters:
         integers = [m for m in members if m in inputs and not (inputs[m].is_floating_point or inputs[m] == torch.bool)]
@@ -335,14 +346,25 @@ def bind(
             held |= {values.get(r) for m in integers for r in readers.get(m, ())}
         dtype = held.pop() if len(held) == 1 else None
         for member in integers:
-            if dtype is None or not dtype.is_floating_point or any(values.get(r) != dtype for r in readers.get(member, ())):
-                return f"an integer input ({member}) that eager does not convert to a floating dtype first"
+            if dtype == inputs[member]:
+                continue  # computed in its own type
+            if dtype is None or dtype == torch.bool or any(values.get(r) != dtype for r in readers.get(member, ())):
+                return f"an integer input ({member}) that eager does not convert to one dtype first"
         if dtype is None:
             return f"eager computes the values of {name} ({', '.join(members)}) in several dtypes"
-        if dtype not in CPP_TYPES:
-            return f"{', '.join(members)}: {dtype} values, which the C++ kernel computes in floating point"
+        if dtype not in CPP_TYPES or not (dtype.is_floating_point or dtype == torch.bool or exact.get(name) == "int"):
+            return _integers_refused(exact.get(name), members, dtype)
         bound.append(dtype)
     return _binding(kinds, types, bound)
+
+
+def _integers_refused(op: str | None, members: Sequence[str], dtype: torch.dtype) -> str:
+    """Why a class that eager holds in an integer `dtype` takes the original code (`op`: see `Types.integers`)."""
+    if op == "saved":
+        return "no C++ kernel: an integer value reused across passes"
+    if op is not None:
+        return f"no C++ kernel: {op} of integers"
+    return f"{', '.join(members)}: {dtype} values, which the C++ kernel computes in floating point"
 
 
 def _binding(kinds: Kinds, types: Types, bound: Sequence[torch.dtype]) -> Binding:

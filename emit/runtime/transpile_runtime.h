@@ -133,6 +133,20 @@ inline C rounded(C x) {
   }
 }
 
+// How a kernel holds a value of dtype T: an integer in its own type (exact, and wrapping as torch's
+// under -fwrapv), anything else as C, rounded to T after every op (`held`).
+template <typename T, typename C>
+using held_t = std::conditional_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, T, C>;
+
+template <typename T, typename C, typename X>
+inline held_t<T, C> held(X x) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return static_cast<T>(x);
+  } else {
+    return rounded<T, C>(static_cast<C>(x));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Arithmetic with Python's semantics.
 // ---------------------------------------------------------------------------------------------

@@ -29,10 +29,10 @@ static void fused_mul_add(
   const auto compute = [=](int64_t index, int64_t _rotate_half_offset, int64_t q_offset) {
     // Load the inputs.
     const C _rotate_half = static_cast<C>(_rotate_half_ptr[_rotate_half_offset]);
-    const C q = static_cast<C>(q_ptr[q_offset]);
+    const auto q = static_cast<held_t<T1, C>>(q_ptr[q_offset]);
     // line 33: q = q + 0.1 * rotate_half(q)  # a toy rotary embedding, via the cross-file helper
     const C t0 = rounded<T, C>(C(0.1) * _rotate_half);
-    const C q_1 = rounded<T2, C>(q + t0);
+    const C q_1 = rounded<T2, C>(C(q) + t0);
     // Store the outputs.
     store(q_1_out, index, q_1);
   };
@@ -81,7 +81,7 @@ extern "C" {
 // fused_mul_add: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_mul_add_kinds[] = "_rotate_half:T q:T1 -> q_1:T2";
-extern const char fused_mul_add_types[] = "T:float32,float64,float16,bfloat16=_rotate_half,t0 T1:float32,float64,float16,bfloat16=q T2:float32,float64,float16,bfloat16=q_1";
+extern const char fused_mul_add_types[] = "T:float32,float64,float16,bfloat16=_rotate_half,t0 T1:float32,float64,float16,bfloat16:int=q T2:float32,float64,float16,bfloat16=q_1";
 
 void fused_mul_add_float32(
     const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes,

@@ -28,11 +28,11 @@ static void fused_silu(
   // One element: load the inputs at their offsets, compute, store at the output index.
   const auto compute = [=](int64_t index, int64_t gate_offset, int64_t up_offset) {
     // Load the inputs.
-    const C gate = static_cast<C>(gate_ptr[gate_offset]);
-    const C up = static_cast<C>(up_ptr[up_offset]);
+    const auto gate = static_cast<held_t<T, C>>(gate_ptr[gate_offset]);
+    const auto up = static_cast<held_t<T1, C>>(up_ptr[up_offset]);
     // line 45: h = F.silu(gate) * up
-    const C t0 = rounded<T, C>(gate * sigmoid(gate));
-    const C h = rounded<T2, C>(t0 * up);
+    const auto t0 = held<T, C>(gate * sigmoid(gate));
+    const C h = rounded<T2, C>(C(t0) * C(up));
     // Store the outputs.
     store(h_out, index, h);
   };
@@ -101,10 +101,10 @@ static void fused_sum_clamp_min(
       C t1_block = C(0);
 #pragma omp simd reduction(+: total_block) reduction(+: t1_block)
       for (int64_t col = block; col < block_end; ++col) {
-        const C x = static_cast<C>(x_row[col * x_step]);
-        const C weights = static_cast<C>(weights_row[col * weights_step]);
+        const auto x = static_cast<held_t<T, C>>(x_row[col * x_step]);
+        const auto weights = static_cast<held_t<T1, C>>(weights_row[col * weights_step]);
         // line 62: total = (x * weights).sum(dim=1)
-        const C t0 = rounded<T2, C>(x * weights);
+        const C t0 = rounded<T2, C>(C(x) * C(weights));
         total_block += t0;
         t1_block += weights;
       }
@@ -114,7 +114,7 @@ static void fused_sum_clamp_min(
     const C total = C(total_total);
     const C t1 = C(t1_total);
     // line 63: return total / weights.sum(dim=1).clamp(min=1.0)
-    const C t2 = rounded<T3, C>(clamp_min(t1, C(1.0)));
+    const C t2 = rounded<T3, C>(clamp_min(C(t1), C(1.0)));
     const C t3 = rounded<T4, C>(total / t2);
     // The row outputs: one value per row.
     store(t3_out, row, t3);
@@ -186,12 +186,12 @@ static void fused_rotary(
   const auto compute = [=](int64_t index, int64_t q_offset, int64_t cos_offset, int64_t sin_offset) {
     // Load the inputs.
     const C q = static_cast<C>(q_ptr[q_offset]);
-    const C cos = static_cast<C>(cos_ptr[cos_offset]);
-    const C sin = static_cast<C>(sin_ptr[sin_offset]);
+    const auto cos = static_cast<held_t<T1, C>>(cos_ptr[cos_offset]);
+    const auto sin = static_cast<held_t<T2, C>>(sin_ptr[sin_offset]);
     // line 91: q = (q * cos) + (rotate_half(q) * sin)
-    const C t0 = rounded<T3, C>(q * cos);
+    const C t0 = rounded<T3, C>(q * C(cos));
     const C t1 = rounded<T, C>(rotate_half<C>(q_ptr, q_offset, index, q_half));
-    const C t2 = rounded<T4, C>(t1 * sin);
+    const C t2 = rounded<T4, C>(t1 * C(sin));
     const C q_1 = rounded<T5, C>(t0 + t2);
     // Store the outputs.
     store(q_1_out, index, q_1);
@@ -257,12 +257,12 @@ static void fused_rotary_2(
   const auto compute = [=](int64_t index, int64_t k_offset, int64_t cos_offset, int64_t sin_offset) {
     // Load the inputs.
     const C k = static_cast<C>(k_ptr[k_offset]);
-    const C cos = static_cast<C>(cos_ptr[cos_offset]);
-    const C sin = static_cast<C>(sin_ptr[sin_offset]);
+    const auto cos = static_cast<held_t<T1, C>>(cos_ptr[cos_offset]);
+    const auto sin = static_cast<held_t<T2, C>>(sin_ptr[sin_offset]);
     // line 92: k = (k * cos) + (rotate_half(k) * sin)
-    const C t0 = rounded<T3, C>(k * cos);
+    const C t0 = rounded<T3, C>(k * C(cos));
     const C t1 = rounded<T, C>(rotate_half<C>(k_ptr, k_offset, index, k_half));
-    const C t2 = rounded<T4, C>(t1 * sin);
+    const C t2 = rounded<T4, C>(t1 * C(sin));
     const C k_1 = rounded<T5, C>(t0 + t2);
     // Store the outputs.
     store(k_1_out, index, k_1);
@@ -350,10 +350,10 @@ static void fused_layer_norm(
       C row_sum0_block = C(0);
 #pragma omp simd reduction(+: row_sum0_block)
       for (int64_t col = block; col < block_end; ++col) {
-        const C attn = static_cast<C>(attn_row[col * attn_step]);
-        const C x = static_cast<C>(x_row[col * x_step]);
+        const auto attn = static_cast<held_t<T, C>>(attn_row[col * attn_step]);
+        const auto x = static_cast<held_t<T1, C>>(x_row[col * x_step]);
         // line 94: h = attn + x
-        const C h = rounded<T4, C>(attn + x);
+        const C h = rounded<T4, C>(C(attn) + C(x));
         h_saved[col] = h;
         row_sum0_block += h;
       }
@@ -396,15 +396,15 @@ static void fused_layer_norm(
     // Pass 3: compute and store the element outputs.
 #pragma omp simd
     for (int64_t col = 0; col < R; ++col) {
-      const C ln_2_weight = static_cast<C>(ln_2_weight_row[col * ln_2_weight_step]);
-      const C ln_2_bias = static_cast<C>(ln_2_bias_row[col * ln_2_bias_step]);
+      const auto ln_2_weight = static_cast<held_t<T2, C>>(ln_2_weight_row[col * ln_2_weight_step]);
+      const auto ln_2_bias = static_cast<held_t<T3, C>>(ln_2_bias_row[col * ln_2_bias_step]);
       const C h = h_saved[col];
       const C sub0 = sub0_saved[col];
       // line 98: h = self.ln_2(h)
       const C sub2 = sub0 - div3;
       const C mul2 = sub2 * rsqrt0;
-      const C mul3 = mul2 * ln_2_weight;
-      const C h_1 = rounded<T4, C>(mul3 + ln_2_bias);
+      const C mul3 = mul2 * C(ln_2_weight);
+      const C h_1 = rounded<T4, C>(mul3 + C(ln_2_bias));
       store(h_1_row, col * h_1_step, h_1);
       store(h_row, col * h_step, h);
     }
@@ -475,7 +475,7 @@ extern "C" {
 // fused_silu: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_silu_kinds[] = "gate:T up:T1 -> h:T2";
-extern const char fused_silu_types[] = "T:float32,float64,float16,bfloat16=gate,t0 T1:float32,float64,float16,bfloat16=up T2:float32,float64,float16,bfloat16=h";
+extern const char fused_silu_types[] = "T:float32,float64,float16,bfloat16:silu=gate,t0 T1:float32,float64,float16,bfloat16:int=up T2:float32,float64,float16,bfloat16=h";
 
 void fused_silu_float32(
     const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
@@ -506,7 +506,7 @@ void fused_silu_bfloat16(
 // fused_sum_clamp_min: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_sum_clamp_min_kinds[] = "x:T weights:T1 -> t3:T4";
-extern const char fused_sum_clamp_min_types[] = "T:float32,float64,float16,bfloat16=x T1:float32,float64,float16,bfloat16=weights,t1 T2:float32,float64,float16,bfloat16=t0,total T3:float32,float64,float16,bfloat16=t2 T4:float32,float64,float16,bfloat16=t3";
+extern const char fused_sum_clamp_min_types[] = "T:float32,float64,float16,bfloat16:int=x T1:float32,float64,float16,bfloat16:row_sum=weights,t1 T2:float32,float64,float16,bfloat16=t0,total T3:float32,float64,float16,bfloat16=t2 T4:float32,float64,float16,bfloat16=t3";
 
 void fused_sum_clamp_min_float32(
     const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
@@ -539,7 +539,7 @@ void fused_sum_clamp_min_bfloat16(
 // fused_rotary: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_rotary_kinds[] = "q:T cos:T1 sin:T2 -> q_1:T5";
-extern const char fused_rotary_types[] = "T:float32,float64,float16,bfloat16=q,t1 T1:float32,float64,float16,bfloat16=cos T2:float32,float64,float16,bfloat16=sin T3:float32,float64,float16,bfloat16=t0 T4:float32,float64,float16,bfloat16=t2 T5:float32,float64,float16,bfloat16=q_1";
+extern const char fused_rotary_types[] = "T:float32,float64,float16,bfloat16=q,t1 T1:float32,float64,float16,bfloat16:int=cos T2:float32,float64,float16,bfloat16:int=sin T3:float32,float64,float16,bfloat16=t0 T4:float32,float64,float16,bfloat16=t2 T5:float32,float64,float16,bfloat16=q_1";
 
 void fused_rotary_float32(
     const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
@@ -572,7 +572,7 @@ void fused_rotary_bfloat16(
 // fused_rotary_2: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_rotary_2_kinds[] = "k:T cos:T1 sin:T2 -> k_1:T5";
-extern const char fused_rotary_2_types[] = "T:float32,float64,float16,bfloat16=k,t1 T1:float32,float64,float16,bfloat16=cos T2:float32,float64,float16,bfloat16=sin T3:float32,float64,float16,bfloat16=t0 T4:float32,float64,float16,bfloat16=t2 T5:float32,float64,float16,bfloat16=k_1";
+extern const char fused_rotary_2_types[] = "T:float32,float64,float16,bfloat16=k,t1 T1:float32,float64,float16,bfloat16:int=cos T2:float32,float64,float16,bfloat16:int=sin T3:float32,float64,float16,bfloat16=t0 T4:float32,float64,float16,bfloat16=t2 T5:float32,float64,float16,bfloat16=k_1";
 
 void fused_rotary_2_float32(
     const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
@@ -605,7 +605,7 @@ void fused_rotary_2_bfloat16(
 // fused_layer_norm: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_layer_norm_kinds[] = "attn:T x:T1 ln_2_weight:T2 ln_2_bias:T3 -> h_1:T4 h:T4";
-extern const char fused_layer_norm_types[] = "T:float32,float64,float16,bfloat16=attn T1:float32,float64,float16,bfloat16=x T2:float32,float64,float16,bfloat16=ln_2_weight T3:float32,float64,float16,bfloat16=ln_2_bias T4:float32,float64,float16,bfloat16=h,h_1";
+extern const char fused_layer_norm_types[] = "T:float32,float64,float16,bfloat16:int=attn T1:float32,float64,float16,bfloat16:int=x T2:float32,float64,float16,bfloat16:int=ln_2_weight T3:float32,float64,float16,bfloat16:int=ln_2_bias T4:float32,float64,float16,bfloat16=h,h_1";
 
 void fused_layer_norm_float32(
     const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,

@@ -28,8 +28,8 @@ static void fused_tanh(
     const C x = static_cast<C>(x_ptr[x_offset]);
     // line 26: return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
     const C t0 = rounded<T, C>(C(0.5) * x);
-    const C t1 = rounded<T1, C>(power_scalar<T1>(x, C(3)));
-    const C t2 = rounded<T, C>(C(0.044715) * t1);
+    const auto t1 = held<T1, C>(power_scalar<T1>(held_t<T1, C>(x), held_t<T1, C>(3)));
+    const C t2 = rounded<T, C>(C(0.044715) * C(t1));
     const C t3 = rounded<T, C>(x + t2);
     const C t4 = rounded<T, C>(C(0.7978845608028654) * t3);
     const C t5 = rounded<T, C>(std::tanh(t4));
@@ -103,27 +103,27 @@ static void fused_rms_norm(
       C row_sum0_block = C(0);
 #pragma omp simd reduction(+: row_sum0_block)
       for (int64_t col = block; col < block_end; ++col) {
-        const C x = static_cast<C>(x_row[col * x_step]);
+        const auto x = static_cast<held_t<T, C>>(x_row[col * x_step]);
         // line 36: variance = x.pow(2).mean(-1, keepdim=True)
-        const C t0 = rounded<T2, C>(power_scalar<T2>(x, C(2)));
+        const auto t0 = held<T2, C>(power_scalar<T2>(held_t<T2, C>(x), held_t<T2, C>(2)));
         row_sum0_block += t0;
       }
       row_sum0_total += row_sum0_block;
     }
     const C row_sum0 = C(row_sum0_total);
     // line 36: variance = x.pow(2).mean(-1, keepdim=True)
-    const C variance = rounded<T, C>(row_sum0 / row_size0);
+    const auto variance = held<T, C>(held_t<T, C>(row_sum0) / held_t<T, C>(row_size0));
     // line 37: return x * torch.rsqrt(variance + self.eps) * self.weight
-    const C t1 = rounded<T, C>(variance + eps);
-    const C t2 = rounded<T, C>(C(1) / std::sqrt(t1));
+    const auto t1 = held<T, C>(variance + held_t<T, C>(eps));
+    const auto t2 = held<T, C>(C(1) / std::sqrt(t1));
     // Pass 2: compute and store the element outputs.
 #pragma omp simd
     for (int64_t col = 0; col < R; ++col) {
-      const C x = static_cast<C>(x_row[col * x_step]);
-      const C weight = static_cast<C>(weight_row[col * weight_step]);
+      const auto x = static_cast<held_t<T, C>>(x_row[col * x_step]);
+      const auto weight = static_cast<held_t<T1, C>>(weight_row[col * weight_step]);
       // line 37: return x * torch.rsqrt(variance + self.eps) * self.weight
-      const C t3 = rounded<T, C>(x * t2);
-      const C t4 = rounded<T3, C>(t3 * weight);
+      const auto t3 = held<T, C>(x * t2);
+      const C t4 = rounded<T3, C>(C(t3) * C(weight));
       store(t4_row, col * t4_step, t4);
     }
   };
@@ -179,7 +179,7 @@ extern "C" {
 // fused_tanh: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_tanh_kinds[] = "x:T -> t7:T";
-extern const char fused_tanh_types[] = "T:float32,float64,float16,bfloat16=x,t0,t2,t3,t4,t5,t6,t7 T1:float32,float64,float16,bfloat16=t1";
+extern const char fused_tanh_types[] = "T:float32,float64,float16,bfloat16=x,t0,t2,t3,t4,t5,t6,t7 T1:float32,float64,float16,bfloat16:pow=t1";
 
 void fused_tanh_float32(
     const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
@@ -205,7 +205,7 @@ void fused_tanh_bfloat16(
 // fused_rms_norm: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_rms_norm_kinds[] = "x:T weight:T1 -> t4:T3";
-extern const char fused_rms_norm_types[] = "T:float32,float64,float16,bfloat16=x,variance,t1,t2,t3 T1:float32,float64,float16,bfloat16=weight T2:float32,float64,float16,bfloat16=t0 T3:float32,float64,float16,bfloat16=t4";
+extern const char fused_rms_norm_types[] = "T:float32,float64,float16,bfloat16:div=x,variance,t1,t2,t3 T1:float32,float64,float16,bfloat16:int=weight T2:float32,float64,float16,bfloat16:pow=t0 T3:float32,float64,float16,bfloat16=t4";
 
 void fused_rms_norm_float32(
     const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,

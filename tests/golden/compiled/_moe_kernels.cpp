@@ -35,7 +35,7 @@ static void fused_sum(
       C t0_block = C(0);
 #pragma omp simd reduction(+: t0_block)
       for (int64_t col = block; col < block_end; ++col) {
-        const C weights = static_cast<C>(weights_row[col * weights_step]);
+        const auto weights = static_cast<held_t<T, C>>(weights_row[col * weights_step]);
         t0_block += weights;
       }
       t0_total += t0_block;
@@ -44,9 +44,9 @@ static void fused_sum(
     // Pass 2: compute and store the element outputs.
 #pragma omp simd
     for (int64_t col = 0; col < R; ++col) {
-      const C weights = static_cast<C>(weights_row[col * weights_step]);
+      const auto weights = static_cast<held_t<T, C>>(weights_row[col * weights_step]);
       // line 25: return weights / weights.sum(dim=-1, keepdim=True), experts
-      const C _sum_div = rounded<T1, C>(weights / t0);
+      const C _sum_div = rounded<T1, C>(C(weights) / C(t0));
       store(_sum_div_row, col * _sum_div_step, _sum_div);
     }
   };
@@ -111,11 +111,11 @@ static void fused_lt(
   // One element: load the inputs at their offsets, compute, store at the output index.
   const auto compute = [=](int64_t index, int64_t _slot_positions_offset, int64_t weights_offset) {
     // Load the inputs.
-    const C _slot_positions = static_cast<C>(_slot_positions_ptr[_slot_positions_offset]);
-    const C weights = static_cast<C>(weights_ptr[weights_offset]);
+    const auto _slot_positions = static_cast<held_t<T, C>>(_slot_positions_ptr[_slot_positions_offset]);
+    const auto weights = static_cast<held_t<T1, C>>(weights_ptr[weights_offset]);
     // line 40: weights = weights * (self.slot_positions(experts) < self.capacity)  # drop overflow slots
     const bool t0 = _slot_positions < capacity;
-    const C weights_1 = rounded<T1, C>(weights * C(t0));
+    const auto weights_1 = held<T1, C>(weights * C(t0));
     // Store the outputs.
     store(weights_1_out, index, weights_1);
   };
@@ -165,7 +165,7 @@ extern "C" {
 // fused_sum: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_sum_kinds[] = "weights:T -> _sum_div:T1";
-extern const char fused_sum_types[] = "T:float32,float64,float16,bfloat16=weights,t0 T1:float32,float64,float16,bfloat16=_sum_div";
+extern const char fused_sum_types[] = "T:float32,float64,float16,bfloat16:row_sum=weights,t0 T1:float32,float64,float16,bfloat16=_sum_div";
 
 void fused_sum_float32(
     const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
@@ -198,7 +198,7 @@ void fused_sum_bfloat16(
 // fused_lt: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_lt_kinds[] = "_slot_positions:T weights:T1 -> weights_1:T1";
-extern const char fused_lt_types[] = "T:float32,float64,float16,bfloat16=_slot_positions T1:float32,float64,float16,bfloat16=weights,weights_1 bool=t0";
+extern const char fused_lt_types[] = "T:float32,float64,float16,bfloat16:int=_slot_positions T1:float32,float64,float16,bfloat16:int=weights,weights_1 bool=t0";
 
 void fused_lt_float32(
     const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements,

@@ -40,13 +40,13 @@ static void fused_batch_norm_relu(
       int64_t index, int64_t _conv1_offset, int64_t bn1_running_mean_offset, int64_t bn1_running_var_offset,
       int64_t bn1_weight_offset, int64_t bn1_bias_offset) {
     // Load the inputs.
-    const C _conv1 = static_cast<C>(_conv1_ptr[_conv1_offset]);
-    const C bn1_running_mean = static_cast<C>(bn1_running_mean_ptr[bn1_running_mean_offset]);
-    const C bn1_running_var = static_cast<C>(bn1_running_var_ptr[bn1_running_var_offset]);
-    const C bn1_weight = static_cast<C>(bn1_weight_ptr[bn1_weight_offset]);
-    const C bn1_bias = static_cast<C>(bn1_bias_ptr[bn1_bias_offset]);
+    const auto _conv1 = static_cast<held_t<T, C>>(_conv1_ptr[_conv1_offset]);
+    const auto bn1_running_mean = static_cast<held_t<T1, C>>(bn1_running_mean_ptr[bn1_running_mean_offset]);
+    const auto bn1_running_var = static_cast<held_t<T2, C>>(bn1_running_var_ptr[bn1_running_var_offset]);
+    const auto bn1_weight = static_cast<held_t<T3, C>>(bn1_weight_ptr[bn1_weight_offset]);
+    const auto bn1_bias = static_cast<held_t<T4, C>>(bn1_bias_ptr[bn1_bias_offset]);
     // line 26: out = F.relu(self.bn1(self.conv1(x)))
-    const C t0 = rounded<T5, C>(_conv1 * ((C(1) / std::sqrt(bn1_running_var + C(bn1_eps))) * bn1_weight) + (bn1_bias - bn1_running_mean * ((C(1) / std::sqrt(bn1_running_var + C(bn1_eps))) * bn1_weight)));
+    const C t0 = rounded<T5, C>(C(_conv1) * ((C(1) / std::sqrt(C(bn1_running_var) + C(bn1_eps))) * C(bn1_weight)) + (C(bn1_bias) - C(bn1_running_mean) * ((C(1) / std::sqrt(C(bn1_running_var) + C(bn1_eps))) * C(bn1_weight))));
     const C out = rounded<T5, C>(relu(t0));
     // Store the outputs.
     store(out_out, index, out);
@@ -113,10 +113,10 @@ static void fused_relu(
   // One element: load the inputs at their offsets, compute, store at the output index.
   const auto compute = [=](int64_t index, int64_t out_offset, int64_t _shortcut_offset) {
     // Load the inputs.
-    const C out = static_cast<C>(out_ptr[out_offset]);
-    const C _shortcut = static_cast<C>(_shortcut_ptr[_shortcut_offset]);
+    const auto out = static_cast<held_t<T, C>>(out_ptr[out_offset]);
+    const auto _shortcut = static_cast<held_t<T1, C>>(_shortcut_ptr[_shortcut_offset]);
     // line 28: return F.relu(out + self.shortcut(x))
-    const C t0 = rounded<T2, C>(out + _shortcut);
+    const C t0 = rounded<T2, C>(C(out) + C(_shortcut));
     const C t1 = rounded<T2, C>(relu(t0));
     // Store the outputs.
     store(t1_out, index, t1);
@@ -176,7 +176,7 @@ static void fused_amax_eq(
     int t0_nan = 0;  // a NaN in the row makes the maximum NaN, as in torch
 #pragma omp simd reduction(max: t0) reduction(|: t0_nan)
     for (int64_t col = 0; col < R; ++col) {
-      const C pooled = static_cast<C>(pooled_row[col * pooled_step]);
+      const auto pooled = static_cast<held_t<T, C>>(pooled_row[col * pooled_step]);
       t0 = std::max(t0, pooled);
       t0_nan |= std::isnan(pooled);
     }
@@ -238,7 +238,7 @@ extern "C" {
 // fused_batch_norm_relu: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_batch_norm_relu_kinds[] = "_conv1:T bn1_running_mean:T1 bn1_running_var:T2 bn1_weight:T3 bn1_bias:T4 -> out:T5";
-extern const char fused_batch_norm_relu_types[] = "T:float32,float64,float16,bfloat16=_conv1 T1:float32,float64,float16,bfloat16=bn1_running_mean T2:float32,float64,float16,bfloat16=bn1_running_var T3:float32,float64,float16,bfloat16=bn1_weight T4:float32,float64,float16,bfloat16=bn1_bias T5:float32,float64,float16,bfloat16=t0,out";
+extern const char fused_batch_norm_relu_types[] = "T:float32,float64,float16,bfloat16:int=_conv1 T1:float32,float64,float16,bfloat16:int=bn1_running_mean T2:float32,float64,float16,bfloat16:int=bn1_running_var T3:float32,float64,float16,bfloat16:int=bn1_weight T4:float32,float64,float16,bfloat16:int=bn1_bias T5:float32,float64,float16,bfloat16=t0,out";
 
 void fused_batch_norm_relu_float32(
     const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
@@ -279,7 +279,7 @@ void fused_batch_norm_relu_bfloat16(
 // fused_relu: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_relu_kinds[] = "out:T _shortcut:T1 -> t1:T2";
-extern const char fused_relu_types[] = "T:float32,float64,float16,bfloat16=out T1:float32,float64,float16,bfloat16=_shortcut T2:float32,float64,float16,bfloat16=t0,t1";
+extern const char fused_relu_types[] = "T:float32,float64,float16,bfloat16:int=out T1:float32,float64,float16,bfloat16:int=_shortcut T2:float32,float64,float16,bfloat16=t0,t1";
 
 void fused_relu_float32(
     const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
@@ -311,7 +311,7 @@ void fused_relu_bfloat16(
 // fused_amax_eq: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_amax_eq_kinds[] = "pooled:T -> _amax_eq:bool";
-extern const char fused_amax_eq_types[] = "T:float32,float64,float16,bfloat16=pooled,t0 bool=_amax_eq";
+extern const char fused_amax_eq_types[] = "T:float32,float64,float16,bfloat16:row_max=pooled,t0 bool=_amax_eq";
 
 void fused_amax_eq_float32(
     const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
