@@ -90,7 +90,6 @@ class _Names:
         for node in region.nodes:
             if node.out in plain and node.op != "row_sum":
                 self.rounding.setdefault(node.out, None)
-        self.plain = plain
         # The values rounded to a dtype that depends on the call, and those accumulators follow: the kernel
         # takes each one's dtype as a constexpr.
         casts = {n.out for n in region.nodes if n.definition in (CAST, CAST_LIKE)}
