@@ -524,6 +524,19 @@ def test_layer_norm_of_constant_rows_is_its_bias(libraries, dtype):
     assert torch.equal(y, bias.expand_as(y))
 
 
+def test_layer_norm_of_rows_whose_squares_overflow(libraries):
+    """Rows whose centered squares overflow float32 (±1e20, a mix of ±1e30 whose mean rounds): eager's variance
+    is infinite there and its output the bias; the corrected two-pass variance must not make inf - inf = NaN."""
+    case = CASES["add_layer_norm"]
+    x = hard_rows().unsqueeze(0)
+    residual = torch.zeros_like(x)
+    weight, bias = randn((x.shape[-1],), torch.float32, False, generator(5)), randn((x.shape[-1],), torch.float32, False, generator(6))
+    (_, got), (_, want) = run(libraries, case, [x, residual, weight, bias], []), case.reference(x, residual, weight, bias)
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    finite = want.isfinite()
+    assert torch.allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
 def test_broadcast_along_rows(libraries):
     """An input broadcast over the row dims (stride 0 between rows) and one with a zero column stride elsewhere."""
     case = CASES["add_layer_norm"]

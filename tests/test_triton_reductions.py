@@ -312,6 +312,25 @@ def test_residual_add_and_layer_norm_give_both_outputs(dtype: torch.dtype) -> No
     within(y, expected_y, 96, magnitude, rounded=rounded)
 
 
+@pytest.mark.parametrize("looped", [False, True])
+def test_layer_norm_of_rows_whose_squares_overflow(looped: bool, monkeypatch) -> None:
+    """Rows of ±1e20 and of ±1e30 whose mean rounds: eager's variance overflows to inf and its output is the
+    bias; inf - inf in the corrected two-pass variance must not make it NaN (seen on an H100, seed 7921)."""
+    if looped:
+        monkeypatch.setattr(triton_support, "MAX_ONE_PASS", 16)
+        monkeypatch.setattr(triton_support, "LOOP_BLOCK", 16)
+    x = torch.zeros(3, 1, 37)
+    x[0, 0, ::2], x[0, 0, 1::2] = 1e20, -1e20
+    x[1, 0], x[1, 0, ::3] = 1e30, -1e30
+    x[2, 0] = torch.randn(37)
+    residual = torch.zeros_like(x)
+    weight, bias = torch.randn(37), torch.randn(37)
+    _, y = run_rows(residual_layer_norm_region(), [x, residual, weight, bias], [], [torch.float32, torch.float32])
+    expected = F.layer_norm(x, (37,), weight, bias, 1e-6)
+    assert torch.equal(y.isnan(), expected.isnan()) and torch.equal(y.isinf(), expected.isinf())
+    torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-4)
+
+
 def rms_norm_region(dtype: str) -> Region:
     """LLaMA's RMSNorm: in float32, back to the input dtype, times the weight."""
     nodes = (

@@ -177,7 +177,10 @@ class _Lowering:
         centered = self.op("sub", x, self.mean(x))
         squares = self.op("row_sum", self.op("mul", centered, centered))
         drift = self.op("row_sum", centered)
-        squares = self.op("sub", squares, self.op("div", self.op("mul", drift, drift), self.size()))
+        corrected = self.op("sub", squares, self.op("mul", drift, self.op("div", drift, self.size())))
+        # A sum of squares that overflowed stays infinite, as eager's variance does, not inf - inf = NaN
+        # (a layer norm of a row near -1e30: eager gives 0 there, its rsqrt of an infinite variance).
+        squares = self.op("where", self.op("isinf", squares), squares, corrected)
         squares = self.op("clamp_min", squares, (0.0,))  # rounding may leave it a hair below 0: sqrt would give NaN
         if correction == 0:
             return centered, drift, self.op("div", squares, self.size())

@@ -385,10 +385,12 @@ static void fused_layer_norm(
     const C row_sum1 = C(row_sum1_total);
     const C row_sum2 = C(row_sum2_total);
     // line 98: h = self.ln_2(h)
-    const C mul1 = row_sum2 * row_sum2;
-    const C div1 = mul1 / row_size0;
-    const C sub1 = row_sum1 - div1;
-    const C clamp_min0 = clamp_min(sub1, C(0.0));
+    const C div1 = row_sum2 / row_size0;
+    const C mul1 = row_sum2 * div1;
+    const C sub1 = row_sum1 - mul1;
+    const bool isinf0 = std::isinf(row_sum1);
+    const C where0 = isinf0 ? row_sum1 : sub1;
+    const C clamp_min0 = clamp_min(where0, C(0.0));
     const C div2 = clamp_min0 / row_size0;
     const C div3 = row_sum2 / row_size0;
     const C add0 = div2 + ln_2_eps;

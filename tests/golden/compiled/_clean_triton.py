@@ -7,6 +7,7 @@ from _transpile_runtime.triton_support import (
     add,
     clamp_min,
     divide,
+    is_inf,
     rotate_half,
     rounded,
     row_sum,
@@ -428,10 +429,12 @@ def fused_layer_norm_kernel(
         mul0 = sub0 * sub0
         row_sum1 = row_sum(mul0, mask)
         row_sum2 = row_sum(sub0, mask)
-        mul1 = row_sum2 * row_sum2
-        div1 = divide(mul1, row_size0)
-        sub1 = row_sum1 - div1
-        clamp_min0 = clamp_min(sub1, 0.0)
+        div1 = divide(row_sum2, row_size0)
+        mul1 = row_sum2 * div1
+        sub1 = row_sum1 - mul1
+        isinf0 = is_inf(row_sum1)
+        where0 = tl.where(isinf0, row_sum1, sub1)
+        clamp_min0 = clamp_min(where0, 0.0)
         div2 = divide(clamp_min0, row_size0)
         div3 = divide(row_sum2, row_size0)
         sub2 = sub0 - div3
@@ -482,10 +485,12 @@ def fused_layer_norm_kernel(
         # models/clean.py:98  h = self.ln_2(h)
         row_sum1 = row_sum(row_sum1_partial, row_mask)
         row_sum2 = row_sum(row_sum2_partial, row_mask)
-        mul1 = row_sum2 * row_sum2
-        div1 = divide(mul1, row_size0)
-        sub1 = row_sum1 - div1
-        clamp_min0 = clamp_min(sub1, 0.0)
+        div1 = divide(row_sum2, row_size0)
+        mul1 = row_sum2 * div1
+        sub1 = row_sum1 - mul1
+        isinf0 = is_inf(row_sum1)
+        where0 = tl.where(isinf0, row_sum1, sub1)
+        clamp_min0 = clamp_min(where0, 0.0)
         div2 = divide(clamp_min0, row_size0)
         div3 = divide(row_sum2, row_size0)
         add0 = div2 + ln_2_eps
