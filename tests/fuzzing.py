@@ -48,11 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # "cuda": the Triton kernels compiled for a GPU, the programs and their inputs on it (`benchmarks/fuzz.py`
 # on a machine with one; the interpreter's "triton" runs everywhere).
 BACKENDS = ("cpp", "triton", "cuda")
-# What each backend's kernels claim (emit/runtime/cpp_support.py and triton_support.py `unsupported`):
-# C++ takes the four floating dtypes and bool, Triton no float64. Ints are drawn for both: the
-# runtime must then fall back, never compute something else.
-FLOATS = {"cpp": ("float32", "float64", "float16", "bfloat16"), "triton": ("float32", "float16", "bfloat16")}
-FLOATS["cuda"] = FLOATS["triton"]
+# What the kernels claim: the four floating dtypes, bool and integers, on both backends. Where a kernel
+# cannot compute a call exactly, the runtime must fall back, never compute something else.
+FLOATS = dict.fromkeys(BACKENDS, ("float32", "float64", "float16", "bfloat16"))
 INTS = ("int32", "int64")
 CASES_PER_FILE = 24
 OUTCOMES = (
