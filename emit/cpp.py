@@ -53,6 +53,9 @@ INTEGER_OPS = frozenset(
     ("add", "sub", "mul", "neg", "abs", "maximum", "minimum", "where", "identity", "pos", "clamp", "clamp_min", "clamp_max",
      "relu", "sign")
 )
+# Ops whose Python-number divisor torch converts to the tensor's dtype first (a half's remainder by 1e-6 is
+# by half(1e-6)), where add and mul keep it in the compute type.
+SCALARS_IN_DTYPE = frozenset({"remainder"})
 # Operands read as booleans, beyond those of the logical ops (Domain.BOOL).
 BOOL_OPERANDS = {"where": (0,), "masked_fill": (1,)}
 # Ops whose result has the kind of their operands (a `where` of two bools is a bool).
@@ -385,6 +388,11 @@ def _render_operand(node: Node, position: int, names: Names, kinds: dict[str, Ki
     return text
 
 
+def _is_scalar(node: Node, position: int, names: Names) -> bool:
+    """Whether operand `position` is a Python number: a constant or a scalar input."""
+    return position in node.constants or node.operands[position] in names.scalars
+
+
 def _compares_integers(node: Node, names: Names) -> bool:
     """A comparison of integer values only: exact in their own types (torch compares them so)."""
     values = [o for p, o in enumerate(node.operands) if p not in node.constants]
@@ -415,6 +423,8 @@ def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
     for position in node.constants:
         template = template.replace(f"C({{{position}}})", f"{{{position}}}")  # the literal is already a C(...)
     operands = [_render_operand(node, position, names, kinds) for position in range(len(node.operands))]
+    if node.op in SCALARS_IN_DTYPE and _is_scalar(node, 1, names) and names.types.get(node.out, "double") != "double":
+        operands[1] = f"rounded<{names.types[node.out]}, C>({operands[1]})"
     integer = names.integer(node.out)
     ctype = "bool" if kinds[node.out] is Kind.BOOL else integer or "C"
     value = template.format(*operands)

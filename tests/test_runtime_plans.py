@@ -93,6 +93,11 @@ class IntegerClassPower(nn.Module):
         return p, y
 
 
+class HalfRemainder(nn.Module):
+    def forward(self, x):
+        return torch.remainder(x * 3.0, 1e-3), torch.remainder(x, 0.3) - x
+
+
 class ExtendedMask(nn.Module):
     def forward(self, x, mask):
         return (1.0 - mask[:, None, :].to(x.dtype)) * -10000.0 + x
@@ -241,6 +246,20 @@ def test_values_an_integer_input_keeps_integers_are_computed_in_its_type(trees):
     assert paths(runtime) == {"fallback: no C++ kernel: pow of integers": 1}
     assert_same(*pair(trees, "IntegerClassPower"), (torch.randn(5), torch.randn(5)))
     assert paths(runtime) == {"cpp": 1}
+
+
+def test_a_python_divisor_takes_the_tensors_dtype_first(trees):
+    """torch converts remainder's Python-number divisor to the tensor's dtype (1e-3 to half(1e-3)), unlike
+    add's or mul's scalar: the kernel does too, so the results are eager's bit for bit."""
+    runtime = importlib.import_module(f"{PACKAGE}._transpile_runtime")
+    paths(runtime)
+    x = torch.linspace(-3, 3, 997)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        expected_model, model = pair(trees, "HalfRemainder")
+        with torch.no_grad():
+            for e, a in zip(expected_model(x.to(dtype)), model(x.to(dtype)), strict=True):
+                assert torch.equal(a, e), dtype
+    assert paths(runtime) == {"cpp": 3}
 
 
 def test_integer_ops_the_kernels_cannot_compute_exactly_run_the_original(trees):
