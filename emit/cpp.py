@@ -53,9 +53,6 @@ INTEGER_OPS = frozenset(
     ("add", "sub", "mul", "neg", "abs", "maximum", "minimum", "where", "identity", "pos", "clamp", "clamp_min", "clamp_max",
      "relu", "sign")
 )
-# Ops whose Python-number divisor torch converts to the tensor's dtype first (a half's remainder by 1e-6 is
-# by half(1e-6)), where add and mul keep it in the compute type.
-SCALARS_IN_DTYPE = frozenset({"remainder"})
 # Operands read as booleans, beyond those of the logical ops (Domain.BOOL).
 BOOL_OPERANDS = {"where": (0,), "masked_fill": (1,)}
 # Ops whose result has the kind of their operands (a `where` of two bools is a bool).
@@ -423,7 +420,7 @@ def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
     for position in node.constants:
         template = template.replace(f"C({{{position}}})", f"{{{position}}}")  # the literal is already a C(...)
     operands = [_render_operand(node, position, names, kinds) for position in range(len(node.operands))]
-    if node.op in SCALARS_IN_DTYPE and _is_scalar(node, 1, names) and names.types.get(node.out, "double") != "double":
+    if node.definition.scalar_in_dtype and _is_scalar(node, 1, names) and names.types.get(node.out, "double") != "double":
         operands[1] = f"rounded<{names.types[node.out]}, C>({operands[1]})"
     integer = names.integer(node.out)
     ctype = "bool" if kinds[node.out] is Kind.BOOL else integer or "C"

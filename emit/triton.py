@@ -75,6 +75,7 @@ class _Names:
     def __init__(self, region: Region, reserved: frozenset[str] = RESERVED, typed: Region | None = None) -> None:
         values = [i.name for i in region.inputs] + [n.out for n in region.nodes]
         self.rounding = _rounding(region, typed)
+        self.scalars = frozenset(item.name for item in region.scalar_inputs)
         # Values that may hold integers or bools (when the tensor inputs do, or from a Python int scalar):
         # a float function converts them first.
         self.integral = _integral(region, typed)
@@ -220,6 +221,8 @@ def _expression(node: Node, names: _Names) -> str:
     if node.definition.int_to_float and set(node.values()) <= names.integral:
         # torch's float functions make float32 of integers; Triton's reject them (one float operand suffices)
         operands = [o if i in node.constants else f"floating({o})" for i, o in enumerate(operands)]
+    if node.definition.scalar_in_dtype and node.out in names.rounding and (1 in node.constants or node.operands[1] in names.scalars):
+        operands[1] = f"scalar_in({operands[1]}, {names.dtype(node.out)})"  # torch converts the divisor first
     exponent = node.operands[1] if node.op == "pow" and 1 in node.constants and 0 not in node.constants else None
     if type(exponent) in (int, float) and exponent in _POWERS:
         base = operands[0]

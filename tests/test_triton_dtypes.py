@@ -85,6 +85,11 @@ class Double(nn.Module):
         return (x.double() * 0.1).sqrt() + x
 
 
+class TinyRemainder(nn.Module):
+    def forward(self, x):
+        return torch.remainder(x * 3.0, 1e-3) + x
+
+
 class FloatScalar(nn.Module):
     def __init__(self):
         super().__init__()
@@ -196,6 +201,14 @@ def test_a_float64_value_runs_in_float64(trees, runtime):
     x = values(4, 7, dtype=torch.float32).abs()
     expected, actual, _ = run(trees, runtime, "Double", x)
     assert expected.dtype == torch.float64
+    assert torch.equal(actual, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_a_python_divisor_takes_the_tensors_dtype_first(trees, runtime, dtype):
+    """torch converts remainder's Python-number divisor to the tensor's dtype (1e-3 to half(1e-3)); so does
+    the kernel (`scalar_in`): bit for bit eager's, where the divisor in float32 would leave other remainders."""
+    expected, actual, _ = run(trees, runtime, "TinyRemainder", values(5, 6, dtype=dtype))
     assert torch.equal(actual, expected)
 
 

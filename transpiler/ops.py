@@ -27,7 +27,7 @@ module built with those arguments in `__init__` and called on the operands, and
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 
@@ -80,6 +80,9 @@ class Op:
     # Of those, the ops whose bool result is what they compute on the numbers 0 and 1 (`m * k` is `m and k`,
     # `maximum` is `or`): the kernels may compute them as numbers. Not `m + m` (2, not True) or masked_fill.
     bool_exact: bool = False
+    # A Python number as operand 1 is converted to the tensor's dtype before the op (torch's remainder
+    # divides a half by half(1e-6)); add, mul and the rest keep it in the compute type.
+    scalar_in_dtype: bool = False
 
 
 def _unary(name: str, torch_fn: str, triton: str, cpp: str, *extra: str, domain: Domain = Domain.FLOAT, method: bool = True, keeps_bool: bool = False, bool_exact: bool = False) -> Op:
@@ -138,7 +141,7 @@ OPS: tuple[Op, ...] = (
     _binary("mul", "*", "mul", "{0} * {1}", "{0} * {1}", "torch.multiply(input, other)", keeps_bool=True, bool_exact=True),
     _binary("div", "/", "div", "divide({0}, {1})", "{0} / {1}", "torch.true_divide(input, other)", "torch.divide(input, other)", int_to_float=True),
     _binary("floordiv", "//", "floor_divide", "floor_divide({0}, {1})", "floor_divide({0}, {1})"),
-    _binary("remainder", "%", "remainder", "remainder({0}, {1})", "remainder({0}, {1})"),
+    replace(_binary("remainder", "%", "remainder", "remainder({0}, {1})", "remainder({0}, {1})"), scalar_in_dtype=True),
     _binary("pow", "**", "pow", "power({0}, {1})", "power({0}, {1})", domain=Domain.FLOAT),
     Op("neg", 1, "-{0}", "-{0}", "-{0}", ("-a", "torch.neg(input)", "torch.negative(input)", "Tensor.neg()", "Tensor.neg_()"), Domain.NUMERIC),
     Op("pos", 1, "+{0}", "{0}", "{0}", ("+a",), Domain.NUMERIC, may_alias=True),

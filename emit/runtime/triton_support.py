@@ -133,6 +133,16 @@ def stored(value, like):
         return tl.full([], value, tl.float64).to(like.dtype)
 
 
+@triton.jit
+def scalar_in(value, dtype: tl.constexpr):
+    """A Python number as torch converts it for an op of `dtype` that does not keep it in the compute type
+    (remainder's divisor): rounded to a half or bfloat16; wider dtypes take it as it is."""
+    if dtype.is_fp16() or dtype.is_bf16():
+        return rounded(tl.zeros([], tl.float32) + value, dtype)
+    else:
+        return value
+
+
 # -- arithmetic ------------------------------------------------------------------------
 @triton.jit
 def add(a, b):
