@@ -516,7 +516,12 @@ class _Drawer:
 
     # -- the program
     def run(self, stmt: Stmt) -> bool:
-        """Run `stmt` on the eager values; False if it raised."""
+        """Run `stmt` on the eager values; False if it raised, or if it updates in place a tensor whose elements
+        share memory (an expanded input): torch lets `masked_fill_` write there, and on a GPU which write wins
+        differs from run to run, in eager as in any kernel."""
+        updated = self.env.get(stmt.operands[0]) if stmt.target is None and stmt.operands else None
+        if isinstance(updated, torch.Tensor) and any(st == 0 and n > 1 for st, n in zip(updated.stride(), updated.shape)):
+            return False
         namespace = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional, "self": self.holder, **self.env}
         try:
             with warnings.catch_warnings():
