@@ -515,13 +515,14 @@ class _Drawer:
         return Stmt(None, form % other if "%s" in form else form, operands if "%s" in form else (x,))
 
     # -- the program
-    def run(self, stmt: Stmt) -> bool:
-        """Run `stmt` on the eager values; False if it raised, or if it updates in place a tensor whose elements
-        share memory (an expanded input): torch lets `masked_fill_` write there, and on a GPU which write wins
-        differs from run to run, in eager as in any kernel."""
+    def run(self, stmt: Stmt) -> bool | None:
+        """Run `stmt` on the eager values; False if it raised, None if its result is undefined: an update in
+        place of a tensor whose elements share memory (an expanded input: torch lets `masked_fill_` write there,
+        and on a GPU which write wins differs from run to run, in eager as in any kernel), or integers cast
+        from floats they cannot hold (`_undefined_integers`)."""
         updated = self.env.get(stmt.operands[0]) if stmt.target is None and stmt.operands else None
         if isinstance(updated, torch.Tensor) and any(st == 0 and n > 1 for st, n in zip(updated.stride(), updated.shape)):
-            return False
+            return None
         namespace = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional, "self": self.holder, **self.env}
         try:
             with warnings.catch_warnings():
@@ -529,6 +530,8 @@ class _Drawer:
                 exec(stmt.line(), namespace)
         except Exception:
             return False
+        if _undefined_integers(self.env.get(stmt.operands[0]) if stmt.operands else None, namespace.get(stmt.target)):
+            return None
         self.env.update({k: v for k, v in namespace.items() if k in self.env or k == stmt.target})
         return True
 
@@ -543,7 +546,10 @@ class _Drawer:
             stmt = self.statement()
             if stmt is None or None in stmt.operands:
                 continue
-            if not self.run(stmt):
+            ran = self.run(stmt)
+            if ran is None:
+                continue
+            if not ran:
                 if self.rng.random() > 0.08 or not self.body:
                     continue
                 raising = True  # kept: eager raises, and so must the transpiled module
@@ -554,6 +560,19 @@ class _Drawer:
         if extra and self.rng.random() < 0.35:
             returns += self.rng.sample(extra, min(len(extra), self.rng.randint(1, 2)))
         return Program(self.seed, inputs, tuple(self.attrs), tuple(self.body), tuple(returns), self.rng.random() < 0.3)
+
+
+def _undefined_integers(source, result) -> bool:
+    """Whether `result` is integers cast from floats that NaN, an infinity or an out-of-range value makes
+    undefined: torch leaves them to the device (NaN is 0 on a GPU, the most negative integer on x86), so
+    no kernel can be held to one answer. The drawer takes another statement."""
+    if not (isinstance(source, torch.Tensor) and isinstance(result, torch.Tensor)) or not source.is_floating_point():
+        return False
+    if result.is_floating_point() or result.dtype == torch.bool:
+        return False
+    info = torch.iinfo(result.dtype)
+    wide = source.double()
+    return not bool(((wide >= info.min) & (wide < info.max + 1)).all())  # NaN compares false
 
 
 def generate(seed: int, backend: str = "cpp") -> Program:
