@@ -31,7 +31,7 @@ from transpiler import lowering
 from transpiler.dtypes import TypeClass, type_classes
 from transpiler.ir import Node, Operand, Region
 from transpiler.lowering import Level, RowRegion
-from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, CAST_LIKE, Domain, OpKind
+from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, CAST_LIKE, ROUND_LIKE, Domain, OpKind
 
 # C++ types that casts name (`to(dtype)`): values are rounded through them, then computed in C.
 CAST_TYPES = {
@@ -361,6 +361,8 @@ def _render_operand(node: Node, position: int, names: Names, kinds: dict[str, Ki
     operand = node.operands[position]
     if node.definition is CAST and position == 1:
         return CAST_TYPES[operand]
+    if node.definition is ROUND_LIKE and position == 1:
+        return ""  # the value whose dtype it is rounded to, by the value's type: not an operand
     constant = position in node.constants
     text = _literal(operand) if constant else names.value(operand)
     have = _operand_kind(node, position, kinds)

@@ -23,7 +23,7 @@ from emit.layout import import_lines, layout_text
 from transpiler.dtypes import FLOATING, storage_dtypes, value_dtypes
 from transpiler.ir import Node, Region
 from transpiler.lowering import ROW_REDUCTIONS, Pass, has_reductions, lower, passes
-from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, CAST_LIKE, DTYPE_ALIASES, OpKind
+from transpiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, CAST_LIKE, DTYPE_ALIASES, ROUND_LIKE, OpKind
 
 # The strided path indexes a 4-d iteration space, padded on the left with 1s: the
 # runtime's RANK (not imported: the runtime needs torch, rendering does not).
@@ -75,6 +75,10 @@ class _Names:
     def __init__(self, region: Region, reserved: frozenset[str] = RESERVED, typed: Region | None = None) -> None:
         values = [i.name for i in region.inputs] + [n.out for n in region.nodes]
         self.rounding = _rounding(region, typed)
+        if typed is not None:  # a lowered region: of its own values, only those it marks (round_like) are rounded
+            named = {i.name for i in typed.inputs} | {n.out for n in typed.nodes}
+            marked = {n.out for n in region.nodes if n.definition is ROUND_LIKE}
+            self.rounding = {v: d for v, d in self.rounding.items() if v in named or v in marked}
         self.scalars = frozenset(item.name for item in region.scalar_inputs)
         # Values that may hold integers or bools (when the tensor inputs do, or from a Python int scalar):
         # a float function converts them first.
@@ -94,9 +98,14 @@ class _Names:
         # The values rounded to a dtype that depends on the call, and those accumulators follow: the kernel
         # takes each one's dtype as a constexpr.
         casts = {n.out for n in region.nodes if n.definition in (CAST, CAST_LIKE)}
-        parameters = [v for v, d in self.rounding.items() if d is None and v not in casts]
+        # A lowered intermediate held in the dtype of a value the region names takes that value's parameter.
+        like = {n.out: n.operands[1] for n in region.nodes if n.definition is ROUND_LIKE}
+        parameters = [v for v, d in self.rounding.items() if d is None and v not in casts and v not in like]
         parameters += [v for v in self.accumulates.values() if v not in self.rounding]
         self.dtype_parameters = {v: f"{v}{DTYPE_SUFFIX}" for v in dict.fromkeys(parameters)}
+        for value, source in like.items():
+            if self.rounding.get(value, "") is None:
+                self.rounding[value] = self.rounding.get(source) or self.dtype_parameters.setdefault(source, f"{source}{DTYPE_SUFFIX}")
         reserved = reserved | frozenset(self.dtype_parameters.values())
         taken = set(values) | reserved
         self._names: dict[str, str] = {}

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from transpiler.ir import Node, Region
-from transpiler.ops import CAST, CAST_LIKE, Domain, OpKind
+from transpiler.ops import CAST, CAST_LIKE, ROUND_LIKE, Domain, OpKind
 
 FLOATING = ("bfloat16", "float16", "float32", "float64")
 INTEGER = ("bool", "uint8", "int8", "int16", "int32", "int64")
@@ -56,8 +56,14 @@ def _with_scalar(tensor: str, scalar: object) -> str:
     return DEFAULT_FLOAT if kind == 2 else "int64"
 
 
-def value_dtypes(region: Region, inputs: Mapping[str, str]) -> dict[str, str | None]:
-    """Every value's eager dtype, given each tensor input's (scalar inputs are Python floats)."""
+def value_dtypes(region: Region, inputs: Mapping[str, str], typed: Region | None = None) -> dict[str, str | None]:
+    """Every value's eager dtype, given each tensor input's (scalar inputs are Python floats). `typed`: for a
+    lowered `region`, the region before lowering, whose reductions have dtypes; the values the lowering adds
+    are typed where it marks them (`round_like`)."""
+    if typed is not None:
+        known = value_dtypes(typed, inputs)
+        typed_known = {k: v for k, v in known.items() if v is not None}
+        return {**known, **value_dtypes(region, {**inputs, **typed_known}), **typed_known}
     dtypes: dict[str, str | None] = dict(inputs)
     scalars = frozenset(item.name for item in region.scalar_inputs)
     for node in region.nodes:
@@ -71,7 +77,7 @@ def _node_dtype(node: Node, dtypes: Mapping[str, str | None], scalar_inputs: fro
         return "bool"
     if definition is CAST:
         return node.operands[1]
-    if definition is CAST_LIKE:
+    if definition in (CAST_LIKE, ROUND_LIKE):
         return dtypes.get(node.operands[1])
     if definition.kind is OpKind.REDUCTION:
         # Floating reductions keep their operand's dtype (amax and amin any dtype's); sums of integers and
@@ -118,10 +124,7 @@ def storage_dtypes(
     tensor inputs in (those of `bool_inputs` are bools). Values of unknown or bool dtype are left out.
     `typed`: the region before lowering, whose reductions have dtypes, for a lowered `region`."""
     tensors = [item.name for item in region.tensor_inputs]
-    per_storage = [
-        value_dtypes(typed or region, {t: "bool" if t in bool_inputs else storage for t in tensors})
-        for storage in storages
-    ]
+    per_storage = [value_dtypes(region, {t: "bool" if t in bool_inputs else storage for t in tensors}, typed) for storage in storages]
     dtypes = {}
     for node in region.nodes:
         each = tuple(d.get(node.out) for d in per_storage)
@@ -238,7 +241,7 @@ def type_classes(
     floating = [dict.fromkeys(numbers, storage) for storage in storages]
     floating += [{t: wide if t == name else "float16" for t in numbers} for name in numbers for wide in ("float64", "bfloat16")]
     other = [{t: kind if t == name else "float16" for t in numbers} for name in numbers for kind in ("bool", "int32")]
-    runs = [value_dtypes(typed or region, {t: probe.get(t, "bool") for t in tensors}) for probe in (*floating, *other)]
+    runs = [value_dtypes(region, {t: probe.get(t, "bool") for t in tensors}, typed) for probe in (*floating, *other)]
     computed = [node.out for node in region.nodes]
     keys = {value: tuple(run.get(value) or "?" for run in runs) for value in [*numbers, *computed]}
     split = len(floating)

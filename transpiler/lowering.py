@@ -226,8 +226,11 @@ class _Lowering:
         maximum = self.op("row_max", x)
         infinite = self.op("eq", self.op("abs", maximum), (float("inf"),))
         shift = self.op("where", infinite, (0.0,), maximum)
-        total = self.op("row_sum", self.op("exp", self.op("sub", x, shift)))
-        return self.op("add", self.op("log", total), shift)
+        # torch's logsumexp is a composite of tensor ops, each result held in the reduction's dtype (a half's
+        # x - shift, exp, sum and log are each rounded to half), where softmax and the norms round once.
+        held = lambda value: self.op("round_like", value, (node.out,))  # noqa: E731
+        total = self.op("row_sum", held(self.op("exp", held(self.op("sub", x, shift)))))
+        return self.op("add", held(self.op("log", held(total))), shift)
 
     def _softmax(self, node: Node, x: str) -> str:
         exponentials = self.op("exp", self.op("sub", x, self.op("row_max", x)))

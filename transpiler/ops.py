@@ -346,6 +346,11 @@ CAST_LIKE = Op(
     dtype_operands=(1,), may_alias=True,
 )
 
+# The lowering's mark of a value eager holds in the dtype of value {1} (named by a constant, so that it
+# joins no shape or pass): a composite reduction's intermediate, which eager rounds to that dtype
+# (`torch.logsumexp` of a half is half ops). The backends round it as any typed value; nothing else.
+ROUND_LIKE = Op("round_like", 2, "{0}", "{0}", "{0}", (), Domain.FLOAT, constant_operands=(1,))
+
 # -- activations chosen at run time ---------------------------------------------------------
 # `self.act(h)` where `self.act = ACT2FN[config.hidden_act]` (or any value whose class is not
 # known statically) in an attribute named like an activation: the kernel computes operand 0 with
@@ -402,7 +407,9 @@ CAST_METHODS = {"float": "float32", "double": "float64", "half": "float16", "bfl
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
 DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32", "long": "int64", "short": "int16"}
 
-BY_NAME: dict[str, Op] = {op.name: op for op in (*OPS, CAST, CAST_LIKE, ACTIVATION, *REDUCTIONS, *CHANNEL_OPS, *SHIFTED_OPS, *ROW_OPS)}
+BY_NAME: dict[str, Op] = {
+    op.name: op for op in (*OPS, CAST, CAST_LIKE, ROUND_LIKE, ACTIVATION, *REDUCTIONS, *CHANNEL_OPS, *SHIFTED_OPS, *ROW_OPS)
+}
 
 
 @dataclass(frozen=True)

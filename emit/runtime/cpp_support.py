@@ -332,14 +332,15 @@ def bind(
     (`readers`: the values computed from each input), or the kernel would see it rounded where eager did
     not round it (`x_int.long()`).
     """
+    # A value eager does not name (a lowered reduction's rounded intermediate) follows the values it is typed by.
     for value, dtype in types.fixed:
-        if values.get(value) != dtype:
+        if value in values and values[value] != dtype:
             return f"eager computes {value} as {values.get(value)}, the C++ kernel as {dtype}"
     exact = dict(types.integers)
     bound = []
     for name, _, members in types.parameters:
         integers = [m for m in members if m in inputs and not (inputs[m].is_floating_point or inputs[m] == torch.bool)]
-        held = {values.get(m) for m in members if m not in inputs}
+        held = {values[m] for m in members if m not in inputs and m in values}
         held |= {inputs[m] for m in members if m in inputs and inputs[m].is_floating_point}
         if not held:  # a class of bool or integer inputs alone: read as eager reads them
             held = {inputs[m] for m in members if inputs[m] == torch.bool}

@@ -607,7 +607,7 @@ void fused_rotary_2_bfloat16(
 // fused_layer_norm: the element type of each tensor input and output (T...: see the kernel), and the
 // values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
 extern const char fused_layer_norm_kinds[] = "attn:T x:T1 ln_2_weight:T2 ln_2_bias:T3 -> h_1:T4 h:T4";
-extern const char fused_layer_norm_types[] = "T:float32,float64,float16,bfloat16:int=attn T1:float32,float64,float16,bfloat16:int=x T2:float32,float64,float16,bfloat16:int=ln_2_weight T3:float32,float64,float16,bfloat16:int=ln_2_bias T4:float32,float64,float16,bfloat16=h,h_1";
+extern const char fused_layer_norm_types[] = "T:float32,float64,float16,bfloat16:int=attn T1:float32,float64,float16,bfloat16:int=x T2:float32,float64,float16,bfloat16:int=ln_2_weight T3:float32,float64,float16,bfloat16:int=ln_2_bias T4:float32,float64,float16,bfloat16=h,h_1 bool=isinf0";
 
 void fused_layer_norm_float32(
     const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
