@@ -98,12 +98,7 @@ def reduction_case(op: str, eager: Callable, dim: int, *constants, keepdim: bool
         (x,), (y,) = tensors, outputs
         scale = tolerances.magnitude(op, x, reduced, y.unsqueeze(reduced) if keepdim is False else y, dtype, correction)
         scale = scale.squeeze(reduced) if keepdim is False else scale
-        if op != "logsumexp":
-            return (scale,)
-        # torch's logsumexp is tensor ops, each rounded in the dtype: x - max (an error of its size, which exp
-        # makes relative), exp, the sum, its log and the final add (of |y|). The kernel rounds them as eager.
-        spread = (x - x.amax(reduced, keepdim=True)).abs().nan_to_num(nan=0.0, posinf=0.0).amax(reduced)
-        return ((scale, spread + y.abs().nan_to_num(posinf=0.0) + 3),)
+        return ((scale, tolerances.logsumexp_rounded(x, reduced, y)) if op == "logsumexp" else scale,)
 
     return Case(region(name, "x", "", (node,), "y"), lambda x: (eager(x),), inputs, magnitudes)
 

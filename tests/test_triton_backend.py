@@ -14,7 +14,6 @@ import hashlib
 import importlib.util
 import math
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import replace
@@ -43,6 +42,7 @@ import emit.runtime  # noqa: E402
 import emit.triton  # noqa: E402
 from emit.runtime import layout, triton_support  # noqa: E402
 from emit.triton import render_constant, render_triton, render_triton_file, triton_helpers_used  # noqa: E402
+from tests.cuda import check_compiled  # noqa: E402
 from transpiler.dtypes import value_dtypes  # noqa: E402
 from transpiler.ir import Input, Node, Output, Region  # noqa: E402
 from transpiler.ops import CAST, OPS, Domain, Op  # noqa: E402
@@ -373,13 +373,7 @@ def test_unsupported_names_the_dtype_and_launch_refuses_int32_overflow() -> None
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_compiled_kernels_match_torch_on_cuda() -> None:
-    # A fresh process: Triton must be imported with the interpreter off.
-    environment = {**os.environ, "TRITON_INTERPRET": "0"}
-    check = "from tests.test_triton_backend import check_on_cuda; check_on_cuda()"
-    result = subprocess.run(
-        [sys.executable, "-c", check], env=environment, cwd=Path(__file__).parents[1], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    check_compiled("tests.test_triton_backend")
 
 
 def check_on_cuda() -> None:

@@ -11,10 +11,6 @@ error bound of their summation order). Each test checks that the kernel ran (run
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -26,6 +22,7 @@ import torch  # noqa: E402
 
 import emit.triton  # noqa: E402
 from emit.runtime import triton_support  # noqa: E402
+from tests.cuda import check_compiled  # noqa: E402
 from tests.tolerances import assert_within, layer_norm_magnitude  # noqa: E402
 from tests.transpiled import original_and_transpiled  # noqa: E402
 from transpiler.ir import Input, Node, Output, Region  # noqa: E402
@@ -311,13 +308,7 @@ def test_float64_rows_accumulate_in_float64(looped, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_compiled_float64_kernels_match_torch_on_cuda() -> None:
-    # A fresh process: Triton must be imported with the interpreter off.
-    environment = {**os.environ, "TRITON_INTERPRET": "0"}
-    check = "from tests.test_triton_dtypes import check_on_cuda; check_on_cuda()"
-    result = subprocess.run(
-        [sys.executable, "-c", check], env=environment, cwd=Path(__file__).parents[1], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    check_compiled("tests.test_triton_dtypes")
 
 
 def check_on_cuda() -> None:

@@ -10,11 +10,6 @@ division by a tensor, which raises on a zero divisor in eager) the launcher refu
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 # First: it turns Triton's interpreter on before triton is imported (or skips, as this module must).
@@ -25,6 +20,7 @@ import torch  # noqa: E402
 
 import emit.triton  # noqa: E402
 from emit.runtime import triton_support  # noqa: E402
+from tests.cuda import check_compiled  # noqa: E402
 from transpiler.dtypes import value_dtypes  # noqa: E402
 from transpiler.ir import Input, Node, Output, Region  # noqa: E402
 from transpiler.ops import BY_NAME, spellings_of  # noqa: E402
@@ -300,13 +296,7 @@ def test_an_add_of_bools_is_their_or(dtypes):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_compiled_integer_kernels_match_torch_on_cuda() -> None:
-    # A fresh process: Triton must be imported with the interpreter off.
-    environment = {**os.environ, "TRITON_INTERPRET": "0"}
-    check = "from tests.test_triton_integers import check_on_cuda; check_on_cuda()"
-    result = subprocess.run(
-        [sys.executable, "-c", check], env=environment, cwd=Path(__file__).parents[1], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    check_compiled("tests.test_triton_integers")
 
 
 def check_on_cuda() -> None:

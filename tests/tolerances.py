@@ -92,6 +92,14 @@ def magnitude(op: str, x: torch.Tensor, dim: int, y: torch.Tensor, dtype: torch.
     raise ValueError(f"no error model for {op}")
 
 
+def logsumexp_rounded(x: torch.Tensor, dim: int, y: torch.Tensor) -> torch.Tensor:
+    """What the elementwise roundings of a logsumexp scale with (`assert_within`'s `rounded`, y's shape):
+    torch's is tensor ops, each rounded in the dtype, which the kernels round alike: x - max (an error of
+    its size, which exp makes relative), exp, the sum, its log, and the final add, of |y|."""
+    spread = (x - x.amax(dim, keepdim=True)).abs().nan_to_num(nan=0.0, posinf=0.0).amax(dim)
+    return spread.reshape(y.shape) + y.abs().nan_to_num(posinf=0.0) + 3
+
+
 def layer_norm_magnitude(
     h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
