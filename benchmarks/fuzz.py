@@ -30,7 +30,9 @@ def run(seeds: list[int], backend: str, jobs: int, work: Path) -> list[fuzzing.R
     batches = [seeds[k : k + BATCH] for k in range(0, len(seeds), BATCH)]
     results: list[fuzzing.Result] = []
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:  # threads wait on the worker processes
-        futures = [pool.submit(fuzzing.run_cases, [fuzzing.generate(s, backend) for s in b], backend, work) for b in batches]
+        futures = [
+            pool.submit(fuzzing.run_cases, [fuzzing.generate(s, backend) for s in b], backend, work) for b in batches
+        ]
         for future in concurrent.futures.as_completed(futures):
             results += future.result()
             failed = sum(r.outcome in fuzzing.FAILURES for r in results)
@@ -63,7 +65,9 @@ def main() -> None:
             failures = minimise(failures, args.backend, args.jobs, Path(work))
     counts = fuzzing.summary(results)
     runnable = counts["compiled-region cases"] - counts["of which eager raises"]
-    print(f"backend {args.backend}, seeds {args.seed}..{args.seed + args.cases - 1}, {time.perf_counter() - start:.0f} s")
+    print(
+        f"backend {args.backend}, seeds {args.seed}..{args.seed + args.cases - 1}, {time.perf_counter() - start:.0f} s"
+    )
     for name, value in counts.items():
         share = f" ({100 * value / runnable:.1f}% of those eager runs)" if name == "kernel ran" and runnable else ""
         print(f"  {name}: {value}{share}")

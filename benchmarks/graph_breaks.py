@@ -62,8 +62,8 @@ from torch._dynamo.utils import counters
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the transpiler, when run as `python benchmarks/graph_breaks.py`
 
-from transpiler import engine  # noqa: E402
-from transpiler.fixer import fix_project  # noqa: E402
+from transpiler.lint import engine  # noqa: E402
+from transpiler.lint.fixer import fix_project  # noqa: E402
 
 SEQ = 8  # tokens per sequence
 BATCH = 2
@@ -97,12 +97,24 @@ def fixture(name: str, module: str, cls: str, args: tuple, inputs: Callable[[], 
 # Constructor arguments and input shapes of every nn.Module of the fixtures. Left out:
 # BaseBlock (abstract: its `mix` raises NotImplementedError).
 FIXTURE_CASES = [
-    fixture("Attention", "models.attention", "Attention", (32, 4), lambda: {"x": torch.randn(BATCH, SEQ, 32), "mask": causal_mask()}),
+    fixture(
+        "Attention",
+        "models.attention",
+        "Attention",
+        (32, 4),
+        lambda: {"x": torch.randn(BATCH, SEQ, 32), "mask": causal_mask()},
+    ),
     fixture("PatchEmbed", "models.clean", "PatchEmbed", (), lambda: {"x": torch.randn(BATCH, 3, 18, 18)}),
     fixture("GatedMLP", "models.clean", "GatedMLP", (), lambda: {"x": torch.randn(BATCH, SEQ, 16)}),
     fixture(
-        "MaskedMeanPool", "models.clean", "MaskedMeanPool", (),
-        lambda: {"x": torch.randn(BATCH, SEQ, 16), "mask": torch.arange(SEQ).expand(BATCH, SEQ) < torch.tensor([[3], [SEQ]])},
+        "MaskedMeanPool",
+        "models.clean",
+        "MaskedMeanPool",
+        (),
+        lambda: {
+            "x": torch.randn(BATCH, SEQ, 16),
+            "mask": torch.arange(SEQ).expand(BATCH, SEQ) < torch.tensor([[3], [SEQ]]),
+        },
     ),
     fixture("RMSNorm", "models.layers", "RMSNorm", (32,), lambda: {"x": torch.randn(BATCH, SEQ, 32)}),
     fixture("MLP", "models.layers", "MLP", (32, 64), lambda: {"x": torch.randn(BATCH, SEQ, 32)}),
@@ -110,7 +122,10 @@ FIXTURE_CASES = [
     fixture("Router", "models.moe", "Router", (32, 4, 2), lambda: {"x": torch.randn(BATCH * SEQ, 32)}),
     fixture("MoE", "models.moe", "MoE", (32, 64), lambda: {"x": torch.randn(BATCH, SEQ, 32)}),
     fixture(
-        "TransformerBlock", "models.transformer", "TransformerBlock", (32, 4, 64),
+        "TransformerBlock",
+        "models.transformer",
+        "TransformerBlock",
+        (32, 4, 64),
         lambda: {"x": torch.randn(BATCH, SEQ, 32), "mask": causal_mask()},
     ),
     fixture("TinyTransformer", "models.transformer", "TinyTransformer", (), lambda: {"tokens": tokens()}),
@@ -121,23 +136,35 @@ FIXTURE_CASES = [
 
 # A tiny decoder / encoder: the config keys most `transformers` text models share.
 TINY = dict(
-    vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-    max_position_embeddings=64, pad_token_id=0,
+    vocab_size=99,
+    hidden_size=32,
+    intermediate_size=37,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=64,
+    pad_token_id=0,
 )
 DECODER = TINY | dict(num_key_value_heads=2, use_cache=False)
 MOE = DECODER | dict(num_local_experts=4, num_experts_per_tok=2)
 
 
 def hf(
-    name: str, package: str, model: str, config: dict[str, Any], inputs: Callable[[], dict[str, Any]] | None = None,
-    config_class: str | None = None, note: str = "",
+    name: str,
+    package: str,
+    model: str,
+    config: dict[str, Any],
+    inputs: Callable[[], dict[str, Any]] | None = None,
+    config_class: str | None = None,
+    note: str = "",
 ) -> Case:
     """A `transformers` model `package.modeling_<package>.<model>` built from `<Prefix>Config(**config)`."""
     prefix = model.split("For")[0].removesuffix("Model").removesuffix("LMHead")
 
     def build(module: Callable[[str], ModuleType]) -> nn.Module:
         configuration = module(f"configuration_{package}")
-        cls = config_class or next(n for n in dir(configuration) if n.endswith("Config") and n.lower() == f"{prefix}config".lower())
+        cls = config_class or next(
+            n for n in dir(configuration) if n.endswith("Config") and n.lower() == f"{prefix}config".lower()
+        )
         return getattr(module(f"modeling_{package}"), model)(getattr(configuration, cls)(**config))
 
     return Case(name, package, build, inputs or (lambda: {"input_ids": tokens(99)}), note)
@@ -147,8 +174,17 @@ EAGER = {"attn_implementation": "eager"}  # the attention written in the modelin
 EXPERTS = {"experts_implementation": "eager"}  # the expert loop written in the modeling file (default: grouped_mm)
 GPT2 = dict(vocab_size=99, n_embd=32, n_layer=2, n_head=4, n_positions=64, use_cache=False)
 ENCODER_DECODER = dict(
-    vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-    encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64, use_cache=False, pad_token_id=0,
+    vocab_size=99,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=37,
+    decoder_ffn_dim=37,
+    max_position_embeddings=64,
+    use_cache=False,
+    pad_token_id=0,
 )
 IMAGE = dict(image_size=32, patch_size=8, num_channels=3)
 
@@ -173,7 +209,9 @@ HF_CASES = [
     hf("gpt2-eager", "gpt2", "GPT2LMHeadModel", GPT2 | EAGER, padded),
     hf("bert", "bert", "BertModel", TINY),
     hf("bert-eager", "bert", "BertModel", TINY | EAGER, padded),
-    hf("distilbert", "distilbert", "DistilBertModel", dict(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37)),
+    hf(
+        "distilbert", "distilbert", "DistilBertModel", dict(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37)
+    ),
     hf("roberta", "roberta", "RobertaModel", TINY),
     hf("llama", "llama", "LlamaForCausalLM", DECODER),
     hf("llama-eager", "llama", "LlamaForCausalLM", DECODER | EAGER, padded),
@@ -189,29 +227,65 @@ HF_CASES = [
     hf("bloom", "bloom", "BloomForCausalLM", dict(vocab_size=99, hidden_size=32, n_layer=2, n_head=4, use_cache=False)),
     hf("mixtral", "mixtral", "MixtralForCausalLM", MOE | EXPERTS),
     hf(
-        "qwen2_moe", "qwen2_moe", "Qwen2MoeForCausalLM",
-        DECODER | EXPERTS | dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16),
+        "qwen2_moe",
+        "qwen2_moe",
+        "Qwen2MoeForCausalLM",
+        DECODER
+        | EXPERTS
+        | dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16),
     ),
     hf(
-        "olmoe", "olmoe", "OlmoeForCausalLM", DECODER | EXPERTS | dict(num_experts=4, num_experts_per_tok=2),
+        "olmoe",
+        "olmoe",
+        "OlmoeForCausalLM",
+        DECODER | EXPERTS | dict(num_experts=4, num_experts_per_tok=2),
     ),
     hf(
-        "switch_transformers", "switch_transformers", "SwitchTransformersModel",
-        dict(vocab_size=99, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_decoder_layers=2, num_heads=4, num_experts=4,
-             expert_capacity=8, num_sparse_encoder_layers=1, num_sparse_decoder_layers=1, use_cache=False),
+        "switch_transformers",
+        "switch_transformers",
+        "SwitchTransformersModel",
+        dict(
+            vocab_size=99,
+            d_model=32,
+            d_kv=8,
+            d_ff=37,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=4,
+            num_experts=4,
+            expert_capacity=8,
+            num_sparse_encoder_layers=1,
+            num_sparse_decoder_layers=1,
+            use_cache=False,
+        ),
         seq2seq,
     ),
-    hf("mamba", "mamba", "MambaModel", dict(vocab_size=99, hidden_size=32, state_size=4, num_hidden_layers=2, use_cache=False)),
-    hf("t5", "t5", "T5Model", dict(vocab_size=99, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, use_cache=False), seq2seq),
+    hf(
+        "mamba",
+        "mamba",
+        "MambaModel",
+        dict(vocab_size=99, hidden_size=32, state_size=4, num_hidden_layers=2, use_cache=False),
+    ),
+    hf(
+        "t5",
+        "t5",
+        "T5Model",
+        dict(vocab_size=99, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, use_cache=False),
+        seq2seq,
+    ),
     hf("bart", "bart", "BartModel", ENCODER_DECODER, seq2seq),
     hf("vit", "vit", "ViTModel", TINY | IMAGE, pixels),
     hf(
-        "clip", "clip", "CLIPModel",
+        "clip",
+        "clip",
+        "CLIPModel",
         dict(text_config=TINY | dict(max_position_embeddings=SEQ), vision_config=TINY | IMAGE, projection_dim=16),
         lambda: {"input_ids": tokens(99)} | pixels(),
     ),
     hf(
-        "whisper", "whisper", "WhisperModel",
+        "whisper",
+        "whisper",
+        "WhisperModel",
         ENCODER_DECODER | dict(num_mel_bins=16, max_source_positions=8, max_target_positions=32),
         lambda: {"input_features": torch.randn(BATCH, 16, 16), "decoder_input_ids": tokens(99)},
     ),
@@ -254,7 +328,11 @@ def copy_package(package: str, root: Path) -> Path:
     target.mkdir(parents=True)
     for source in (TRANSFORMERS_MODELS / package).glob("*.py"):
         # The package's own __init__ is a lazy module with generated import structure: a plain one will do.
-        text = '"""Copy of a transformers model package."""\n' if source.name == "__init__.py" else absolute_imports(source.read_text())
+        text = (
+            '"""Copy of a transformers model package."""\n'
+            if source.name == "__init__.py"
+            else absolute_imports(source.read_text())
+        )
         (target / source.name).write_text(text)
     return target
 
@@ -298,7 +376,9 @@ def prepare(package: str, scratch: Path, labels: list[str]) -> dict[str, Version
             continue
         for path, text in result.sources.items():
             Path(path).write_text(text)
-        versions[label] = Version(label, root, len(result.remaining), len(result.applied), Counter(d.code for d in result.applied))
+        versions[label] = Version(
+            label, root, len(result.remaining), len(result.applied), Counter(d.code for d in result.applied)
+        )
     return versions
 
 
@@ -481,7 +561,12 @@ def main() -> None:
                 prepared[case.package] = prepare(case.package, Path(scratch), labels)
             versions = prepared[case.package]
             before, state = measure(case, versions["before"], None)
-            row = {"name": case.name, "package": case.package, "before": before, "findings": {"before": versions["before"].findings}}
+            row = {
+                "name": case.name,
+                "package": case.package,
+                "before": before,
+                "findings": {"before": versions["before"].findings},
+            }
             for label in labels:
                 after, _ = measure(case, versions[label], state)
                 row[label] = after
@@ -491,7 +576,10 @@ def main() -> None:
                 row[f"output_{label}"] = compare(before.outputs, after.outputs)
                 row[f"fix_error_{label}"] = versions[label].error
             rows.append(row)
-            print(f"  {case.name}: {before.breaks} -> " + ", ".join(f"{row[l].breaks} ({l})" for l in labels), file=sys.stderr)
+            print(
+                f"  {case.name}: {before.breaks} -> " + ", ".join(f"{row[l].breaks} ({l})" for l in labels),
+                file=sys.stderr,
+            )
     print(render(rows, labels, time.perf_counter() - started))
     if options.json:
         options.json.write_text(json.dumps([_jsonable(r) for r in rows], indent=1))
@@ -532,7 +620,9 @@ def render(rows: list[dict], labels: list[str], seconds: float) -> str:
     lines.append(f"Totals over the {len(ok)} models that ran in every version:")
     lines.append("")
     for label in labels:
-        rewritable = {v: sum(n for (_, rewrite), n in by_kind[v].items() if rewrite == "yes") for v in ("before", label)}
+        rewritable = {
+            v: sum(n for (_, rewrite), n in by_kind[v].items() if rewrite == "yes") for v in ("before", label)
+        }
         differs = sum(r[f"output_{label}"] == "DIFFERS" for r in rows)
         lines.append(
             f"- {label}: breaks {total['before']} -> {total[label]} ({_share(total['before'], total[label])} removed); "
@@ -543,12 +633,19 @@ def render(rows: list[dict], labels: list[str], seconds: float) -> str:
             f"{sum(r['findings'][label] for r in packages)}, fixes applied {sum(r[f'fixes_{label}'] for r in packages)} "
             f"(over {len(packages)} packages)"
         )
-    failures = {(r["package"] if "fixer" in what else r["name"], what, error) for r in rows for what, error in _errors(r, labels)}
+    failures = {
+        (r["package"] if "fixer" in what else r["name"], what, error)
+        for r in rows
+        for what, error in _errors(r, labels)
+    }
     for name, what, error in sorted(failures):
         lines.append(f"- {name} ({what}) failed: {error}")
 
     lines += ["", "Breaks by kind (explain's reasons):", ""]
-    lines += ["| kind | meaning-preserving rewrite | " + " | ".join(versions) + " |", "|---|---|" + "---|" * len(versions)]
+    lines += [
+        "| kind | meaning-preserving rewrite | " + " | ".join(versions) + " |",
+        "|---|---|" + "---|" * len(versions),
+    ]
     for key in sorted(set().union(*by_kind.values()), key=lambda k: -by_kind["before"][k]):
         lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(str(by_kind[v][key]) for v in versions) + " |")
 
@@ -556,9 +653,15 @@ def render(rows: list[dict], labels: list[str], seconds: float) -> str:
     sites = Counter((kind(reason)[0], where) for r in ok for reason, where in zip(r[last].reasons, r[last].sites))
     if sites:
         lines += ["", f"Remaining breaks ({last}), by site:", "", "| count | kind | site |", "|---|---|---|"]
-        lines += [f"| {n} | {k} | `{where}` |" for (k, where), n in sorted(sites.items(), key=lambda item: (item[0][1], item[0][0]))]
-    lines += ["", f"Python {platform.python_version()}, torch {torch.__version__}, transformers {_version('transformers')}, "
-              f"{platform.machine()} with {os.cpu_count()} CPUs, {seconds:.0f} s"]
+        lines += [
+            f"| {n} | {k} | `{where}` |"
+            for (k, where), n in sorted(sites.items(), key=lambda item: (item[0][1], item[0][0]))
+        ]
+    lines += [
+        "",
+        f"Python {platform.python_version()}, torch {torch.__version__}, transformers {_version('transformers')}, "
+        f"{platform.machine()} with {os.cpu_count()} CPUs, {seconds:.0f} s",
+    ]
     return "\n".join(lines)
 
 

@@ -71,7 +71,7 @@ def check(family: str, tools: Path, work: Path) -> dict:
 
     from click.testing import CliRunner
 
-    from transpiler.cli import main
+    from transpiler.cli.main import main
 
     package = f"transpiled_{family}"
     out = work / package / family
@@ -257,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
             row = future.result()
             rows.append(row)
-            print(f"[{done}/{len(families)}] {json.dumps(row)}", file=sys.stderr, flush=True)  # a long run's rows so far
+            print(
+                f"[{done}/{len(families)}] {json.dumps(row)}", file=sys.stderr, flush=True
+            )  # a long run's rows so far
     rows.sort(key=lambda r: r["family"])
     print("| family | status | why |\n|---|---|---|")
     for row in rows:

@@ -54,7 +54,9 @@ def main() -> None:
     sys.path[:0] = [str(REPO / "benchmarks"), str(args.compiled.resolve().parent)]
     package = args.compiled.name
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    columns = ["eager us/call", "transpiled us/call"] + ["transpiled, every launch through the JIT"] * (args.device == "cuda")
+    columns = ["eager us/call", "transpiled us/call"] + ["transpiled, every launch through the JIT"] * (
+        args.device == "cuda"
+    )
     print("| module | " + " | ".join(columns) + " | kernel path |")
     print("|---|" + "---|" * (len(columns) + 1))
     for name, (cls, arguments, n_inputs) in CASES.items():
@@ -67,7 +69,10 @@ def main() -> None:
         before = runtime.counters()
         with torch.no_grad():
             torch.testing.assert_close(compiled(*inputs), original(*inputs), rtol=2e-2, atol=2e-2)
-            row = [per_call_us(lambda: original(*inputs), args.device), per_call_us(lambda: compiled(*inputs), args.device)]
+            row = [
+                per_call_us(lambda: original(*inputs), args.device),
+                per_call_us(lambda: compiled(*inputs), args.device),
+            ]
             if args.device == "cuda":
                 support = importlib.import_module(f"{package}._transpile_runtime.triton_support")
                 direct, support._hooks_installed = support._hooks_installed, lambda: True

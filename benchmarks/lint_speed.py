@@ -38,7 +38,7 @@ def count_lines(tree: Path) -> tuple[int, int]:
 
 def run(args: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "transpiler.cli", "lint", *args], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "transpiler.cli.main", "lint", *args], capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if done.returncode not in (0, 1):
         sys.exit(f"transpile lint failed ({done.returncode}):\n{done.stderr}")
@@ -81,8 +81,10 @@ def main() -> None:
     findings = first.stdout.strip().splitlines()[-1]
 
     cold_s, warm_s, changed_s, single_s = (statistics.median(x) for x in (cold, warm, changed, single))
-    print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"transpile {version('transpile')}, {time.strftime('%Y-%m-%d')}")
+    print(
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"transpile {version('transpile')}, {time.strftime('%Y-%m-%d')}"
+    )
     print(f"Tree: {tree} ({files} files, {lines:,} lines); {findings}")
     print()
     print("| measurement | wall (median of %d) | lines/s |" % options.repeat)
@@ -91,7 +93,9 @@ def main() -> None:
     print(f"| warm, tree unchanged (whole-run cache entry) | {warm_s:.2f} s | {lines / warm_s:,.0f} |")
     print(f"| warm, one file changed (per-file cache) | {changed_s:.2f} s | {lines / changed_s:,.0f} |")
     one_lines = one_file.read_bytes().count(b"\n")
-    print(f"| one file, no cache ({one_file.name}, {one_lines:,} lines) | {single_s:.2f} s | {one_lines / single_s:,.0f} |")
+    print(
+        f"| one file, no cache ({one_file.name}, {one_lines:,} lines) | {single_s:.2f} s | {one_lines / single_s:,.0f} |"
+    )
 
 
 if __name__ == "__main__":

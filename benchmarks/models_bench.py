@@ -15,7 +15,7 @@ stage, hidden 128, short sequences), so that a whole run with torch.compile fits
 minutes on two cores.
 
 `--prepare DIR` runs `transpile build <transformers>/models/<name> -o DIR/<name>` for
-each model, in a subprocess (the repository's `python -m transpiler.cli`, else
+each model, in a subprocess (the repository's `python -m transpiler.cli.main`, else
 `transpile` on PATH), writes DIR/__init__.py and records the transformers version in
 DIR/prepared.json: the transpiled tree imports the installed transformers, so prepare
 where you run. A run imports `<DIR name>.<name>.modeling_<name>` with DIR's parent on
@@ -653,7 +653,7 @@ def merged(paths: list[Path]) -> dict:
 def transpile_command() -> list[str]:
     """This repository's transpiler (what the benchmark measures), else `transpile` on PATH."""
     if importlib.util.find_spec("transpiler") is not None or (REPO / "transpiler" / "cli.py").is_file():
-        return [sys.executable, "-m", "transpiler.cli", "build"]
+        return [sys.executable, "-m", "transpiler.cli.main", "build"]
     found = shutil.which("transpile")
     if found is None:
         raise SystemExit("neither this repository's transpiler nor `transpile` on PATH")

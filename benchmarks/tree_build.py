@@ -44,7 +44,10 @@ def snapshot(root: Path) -> dict[str, tuple[str, int]]:
     found = {}
     for path in sorted(root.rglob("*")):
         if path.is_file() and not path.is_symlink():
-            found[path.relative_to(root).as_posix()] = (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
+            found[path.relative_to(root).as_posix()] = (
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                path.stat().st_mtime_ns,
+            )
     return found
 
 
@@ -76,7 +79,9 @@ def code_version() -> str:
     root = Path(__file__).resolve().parent.parent
     git = ["git", "-C", str(root)]
     commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    changed = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout
     return f"{commit or 'unknown'}{'+changes' if changed.strip() else ''}"
 
 
@@ -97,8 +102,12 @@ def measure(args: list[str], env: dict[str, str]) -> dict:
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     summary = [line for line in out.splitlines() if line.startswith(("Transpiled", "Compiled"))]
     return {
-        "args": args, "exit": proc.returncode, "wall_s": round(time.perf_counter() - start, 1),
-        "cpu_s": round(cpu, 1), "peak_rss_mb": round(peak / 2**20), "summary": [s[:200] for s in summary],
+        "args": args,
+        "exit": proc.returncode,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "cpu_s": round(cpu, 1),
+        "peak_rss_mb": round(peak / 2**20),
+        "summary": [s[:200] for s in summary],
         "stderr_tail": err[-500:],
     }
 
@@ -127,11 +136,18 @@ def main() -> None:
         runs[name] = measure([str(tree), "-o", str(out), *extra], {**env, "TRANSPILE_CACHE_DIR": str(cache)})
         print(name, runs[name], file=sys.stderr, flush=True)
     first = snapshot(work / "out")
-    runs["kernels, second run"] = measure([str(tree), "-o", str(work / "out")], {**env, "TRANSPILE_CACHE_DIR": str(work / "cache")})
+    runs["kernels, second run"] = measure(
+        [str(tree), "-o", str(work / "out")], {**env, "TRANSPILE_CACHE_DIR": str(work / "cache")}
+    )
     second = snapshot(work / "out")
     report = {
-        "tree": str(tree), "python_files": len(files), "lines": lines, "machine": platform.platform(),
-        "cpus": os.cpu_count(), "python": platform.python_version(), "code": code_version(),
+        "tree": str(tree),
+        "python_files": len(files),
+        "lines": lines,
+        "machine": platform.platform(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "code": code_version(),
         "load_average_before_after": [load, [round(x, 2) for x in os.getloadavg()]],  # other users of the CPUs
         "versions": {p: version(p) for p in ("transpile", "black", "torch", "transformers")},
         "runs": runs,

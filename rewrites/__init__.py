@@ -11,7 +11,7 @@ The code table, families by hundreds:
     TP7xx  performance       code with a faster torch equivalent (no graph break)
     TP9xx  meta              the lint run itself
 
-Importing this package registers every rule in `transpiler.rule.REGISTRY`.
+Importing this package registers every rule in `transpiler.lint.rule.REGISTRY`.
 """
 
 from rewrites import (  # noqa: F401

@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from transpiler.checker import Context
-from transpiler.kinds import Kind
+from transpiler.analysis.walker import Context
+from transpiler.analysis.kinds import Kind
 
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
 _SOFTMAX = frozenset({"torch.nn.functional.softmax", "torch.softmax", "torch.special.softmax"})

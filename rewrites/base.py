@@ -6,14 +6,14 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING, ClassVar
 
-from transpiler.checker import Context
-from transpiler.diagnostics import Fix
-from transpiler.rule import Rule
+from transpiler.analysis.walker import Context
+from transpiler.lint.rule import Fix
+from transpiler.lint.rule import Rule
 
 if TYPE_CHECKING:
     import libcst as cst
 
-    from transpiler.fixer import Edit
+    from transpiler.lint.rule import Edit
 
 
 class CallRule(Rule):

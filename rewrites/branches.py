@@ -9,14 +9,14 @@ import ast
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from transpiler.kinds import Kind
-from transpiler.typer import Typer
+from transpiler.analysis.kinds import Kind
+from transpiler.analysis.typer import Typer
 
 if TYPE_CHECKING:
     import libcst as cst
 
-    from transpiler.checker import Context
-    from transpiler.fixer import Edit
+    from transpiler.analysis.walker import Context
+    from transpiler.lint.rule import Edit
 
 # Callees whose heads are these are tensor operators; anything else may do anything.
 _TORCH_HEADS = frozenset({"torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft"})
@@ -274,9 +274,12 @@ def where_plan(node: ast.If, ctx: "Context", skip: int = 0) -> tuple | str:
     labels = ["then", *(f"elif{i}" for i in range(1, len(tests))), "else"]
     several = len(outputs) > 1
     condition_temps = tuple(
-        names.fresh("cond" if i == 0 else f"cond_elif{i}")
-        if several and not (isinstance(test, ast.Name) and test.id not in outputs and recipe == ("keep",) and not skip)
-        else ""
+        (
+            names.fresh("cond" if i == 0 else f"cond_elif{i}")
+            if several
+            and not (isinstance(test, ast.Name) and test.id not in outputs and recipe == ("keep",) and not skip)
+            else ""
+        )
         for i, (test, recipe) in enumerate(zip(tests, recipes))
     )
     statement_temps = []

@@ -6,15 +6,15 @@ import ast
 from typing import TYPE_CHECKING
 
 from rewrites import branches
-from transpiler.checker import Context
-from transpiler.diagnostics import Fix
-from transpiler.kinds import Kind
-from transpiler.rule import Rule
+from transpiler.analysis.walker import Context
+from transpiler.lint.rule import Fix
+from transpiler.analysis.kinds import Kind
+from transpiler.lint.rule import Rule
 
 if TYPE_CHECKING:
     import libcst as cst
 
-    from transpiler.fixer import Edit
+    from transpiler.lint.rule import Edit
 
 
 def data_dependent(test: ast.expr, ctx: Context) -> bool:
@@ -38,7 +38,11 @@ def _reports_only(statement: ast.stmt, ctx: Context) -> bool:
         test = statement.test
         guarded = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call)
         name = (ctx.qualname(test.operand.func) or "") if guarded else ""
-        return name.endswith("is_compiling") and not statement.orelse and all(_reports_only(s, ctx) for s in statement.body)
+        return (
+            name.endswith("is_compiling")
+            and not statement.orelse
+            and all(_reports_only(s, ctx) for s in statement.body)
+        )
     if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
         return False
     func = statement.value.func
@@ -190,7 +194,11 @@ class DataDependentIf(Rule):
         guard = cst.UnaryOperation(cst.Not(), cst.Call(edit.torch("compiler.is_compiling")))
         body = []
         for statement in node.body.body if isinstance(node.body, cst.IndentedBlock) else ():
-            if isinstance(statement, cst.If) and _is_compile_guard(statement) and isinstance(statement.body, cst.IndentedBlock):
+            if (
+                isinstance(statement, cst.If)
+                and _is_compile_guard(statement)
+                and isinstance(statement.body, cst.IndentedBlock)
+            ):
                 inner = list(statement.body.body)
                 inner[0] = inner[0].with_changes(leading_lines=statement.leading_lines)
                 body += inner
@@ -318,8 +326,7 @@ class DataDependentWhile(Rule):
             claim(node.test, ctx)
             self.report(ctx, node.test)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -330,10 +337,8 @@ class DataDependentWhile(Rule):
                 while y.sum() < 100:
                     y = y * 2
                 return y
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -344,8 +349,7 @@ class DataDependentWhile(Rule):
                 for _ in range(4):
                     y = torch.where(y.sum() < 100, y * 2, y)
                 return y
-        """
-    ]
+        """]
 
 
 class DataDependentTernary(Rule):
@@ -401,8 +405,7 @@ class DataDependentTernary(Rule):
         args = [cst.Arg(condition), cst.Arg(node.body), cst.Arg(node.orelse)]
         return cst.Call(edit.torch("where"), args, lpar=node.lpar, rpar=node.rpar)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -412,10 +415,8 @@ class DataDependentTernary(Rule):
                 y = x + 1
                 z = y * 2 if y.mean() > 0 else y * 3
                 return z
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -425,8 +426,7 @@ class DataDependentTernary(Rule):
                 y = x + 1
                 z = torch.where(y.mean() > 0, y * 2, y * 3)
                 return z
-        """
-    ]
+        """]
 
 
 class TensorTruthinessInBoolOp(Rule):
@@ -510,8 +510,7 @@ class TensorTruthinessInBoolOp(Rule):
                 return y * 2, empty
         """,
     ]
-    VALID = [
-        """
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -521,8 +520,7 @@ class TensorTruthinessInBoolOp(Rule):
                 y = x + 1
                 flag = (y > 0).any() | (y < -5).any()
                 return y * 2, flag
-        """
-    ]
+        """]
 
 
 class DataDependentAssert(Rule):
@@ -637,8 +635,7 @@ class DataDependentAssert(Rule):
                 return y * 2
         """,
     ]
-    VALID = [
-        """
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -649,8 +646,7 @@ class DataDependentAssert(Rule):
                 assert (y > 0).all(), "non-positive values"
                 assert x.shape[0] == 8, f"expected 8 rows, got {x.shape[0]}"
                 return y * 2
-        """
-    ]
+        """]
 
 
 def _simple(function: ast.AST) -> list[ast.stmt]:
@@ -675,9 +671,11 @@ def _literal_message(
         return message
     if how == "fstring":
         text = "".join(
-            p.value.replace("{{", "{").replace("}}", "}")
-            if isinstance(p, cst.FormattedStringText)
-            else "{" + _code(p.expression) + "}"
+            (
+                p.value.replace("{{", "{").replace("}}", "}")
+                if isinstance(p, cst.FormattedStringText)
+                else "{" + _code(p.expression) + "}"
+            )
             for p in message.parts
         )
         return cst.SimpleString(message.start.replace("f", "").replace("F", "") + text + message.end)
@@ -716,8 +714,7 @@ class SortedOnTensors(Rule):
         if any(ctx.kind(e).is_tensor for e in elements):
             self.report(ctx, node)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -727,10 +724,8 @@ class SortedOnTensors(Rule):
                 y = x + 1
                 low, high = sorted([y.sum(), y.mean()])
                 return y * low
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -740,5 +735,4 @@ class SortedOnTensors(Rule):
                 y = x + 1
                 low = torch.sort(torch.stack([y.sum(), y.mean()])).values[0]
                 return y * low
-        """
-    ]
+        """]

@@ -8,15 +8,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
 from rewrites.base import TensorMethodRule
-from transpiler.checker import Context
-from transpiler.diagnostics import Fix
-from transpiler.kinds import Kind
-from transpiler.rule import Finding, Rule
+from transpiler.analysis.walker import Context
+from transpiler.lint.rule import Fix
+from transpiler.analysis.kinds import Kind
+from transpiler.lint.rule import Finding, Rule
 
 if TYPE_CHECKING:
     import libcst as cst
 
-    from transpiler.fixer import Edit
+    from transpiler.lint.rule import Edit
 
 # -- where a value goes: the dataflow the conversion fixes rest on ------------------------------
 
@@ -311,8 +311,8 @@ class TensorItemCall(ScalarConversionRule, TensorMethodRule):
 
     def cst_source(self, call: "cst.Call") -> "cst.BaseExpression":
         return call.func.value
-    INVALID = [
-        """
+
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -322,10 +322,8 @@ class TensorItemCall(ScalarConversionRule, TensorMethodRule):
                 y = x + 1
                 scale = y.abs().max().item()
                 return y / scale
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -335,8 +333,7 @@ class TensorItemCall(ScalarConversionRule, TensorMethodRule):
                 y = x + 1
                 scale = y.abs().max().detach()
                 return y / scale
-        """
-    ]
+        """]
 
 
 class TensorTolistCall(TensorMethodRule):
@@ -359,8 +356,7 @@ class TensorTolistCall(TensorMethodRule):
     dynamo_codes = ("GB0033", "GB0109")
     methods = frozenset({"tolist"})
     unknown_receivers = True
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -370,10 +366,8 @@ class TensorTolistCall(TensorMethodRule):
                 y = x + 1
                 values = y.tolist()
                 return y * len(values)
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -382,8 +376,7 @@ class TensorTolistCall(TensorMethodRule):
             def forward(self, x):
                 y = x + 1
                 return y * y.numel()
-        """
-    ]
+        """]
 
 
 class TensorToPythonScalar(ScalarConversionRule):
@@ -443,8 +436,7 @@ class TensorToPythonScalar(ScalarConversionRule):
         method, argument = self._FORMS[form]
         return method_call(tensor, method, *([cst.Arg(cst.Float(argument))] if argument else []))
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -454,10 +446,8 @@ class TensorToPythonScalar(ScalarConversionRule):
                 y = x + 1
                 total = float(y.sum())
                 return y / total
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -467,8 +457,7 @@ class TensorToPythonScalar(ScalarConversionRule):
                 y = x + 1
                 total = y.sum()
                 return y / total
-        """
-    ]
+        """]
 
 
 class MathFunctionOnTensor(ScalarConversionRule):
@@ -526,8 +515,7 @@ class MathFunctionOnTensor(ScalarConversionRule):
 
         return cst.Call(func=edit.torch(form), args=[cst.Arg(tensor)])
 
-    INVALID = [
-        """
+    INVALID = ["""
         import math
 
         import torch
@@ -539,10 +527,8 @@ class MathFunctionOnTensor(ScalarConversionRule):
                 y = x + 1
                 norm = math.sqrt(y.pow(2).sum())
                 return y / norm
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import math
 
         import torch
@@ -554,8 +540,7 @@ class MathFunctionOnTensor(ScalarConversionRule):
                 y = x + 1
                 norm = torch.sqrt(y.pow(2).sum()) * math.sqrt(2.0)
                 return y / norm
-        """
-    ]
+        """]
 
 
 class TensorToString(Rule):
@@ -582,8 +567,7 @@ class TensorToString(Rule):
         if name in ("builtins.str", "builtins.repr") and len(node.args) == 1 and ctx.kind(node.args[0]).is_tensor:
             self.report(ctx, node, callee=name[9:])
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -593,10 +577,8 @@ class TensorToString(Rule):
                 y = x + 1
                 self.last = repr(y)
                 return y * 2
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -606,5 +588,4 @@ class TensorToString(Rule):
                 y = x + 1
                 self.last = str(y.shape)
                 return y * 2
-        """
-    ]
+        """]

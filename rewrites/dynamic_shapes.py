@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rewrites.base import TensorMethodRule
 from rewrites.conversions import flow_problem, parent_map, with_parens_of
-from transpiler.checker import Context
-from transpiler.diagnostics import Fix
-from transpiler.kinds import Kind
-from transpiler.rule import Rule
+from transpiler.analysis.walker import Context
+from transpiler.lint.rule import Fix
+from transpiler.analysis.kinds import Kind
+from transpiler.lint.rule import Rule
 
 if TYPE_CHECKING:
     import libcst as cst
 
-    from transpiler.fixer import Edit
+    from transpiler.lint.rule import Edit
 
 _SHAPE_WHY = """The number of output elements depends on the values, so Dynamo cannot
     know the shape while tracing; with default settings it breaks the graph
@@ -72,7 +72,9 @@ class NonzeroCall(TensorMethodRule):
     code = "TP401"
     name = "nonzero-call"
     summary = "`nonzero`/`argwhere`/one-argument `where`"
-    message = "`{method}` has a data-dependent output shape and breaks the graph; use a mask with `torch.where(cond, x, y)`"
+    message = (
+        "`{method}` has a data-dependent output shape and breaks the graph; use a mask with `torch.where(cond, x, y)`"
+    )
     dynamo_codes = ("GB0036",)
     methods = frozenset({"nonzero", "argwhere"})
     functions = frozenset({"torch.nonzero", "torch.argwhere"})
@@ -83,8 +85,7 @@ class NonzeroCall(TensorMethodRule):
         else:
             super().visit_Call(node, ctx)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -94,10 +95,8 @@ class NonzeroCall(TensorMethodRule):
                 y = x + 1
                 positive = torch.nonzero(y > 0)
                 return y * 2, positive
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -107,8 +106,7 @@ class NonzeroCall(TensorMethodRule):
                 y = x + 1
                 positive = torch.where(y > 0, y, torch.zeros_like(y))
                 return y * 2, positive
-        """
-    ]
+        """]
 
 
 class BooleanMaskIndex(SummedSelection):
@@ -134,7 +132,9 @@ class BooleanMaskIndex(SummedSelection):
     code = "TP402"
     name = "boolean-mask-index"
     summary = "indexing with a boolean mask"
-    message = "indexing with a boolean mask has a data-dependent shape and breaks the graph; use `torch.where(mask, x, 0)`"
+    message = (
+        "indexing with a boolean mask has a data-dependent shape and breaks the graph; use `torch.where(mask, x, 0)`"
+    )
     dynamo_codes = ("GB0036",)
 
     def visit_Subscript(self, node: ast.Subscript, ctx: Context) -> None:
@@ -155,8 +155,7 @@ class BooleanMaskIndex(SummedSelection):
     def operands(self, node: "cst.CSTNode") -> tuple["cst.BaseExpression", "cst.BaseExpression"]:
         return node.value, node.slice[0].slice.value  # `x[mask]`: one plain index (planned from ast)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -166,10 +165,8 @@ class BooleanMaskIndex(SummedSelection):
                 y = x + 1
                 total = y[y > 0].sum()
                 return y * total
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -180,8 +177,7 @@ class BooleanMaskIndex(SummedSelection):
                 total = torch.where(y > 0, y, 0).sum()
                 y[y < -1] = 0
                 return y * total
-        """
-    ]
+        """]
 
 
 _ELEMENTWISE_TESTS = frozenset("isnan isinf isfinite isneginf isposinf signbit logical_not".split())
@@ -249,8 +245,8 @@ class MaskedSelectCall(SummedSelection, TensorMethodRule):
         if len(node.args) == 1:  # x.masked_select(mask)
             return node.func.value, node.args[0].value
         return node.args[0].value, node.args[1].value
-    INVALID = [
-        """
+
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -260,10 +256,8 @@ class MaskedSelectCall(SummedSelection, TensorMethodRule):
                 y = x + 1
                 kept = torch.masked_select(y, y > 0)
                 return y * kept.sum()
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -273,8 +267,7 @@ class MaskedSelectCall(SummedSelection, TensorMethodRule):
                 y = x + 1
                 kept = torch.where(y > 0, y, 0)
                 return y * kept.sum()
-        """
-    ]
+        """]
 
 
 class UniqueCall(TensorMethodRule):
@@ -296,8 +289,7 @@ class UniqueCall(TensorMethodRule):
     dynamo_codes = ("GB0036",)
     methods = frozenset({"unique", "unique_consecutive"})
     functions = frozenset({"torch.unique", "torch.unique_consecutive"})
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -307,10 +299,8 @@ class UniqueCall(TensorMethodRule):
                 y = x + 1
                 values = torch.unique(y.round())
                 return y * values.numel()
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -320,8 +310,7 @@ class UniqueCall(TensorMethodRule):
                 y = x + 1
                 values = torch.sort(y.round()).values
                 return y * values.numel()
-        """
-    ]
+        """]
 
 
 class RepeatInterleaveWithTensorRepeats(TensorMethodRule):
@@ -354,8 +343,7 @@ class RepeatInterleaveWithTensorRepeats(TensorMethodRule):
             return is_function and len(node.args) == 1  # torch.repeat_interleave(counts)
         return ctx.kind(repeats).is_tensor
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -366,10 +354,8 @@ class RepeatInterleaveWithTensorRepeats(TensorMethodRule):
                 counts = y.abs().long() % 3
                 expanded = torch.repeat_interleave(y, counts)
                 return y * expanded.sum()
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -379,8 +365,7 @@ class RepeatInterleaveWithTensorRepeats(TensorMethodRule):
                 y = x + 1
                 expanded = torch.repeat_interleave(y, 2)
                 return y * expanded.sum()
-        """
-    ]
+        """]
 
 
 class OneHotWithoutNumClasses(Rule):
@@ -405,12 +390,17 @@ class OneHotWithoutNumClasses(Rule):
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
         if ctx.qualname(node.func) not in ("torch.nn.functional.one_hot", "torch._C._nn.one_hot"):
             return
-        num = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "num_classes"), None)
-        if num is None or (isinstance(num, ast.UnaryOp) and isinstance(num.operand, ast.Constant) and num.operand.value == 1):
+        num = (
+            node.args[1]
+            if len(node.args) > 1
+            else next((k.value for k in node.keywords if k.arg == "num_classes"), None)
+        )
+        if num is None or (
+            isinstance(num, ast.UnaryOp) and isinstance(num.operand, ast.Constant) and num.operand.value == 1
+        ):
             self.report(ctx, node)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         import torch.nn.functional as F
         from torch import nn
@@ -420,10 +410,8 @@ class OneHotWithoutNumClasses(Rule):
             def forward(self, x):
                 labels = x.abs().long() % 4
                 return F.one_hot(labels).float() * 2
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         import torch.nn.functional as F
         from torch import nn
@@ -433,8 +421,7 @@ class OneHotWithoutNumClasses(Rule):
             def forward(self, x):
                 labels = x.abs().long() % 4
                 return F.one_hot(labels, num_classes=4).float() * 2
-        """
-    ]
+        """]
 
 
 class BincountCall(TensorMethodRule):
@@ -458,8 +445,7 @@ class BincountCall(TensorMethodRule):
     dynamo_codes = ("GB0036",)
     methods = frozenset({"bincount"})
     functions = frozenset({"torch.bincount"})
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -469,10 +455,8 @@ class BincountCall(TensorMethodRule):
                 labels = x.abs().long() % 4
                 counts = torch.bincount(labels, minlength=4)
                 return x * counts.sum()
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -482,5 +466,4 @@ class BincountCall(TensorMethodRule):
                 labels = x.abs().long() % 4
                 counts = torch.zeros(4, dtype=torch.long).scatter_add_(0, labels, torch.ones_like(labels))
                 return x * counts.sum()
-        """
-    ]
+        """]

@@ -6,7 +6,7 @@ about Dynamo.
 
 from __future__ import annotations
 
-from transpiler.rule import Rule
+from transpiler.lint.rule import FILE_CODES, Rule
 
 
 class UnusedNoqa(Rule):
@@ -23,7 +23,7 @@ class UnusedNoqa(Rule):
     """
 
     code = "TP900"
-    name = "unused-noqa"
+    name = FILE_CODES[code]
     summary = "unused `noqa` directive"
     message = "unused `noqa` directive"
     family = "meta"
@@ -42,7 +42,7 @@ class SyntaxErrorInFile(Rule):
     """
 
     code = "TP901"
-    name = "syntax-error"
+    name = FILE_CODES[code]
     summary = "file does not parse or cannot be analysed"
     message = "syntax error"
     family = "meta"
@@ -61,7 +61,7 @@ class UnreadableFile(Rule):
     """
 
     code = "TP902"
-    name = "unreadable-file"
+    name = FILE_CODES[code]
     summary = "file cannot be read or decoded"
     message = "cannot read file"
     family = "meta"

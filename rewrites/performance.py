@@ -11,14 +11,14 @@ import ast
 from typing import TYPE_CHECKING
 
 from rewrites.attention import match
-from transpiler.checker import Context
-from transpiler.diagnostics import Fix
-from transpiler.rule import Rule
+from transpiler.analysis.walker import Context
+from transpiler.lint.rule import Fix
+from transpiler.lint.rule import Rule
 
 if TYPE_CHECKING:
     import libcst as cst
 
-    from transpiler.fixer import Edit
+    from transpiler.lint.rule import Edit
 
 
 class HandWrittenAttention(Rule):

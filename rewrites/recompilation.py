@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ast
 
-from transpiler.checker import Context
-from transpiler.rule import Rule
+from transpiler.analysis.walker import Context
+from transpiler.lint.rule import Rule
 
 
 class ModuleScalarAttributeMutation(Rule):
@@ -28,7 +28,9 @@ class ModuleScalarAttributeMutation(Rule):
     code = "TP601"
     name = "module-scalar-attribute-mutation"
     summary = "Python scalar attribute of a module mutated in compiled code"
-    message = "`self.{attr}` is a Python scalar that Dynamo guards on; changing it in compiled code recompiles the graph"
+    message = (
+        "`self.{attr}` is a Python scalar that Dynamo guards on; changing it in compiled code recompiles the graph"
+    )
     family = "recompile"
 
     def visit_AugAssign(self, node: ast.AugAssign, ctx: Context) -> None:
@@ -45,8 +47,7 @@ class ModuleScalarAttributeMutation(Rule):
         if attr is not None and ctx.cls is not None and attr in ctx.cls.scalar_attrs:
             self.report(ctx, target, attr=attr)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -59,10 +60,8 @@ class ModuleScalarAttributeMutation(Rule):
             def forward(self, x):
                 self.calls += 1
                 return x * 2 + 1
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -75,8 +74,7 @@ class ModuleScalarAttributeMutation(Rule):
             def forward(self, x):
                 self.calls += 1
                 return x * 2 + 1
-        """
-    ]
+        """]
 
 
 class GlobalScalarMutation(Rule):
@@ -104,8 +102,7 @@ class GlobalScalarMutation(Rule):
             if name in assigned:
                 self.report(ctx, node, name=name)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -117,10 +114,8 @@ class GlobalScalarMutation(Rule):
                 global calls
                 calls += 1
                 return x * calls
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -130,8 +125,7 @@ class GlobalScalarMutation(Rule):
         class Model(nn.Module):
             def forward(self, x):
                 return x * SCALE
-        """
-    ]
+        """]
 
 
 def _assigned_names(func: ast.AST) -> set[str]:
@@ -182,8 +176,7 @@ class GlobalTorchStateChange(Rule):
             if name in _GLOBAL_STATE_SETTERS:
                 self.report(ctx, call, callee=name)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -192,10 +185,8 @@ class GlobalTorchStateChange(Rule):
             def forward(self, x):
                 torch.use_deterministic_algorithms(True, warn_only=True)
                 return x * 2 + 1
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -205,5 +196,4 @@ class GlobalTorchStateChange(Rule):
                 with torch.no_grad():
                     y = x * 2
                 return y + 1
-        """
-    ]
+        """]

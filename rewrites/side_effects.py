@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 
 from rewrites.base import CallRule, GuardableCall
-from transpiler.checker import Context
-from transpiler.kinds import Kind
+from transpiler.analysis.walker import Context
+from transpiler.analysis.kinds import Kind
 
 _GUARD_HINT = "guard it with `if not torch.compiler.is_compiling():`"
 
@@ -34,8 +34,7 @@ class PrintInCompiledCode(GuardableCall):
     message = f"`print()` in compiled code breaks the graph; {_GUARD_HINT}"
     dynamo_codes = ("GB0059",)
     callees = frozenset({"builtins.print"})
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -45,10 +44,8 @@ class PrintInCompiledCode(GuardableCall):
                 y = x + 1
                 print("activations", y.shape)
                 return y * 2
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -59,13 +56,10 @@ class PrintInCompiledCode(GuardableCall):
                 if not torch.compiler.is_compiling():
                     print("activations", y.shape)
                 return y * 2
-        """
-    ]
+        """]
 
 
-_LOG_METHODS = frozenset(
-    "debug info warning warn error exception critical fatal log warning_once info_once".split()
-)
+_LOG_METHODS = frozenset("debug info warning warn error exception critical fatal log warning_once info_once".split())
 
 
 class LoggingInCompiledCode(GuardableCall):
@@ -134,8 +128,7 @@ class LoggingInCompiledCode(GuardableCall):
                 return y * 2
         """,
     ]
-    VALID = [
-        """
+    VALID = ["""
         import logging
 
         import torch
@@ -150,8 +143,7 @@ class LoggingInCompiledCode(GuardableCall):
                 if not torch.compiler.is_compiling():
                     logger.info("input shape %s", x.shape)
                 return y * 2
-        """
-    ]
+        """]
 
 
 class WarningsInCompiledCode(GuardableCall):
@@ -176,8 +168,7 @@ class WarningsInCompiledCode(GuardableCall):
     message = f"`{{callee}}()` in compiled code breaks the graph; {_GUARD_HINT}"
     dynamo_codes = ("GB0007",)
     callees = frozenset({"warnings.warn", "warnings.warn_explicit"})
-    INVALID = [
-        """
+    INVALID = ["""
         import warnings
 
         import torch
@@ -189,10 +180,8 @@ class WarningsInCompiledCode(GuardableCall):
                 y = x + 1
                 warnings.warn("legacy input format")
                 return y * 2
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import warnings
 
         import torch
@@ -205,8 +194,7 @@ class WarningsInCompiledCode(GuardableCall):
                 if not torch.compiler.is_compiling():
                     warnings.warn("legacy input format")
                 return y * 2
-        """
-    ]
+        """]
 
 
 class FileIoInCompiledCode(GuardableCall):
@@ -262,8 +250,7 @@ class FileIoInCompiledCode(GuardableCall):
                 return y * 2
         """,
     ]
-    VALID = [
-        """
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -277,8 +264,7 @@ class FileIoInCompiledCode(GuardableCall):
         def save_shape(model, x):
             with open("/dev/null", "w") as sink:
                 sink.write(str(model(x).shape))
-        """
-    ]
+        """]
 
 
 class ClockInCompiledCode(CallRule):
@@ -303,8 +289,7 @@ class ClockInCompiledCode(CallRule):
         f"time.{f}"
         for f in "time time_ns perf_counter perf_counter_ns monotonic monotonic_ns process_time process_time_ns".split()
     )
-    INVALID = [
-        """
+    INVALID = ["""
         import time
 
         import torch
@@ -316,10 +301,8 @@ class ClockInCompiledCode(CallRule):
                 y = x + 1
                 start = time.perf_counter()
                 return y * 2, start
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import time
 
         import torch
@@ -336,8 +319,7 @@ class ClockInCompiledCode(CallRule):
             start = time.perf_counter()
             out = model(x)
             return out, time.perf_counter() - start
-        """
-    ]
+        """]
 
 
 class PythonRandomInCompiledCode(CallRule):
@@ -361,8 +343,7 @@ class PythonRandomInCompiledCode(CallRule):
     message = "`{callee}()` in compiled code breaks the graph; use torch's generators (`torch.rand`, `torch.randn`)"
     dynamo_codes = ("GB0007",)
     callees = frozenset(f"random.{f}" for f in "random gauss seed normalvariate".split())
-    INVALID = [
-        """
+    INVALID = ["""
         import random
 
         import torch
@@ -374,10 +355,8 @@ class PythonRandomInCompiledCode(CallRule):
                 y = x + 1
                 noise = random.gauss(0.0, 0.1)
                 return y * noise
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -387,8 +366,7 @@ class PythonRandomInCompiledCode(CallRule):
                 y = x + 1
                 noise = torch.randn(()) * 0.1
                 return y * noise
-        """
-    ]
+        """]
 
 
 class NumpyRandomInCompiledCode(CallRule):
@@ -415,8 +393,7 @@ class NumpyRandomInCompiledCode(CallRule):
         if name.startswith("numpy.random."):
             self.report(ctx, node, callee=ast.unparse(node.func))
 
-    INVALID = [
-        """
+    INVALID = ["""
         import numpy as np
         import torch
         from torch import nn
@@ -427,10 +404,8 @@ class NumpyRandomInCompiledCode(CallRule):
                 y = x + 1
                 scale = np.random.rand()
                 return y * scale
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -440,8 +415,7 @@ class NumpyRandomInCompiledCode(CallRule):
                 y = x + 1
                 scale = torch.rand(())
                 return y * scale
-        """
-    ]
+        """]
 
 
 class FrameInspectionInCompiledCode(CallRule):
@@ -465,8 +439,7 @@ class FrameInspectionInCompiledCode(CallRule):
     callees = frozenset(
         {"inspect.stack", "inspect.currentframe", "inspect.getouterframes", "inspect.trace", "sys._getframe"}
     )
-    INVALID = [
-        """
+    INVALID = ["""
         import inspect
 
         import torch
@@ -478,10 +451,8 @@ class FrameInspectionInCompiledCode(CallRule):
                 y = x + 1
                 caller = inspect.stack()[1].function
                 return y * 2
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import inspect
 
         import torch
@@ -493,8 +464,7 @@ class FrameInspectionInCompiledCode(CallRule):
                 y = x + 1
                 params = inspect.signature(self.forward).parameters
                 return y * len(params)
-        """
-    ]
+        """]
 
 
 class SerializationInCompiledCode(GuardableCall):
@@ -521,7 +491,16 @@ class SerializationInCompiledCode(GuardableCall):
     message = "`{callee}()` in compiled code breaks the graph; serialize outside the compiled function"
     dynamo_codes = ("GB0007", "GB0156")
     callees = frozenset(
-        {"pickle.dumps", "pickle.dump", "pickle.loads", "pickle.load", "json.dumps", "json.dump", "torch.save", "torch.load"}
+        {
+            "pickle.dumps",
+            "pickle.dump",
+            "pickle.loads",
+            "pickle.load",
+            "json.dumps",
+            "json.dump",
+            "torch.save",
+            "torch.load",
+        }
     )
     INVALID = [
         """
@@ -551,8 +530,7 @@ class SerializationInCompiledCode(GuardableCall):
                 return y * 2
         """,
     ]
-    VALID = [
-        """
+    VALID = ["""
         import json
 
         import torch
@@ -567,8 +545,7 @@ class SerializationInCompiledCode(GuardableCall):
 
         def describe(model):
             return json.dumps({"parameters": sum(p.numel() for p in model.parameters())})
-        """
-    ]
+        """]
 
 
 class GlobalSeedInCompiledCode(CallRule):
@@ -600,8 +577,7 @@ class GlobalSeedInCompiledCode(CallRule):
             "torch.set_rng_state",
         }
     )
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -611,8 +587,7 @@ class GlobalSeedInCompiledCode(CallRule):
                 y = x + 1
                 torch.manual_seed(0)
                 return y * torch.rand(8)
-        """
-    ]
+        """]
     VALID = [
         """
         import torch
@@ -706,8 +681,7 @@ class ProcessStateInCompiledCode(CallRule):
                 return y * 2
         """,
     ]
-    VALID = [
-        """
+    VALID = ["""
         import uuid
 
         import torch
@@ -722,5 +696,4 @@ class ProcessStateInCompiledCode(CallRule):
 
         def tagged(model, x):
             return model(x), uuid.uuid4()
-        """
-    ]
+        """]

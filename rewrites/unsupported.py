@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import atom, with_parens_of
-from transpiler.checker import Context
-from transpiler.diagnostics import Fix
-from transpiler.rule import REGISTRY, Finding, Rule
+from transpiler.analysis.walker import Context
+from transpiler.lint.rule import Fix
+from transpiler.lint.rule import REGISTRY, Finding, Rule
 
 if TYPE_CHECKING:
     import libcst as cst
 
-    from transpiler.fixer import Edit
+    from transpiler.lint.rule import Edit
 
 
 class BreakInBlock(Rule):
@@ -55,8 +55,7 @@ class GraphBreakInLoop(BreakInBlock):
     message = "graph break inside the loop at line {line}: Dynamo skips the whole function and runs it eagerly"
     dynamo_codes = ("GB7000",)
     block = "loop"
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -68,10 +67,8 @@ class GraphBreakInLoop(BreakInBlock):
                     y = y * 2
                     print("step", step)
                 return y
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -82,8 +79,7 @@ class GraphBreakInLoop(BreakInBlock):
                 for step in range(3):
                     y = y * 2
                 return y
-        """
-    ]
+        """]
 
 
 class GraphBreakInTry(BreakInBlock):
@@ -104,8 +100,7 @@ class GraphBreakInTry(BreakInBlock):
     summary = "graph break inside a `try` block"
     message = "graph break inside the `try` at line {line}: Dynamo cannot resume and runs the whole function eagerly"
     block = "try"
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -119,10 +114,8 @@ class GraphBreakInTry(BreakInBlock):
                 except RuntimeError:
                     y = y * 3
                 return y
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -135,8 +128,7 @@ class GraphBreakInTry(BreakInBlock):
                 except RuntimeError:
                     y = y * 3
                 return y
-        """
-    ]
+        """]
 
 
 class GraphBreakInContextManager(BreakInBlock):
@@ -160,8 +152,7 @@ class GraphBreakInContextManager(BreakInBlock):
     message = "graph break inside the `with` at line {line}: Dynamo cannot resume under this context manager and skips the function"
     dynamo_codes = ("GB0066",)
     block = "with"
-    INVALID = [
-        """
+    INVALID = ["""
         import contextlib
 
         import torch
@@ -180,10 +171,8 @@ class GraphBreakInContextManager(BreakInBlock):
                     print("scaling")
                     y = y * 2
                 return y
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -194,8 +183,7 @@ class GraphBreakInContextManager(BreakInBlock):
                 with torch.no_grad():
                     y = y * 2
                 return y
-        """
-    ]
+        """]
 
 
 class IdComparison(Rule):
@@ -248,8 +236,7 @@ class IdComparison(Rule):
         left, right = (atom(call.args[0].value) for call in (node.left, target.comparator))
         return with_parens_of(node, cst.Comparison(left, [cst.ComparisonTarget(operator, right)]))
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -260,10 +247,8 @@ class IdComparison(Rule):
                 z = y * 2
                 same = id(z) == id(x)
                 return z, same
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -274,8 +259,7 @@ class IdComparison(Rule):
                 z = y * 2
                 same = z is x
                 return z, same
-        """
-    ]
+        """]
 
 
 def _is_id_call(node: ast.expr, ctx: Context) -> bool:
@@ -314,8 +298,7 @@ class DataPtrComparison(Rule):
         ):
             self.report(ctx, node)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -325,10 +308,8 @@ class DataPtrComparison(Rule):
                 y = x + 1
                 shared = y.data_ptr() == x.data_ptr()
                 return y * 2, shared
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -337,8 +318,7 @@ class DataPtrComparison(Rule):
             def forward(self, x):
                 y = x + 1
                 return y * 2
-        """
-    ]
+        """]
 
 
 class ClassDefinitionInCompiledCode(Rule):
@@ -362,8 +342,7 @@ class ClassDefinitionInCompiledCode(Rule):
     def visit_ClassDef(self, node: ast.ClassDef, ctx: Context) -> None:
         self.report(ctx, node, cls=node.name)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -376,10 +355,8 @@ class ClassDefinitionInCompiledCode(Rule):
                     factor = 2
 
                 return y * Scale.factor
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -392,8 +369,7 @@ class ClassDefinitionInCompiledCode(Rule):
             def forward(self, x):
                 y = x + 1
                 return y * Scale.factor
-        """
-    ]
+        """]
 
 
 class ParameterInCompiledCode(CallRule):
@@ -414,8 +390,7 @@ class ParameterInCompiledCode(CallRule):
     message = "`nn.Parameter` constructed in compiled code breaks the graph; create it in `__init__`"
     dynamo_codes = ("GB0264",)
     callees = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -425,10 +400,8 @@ class ParameterInCompiledCode(CallRule):
                 y = x + 1
                 weight = nn.Parameter(torch.ones(8))
                 return y * weight
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -441,8 +414,7 @@ class ParameterInCompiledCode(CallRule):
             def forward(self, x):
                 y = x + 1
                 return y * self.weight
-        """
-    ]
+        """]
 
 
 class AutogradCallInCompiledCode(Rule):
@@ -472,8 +444,7 @@ class AutogradCallInCompiledCode(Rule):
             if ctx.kind(node.func.value).is_tensor:
                 self.report(ctx, node, callee=".backward()")
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -484,10 +455,8 @@ class AutogradCallInCompiledCode(Rule):
                 z = (y * y).sum()
                 (grad,) = torch.autograd.grad(z, y)
                 return grad * 2
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -502,8 +471,7 @@ class AutogradCallInCompiledCode(Rule):
             loss = model(x)
             loss.backward()
             return loss
-        """
-    ]
+        """]
 
 
 class TensorDataAssignment(Rule):
@@ -530,8 +498,7 @@ class TensorDataAssignment(Rule):
                 if ctx.kind(target.value).is_tensor:
                     self.report(ctx, target)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -542,10 +509,8 @@ class TensorDataAssignment(Rule):
                 z = y.clone()
                 z.data = torch.zeros(8)
                 return z * 2
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -557,8 +522,7 @@ class TensorDataAssignment(Rule):
                 with torch.no_grad():
                     z.copy_(torch.zeros(8))
                 return z * 2
-        """
-    ]
+        """]
 
 
 class TensorFactoryRequiresGrad(Rule):
@@ -583,11 +547,14 @@ class TensorFactoryRequiresGrad(Rule):
         name = ctx.qualname(node.func) or ""
         if name.startswith("torch.") and name.count(".") == 1:
             for keyword in node.keywords:
-                if keyword.arg == "requires_grad" and isinstance(keyword.value, ast.Constant) and keyword.value.value is True:
+                if (
+                    keyword.arg == "requires_grad"
+                    and isinstance(keyword.value, ast.Constant)
+                    and keyword.value.value is True
+                ):
                     self.report(ctx, node)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -597,10 +564,8 @@ class TensorFactoryRequiresGrad(Rule):
                 y = x + 1
                 bias = torch.zeros(8, requires_grad=True)
                 return y + bias
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -610,8 +575,7 @@ class TensorFactoryRequiresGrad(Rule):
                 y = x + 1
                 bias = torch.zeros(8)
                 return y + bias
-        """
-    ]
+        """]
 
 
 class StorageOffsetCall(TensorMethodRule):
@@ -632,8 +596,7 @@ class StorageOffsetCall(TensorMethodRule):
     message = "`storage_offset()` in compiled code breaks the graph"
     dynamo_codes = ("GB0208",)
     methods = frozenset({"storage_offset"})
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -643,10 +606,8 @@ class StorageOffsetCall(TensorMethodRule):
                 y = x + 1
                 offset = y.storage_offset()
                 return y * 2, offset
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -655,8 +616,7 @@ class StorageOffsetCall(TensorMethodRule):
             def forward(self, x):
                 y = x + 1
                 return y * 2, y.stride()
-        """
-    ]
+        """]
 
 
 class CopyModuleOnTensor(Rule):
@@ -714,8 +674,7 @@ class CopyModuleOnTensor(Rule):
                 return z * 2
         """,
     ]
-    VALID = [
-        """
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -725,8 +684,7 @@ class CopyModuleOnTensor(Rule):
                 y = x + 1
                 z = y.clone()
                 return z * 2
-        """
-    ]
+        """]
 
 
 class RecurrentModuleCall(Rule):
@@ -755,8 +713,7 @@ class RecurrentModuleCall(Rule):
         if attr is not None and ctx.cls is not None and ctx.cls.attr_ctors.get(attr) in self._RNN:
             self.report(ctx, node, ctor=ctx.cls.attr_ctors[attr].replace("torch.", ""))
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -770,10 +727,8 @@ class RecurrentModuleCall(Rule):
                 y = x + 1
                 out, _ = self.rnn(y.view(1, 1, 8))
                 return out * 2
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -787,8 +742,7 @@ class RecurrentModuleCall(Rule):
                 y = x + 1
                 h, _ = self.cell(y.view(1, 8))
                 return h * 2
-        """
-    ]
+        """]
 
 
 class UnsupportedTensorMethod(TensorMethodRule):
@@ -813,8 +767,7 @@ class UnsupportedTensorMethod(TensorMethodRule):
     dynamo_codes = ("GB0126", "GB0127", "GB0117", "GB0107", "GB0108", "GB0045", "GB0046")
     methods = frozenset({"resize_", "resize_as_", "share_memory_", "random_", "retain_grad", "is_inference"})
     functions = frozenset({"torch.is_inference_mode_enabled"})
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -824,10 +777,8 @@ class UnsupportedTensorMethod(TensorMethodRule):
                 y = x + 1
                 y.resize_(4, 2)
                 return y * 2
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -837,8 +788,7 @@ class UnsupportedTensorMethod(TensorMethodRule):
                 y = x + 1
                 y = y.reshape(4, 2)
                 return y * 2
-        """
-    ]
+        """]
 
 
 class RequiresGradMutation(Rule):
@@ -862,7 +812,11 @@ class RequiresGradMutation(Rule):
 
     def visit_Assign(self, node: ast.Assign, ctx: Context) -> None:
         for target in node.targets:
-            if isinstance(target, ast.Attribute) and target.attr == "requires_grad" and ctx.kind(target.value).is_tensor:
+            if (
+                isinstance(target, ast.Attribute)
+                and target.attr == "requires_grad"
+                and ctx.kind(target.value).is_tensor
+            ):
                 self.report(ctx, target)
 
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
@@ -896,8 +850,7 @@ class RequiresGradMutation(Rule):
                 return z * 2
         """,
     ]
-    VALID = [
-        """
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -907,8 +860,7 @@ class RequiresGradMutation(Rule):
                 y = x + 1
                 z = y.detach()
                 return z * 2
-        """
-    ]
+        """]
 
 
 class CallToDisabledFunction(Rule):
@@ -942,8 +894,7 @@ class CallToDisabledFunction(Rule):
         elif isinstance(func, ast.Name) and func.id in ctx.names.disabled and ctx.qualname(func) is not None:
             self.report(ctx, node, callee=func.id)
 
-    INVALID = [
-        """
+    INVALID = ["""
         import torch
         from torch import nn
 
@@ -958,10 +909,8 @@ class CallToDisabledFunction(Rule):
                 y = x + 1
                 log_stats(y)
                 return y * 2
-        """
-    ]
-    VALID = [
-        """
+        """]
+    VALID = ["""
         import torch
         from torch import nn
 
@@ -974,5 +923,4 @@ class CallToDisabledFunction(Rule):
             def forward(self, x):
                 y = x + 1
                 return scale(y)
-        """
-    ]
+        """]

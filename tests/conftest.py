@@ -10,6 +10,10 @@ import sys
 import pytest
 import torch
 
+from transpiler.pipeline.rules import load_rules
+
+load_rules()  # the command line registers the rules; tests that call the engine directly need them too
+
 # Triton reads TRITON_INTERPRET when it is first imported (it decorates its library functions then), and
 # many test modules import it on the way (torch._dynamo does): without CUDA, turn the interpreter on here,
 # before any of them, so that the modules running Triton kernels in-process (test_triton_backend and the

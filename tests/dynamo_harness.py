@@ -152,9 +152,7 @@ class DynamoReport:
         """True if explain reported a break at ``line``, or the innermost example
         line of the fullgraph=True error is ``line`` (explain misses breaks before
         the first traced op and whole-frame skips)."""
-        return line in self.break_lines or (
-            self.fullgraph_error is not None and self.fullgraph_error_line == line
-        )
+        return line in self.break_lines or (self.fullgraph_error is not None and self.fullgraph_error_line == line)
 
     def clean(self) -> bool:
         """No explain breaks, at least one graph, no skip, fullgraph compile OK."""
@@ -264,11 +262,7 @@ def _capture_recompile_reasons(sink: list[str]) -> Iterator[bool]:
         reasons = orig(*args, **kwargs)
         if not kwargs.get("skip_logging", False):
             # one entry per recompilation: the failure of every cache entry
-            sink.append(
-                "\n".join(str(r) for r in reasons)
-                if reasons
-                else "Unable to find recompilation reasons"
-            )
+            sink.append("\n".join(str(r) for r in reasons) if reasons else "Unable to find recompilation reasons")
         return reasons
 
     cf.get_and_maybe_log_recompilation_reasons = wrapper
@@ -310,12 +304,9 @@ class _GlobalTorchState:
         torch.set_grad_enabled(self.grad)
         if (
             torch.are_deterministic_algorithms_enabled() != self.deterministic
-            or torch.is_deterministic_algorithms_warn_only_enabled()
-            != self.deterministic_warn_only
+            or torch.is_deterministic_algorithms_warn_only_enabled() != self.deterministic_warn_only
         ):
-            torch.use_deterministic_algorithms(
-                self.deterministic, warn_only=self.deterministic_warn_only
-            )
+            torch.use_deterministic_algorithms(self.deterministic, warn_only=self.deterministic_warn_only)
         if torch.get_default_dtype() != self.default_dtype:
             torch.set_default_dtype(self.default_dtype)
         if torch.get_num_threads() != self.num_threads:
@@ -373,11 +364,7 @@ def _example_lines_in_exception(exc: BaseException, filename: str) -> list[int]:
             if lines:
                 return lines
     for e in _exception_chain(exc):
-        tb_lines = [
-            f.lineno
-            for f in traceback.extract_tb(e.__traceback__)
-            if f.filename == filename and f.lineno
-        ]
+        tb_lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == filename and f.lineno]
         if tb_lines:
             return tb_lines
     return []
@@ -425,12 +412,8 @@ def _load(source: str, name: str) -> tuple[str, types.ModuleType]:
         exec(code, mod.__dict__)
     except Exception as e:
         sys.modules.pop(modname, None)
-        raise ExampleError(
-            f"example {name!r} raised while executing its module body: {_format_exc(e)}"
-        ) from e
-    if not isinstance(mod.__dict__.get("Model"), type) or not issubclass(
-        mod.Model, torch.nn.Module
-    ):
+        raise ExampleError(f"example {name!r} raised while executing its module body: {_format_exc(e)}") from e
+    if not isinstance(mod.__dict__.get("Model"), type) or not issubclass(mod.Model, torch.nn.Module):
         sys.modules.pop(modname, None)
         raise ExampleError(f"example {name!r} does not define class Model(nn.Module)")
     return filename, mod
@@ -441,9 +424,7 @@ def _load(source: str, name: str) -> tuple[str, types.ModuleType]:
 # --------------------------------------------------------------------------- #
 
 
-def run_example(
-    source: str, name: str = "example", calls: int = 3, *, seed: int = 0
-) -> DynamoReport:
+def run_example(source: str, name: str = "example", calls: int = 3, *, seed: int = 0) -> DynamoReport:
     """Run ``source`` eagerly, under explain, fullgraph=True and a CompileCounter
     for ``calls`` calls; return a :class:`DynamoReport`.  Raises
     :class:`ExampleError` if the snippet itself is broken."""
@@ -491,8 +472,7 @@ def _run_example(source: str, name: str, calls: int, seed: int) -> DynamoReport:
                     fresh()(*inputs(0))
                 except Exception as e:
                     raise ExampleError(
-                        f"example {name!r} is broken: eager Model().eval()(*make_inputs(0)) "
-                        f"raised {_format_exc(e)}"
+                        f"example {name!r} is broken: eager Model().eval()(*make_inputs(0)) " f"raised {_format_exc(e)}"
                     ) from e
             with phase("eager_ops"):
                 counter = _OpCounter()
@@ -558,13 +538,10 @@ def _run_example(source: str, name: str, calls: int, seed: int) -> DynamoReport:
                 report.frame_count = int(cnt.frame_count)
                 report.recompile_reasons = reasons
                 report.recompile_limit_hit = any(
-                    "recompile_limit" in s or "cache_size_limit" in s
-                    for s in report.captured_logs
+                    "recompile_limit" in s or "cache_size_limit" in s for s in report.captured_logs
                 )
 
-            report.captured_warnings = [
-                f"{w.category.__name__}: {w.message}" for w in wlist
-            ]
+            report.captured_warnings = [f"{w.category.__name__}: {w.message}" for w in wlist]
     finally:
         sys.modules.pop(mod.__name__, None)
         torch._dynamo.reset()
@@ -574,12 +551,9 @@ def _run_example(source: str, name: str, calls: int, seed: int) -> DynamoReport:
     is_generator = fwd_code is not None and bool(
         fwd_code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR)
     )
-    did_tensor_work = (
-        bool(report.eager_op_count) or report.eager_op_count is None or is_generator
-    )
+    did_tensor_work = bool(report.eager_op_count) or report.eager_op_count is None or is_generator
     report.frame_skipped = did_tensor_work and (
-        report.forward_cache_entries == 0
-        or (report.explain_error is None and report.graph_count == 0)
+        report.forward_cache_entries == 0 or (report.explain_error is None and report.graph_count == 0)
     )
     report.timings["total"] = time.perf_counter() - t_start
     return report

@@ -154,8 +154,22 @@ FILE_HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional a
 # -- inputs ---------------------------------------------------------------------------------------
 # 3e9, 2**31 and 2**24 + 1: past int32 and past float32's integers, for casts to integers and back.
 SPECIALS = (
-    math.nan, math.inf, -math.inf, -0.0, 0.0, 1e30, -1e30, 65504.0, -65504.0, 1e-40, 6e-8, 1e-45, 1e20,
-    3e9, -2.0**31, 2.0**24 + 1,
+    math.nan,
+    math.inf,
+    -math.inf,
+    -0.0,
+    0.0,
+    1e30,
+    -1e30,
+    65504.0,
+    -65504.0,
+    1e-40,
+    6e-8,
+    1e-45,
+    1e20,
+    3e9,
+    -(2.0**31),
+    2.0**24 + 1,
 )
 
 
@@ -239,26 +253,94 @@ def make_input_source(spec: InputSpec) -> str:
 
 # -- drawing programs -----------------------------------------------------------------------------
 UNARY = (
-    "exp", "exp2", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf", "sigmoid",
-    "reciprocal", "abs", "neg", "sign", "floor", "ceil", "round", "trunc", "relu", "isnan", "isinf", "logical_not",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log1p",
+    "log2",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tanh",
+    "erf",
+    "sigmoid",
+    "reciprocal",
+    "abs",
+    "neg",
+    "sign",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "relu",
+    "isnan",
+    "isinf",
+    "logical_not",
 )
 FUNCTIONAL = (
-    "F.gelu({0})", "F.gelu({0}, approximate='tanh')", "F.silu({0})", "F.mish({0})", "F.softplus({0})",
-    "F.relu({0})", "torch.sigmoid({0})", "F.tanh({0})", "torch.special.expit({0})", "-{0}", "torch.nan_to_num({0}, nan=0.0, posinf=1e4, neginf=-1e4)",
-    "torch.clamp({0}, min=-1.0, max=1.0)", "{0}.clamp(min=0.0)", "{0}.clamp(max=0.5)", "torch.clamp_min({0}, -0.5)",
-    "torch.clip({0}, -2.0, 2.0)", "{0} ** 2", "torch.pow({0}, 0.5)", "{0}.pow(3)", "2.0 ** {0}", "1.0 - {0}", "2.0 * {0}",
+    "F.gelu({0})",
+    "F.gelu({0}, approximate='tanh')",
+    "F.silu({0})",
+    "F.mish({0})",
+    "F.softplus({0})",
+    "F.relu({0})",
+    "torch.sigmoid({0})",
+    "F.tanh({0})",
+    "torch.special.expit({0})",
+    "-{0}",
+    "torch.nan_to_num({0}, nan=0.0, posinf=1e4, neginf=-1e4)",
+    "torch.clamp({0}, min=-1.0, max=1.0)",
+    "{0}.clamp(min=0.0)",
+    "{0}.clamp(max=0.5)",
+    "torch.clamp_min({0}, -0.5)",
+    "torch.clip({0}, -2.0, 2.0)",
+    "{0} ** 2",
+    "torch.pow({0}, 0.5)",
+    "{0}.pow(3)",
+    "2.0 ** {0}",
+    "1.0 - {0}",
+    "2.0 * {0}",
 )
 ACT_MODULES = (
-    "nn.GELU()", "nn.GELU(approximate='tanh')", "nn.SiLU()", "nn.ReLU()", "nn.Tanh()", "nn.Sigmoid()",
-    "nn.Mish()", "nn.Softplus()", "nn.Identity()", "nn.Dropout(0.1)",
+    "nn.GELU()",
+    "nn.GELU(approximate='tanh')",
+    "nn.SiLU()",
+    "nn.ReLU()",
+    "nn.Tanh()",
+    "nn.Sigmoid()",
+    "nn.Mish()",
+    "nn.Softplus()",
+    "nn.Identity()",
+    "nn.Dropout(0.1)",
 )
-BINARY = (("+", "add"), ("-", "sub"), ("*", "mul"), ("/", "div"), ("//", "floor_divide"), ("%", "remainder"), ("**", "pow"))
+BINARY = (
+    ("+", "add"),
+    ("-", "sub"),
+    ("*", "mul"),
+    ("/", "div"),
+    ("//", "floor_divide"),
+    ("%", "remainder"),
+    ("**", "pow"),
+)
 MIN_MAX = ("maximum", "minimum")
 COMPARE = (("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"), ("==", "eq"), ("!=", "ne"))
 LOGICAL = (("&", "logical_and"), ("|", "logical_or"), ("^", "logical_xor"))
 SCALARS = ("0.5", "2.0", "-1.5", "3", "1e-06", "0.0", "10000.0", "-10000.0", "65504.0", "float('inf')", "1e30")
-CASTS = (".float()", ".half()", ".double()", ".bfloat16()", ".int()", ".long()", ".bool()", ".to(torch.float16)",
-         ".to(torch.float32)", ".to(torch.bfloat16)", ".type(torch.float32)")
+CASTS = (
+    ".float()",
+    ".half()",
+    ".double()",
+    ".bfloat16()",
+    ".int()",
+    ".long()",
+    ".bool()",
+    ".to(torch.float16)",
+    ".to(torch.float32)",
+    ".to(torch.bfloat16)",
+    ".type(torch.float32)",
+)
 REDUCTIONS = ("sum", "mean", "amax", "amin", "logsumexp", "var", "std")
 
 
@@ -279,7 +361,10 @@ class _Drawer:
     def inputs(self) -> tuple[InputSpec, ...]:
         rng = self.rng
         rank = rng.choice((0, 1, 2, 2, 3, 3, 4))
-        shape = [rng.choice((0, 1, 1, 2, 3, 4, 5, 7)) if rng.random() < 0.15 else rng.choice((1, 2, 3, 4, 5, 6)) for _ in range(rank)]
+        shape = [
+            rng.choice((0, 1, 1, 2, 3, 4, 5, 7)) if rng.random() < 0.15 else rng.choice((1, 2, 3, 4, 5, 6))
+            for _ in range(rank)
+        ]
         main = rng.choice(self.floats) if rng.random() < 0.5 else "float32"
         specs = []
         for k in range(rng.choice((1, 1, 2, 2, 3))):
@@ -288,7 +373,11 @@ class _Drawer:
             if k and rng.random() < 0.1:
                 own = []
             roll = rng.random()
-            dtype = main if roll < 0.75 else "bool" if roll < 0.87 else rng.choice(INTS) if roll < 0.93 else rng.choice(self.floats)
+            dtype = (
+                main
+                if roll < 0.75
+                else "bool" if roll < 0.87 else rng.choice(INTS) if roll < 0.93 else rng.choice(self.floats)
+            )
             layouts = ["contiguous"] * 3 + (["transposed"] if len(own) >= 2 else []) + (["sliced"] if own else [])
             layouts += ["expanded"] if any(s > 1 for s in own) else []
             values = rng.choice(("normal", "normal", "specials", "specials", "huge", "tiny"))
@@ -350,8 +439,26 @@ class _Drawer:
     def statement(self) -> Stmt | None:
         rng = self.rng
         kind = rng.choices(
-            ("unary", "functional", "module", "binary", "minmax", "compare", "logical", "where", "masked_fill",
-             "ternary", "cast", "cast_like", "reduction", "softmax", "layer_norm", "view", "alias", "inplace"),
+            (
+                "unary",
+                "functional",
+                "module",
+                "binary",
+                "minmax",
+                "compare",
+                "logical",
+                "where",
+                "masked_fill",
+                "ternary",
+                "cast",
+                "cast_like",
+                "reduction",
+                "softmax",
+                "layer_norm",
+                "view",
+                "alias",
+                "inplace",
+            ),
             (8, 8, 5, 14, 3, 5, 2, 3, 3, 3, 6, 5, 8, 4, 3, 3, 2, 6),
         )[0]
         return getattr(self, f"_{kind}")()
@@ -434,14 +541,22 @@ class _Drawer:
         if m is None:
             return None
         value = self.rng.choice(("-10000.0", "0.0", "float('-inf')", "-65504.0"))
-        form = self.rng.choice(("{0}.masked_fill({1}, %s)", "torch.masked_fill({0}, {1}, %s)", "{0}.masked_fill_({1}, %s)"))
+        form = self.rng.choice(
+            ("{0}.masked_fill({1}, %s)", "torch.masked_fill({0}, {1}, %s)", "{0}.masked_fill_({1}, %s)")
+        )
         target = None if "_(" in form else self.new_name()
         return Stmt(target, form % value, (self.pick(), m))
 
     def _ternary(self) -> Stmt:
         x, y, z = self.pick(), self.pick(), self.pick()
-        form = self.rng.choice(("torch.lerp({0}, {1}, 0.3)", "torch.addcmul({0}, {1}, {2}, value=0.5)",
-                                "{0}.addcdiv({1}, {2}, value=-2.0)", "torch.addcdiv({0}, {1}, {2})"))
+        form = self.rng.choice(
+            (
+                "torch.lerp({0}, {1}, 0.3)",
+                "torch.addcmul({0}, {1}, {2}, value=0.5)",
+                "{0}.addcdiv({1}, {2}, value=-2.0)",
+                "torch.addcdiv({0}, {1}, {2})",
+            )
+        )
         return Stmt(self.new_name(), form, (x, y, z)[: form.count("{")], ops=2)
 
     def _cast(self) -> Stmt:
@@ -494,13 +609,17 @@ class _Drawer:
             return Stmt(self.new_name(), f"self.{name}({{0}})", (x,), ops=5, reduces=True)
         w = self.attr(f"self.{{name}} = nn.Parameter(torch.randn({d}))", "w")
         b = self.attr(f"self.register_buffer('{{name}}', torch.randn({d}))", "buf")
-        return Stmt(self.new_name(), f"F.layer_norm({{0}}, ({d},), self.{w}, self.{b}, 1e-05)", (x,), ops=5, reduces=True)
+        return Stmt(
+            self.new_name(), f"F.layer_norm({{0}}, ({d},), self.{w}, self.{b}, 1e-05)", (x,), ops=5, reduces=True
+        )
 
     def _view(self) -> Stmt | None:
         x = self.pick(lambda t: t.dim() > 0)
         if x is None:
             return None
-        form = self.rng.choice(("{0}[..., :2]", "{0}.transpose(-1, -2)", "{0}.view(-1)", "{0}.unsqueeze(0)", "{0}.reshape(-1)", "{0}[0]"))
+        form = self.rng.choice(
+            ("{0}[..., :2]", "{0}.transpose(-1, -2)", "{0}.view(-1)", "{0}.unsqueeze(0)", "{0}.reshape(-1)", "{0}[0]")
+        )
         return Stmt(self.new_name(), form, (x,), ops=0)
 
     def _alias(self) -> Stmt:
@@ -510,8 +629,19 @@ class _Drawer:
         """An update in place of a value (an input, an alias or a cast that returned its operand)."""
         x = self.pick()
         other, operands = self._other_operand(x)
-        form = self.rng.choice(("{0}.mul_(%s)", "{0}.add_(%s)", "{0}.sub_(%s)", "{0}.div_(%s)", "{0} += %s", "{0} *= %s",
-                                "{0}.clamp_(min=-1.0)", "{0}.relu_()", "{0}.exp_()"))
+        form = self.rng.choice(
+            (
+                "{0}.mul_(%s)",
+                "{0}.add_(%s)",
+                "{0}.sub_(%s)",
+                "{0}.div_(%s)",
+                "{0} += %s",
+                "{0} *= %s",
+                "{0}.clamp_(min=-1.0)",
+                "{0}.relu_()",
+                "{0}.exp_()",
+            )
+        )
         return Stmt(None, form % other if "%s" in form else form, operands if "%s" in form else (x,))
 
     # -- the program
@@ -521,7 +651,9 @@ class _Drawer:
         and on a GPU which write wins differs from run to run, in eager as in any kernel), or integers cast
         from floats they cannot hold (`_undefined_integers`)."""
         updated = self.env.get(stmt.operands[0]) if stmt.target is None and stmt.operands else None
-        if isinstance(updated, torch.Tensor) and any(st == 0 and n > 1 for st, n in zip(updated.stride(), updated.shape)):
+        if isinstance(updated, torch.Tensor) and any(
+            st == 0 and n > 1 for st, n in zip(updated.stride(), updated.shape)
+        ):
             return None
         namespace = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional, "self": self.holder, **self.env}
         try:
@@ -635,7 +767,9 @@ def smaller_inputs(program: Program) -> list[Program]:
         for seed in (1, 2):
             if spec.seed > 2:
                 options.append(dataclasses.replace(spec, seed=seed))
-        out += [dataclasses.replace(program, inputs=program.inputs[:k] + (o,) + program.inputs[k + 1 :]) for o in options]
+        out += [
+            dataclasses.replace(program, inputs=program.inputs[:k] + (o,) + program.inputs[k + 1 :]) for o in options
+        ]
     return out
 
 
@@ -678,7 +812,11 @@ def value_mismatch(
     cond = torch.zeros_like(exp)
     if wide is not None and wide.shape == expected.shape:
         w = wide.detach().double()
-        cond = torch.where(torch.isnan(exp) == torch.isnan(w), (exp - w).abs().nan_to_num(nan=0.0, posinf=math.inf), torch.full_like(exp, math.inf))
+        cond = torch.where(
+            torch.isnan(exp) == torch.isnan(w),
+            (exp - w).abs().nan_to_num(nan=0.0, posinf=math.inf),
+            torch.full_like(exp, math.inf),
+        )
         cond = torch.where((exp == w) | (torch.isnan(exp) & torch.isnan(w)), torch.zeros_like(cond), cond)
     if exact is not None and exact.shape == expected.shape:
         ex = exact.detach().double()
@@ -788,7 +926,9 @@ def compare(program: Program, original_cls, transpiled_cls, device: str = "cpu")
             return "wrong shape", f"output {k}: eager {tuple(e.shape)}, transpiled {tuple(a.shape)}"
         if a.dtype != e.dtype:
             return "wrong dtype", f"output {k}: eager {e.dtype}, transpiled {a.dtype}"
-        mismatch = value_mismatch(a, e, wide[k] if wide else None, ops, length, narrowest.dtype, exact[k] if exact else None)
+        mismatch = value_mismatch(
+            a, e, wide[k] if wide else None, ops, length, narrowest.dtype, exact[k] if exact else None
+        )
         if mismatch:
             return "wrong value", f"output {k} ({e.dtype}): {mismatch}"
         eager_alias = [i for i, x in enumerate(eager_in) if _shares_storage(e, x)]
@@ -884,7 +1024,11 @@ def _run_workers(placed, work: Path, package: str, env, timeout: float) -> list[
         try:
             run = subprocess.run(
                 [sys.executable, "-m", "tests.fuzzing", "worker", str(work), package, str(jobs)],
-                env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=ROOT,
             )
             lines = [l for l in run.stdout.splitlines() if l.startswith("{")]
             failure = f"worker exited {run.returncode}: {run.stderr[-3000:]}"
@@ -908,9 +1052,13 @@ def _program_json(program: Program) -> dict:
 
 def _program_from_json(data: dict) -> Program:
     return Program(
-        data["seed"], tuple(InputSpec(**{**i, "shape": tuple(i["shape"])}) for i in data["inputs"]),
-        tuple(tuple(a) for a in data["attrs"]), tuple(Stmt(**{**s, "operands": tuple(s["operands"])}) for s in data["body"]),
-        tuple(data["returns"]), data["inline_return"], data["variant"],
+        data["seed"],
+        tuple(InputSpec(**{**i, "shape": tuple(i["shape"])}) for i in data["inputs"]),
+        tuple(tuple(a) for a in data["attrs"]),
+        tuple(Stmt(**{**s, "operands": tuple(s["operands"])}) for s in data["body"]),
+        tuple(data["returns"]),
+        data["inline_return"],
+        data["variant"],
     )
 
 
@@ -925,7 +1073,7 @@ def worker(work: Path, package: str, jobs: Path) -> None:
     The transpiler runs in this process: a process of its own would import torch once more."""
     os.chdir(work)
     if not (work / "out").exists():
-        from transpiler.cli import main
+        from transpiler.cli.main import main
 
         # Relative paths: the generated files then do not name the temporary directory, so a tree of
         # the same classes (a minimisation round on other inputs) finds its C++ build in the cache.
@@ -939,7 +1087,9 @@ def worker(work: Path, package: str, jobs: Path) -> None:
     for job in json.loads(jobs.read_text()):
         program, module = _program_from_json(job["program"]), job["module"]
         if module not in originals:
-            spec = importlib.util.spec_from_file_location(f"fuzz_original_{module}", work / "src" / package / f"{module}.py")
+            spec = importlib.util.spec_from_file_location(
+                f"fuzz_original_{module}", work / "src" / package / f"{module}.py"
+            )
             originals[module] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(originals[module])
         transpiled = importlib.import_module(f"{package}.{module}")

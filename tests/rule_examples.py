@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from transpiler import engine
-from transpiler.diagnostics import Diagnostic
-from transpiler.rule import REGISTRY
+from transpiler.lint import engine
+from transpiler.pipeline.rules import load_rules
+from transpiler.source.diagnostics import Diagnostic
+from transpiler.lint.rule import REGISTRY
 
-engine.load_rules()
+load_rules()
 RULES = [rule for _, rule in sorted(REGISTRY.items())]
 CHECKED_RULES = [rule for rule in RULES if rule.family != "meta"]
 
@@ -27,13 +28,15 @@ def examples(kind: str) -> list:
 
 def fix_snippet(source: str, unsafe: bool = True, module: str = "example"):
     """Run the fixer on `source` as the file `<module>.py`; the FixResult and the fixed text."""
-    from transpiler.fixer import fix_project
+    from transpiler.lint.fixer import fix_project
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"{module}.py"
         path.write_text(source, encoding="utf-8")
         files = [path]
-        result = fix_project(files, lambda overlay: engine.lint(files, lambda code: True, "all", None, 1, None, overlay), unsafe)
+        result = fix_project(
+            files, lambda overlay: engine.lint(files, lambda code: True, "all", None, 1, None, overlay), unsafe
+        )
         return result, result.sources.get(path, source)
 
 

@@ -1,5 +1,5 @@
 """Activation modules chosen at run time (`self.act = ACT2FN[config.hidden_act]`): fused with the code
-around them, computed by the op each class maps to (transpiler/ops.py ACTIVATIONS) in C++ and in Triton
+around them, computed by the op each class maps to (transpiler/compiler/ops.py ACTIVATIONS) in C++ and in Triton
 (interpreted), and anything else (another class, a class whose forward changed) on the original code.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.transpiled import importable
-from transpiler.ops import ACTIVATION_ATTRIBUTE, ACTIVATIONS
+from transpiler.compiler.ops import ACTIVATION_ATTRIBUTE, ACTIVATIONS
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -1,7 +1,7 @@
 """Unit tests of the analysis front end through its public pieces.
 
-`transpiler.engine.analyze_source` (one file) + `transpiler.engine.resolve` (the
-project: module classes, call graph, selection) and `transpiler.project.Project`.
+`transpiler.lint.engine.analyze_source` (one file) + `transpiler.lint.engine.resolve` (the
+project: module classes, call graph, selection) and `transpiler.analysis.project.Project`.
 Sources are given as {module name: text}; a module named `pkg.__init__` is the
 package `pkg` itself.
 """
@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from transpiler.engine import FileResult, analyze_source, resolve
-from transpiler.project import Project
+from transpiler.lint.engine import FileResult, analyze_source, resolve
+from transpiler.analysis.project import Project
 
 
 def analyze(files: dict[str, str]) -> list[FileResult]:
@@ -183,7 +183,9 @@ def test_cross_file_base_class_through_two_files():
 
 
 def test_unknown_base_class_is_not_a_module():
-    files = {"pkg.b": "import torch\nfrom .missing import Thing\n\nclass C(Thing):\n    def forward(self, x):\n        print(x)\n"}
+    files = {
+        "pkg.b": "import torch\nfrom .missing import Thing\n\nclass C(Thing):\n    def forward(self, x):\n        print(x)\n"
+    }
     assert module_classes(files) == set()
     assert lint(files) == []
 
@@ -265,7 +267,10 @@ def test_transformers_library_layout():
         """,
     }
     classes = module_classes(files)
-    assert {"transformers.models.tiny.modeling_tiny.TinyPreTrainedModel", "transformers.models.tiny.modeling_tiny.TinyModel"} <= classes
+    assert {
+        "transformers.models.tiny.modeling_tiny.TinyPreTrainedModel",
+        "transformers.models.tiny.modeling_tiny.TinyModel",
+    } <= classes
     assert lint(files) == [("transformers/models/tiny/modeling_tiny.py", 15, "TP101")]
 
 
@@ -544,15 +549,19 @@ def test_iteration_over_a_plain_list_does_not_yield_modules():
 
 
 def test_data_dependent_branch_inside_layer_loop_is_also_a_loop_break():
-    text = KIND_TEMPLATE.replace("{setup}", "for layer in self.layers:\n            x = layer(x)\n            if x.sum() > 0:\n                x = -x").replace(
-        "{condition}", "x.dim() == 2"
-    )
+    text = KIND_TEMPLATE.replace(
+        "{setup}",
+        "for layer in self.layers:\n            x = layer(x)\n            if x.sum() > 0:\n                x = -x",
+    ).replace("{condition}", "x.dim() == 2")
     line = line_of(text, "if x.sum() > 0")
     assert codes(text) == [(line, "TP201"), (line, "TP501")]
 
 
 def test_scalar_attribute_mutated_in_forward_is_tp601():
-    assert any(code == "TP601" for _, code in codes(KIND_TEMPLATE.replace("{setup}", "self.count += 1").replace("{condition}", "x.dim() == 2")))
+    assert any(
+        code == "TP601"
+        for _, code in codes(KIND_TEMPLATE.replace("{setup}", "self.count += 1").replace("{condition}", "x.dim() == 2"))
+    )
 
 
 # -- torch.compiler.is_compiling() guards ------------------------------------------------
@@ -573,9 +582,7 @@ def test_print_behind_is_compiling_is_not_flagged(guarded):
         "from torch import nn\n"
         "from torch.compiler import is_compiling\n\n"
         "class Model(nn.Module):\n"
-        "    def forward(self, x):\n"
-        + textwrap.indent(guarded, " " * 8)
-        + "\n        return x\n"
+        "    def forward(self, x):\n" + textwrap.indent(guarded, " " * 8) + "\n        return x\n"
     )
     assert codes(text) == []
 

@@ -16,7 +16,7 @@ from tests.dynamo_harness import example_inputs, load_example, run_example  # no
 from rewrites.attention import refusal  # noqa: E402
 from rewrites.performance import HandWrittenAttention  # noqa: E402
 from tests.rule_examples import fix_snippet, lint_snippet  # noqa: E402
-from transpiler.checker import Checker  # noqa: E402
+from transpiler.analysis.walker import Walker  # noqa: E402
 
 HEADER = """\
 import math
@@ -429,7 +429,7 @@ def test_refused_case_is_left_alone(name):
     result, text = fix_snippet(source)
     assert text == source and not [d for d in result.applied if d.code == "TP701"]
     rule = _Reasons()
-    Checker([rule]).check(ast.parse(source), "example", False, source)
+    Walker([rule]).check(ast.parse(source), "example", False, source)
     assert None not in rule.reasons and any(reason in r for r in rule.reasons), rule.reasons
 
 
@@ -521,7 +521,7 @@ def test_training_mode_keeps_dropout_on():
 def test_transpile_writes_the_rewrite_with_unsafe_fixes(tmp_path):
     from click.testing import CliRunner
 
-    from transpiler.cli import main
+    from transpiler.cli.main import main
 
     src = tmp_path / "src"
     src.mkdir()

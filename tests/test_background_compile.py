@@ -91,7 +91,13 @@ def make_kernel(monkeypatch):
     made = []
 
     def make(compile_kernel):
-        kernel = runtime.Kernel("fused", fused_reference, 2, runtime.Shapes(("x", "y"), (runtime.Step("z", ("x", "y")),), ("z",)), "test.py:1")
+        kernel = runtime.Kernel(
+            "fused",
+            fused_reference,
+            2,
+            runtime.Shapes(("x", "y"), (runtime.Step("z", ("x", "y")),), ("z",)),
+            "test.py:1",
+        )
         kernel.triton_kernel = fake_jit(compile_kernel)
         made.append(kernel)
         return kernel

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from transpiler.cli import main
+from transpiler.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,7 +76,11 @@ def write(root: Path, files: dict[str, bytes]) -> Path:
 
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every regular file under `root` and its bytes."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
 
 
 # Loads each (original, transpiled) pair of files by path, runs both `Net`s on the same input and prints whether
@@ -110,7 +114,12 @@ def run_side_by_side(src: Path, out: Path, names: list[str], tmp_path: Path) -> 
     pairs = [str(p) for name in names for p in (src / name, out / name)]
     env = {**environment(), "TRANSPILE_CACHE_DIR": str(tmp_path / "kernels")}
     proc = subprocess.run(
-        [sys.executable, "-c", _RUN, str(out), *pairs], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+        [sys.executable, "-c", _RUN, str(out), *pairs],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
@@ -175,7 +184,9 @@ def test_file_names_that_are_no_identifiers_get_kernel_modules_that_are(cli, tmp
     out = tmp_path / "out"
     # Sorted by path, "my model.py" comes first; "_2" is taken by the user's own file, copied unchanged.
     assert sorted(p.name for p in out.glob("_*_kernels.py")) == [
-        "_my_model_2_kernels.py", "_my_model_3_kernels.py", "_my_model_kernels.py"
+        "_my_model_2_kernels.py",
+        "_my_model_3_kernels.py",
+        "_my_model_kernels.py",
     ]
     assert (out / "_my_model_2_kernels.py").read_bytes() == b"x = 1\n"
     assert "from ._my_model_kernels import" in (out / "my model.py").read_text()
@@ -247,7 +258,10 @@ def test_fifos_are_skipped_with_a_diagnostic_by_lint_and_build(tmp_path):
     assert "src/pipe.py:1:1: TP902 not a regular file (a named pipe); skipped" in lint.out
     assert "src/model.py:6:9: TP101" in lint.out
     named = run("lint", "--no-cache", "src/pipe.py", cwd=tmp_path)
-    assert (named.code, named.out.splitlines()[0]) == (1, "src/pipe.py:1:1: TP902 not a regular file (a named pipe); skipped")
+    assert (named.code, named.out.splitlines()[0]) == (
+        1,
+        "src/pipe.py:1:1: TP902 not a regular file (a named pipe); skipped",
+    )
     build = run("build", "--no-kernels", "src", "-o", "out", cwd=tmp_path)
     assert build.code == 1, build.err
     assert "src/pipe.py:1:1: TP902 not a regular file (a named pipe); not copied" in build.out
@@ -296,10 +310,11 @@ def test_an_interrupt_exits_130_and_leaves_what_it_wrote_listed(cli, tmp_path, m
     (the "findings left" status). The runtime is written before the modules that import it, every file written
     is complete and listed in OUT's journal, no temporary file is left, and the next run reads the journal as
     the manifest of the interrupted one: an output of a source deleted since is removed as stale."""
-    from transpiler import transpile
+    from transpiler.pipeline import build as transpile
 
     src = write(
-        tmp_path / "src", {"keep.py": MODEL.encode(), "model.py": MODEL.encode(), "old.py": b"x = 1\n", "z_data.txt": b"data\n"}
+        tmp_path / "src",
+        {"keep.py": MODEL.encode(), "model.py": MODEL.encode(), "old.py": b"x = 1\n", "z_data.txt": b"data\n"},
     )
     before = snapshot(src)
 
@@ -336,8 +351,12 @@ def test_sigint_in_a_real_process_exits_130_with_nothing_half_written(tmp_path):
     before = snapshot(src)
     env = {**environment(), "TRANSPILE_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.Popen(
-        [*CLI, "build", "--no-kernels", "--no-cache", "src", "-o", "out"], cwd=tmp_path, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [*CLI, "build", "--no-kernels", "--no-cache", "src", "-o", "out"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 60
     while not (tmp_path / "out").exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -357,8 +376,13 @@ def test_temporary_files_a_killed_run_left_are_removed_and_nothing_else(cli, tmp
     assert cli("build", "--no-kernels", "src", "-o", "out").code == 0
     out = tmp_path / "out"
     killed = subprocess.run(
-        [sys.executable, "-c", "import os, signal, sys; from pathlib import Path; from transpiler.writing import _temporary;"
-         " _temporary(Path(sys.argv[1])); os.kill(os.getpid(), signal.SIGKILL)", str(out / "model.py")],
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, sys; from pathlib import Path; from transpiler.source.writing import _temporary;"
+            " _temporary(Path(sys.argv[1])); os.kill(os.getpid(), signal.SIGKILL)",
+            str(out / "model.py"),
+        ],
         cwd=ROOT,
     )
     assert killed.returncode == -9
@@ -417,7 +441,10 @@ def test_an_output_that_cannot_be_written_is_a_usage_error_naming_it(cli, tmp_pa
 def test_a_symlink_loop_named_on_the_command_line_says_so(cli, tmp_path, command):
     (tmp_path / "loop.py").symlink_to("loop.py")
     result = cli(*command, "loop.py")
-    assert (result.code, result.err) == (2, "transpile: error: loop.py: symlink loop (a symbolic link that leads back to itself)\n")
+    assert (result.code, result.err) == (
+        2,
+        "transpile: error: loop.py: symlink loop (a symbolic link that leads back to itself)\n",
+    )
     missing = cli(*command, "missing.py")
     assert (missing.code, missing.err) == (2, "transpile: error: missing.py: No such file or directory\n")
 
@@ -482,7 +509,9 @@ def readme_runs(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 @pytest.mark.parametrize("command, shown", console_samples(), ids=[c for c, _ in console_samples()])
 def test_readme_console_samples_are_what_the_commands_print(readme_runs, command, shown):
     actual = readme_runs[1][command].rstrip("\n").split("\n")
-    assert shown_as(shown, actual), "README shows:\n" + "\n".join(shown) + "\n\nthe command prints:\n" + "\n".join(actual)
+    assert shown_as(shown, actual), (
+        "README shows:\n" + "\n".join(shown) + "\n\nthe command prints:\n" + "\n".join(actual)
+    )
 
 
 def test_readme_samples_of_generated_code_are_in_the_output(readme_runs):
@@ -508,7 +537,9 @@ def test_readme_pre_commit_config_names_no_rev_that_does_not_exist_and_runs(tmp_
         for repo in config["repos"]:
             if "rev" in repo:
                 exists = subprocess.run(
-                    ["git", "rev-parse", "--verify", "--quiet", f"{repo['rev']}^{{commit}}"], cwd=ROOT, capture_output=True
+                    ["git", "rev-parse", "--verify", "--quiet", f"{repo['rev']}^{{commit}}"],
+                    cwd=ROOT,
+                    capture_output=True,
                 )
                 assert exists.returncode == 0, f"README shows rev {repo['rev']!r}, which this repository does not have"
             if repo["repo"] == "local":

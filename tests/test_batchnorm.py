@@ -1,4 +1,4 @@
-"""Batch norm in eval mode (`nn.BatchNorm2d`, `nn.BatchNorm3d`; transpiler/ops.py CHANNEL_OPS): fused with
+"""Batch norm in eval mode (`nn.BatchNorm2d`, `nn.BatchNorm3d`; transpiler/compiler/ops.py CHANNEL_OPS): fused with
 the activation after it, the per-channel statistics passed as views that broadcast along dim 1.
 
 What becomes a region and the guard around it; a small tree transpiled, imported and compared with the

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from transpiler import engine
-from transpiler.cli import main
-from transpiler.compiling import Compiled, Job, compile_file
-from transpiler.engine import ProjectFacts
-from transpiler.source import MAX_SOURCE_BYTES
-from transpiler.transpile import JOURNAL, MANIFEST
+from transpiler.pipeline.rules import load_rules
+from transpiler.cli.main import main
+from transpiler.pipeline.compiling import Compiled, Job, compile_file
+from transpiler.lint.engine import ProjectFacts
+from transpiler.source.reading import MAX_SOURCE_BYTES
+from transpiler.pipeline.build import JOURNAL, MANIFEST
 
-engine.load_rules()
+load_rules()
 
 HEADER = "import torch\nfrom torch import nn\n\n\nclass M(nn.Module):\n    def forward(self, x):\n"
 FUSIBLE = HEADER + "        y = x * 2.0 + 1.0\n        return torch.relu(y) * 0.5\n"
@@ -175,8 +175,8 @@ def test_workers_and_a_second_run_change_no_byte(tmp_path, build, monkeypatch):
 def test_a_worker_that_dies_costs_only_the_files_it_held(tmp_path, monkeypatch):
     import os
 
-    from transpiler import compiling
-    from transpiler.compiling import Failed, compile_files
+    from transpiler.pipeline import compiling
+    from transpiler.pipeline.compiling import Failed, compile_files
 
     files = write(tmp_path, {f"m{n}.py": FUSIBLE for n in range(10)} | {"bad.py": FUSIBLE})
     jobs = [Job(files / name, None, name, name[:-3], 0, name[:-3]) for name in sorted(os.listdir(files))]

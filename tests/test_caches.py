@@ -4,7 +4,7 @@ The C++ kernel cache (emit/runtime/cpp_support.py) must refuse a directory anoth
 owns or can write, load a library only when its bytes match the SHA-256 recorded when it
 was built (a planted, empty, corrupt or truncated `.so` is built again), fall back to the
 original code when the cache cannot be used, remember a failed build, and clean the
-temporaries of builds that died. The lint cache (transpiler/cache.py) must not run a
+temporaries of builds that died. The lint cache (transpiler/lint/cache.py) must not run a
 planted pickle.
 
 The suite may run as root (it does on the development machine), and a test cannot make a
@@ -32,13 +32,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from emit.cpp import render_cpp_file
+from emit.cpp.kernels import render_cpp_file
 from emit.runtime import Kernel
 from emit.runtime import cpp_support
 from emit.runtime.cpp_support import CppBuildError, CppLibrary, build, find_compiler
 from tests.transpiled import importable, reference_of, shapes_of
-from transpiler.engine import Cache, RunResult
-from transpiler.ir import Input, Node, Output, Region
+from transpiler.lint.engine import Cache, RunResult
+from transpiler.compiler.ir import Input, Node, Output, Region
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPILER = find_compiler()
@@ -144,17 +144,13 @@ def test_a_planted_library_is_never_loaded(cached, tmp_path, record):
     source, library, record_file = cached
     marker = tmp_path / "constructor-ran"
     planted = tmp_path / "planted.cpp"
-    planted.write_text(
-        textwrap.dedent(
-            f"""
+    planted.write_text(textwrap.dedent(f"""
             #include <cstdio>
             __attribute__((constructor)) static void planted() {{
                 if (FILE* file = std::fopen("{marker}", "w")) std::fclose(file);
             }}
             extern "C" const char {REGION.name}_kinds[] = "x:T y:T -> out:T";
-            """
-        )
-    )
+            """))
     planted_library = tmp_path / "planted.so"
     subprocess.run([*COMPILER.command, "-shared", "-fPIC", str(planted), "-o", str(planted_library)], check=True)
     shutil.copy(planted_library, library)
@@ -182,8 +178,7 @@ def test_a_truncated_library_is_built_again_not_a_crash(cached):
     """In a child process: loading a truncated library can kill a process with SIGBUS."""
     source, library, record = cached
     library.write_bytes(library.read_bytes()[: library.stat().st_size // 2])
-    script = textwrap.dedent(
-        f"""
+    script = textwrap.dedent(f"""
         import warnings
         from pathlib import Path
         from tests.test_caches import _runs_the_kernel
@@ -191,8 +186,7 @@ def test_a_truncated_library_is_built_again_not_a_crash(cached):
             warnings.simplefilter("always")
             _runs_the_kernel(Path({str(source)!r}))
         assert any("SHA-256" in str(w.message) for w in caught), [str(w.message) for w in caught]
-        """
-    )
+        """)
     child = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=os.environ, capture_output=True, text=True)
     assert child.returncode == 0, child.stderr[-3000:]
     assert cpp_support._verified(library, record)
@@ -222,9 +216,7 @@ def test_forward_returns_eagers_result_when_the_cache_cannot_be_used(tmp_path, m
     package = tmp_path / "src" / "cachepkg"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "model.py").write_text(
-        textwrap.dedent(
-            """
+    (package / "model.py").write_text(textwrap.dedent("""
             import torch
             from torch import nn
 
@@ -233,9 +225,7 @@ def test_forward_returns_eagers_result_when_the_cache_cannot_be_used(tmp_path, m
                 def forward(self, x, y):
                     s = x + y
                     return torch.sigmoid(s) * 2.0 + s
-            """
-        )
-    )
+            """))
     with importable(tmp_path, {package: tmp_path / "cachepkg"}, ("cachepkg",)):
         blocker = tmp_path / "blocker"
         blocker.write_text("")

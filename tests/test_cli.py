@@ -21,16 +21,17 @@ import pytest
 from click.testing import CliRunner
 
 from rewrites.side_effects import PrintInCompiledCode
-from transpiler import engine
-from transpiler.cli import main
-from transpiler.rule import REGISTRY
+from transpiler.lint import engine
+from transpiler.pipeline.rules import load_rules
+from transpiler.cli.main import main
+from transpiler.lint.rule import REGISTRY
 
-engine.load_rules()
+load_rules()
 
 ROOT = Path(__file__).resolve().parent.parent
-# `python -m transpiler.cli` does not run (see test_python_dash_m_runs_the_cli), so
+# `python -m transpiler.cli.main` does not run (see test_python_dash_m_runs_the_cli), so
 # subprocesses call the entry point the console script calls.
-CLI = [sys.executable, "-c", "from transpiler.cli import main; main(prog_name='transpile')"]
+CLI = [sys.executable, "-c", "from transpiler.cli.main import main; main(prog_name='transpile')"]
 
 
 def msg(code: str, **fields: str) -> str:
@@ -94,7 +95,10 @@ class Project:
     def run(self, *args: str, cwd: Path | None = None, prefix: list[str] | None = None) -> Run:
         """The CLI in a real subprocess."""
         proc = subprocess.run(
-            [*(prefix or CLI), *args], cwd=cwd or self.root, capture_output=True, text=True,
+            [*(prefix or CLI), *args],
+            cwd=cwd or self.root,
+            capture_output=True,
+            text=True,
             timeout=300,
         )
         return Run(proc.returncode, proc.stdout, proc.stderr)
@@ -328,8 +332,19 @@ def test_select_ignore_extend_select(project, args, expected):
 
 
 JSON_FIELDS = [
-    "path", "line", "col", "end_line", "end_col", "code", "name", "message",
-    "fix_applicability", "fix", "no_fix", "url", "dynamo_codes",
+    "path",
+    "line",
+    "col",
+    "end_line",
+    "end_col",
+    "code",
+    "name",
+    "message",
+    "fix_applicability",
+    "fix",
+    "no_fix",
+    "url",
+    "dynamo_codes",
 ]
 
 
@@ -367,11 +382,9 @@ def test_github_format(project):
     end = len(PRINT_MODEL.splitlines()[7]) + 1
     message = msg("TP101").replace("%", "%25")
     assert result.out == (
-        f"::error title=transpile (TP101),file=model.py,line=8,col=9,endLine=8,endColumn={end}"
-        f"::TP101 {message}\n"
+        f"::error title=transpile (TP101),file=model.py,line=8,col=9,endLine=8,endColumn={end}" f"::TP101 {message}\n"
     )
     assert project.lint("--format", "github", "--ignore", "TP1", "model.py").out == ""
-
 
 
 def test_sarif_format_validates_and_lists_every_rule(project, sarif_validator):
@@ -543,7 +556,9 @@ def test_extend_exclude_skips_directories_and_files_when_walking(excluded_projec
 def test_explicit_files_are_linted_unless_force_exclude(excluded_project):
     named = excluded_project.lint("src/generated/model.py", "src/skip_me.py", ".venv/lib/site.py")
     assert {f[0] for f in named.findings()} == {
-        "src/generated/model.py", "src/skip_me.py", ".venv/lib/site.py",
+        "src/generated/model.py",
+        "src/skip_me.py",
+        ".venv/lib/site.py",
     }
     forced = excluded_project.lint(
         "--force-exclude", "src/generated/model.py", "src/skip_me.py", ".venv/lib/site.py", "src/model.py"
@@ -614,7 +629,9 @@ def test_syntax_error_column_counts_characters(project):
 
 
 def test_coding_cookie_makes_latin1_readable(project):
-    project.write("latin1.py", b"# -*- coding: latin-1 -*-\n" + PRINT_MODEL.encode().replace(b"activations", b"caf\xe9"))
+    project.write(
+        "latin1.py", b"# -*- coding: latin-1 -*-\n" + PRINT_MODEL.encode().replace(b"activations", b"caf\xe9")
+    )
     assert project.lint("latin1.py").findings() == [("latin1.py", 9, 9, "TP101")]
 
 
@@ -821,18 +838,16 @@ def test_dangling_symlink_is_reported_not_a_crash(project):
 
 def test_lint_does_not_import_torch(project):
     project.write("model.py", MULTI_MODEL)
-    code = textwrap.dedent(
-        f"""
+    code = textwrap.dedent(f"""
         import sys
-        from transpiler.cli import main
+        from transpiler.cli.main import main
         try:
             main(["lint", "--cache-dir", {str(project.cache)!r}, "model.py"], prog_name="transpile")
         except SystemExit as exit:
             status = exit.code
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "numpy", "triton"))
         print("STATUS", status, "HEAVY", heavy, file=sys.stderr)
-        """
-    )
+        """)
     proc = project.run(prefix=[sys.executable, "-c", code])
     assert "STATUS 1 HEAVY []" in proc.err, proc.err
     assert "TP101" in proc.out
@@ -843,7 +858,7 @@ def test_lint_process_importtime_has_no_torch(project):
     proc = project.run("lint", "--no-cache", "model.py", prefix=[sys.executable, "-X", "importtime", *CLI[1:]])
     assert proc.code == 1
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.err.splitlines() if "|" in line}
-    assert "transpiler.cli" in imported and "rewrites" in imported  # importtime did report
+    assert "transpiler.cli.main" in imported and "rewrites" in imported  # importtime did report
     assert not {m for m in imported if m.split(".")[0] == "torch"}
 
 
@@ -860,7 +875,7 @@ def test_console_script(project):
 
 def test_python_dash_m_runs_the_cli(project):
     project.write("model.py", PRINT_MODEL)
-    proc = project.run("lint", "--no-cache", "model.py", prefix=[sys.executable, "-m", "transpiler.cli"])
+    proc = project.run("lint", "--no-cache", "model.py", prefix=[sys.executable, "-m", "transpiler.cli.main"])
     assert proc.code == 1 and "TP101" in proc.out
 
 
@@ -873,7 +888,9 @@ def test_parallel_workers_give_the_same_output(project):
     """Over 1 MiB of input goes through the process pool; results must match a serial run."""
     padding = "".join(f"CONSTANT_{i} = {i}\n" for i in range(7000))
     for i in range(8):
-        project.write(f"m{i}.py", PRINT_MODEL + padding + MULTI_MODEL.split("\n\n\n", 1)[1].replace("Model", f"Other{i}"))
+        project.write(
+            f"m{i}.py", PRINT_MODEL + padding + MULTI_MODEL.split("\n\n\n", 1)[1].replace("Model", f"Other{i}")
+        )
     assert sum(p.stat().st_size for p in project.root.glob("*.py")) > 1 << 20
     serial = project.run("lint", "--no-cache", "-j", "1")
     parallel = project.run("lint", "--no-cache", "-j", "2")
@@ -944,7 +961,10 @@ def test_show_fixes_lists_fixed_and_left(project):
     project.write("model.py", MULTI_MODEL)
     result = project.lint("--fix", "--show-fixes", "model.py")
     assert result.code == 1
-    assert "Fixed 1 problem:\n  model.py:7:9: TP101 guard with `if not torch.compiler.is_compiling():` (safe)\n" in result.out
+    assert (
+        "Fixed 1 problem:\n  model.py:7:9: TP101 guard with `if not torch.compiler.is_compiling():` (safe)\n"
+        in result.out
+    )
     assert "Not fixed:\n" in result.out
 
 

@@ -1,4 +1,4 @@
-"""Tests for transpiler.config: rule selection, pyproject lookup, validation, excludes."""
+"""Tests for transpiler.cli.config: rule selection, pyproject lookup, validation, excludes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transpiler.config import (
+from transpiler.cli.config import (
     DEFAULT_EXCLUDE,
     ConfigError,
     Settings,
@@ -54,9 +54,7 @@ def test_is_selected_longest_prefix_wins(select, ignore, extend_select, code, ex
 
 
 codes = st.from_regex(r"TP[1-9][0-9]{2}", fullmatch=True)
-selectors = st.lists(
-    st.sampled_from(["ALL", "TP", "TP1", "TP2", "TP10", "TP101", "TP201"]), max_size=4
-)
+selectors = st.lists(st.sampled_from(["ALL", "TP", "TP1", "TP2", "TP10", "TP101", "TP201"]), max_size=4)
 
 
 @given(code=codes, select=selectors, ignore=selectors)
@@ -65,9 +63,7 @@ def test_exact_code_decides_over_any_prefix(code, select, ignore):
     # and ties go to ignore.
     selected = Settings(select=tuple(select), ignore=tuple(ignore), extend_select=(code,))
     assert selected.is_selected(code) == (code not in ignore)
-    assert not Settings(select=tuple(select) + (code,), ignore=tuple(ignore) + (code,)).is_selected(
-        code
-    )
+    assert not Settings(select=tuple(select) + (code,), ignore=tuple(ignore) + (code,)).is_selected(code)
 
 
 # --- pyproject lookup ----------------------------------------------------------
@@ -189,9 +185,7 @@ def test_invalid_toml_names_the_file_and_the_position(tmp_path):
 
 def test_table_of_the_wrong_type(tmp_path):
     path = write(tmp_path / "pyproject.toml", "[tool]\ntranspile = 3\n")
-    with pytest.raises(
-        ConfigError, match=r"\[tool.transpile\] must be a table, got integer"
-    ) as info:
+    with pytest.raises(ConfigError, match=r"\[tool.transpile\] must be a table, got integer") as info:
         load_settings(tmp_path)
     assert str(path) in str(info.value)
 
@@ -200,9 +194,7 @@ def test_bad_override_names_the_command_line(tmp_path):
     write(tmp_path / "pyproject.toml", "[tool.transpile]\n")
     with pytest.raises(ConfigError, match=r"^command line: select: expected an array of strings"):
         load_settings(tmp_path, {"select": "TP1"})
-    with pytest.raises(
-        ConfigError, match=r"^command line: selct: unknown key \(did you mean 'select'\?\)"
-    ):
+    with pytest.raises(ConfigError, match=r"^command line: selct: unknown key \(did you mean 'select'\?\)"):
         load_settings(tmp_path, {"selct": ["TP1"]})
 
 
@@ -261,24 +253,13 @@ def test_fingerprint_tracks_rule_selection_only(tmp_path):
     fingerprint = settings_fingerprint(base)
     assert len(fingerprint) == 16 and int(fingerprint, 16) >= 0
     assert settings_fingerprint(Settings(select=("TP2", "TP1"), ignore=("TP102",))) == fingerprint
+    assert settings_fingerprint(Settings(select=("TP1", "TP2"), ignore=("TP102",), root=tmp_path)) == fingerprint
     assert (
-        settings_fingerprint(Settings(select=("TP1", "TP2"), ignore=("TP102",), root=tmp_path))
-        == fingerprint
-    )
-    assert (
-        settings_fingerprint(
-            Settings(select=("TP1", "TP2"), ignore=("TP102",), extend_exclude=("x",))
-        )
-        == fingerprint
+        settings_fingerprint(Settings(select=("TP1", "TP2"), ignore=("TP102",), extend_exclude=("x",))) == fingerprint
     )
     assert settings_fingerprint(Settings(select=("TP1", "TP2"))) != fingerprint
     assert (
-        settings_fingerprint(
-            Settings(select=("TP1", "TP2"), ignore=("TP102",), extend_select=("TP3",))
-        )
-        != fingerprint
+        settings_fingerprint(Settings(select=("TP1", "TP2"), ignore=("TP102",), extend_select=("TP3",))) != fingerprint
     )
     # Same value in a different field must not collide.
-    assert settings_fingerprint(Settings(select=("TP1",))) != settings_fingerprint(
-        Settings(ignore=("TP1",))
-    )
+    assert settings_fingerprint(Settings(select=("TP1",))) != settings_fingerprint(Settings(ignore=("TP1",)))

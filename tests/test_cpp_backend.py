@@ -21,7 +21,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from emit.cpp import Kind, render_cpp_file, value_kinds
+from emit.cpp.kernels import Kind, render_cpp_file, value_kinds
 from emit.runtime import Kernel, cpp_support, layout
 from emit.runtime.cpp_support import (
     NO_COMPILER,
@@ -34,8 +34,8 @@ from emit.runtime.cpp_support import (
     find_compiler,
 )
 from tests.transpiled import reference_of, shapes_of
-from transpiler.ir import Input, Node, Output, Region
-from transpiler.ops import BY_NAME, CAST, OPS, Op
+from transpiler.compiler.ir import Input, Node, Output, Region
+from transpiler.compiler.ops import BY_NAME, CAST, OPS, Op
 
 FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # Tolerances against torch's CPU kernels: glibc's libm and torch's vectorised (Sleef) math
@@ -427,7 +427,9 @@ def test_runtime_kernel_runs_cpp(kernel_files, cache_dir):
     """Through the runtime's Kernel: the C++ path runs and agrees with the region's eager code."""
     case = CASES["fused_gelu_tanh_scale"]
     part = list(CASES).index(case.region.name) % BUILD_JOBS
-    kernel = Kernel(case.region.name, reference_of(case.region), 1, shapes_of(case.region), "test.py:1-2", cpp=kernel_files[part])
+    kernel = Kernel(
+        case.region.name, reference_of(case.region), 1, shapes_of(case.region), "test.py:1-2", cpp=kernel_files[part]
+    )
     h = torch.randn(64, 33)[:, 1:]
     (out,) = kernel(h, 0.5)
     assert_matches((out,), case.reference(h, 0.5))
@@ -461,7 +463,7 @@ def test_bind_types_each_class_from_eager_dtypes():
 def test_the_emitter_and_the_runtime_agree_on_the_entry_points():
     """The C++ emitter writes entry points and the runtime calls them (and builds instantiations) by the same
     parameter lists and names: each side holds its own copy (the build imports no torch)."""
-    from emit import cpp
+    from emit.cpp import kernels as cpp
 
     assert cpp.POINTWISE_LAYOUT == cpp_support.POINTWISE_LAYOUT and cpp.ROWS_LAYOUT == cpp_support.ROWS_LAYOUT
     assert cpp.ONE_SIGNATURE == cpp_support.ONE_SIGNATURE and cpp.UNSUPPORTED == cpp_support.UNSUPPORTED

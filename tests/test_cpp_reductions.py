@@ -20,15 +20,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from emit.cpp import ROW_REDUCTIONS, render_cpp_file
+from emit.cpp.kernels import ROW_REDUCTIONS, render_cpp_file
 from emit.runtime import Kernel, Rows, broadcast, row_layout
 from emit.runtime.cpp_support import CppLibrary, find_compiler
 from tests import tolerances
 from tests.tolerances import assert_within, layer_norm_magnitude
 from tests.transpiled import reference_of, shapes_of
-from transpiler.ir import Input, Node, Output, Region
-from transpiler import lowering
-from transpiler.lowering import Level, lower
+from transpiler.compiler.ir import Input, Node, Output, Region
+from transpiler.compiler import lowering
+from transpiler.compiler.lowering import Level, lower
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C++ compiler")
 
@@ -225,7 +225,9 @@ def rms_norm_case() -> Case:
         # output; rounded to x's dtype before the weight multiplies it.
         return ((2 * outputs[0].abs(), outputs[0].abs()),)
 
-    return Case(region("rms_norm", "x weight", "eps", nodes, "out"), reference, inputs, magnitudes, rounds_to_float32=True)
+    return Case(
+        region("rms_norm", "x weight", "eps", nodes, "out"), reference, inputs, magnitudes, rounds_to_float32=True
+    )
 
 
 def statistics_case() -> Case:
@@ -237,6 +239,7 @@ def statistics_case() -> Case:
         Node("amin", ("x", -1, False), "smallest", 2, (1, 2)),
         Node("sub", ("largest", "smallest"), "spread", 3),
     )
+
     def magnitudes(tensors, scalars, outputs, reduced, dtype):
         total, largest, spread = outputs
         # A sum of squares (non-negative: relative), each rounded to the dtype as eager holds it;
@@ -285,8 +288,9 @@ def normalise_case() -> Case:
         Node("div", ("centered", "guarded"), "z", 2),
         Node("mul", ("z", "gain"), "out", 2),
     )
+
     def magnitudes(tensors, scalars, outputs, reduced, dtype):
-        ((x,), (gain,), (out,)) = tensors, scalars, outputs
+        (x,), (gain,), (out,) = tensors, scalars, outputs
         # The mean's absolute error, scaled by gain / (std + eps), and std's relative error on out.
         guarded = x.std(-1, keepdim=True) + 1e-3
         mean_error = abs(gain) * x.abs().sum(-1, keepdim=True) / x.shape[-1] / guarded
@@ -531,8 +535,12 @@ def test_layer_norm_of_rows_whose_squares_overflow(libraries):
     case = CASES["add_layer_norm"]
     x = hard_rows().unsqueeze(0)
     residual = torch.zeros_like(x)
-    weight, bias = randn((x.shape[-1],), torch.float32, False, generator(5)), randn((x.shape[-1],), torch.float32, False, generator(6))
-    (_, got), (_, want) = run(libraries, case, [x, residual, weight, bias], []), case.reference(x, residual, weight, bias)
+    weight, bias = randn((x.shape[-1],), torch.float32, False, generator(5)), randn(
+        (x.shape[-1],), torch.float32, False, generator(6)
+    )
+    (_, got), (_, want) = run(libraries, case, [x, residual, weight, bias], []), case.reference(
+        x, residual, weight, bias
+    )
     assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
     finite = want.isfinite()
     assert torch.allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
@@ -605,7 +613,9 @@ def test_every_row_reduction_is_rendered():
 
 
 @pytest.mark.parametrize("dtype", FLOATING, ids=str)
-@pytest.mark.parametrize("name", ["sum_dim2_keep1", "mean_dim1_keep1", "var_dim2_keep1", "softmax_dim1", "add_layer_norm"])
+@pytest.mark.parametrize(
+    "name", ["sum_dim2_keep1", "mean_dim1_keep1", "var_dim2_keep1", "softmax_dim1", "add_layer_norm"]
+)
 def test_the_bounds_catch_a_dropped_element(libraries, name, dtype):
     """The error bounds still catch a real bug: every row's reduction leaving out its first element.
 

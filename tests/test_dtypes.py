@@ -1,4 +1,4 @@
-"""The dtype inference the backends round values to (transpiler/dtypes.py), against torch itself."""
+"""The dtype inference the backends round values to (transpiler/compiler/dtypes.py), against torch itself."""
 
 from __future__ import annotations
 
@@ -9,13 +9,18 @@ import pytest
 import torch
 
 from tests.test_regions import regions_of
-from transpiler.dtypes import RAISES, bool_hazards, promote, stored_constants, type_classes, value_dtypes
-from transpiler.ir import Input, Node, Output, Region
-from transpiler.ops import CAST, OPS, REDUCTIONS, Domain
+from transpiler.compiler.dtypes import RAISES, bool_hazards, promote, stored_constants, type_classes, value_dtypes
+from transpiler.compiler.ir import Input, Node, Output, Region
+from transpiler.compiler.ops import CAST, OPS, REDUCTIONS, Domain
 
 DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 # Constant operands as source would fold them, one of each Python type where the op takes any.
-CONSTANTS = {"addcmul": {3: 0.5}, "addcdiv": {3: 2.0}, "masked_fill": {2: -1.5}, "nan_to_num": {1: 0.0, 2: 1.0, 3: -1.0}}
+CONSTANTS = {
+    "addcmul": {3: 0.5},
+    "addcdiv": {3: 2.0},
+    "masked_fill": {2: -1.5},
+    "nan_to_num": {1: 0.0, 2: 1.0, 3: -1.0},
+}
 
 
 def test_promote_is_torchs():
@@ -44,7 +49,10 @@ def test_every_op_types_its_result_as_eager(op):
     for dtypes in itertools.product(("bool", "int64", "float16", "bfloat16", "float32", "float64"), repeat=arity):
         region, operands = _region(op, dtypes)
         tensors = {f"v{n}": torch.ones(2, dtype=getattr(torch, d)) for n, d in enumerate(dtypes)}
-        args = [repr(o) if isinstance(o, (int, float)) and not isinstance(o, str) and o not in tensors else o for o in operands]
+        args = [
+            repr(o) if isinstance(o, (int, float)) and not isinstance(o, str) and o not in tensors else o
+            for o in operands
+        ]
         try:
             result = eval(op.eager.format(*args), {"torch": torch}, tensors)
         except (RuntimeError, TypeError):
@@ -61,10 +69,23 @@ def test_reductions_type_their_result_as_eager(op):
     constants = (1, 1, False) if op.arity == 4 else (1, False) if op.arity == 3 else (1,)
     typed = 0
     for dtype in DTYPES:
-        region = Region("r", "m.py", "f", 1, 1, (Input("x", "x", True),), (Node(op.name, ("x", *constants), "out", 1, tuple(range(1, op.arity))),), ())
+        region = Region(
+            "r",
+            "m.py",
+            "f",
+            1,
+            1,
+            (Input("x", "x", True),),
+            (Node(op.name, ("x", *constants), "out", 1, tuple(range(1, op.arity))),),
+            (),
+        )
         inferred = value_dtypes(region, {"x": dtype})["out"]
         try:
-            result = eval(op.eager.format("x", *map(repr, constants)), {"torch": torch}, {"x": torch.ones(2, 3, dtype=getattr(torch, dtype))})
+            result = eval(
+                op.eager.format("x", *map(repr, constants)),
+                {"torch": torch},
+                {"x": torch.ones(2, 3, dtype=getattr(torch, dtype))},
+            )
         except (RuntimeError, TypeError, NotImplementedError):
             assert inferred in (None, RAISES), (op.name, dtype)
             continue
@@ -135,7 +156,10 @@ def test_bool_hazards_through_reductions():
     total = (Node("sum", ("m", -1, True), "a", 1, (1, 2)), Node("add", ("a", "a"), "y", 2))
     assert bool_hazards(Region("r", "m.py", "f", 1, 2, m, largest, (Output("y", "y"),))) == (frozenset({"m"}),)
     assert bool_hazards(Region("r", "m.py", "f", 1, 2, m, total, (Output("y", "y"),))) == ()
-    assert torch.tensor([[True, False]]).amax(-1).dtype == torch.bool and torch.tensor([[True]]).sum(-1).dtype == torch.int64
+    assert (
+        torch.tensor([[True, False]]).amax(-1).dtype == torch.bool
+        and torch.tensor([[True]]).sum(-1).dtype == torch.int64
+    )
 
 
 def test_constants_torch_stores_in_an_integer_dtype_are_truncated():
@@ -165,9 +189,24 @@ def test_a_narrowing_cast_holds_its_dtype_through_later_ops():
         Node("add", ("t1", "x"), "y", 2),
     )
     region = Region("r", "m.py", "f", 1, 2, inputs, nodes, (Output("y", "y"),))
-    assert value_dtypes(region, {"x": "float64"}) == {"x": "float64", "t0": "float16", "h": "float16", "t1": "float32", "y": "float64"}
+    assert value_dtypes(region, {"x": "float64"}) == {
+        "x": "float64",
+        "t0": "float16",
+        "h": "float16",
+        "t1": "float32",
+        "y": "float64",
+    }
     # A Python scalar input keeps a floating tensor's dtype, but its int/float type decides an int tensor's.
-    scaled = Region("r", "m.py", "f", 1, 1, (Input("x", "x", True), Input("s", "self.s", False)), (Node("mul", ("x", "s"), "y", 1),), ())
+    scaled = Region(
+        "r",
+        "m.py",
+        "f",
+        1,
+        1,
+        (Input("x", "x", True), Input("s", "self.s", False)),
+        (Node("mul", ("x", "s"), "y", 1),),
+        (),
+    )
     assert value_dtypes(scaled, {"x": "bfloat16"})["y"] == "bfloat16"
     assert value_dtypes(scaled, {"x": "int64"})["y"] is None
 
@@ -176,16 +215,14 @@ def test_type_classes_part_values_that_an_integer_or_bool_input_gives_other_dtyp
     """The computed members of a class have one eager dtype for any input dtypes, integer and bool ones
     included: `i + 1` keeps an integer input's dtype where `i * 0.5` and `x / x` are float32 and `x.amin(0)`
     a bool. (An input joins a class whatever its dtype: the runtime converts it where its readers agree.)"""
-    (region,) = regions_of(
-        """
+    (region,) = regions_of("""
         a = y + 1
         b = y * 0.5
         c = x / x
         d = x.amin(0)
         e = d * 2.0
         return a + b, c, d, e
-        """
-    )
+        """)
     classes, fixed = type_classes(region, frozenset(), ("float32", "float64", "float16", "bfloat16"))
     assert fixed == {}
     for dtypes in itertools.product(["bool", "int32", "int64", "float16", "bfloat16", "float32", "float64"], repeat=2):

@@ -22,8 +22,7 @@ def line_of(source: str, needle: str) -> int:
     return hits[0]
 
 
-PRINT = src(
-    """
+PRINT = src("""
     import torch
     from torch import nn
 
@@ -32,11 +31,9 @@ PRINT = src(
             y = x + 1
             print("hello")
             return y * 2
-    """
-)
+    """)
 
-IF_TENSOR = src(
-    """
+IF_TENSOR = src("""
     import torch
     from torch import nn
 
@@ -46,11 +43,9 @@ IF_TENSOR = src(
             if y.sum() > 0:
                 y = y - 1
             return y * 2
-    """
-)
+    """)
 
-ITEM = src(
-    """
+ITEM = src("""
     import torch
     from torch import nn
 
@@ -59,11 +54,9 @@ ITEM = src(
             y = x + 1
             v = y.sum().item()
             return y * v
-    """
-)
+    """)
 
-LOOP_PRINT = src(
-    """
+LOOP_PRINT = src("""
     import torch
     from torch import nn
 
@@ -73,22 +66,18 @@ LOOP_PRINT = src(
             for i in range(2):
                 print("step", i)
             return y * 2
-    """
-)
+    """)
 
-CLEAN = src(
-    """
+CLEAN = src("""
     import torch
     from torch import nn
 
     class Model(nn.Module):
         def forward(self, x):
             return torch.relu(x) * 2
-    """
-)
+    """)
 
-STEP = src(
-    """
+STEP = src("""
     import torch
     from torch import nn
 
@@ -100,8 +89,7 @@ STEP = src(
         def forward(self, x):
             self.step += 1
             return x * 2
-    """
-)
+    """)
 
 
 def test_print_breaks_at_print_line():
@@ -154,8 +142,7 @@ def test_print_in_for_loop_skips_whole_frame():
 
 
 def test_break_before_first_op_is_missed_by_explain_but_breaks_at_sees_it():
-    source = src(
-        """
+    source = src("""
         import torch
         from torch import nn
 
@@ -164,8 +151,7 @@ def test_break_before_first_op_is_missed_by_explain_but_breaks_at_sees_it():
                 print("first")
                 y = x + 1
                 return y * 2
-        """
-    )
+        """)
     r = run_example(source, "print_first")
     line = line_of(source, "print(")
     assert r.break_lines == set() and r.graph_count == 1  # explain misses it
@@ -176,8 +162,7 @@ def test_break_before_first_op_is_missed_by_explain_but_breaks_at_sees_it():
 
 
 def test_rnn_submodule_skips_frame():
-    source = src(
-        """
+    source = src("""
         import torch
         from torch import nn
 
@@ -190,8 +175,7 @@ def test_rnn_submodule_skips_frame():
                 y = x + 1
                 out, _ = self.rnn(y.view(1, 1, 8))
                 return out.view(8) * 2
-        """
-    )
+        """)
     r = run_example(source, "gru")
     assert r.frame_skipped and r.graph_count == 0 and r.forward_cache_entries == 0
     assert "GB0014" in r.gb_codes
@@ -221,8 +205,7 @@ def test_int_attribute_counter_recompiles():
 
 
 def test_make_inputs_and_int_argument_recompile():
-    source = src(
-        """
+    source = src("""
         import torch
         from torch import nn
 
@@ -234,8 +217,7 @@ def test_make_inputs_and_int_argument_recompile():
 
         def make_inputs(call):
             return (torch.randn(4), [2, 4, 5][call])
-        """
-    )
+        """)
     r = run_example(source, "int_arg", calls=3)
     assert r.clean()
     assert r.recompiles()
@@ -245,8 +227,7 @@ def test_make_inputs_and_int_argument_recompile():
 
 
 def test_break_in_nested_helper_reports_innermost_example_line():
-    source = src(
-        """
+    source = src("""
         import torch
         from torch import nn
 
@@ -259,8 +240,7 @@ def test_break_in_nested_helper_reports_innermost_example_line():
                 y = x + 1
                 y = helper(y)
                 return y * 2
-        """
-    )
+        """)
     r = run_example(source, "nested")
     line = line_of(source, "print(")
     assert line in r.break_lines
@@ -282,16 +262,14 @@ def test_same_name_different_source_gets_distinct_filename():
 
 
 def test_broken_example_raises_example_error():
-    bad = src(
-        """
+    bad = src("""
         import torch
         from torch import nn
 
         class Model(nn.Module):
             def forward(self, x):
                 return x @ torch.randn(3, 3)
-        """
-    )
+        """)
     with pytest.raises(ExampleError, match="broken"):
         run_example(bad, "bad")
     with pytest.raises(ExampleError):
@@ -313,8 +291,7 @@ def test_dynamo_state_is_left_clean():
 
 
 def test_global_torch_state_changed_by_forward_is_restored():
-    source = src(
-        """
+    source = src("""
         import torch
         from torch import nn
 
@@ -324,8 +301,7 @@ def test_global_torch_state_changed_by_forward_is_restored():
                 torch.set_grad_enabled(False)
                 torch.use_deterministic_algorithms(True, warn_only=True)
                 return y * 2
-        """
-    )
+        """)
     assert torch.is_grad_enabled()
     det = torch.are_deterministic_algorithms_enabled()
     r = run_example(source, "global_state")

@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 
 from tests.dynamo_harness import run_example  # noqa: E402
 from tests.rule_examples import examples, lint_snippet  # noqa: E402
-from transpiler.rule import REGISTRY  # noqa: E402
+from transpiler.lint.rule import REGISTRY  # noqa: E402
 
 # Rules whose break makes Dynamo skip the whole frame instead of splitting it.
 FRAME_SKIPPING = {"TP501", "TP502", "TP512", "TP515"}
@@ -35,9 +35,9 @@ def test_invalid_example_is_confirmed_by_dynamo(rule, source):
     for line in lines:
         assert report.breaks_at(line), f"{rule.code} reports line {line}; Dynamo: {report.summary()}"
     if rule.dynamo_codes:
-        assert set(rule.dynamo_codes) & set(report.gb_codes), (
-            f"{rule.code} predicts {rule.dynamo_codes}; Dynamo reported {report.gb_codes}"
-        )
+        assert set(rule.dynamo_codes) & set(
+            report.gb_codes
+        ), f"{rule.code} predicts {rule.dynamo_codes}; Dynamo reported {report.gb_codes}"
     if rule.code in FRAME_SKIPPING:
         assert report.frame_skipped, report.summary()
 

@@ -12,8 +12,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from transpiler import engine, fixer  # noqa: E402
-from transpiler.diagnostics import Diagnostic  # noqa: E402
+from transpiler.lint import engine  # noqa: E402
+
+from transpiler.lint import fixer  # noqa: E402
+from transpiler.source.diagnostics import Diagnostic  # noqa: E402
 
 HEADER = "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
 
@@ -67,18 +69,15 @@ def signed(*shape: int) -> list[tuple]:
 
 # -- TP201: `if` -----------------------------------------------------------------------------------------
 
-SIMPLE_IF = model(
-    """
+SIMPLE_IF = model("""
     def forward(self, x):
         y = x + 1
         if y.sum() > 0:
             y = y * 2
         return y - 1
-    """
-)
+    """)
 
-CHAIN = model(
-    """
+CHAIN = model("""
     def forward(self, x):
         y = x + 1
         # double when positive
@@ -91,11 +90,9 @@ CHAIN = model(
             # negative
             z = -x
         return y - 1 + z
-    """
-)
+    """)
 
-EARLY_RETURN = model(
-    """
+EARLY_RETURN = model("""
     def forward(self, x):
         h = x.relu()
         if h.sum() > 0:
@@ -103,22 +100,18 @@ EARLY_RETURN = model(
         # fall through
         g = h + 1
         return g.view(-1)
-    """
-)
+    """)
 
-BOTH_RETURN = model(
-    """
+BOTH_RETURN = model("""
     def forward(self, x):
         if x.mean() > 0:  # positive
             return x * 2, x.sin()
         # otherwise
         else:  # negative
             return x, x.cos()
-    """
-)
+    """)
 
-NESTED = model(
-    """
+NESTED = model("""
     def forward(self, x):
         y = x.abs()
         if x.sum() > 0:
@@ -126,11 +119,9 @@ NESTED = model(
                 y = y * 2
             y = y + 1
         return y
-    """
-)
+    """)
 
-FLOAT_CONDITION = model(
-    """
+FLOAT_CONDITION = model("""
     def forward(self, x):
         s = x.sum()
         y = x * 1
@@ -139,8 +130,7 @@ FLOAT_CONDITION = model(
         if not s:
             y = y + 1
         return y
-    """
-)
+    """)
 
 FIXED_IF = {
     "simple": (
@@ -242,8 +232,7 @@ def test_both_returning_branches_compute_the_same(tmp_path):
 
 
 def test_an_elif_after_a_python_condition_becomes_an_else(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x):
             y = x + 1
             if self.training:
@@ -251,8 +240,7 @@ def test_an_elif_after_a_python_condition_becomes_an_else(tmp_path):
             elif y.sum() > 0:
                 y = y * 2
             return y
-        """
-    )
+        """)
     expected = """
         def forward(self, x):
             y = x + 1
@@ -286,8 +274,7 @@ LEFT_ALONE_IF = {
 @pytest.mark.parametrize("case", LEFT_ALONE_IF)
 def test_if_left_alone_says_why(case, tmp_path):
     statement, reason = LEFT_ALONE_IF[case]
-    source = model(
-        f"""
+    source = model(f"""
         def __init__(self):
             super().__init__()
             self.fc = nn.Linear(8, 8)
@@ -297,8 +284,7 @@ def test_if_left_alone_says_why(case, tmp_path):
             if y.sum() > 0:
                 {statement}
             return y
-        """
-    )
+        """)
     result = fix(source, tmp_path)
     assert result.applied == []
     (finding,) = [d for d in result.remaining if d.code == "TP201"]
@@ -306,44 +292,38 @@ def test_if_left_alone_says_why(case, tmp_path):
 
 
 def test_conditions_mixing_python_values_are_left_alone(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x):
             y = x + 1
             if y.sum() > 0 and self.training:
                 y = y * 2
             return y
-        """
-    )
+        """)
     (finding,) = fix(source, tmp_path).remaining
     assert "is not only tensors" in finding.no_fix
 
 
 def test_return_inside_a_nested_block_is_left_alone(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x):
             with torch.no_grad():
                 if x.sum() > 0:
                     return x * 2
             return x
-        """
-    )
+        """)
     (finding,) = fix(source, tmp_path).remaining
     assert "nested block" in finding.no_fix
 
 
 # -- TP203: ternary --------------------------------------------------------------------------------------
 
-TERNARY = model(
-    """
+TERNARY = model("""
     def forward(self, x):
         y = x + 1
         z = y * 2 if y.mean() > 0 else y * 3
         w = (x if x.sum() > 1 else -x) if y.max() > 2 else y
         return z + w
-    """
-)
+    """)
 
 
 def test_ternary_becomes_where(tmp_path):
@@ -368,8 +348,7 @@ def test_ternary_becomes_where(tmp_path):
     ],
 )
 def test_ternary_left_alone_says_why(expression, reason, tmp_path):
-    source = model(
-        f"""
+    source = model(f"""
         def __init__(self):
             super().__init__()
             self.fc = nn.Linear(8, 8)
@@ -378,24 +357,21 @@ def test_ternary_left_alone_says_why(expression, reason, tmp_path):
             y = x + 1
             z = {expression}
             return z
-        """
-    )
+        """)
     (finding,) = [d for d in fix(source, tmp_path).remaining if d.code == "TP203"]
     assert reason in finding.no_fix
 
 
 # -- TP204: and / or / not -------------------------------------------------------------------------------
 
-BOOL_OPS = model(
-    """
+BOOL_OPS = model("""
     def forward(self, x):
         y = x + 1
         flag = (y > 0).any() or (y < -5).any()
         both = y.isfinite().all() and y.sum() > 0 and (x > -1).all()
         empty = not (y > 0).any()
         return y * 2, flag, both, empty
-    """
-)
+    """)
 
 
 def test_bool_ops_become_bitwise(tmp_path):
@@ -418,21 +394,18 @@ def test_bool_ops_become_bitwise(tmp_path):
 
 
 def test_bool_op_on_numbers_is_left_alone(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x):
             total = x.sum() or x.mean()
             return total
-        """
-    )
+        """)
     (finding,) = fix(source, tmp_path).remaining
     assert "not known to be a boolean tensor" in finding.no_fix
 
 
 # -- TP205: assert ---------------------------------------------------------------------------------------
 
-ASSERTS = model(
-    """
+ASSERTS = model("""
     def forward(self, x):
         y = x.abs() + 1
         # checks
@@ -440,8 +413,7 @@ ASSERTS = model(
         assert (y > 0).all() and (y < 1e9).all()
         assert (y > 0).all() or (y < 1e9).all(), "never"
         return y * 2
-    """
-)
+    """)
 
 
 def test_assert_becomes_assert_async(tmp_path):
@@ -466,14 +438,12 @@ def test_assert_becomes_assert_async(tmp_path):
 
 
 def test_assert_on_python_values_from_tensors_uses_check(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x, n: int):
             total = x.sum().item()
             assert (x > -10).all() and total > -1e9 and n > 0, "bad input"
             return x * 2
-        """
-    )
+        """)
     expected = """
         def forward(self, x, n: int):
             total = x.sum().item()
@@ -488,13 +458,11 @@ def test_assert_on_python_values_from_tensors_uses_check(tmp_path):
 
 
 def test_assert_with_or_over_numbers_is_left_alone(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x):
             assert x.sum() or x.mean(), "empty"
             return x
-        """
-    )
+        """)
     (finding,) = fix(source, tmp_path).remaining
     assert "not all boolean" in finding.no_fix
 
@@ -555,21 +523,19 @@ def test_a_second_run_changes_nothing(source, tmp_path):
     ],
 )
 def test_returning_branches_left_alone_say_why(forward, reason, tmp_path):
-    (finding, *_) = [d for d in fix(model(forward), tmp_path).remaining if d.code == "TP201"]
+    finding, *_ = [d for d in fix(model(forward), tmp_path).remaining if d.code == "TP201"]
     assert reason in finding.no_fix
 
 
 def test_cond_clones_only_what_may_alias_an_input(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x):
             if x.sum() > 0:
                 a, b = x.chunk(2)
                 return a, b * 2
             c = x + 1
             return c, x.t()
-        """
-    )
+        """)
     expected = """
         def forward(self, x):
             def then_branch(x):
@@ -584,16 +550,14 @@ def test_cond_clones_only_what_may_alias_an_input(tmp_path):
 
 
 def test_python_flags_before_the_tensor_condition_stay_an_if(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x, mask=None):
             scores = x * 2
             if mask is not None and mask.any():  # skip an all-zero mask
                 scores = scores + mask
             if self.training and x.sum() > 0: scores = scores - 1  # one line
             return scores
-        """
-    )
+        """)
     expected = """
         def forward(self, x, mask=None):
             scores = x * 2
@@ -612,15 +576,13 @@ def test_python_flags_before_the_tensor_condition_stay_an_if(tmp_path):
 
 
 def test_one_line_branches(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x):
             y = x + 1
             if y.sum() > 0: y = y * 2
             else: y = y * 3; y = y + 1
             return y
-        """
-    )
+        """)
     expected = """
         def forward(self, x):
             y = x + 1
@@ -634,15 +596,13 @@ def test_one_line_branches(tmp_path):
 
 
 def test_chained_comparisons_are_split(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x):
             y = x + 1
             if 0 < y.sum() < 10:
                 y = y * 2
             return y
-        """
-    )
+        """)
     expected = """
         def forward(self, x):
             y = x + 1
@@ -655,8 +615,7 @@ def test_chained_comparisons_are_split(tmp_path):
 
 
 def test_unpacking_branches_become_cond(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x):
             a = x * 1
             b = x * 2
@@ -667,8 +626,7 @@ def test_unpacking_branches_become_cond(tmp_path):
                 b = x[:4] + 1
                 a = b - 1
             return a + b
-        """
-    )
+        """)
     expected = """
         def forward(self, x):
             a = x * 1
@@ -690,27 +648,23 @@ def test_unpacking_branches_become_cond(tmp_path):
 
 
 def test_unpacking_in_one_branch_returns_the_old_value_from_the_other(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x):
             a = x[:4] * 1
             if x.sum() > 0:
                 a, b = x.chunk(2)
             return a
-        """
-    )
+        """)
     (finding,) = fix(source, tmp_path).remaining
     assert "`b` is assigned in one branch only" in finding.no_fix
 
 
 def test_assert_sharing_its_line_is_left_alone(tmp_path):
-    source = model(
-        """
+    source = model("""
         def forward(self, x):
             y = x + 1; assert (y > 0).all() and (y < 9).all()
             return y
-        """
-    )
+        """)
     (finding,) = fix(source, tmp_path).remaining
     assert "shares its line" in finding.no_fix
 
@@ -759,6 +713,6 @@ def test_a_check_that_only_reports_unwraps_the_guards_of_its_calls():
 
 
 def test_an_if_that_reports_and_computes_is_not_a_check(tmp_path):
-    source = REPORT_ONLY.replace('            print("bad", h.shape)\n', '            h = h.nan_to_num()\n')
+    source = REPORT_ONLY.replace('            print("bad", h.shape)\n', "            h = h.nan_to_num()\n")
     fixed = fix(source, tmp_path)
     assert all(d.fix.safety == "unsafe" for d in fixed.applied)

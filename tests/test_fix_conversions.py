@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch._dynamo  # noqa: E402
+import torch._dynamo  # noqa: E402, F811
 
 from tests.rule_examples import RULES  # noqa: E402
-from transpiler import engine, fixer  # noqa: E402
-from transpiler.diagnostics import Diagnostic  # noqa: E402
+from transpiler.lint import engine  # noqa: E402
+from transpiler.lint import fixer  # noqa: E402
+from transpiler.source.diagnostics import Diagnostic  # noqa: E402
 
 HEADER = (
     "import copy\nimport math\n\nimport torch\nfrom torch import nn\n\n\n"

@@ -108,7 +108,9 @@ _inputs = st.fixed_dictionaries(
 def _run(module, args, grad: bool):
     torch.manual_seed(0)
     model = module.Model().eval()
-    args = tuple(a.detach().clone().requires_grad_(grad and a.is_floating_point()) if torch.is_tensor(a) else a for a in args)
+    args = tuple(
+        a.detach().clone().requires_grad_(grad and a.is_floating_point()) if torch.is_tensor(a) else a for a in args
+    )
     torch.manual_seed(1)
     try:
         out = model(*args)
@@ -143,7 +145,9 @@ def _same(actual, expected, exact: bool) -> None:
 
 
 @pytest.mark.parametrize(("rule", "source"), _cases())
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(draw=_inputs)
 def test_fixed_example_computes_the_same(rule, source, draw):
     result, text = _applied(rule, source)

@@ -35,7 +35,7 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
-from transpiler.cli import main
+from transpiler.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

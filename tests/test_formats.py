@@ -1,4 +1,4 @@
-"""Tests for transpiler.formats: exact text output, JSON fields, GitHub escaping, SARIF validity."""
+"""Tests for transpiler.lint.formats: exact text output, JSON fields, GitHub escaping, SARIF validity."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transpiler.diagnostics import Diagnostic
-from transpiler.formats import FORMATS, RuleInfo, render
+from transpiler.source.diagnostics import Diagnostic
+from transpiler.lint.formats import FORMATS, RuleInfo, render
 
-ITEM = Diagnostic(
-    "src/model.py", 12, 9, 12, 22, "TP101", "tensor-item-call", "`.item()` in forward", "unsafe"
-)
+ITEM = Diagnostic("src/model.py", 12, 9, 12, 22, "TP101", "tensor-item-call", "`.item()` in forward", "unsafe")
 PRINT = Diagnostic(
     "src/model.py",
     3,
@@ -27,9 +25,7 @@ PRINT = Diagnostic(
     "safe",
     ("GB0001",),
 )
-BRANCH = Diagnostic(
-    "src/a.py", 7, 1, 8, 4, "TP301", "data-dependent-branch", "branch on tensor value"
-)
+BRANCH = Diagnostic("src/a.py", 7, 1, 8, 4, "TP301", "data-dependent-branch", "branch on tensor value")
 
 
 def test_text_lines_are_sorted_and_marked_fixable():
@@ -70,10 +66,7 @@ def test_text_sorts_by_code_on_the_same_position():
 
 
 def test_text_singular_without_fixable_line():
-    assert (
-        render([BRANCH], "text")
-        == "src/a.py:7:1: TP301 branch on tensor value\n\nFound 1 problem.\n"
-    )
+    assert render([BRANCH], "text") == "src/a.py:7:1: TP301 branch on tensor value\n\nFound 1 problem.\n"
 
 
 def test_text_all_checks_passed():
@@ -84,9 +77,7 @@ def test_text_all_checks_passed():
 def test_text_color_only_when_asked():
     assert "\x1b" not in render([ITEM, PRINT], "text", color=False)
     colored = render([BRANCH], "text", color=True)
-    assert colored.startswith(
-        "\x1b[1msrc/a.py\x1b[0m:7:1: \x1b[31mTP301\x1b[0m branch on tensor value\n"
-    )
+    assert colored.startswith("\x1b[1msrc/a.py\x1b[0m:7:1: \x1b[31mTP301\x1b[0m branch on tensor value\n")
 
 
 def test_statistics_table():
@@ -186,11 +177,8 @@ def test_unknown_format_and_statistics_outside_text():
 # --- SARIF ---------------------------------------------------------------------
 
 
-
 RULES = {
-    "TP101": RuleInfo(
-        "TP101", "tensor-item-call", "`.item()` forces a graph break", ITEM.url, ("GB0124",)
-    ),
+    "TP101": RuleInfo("TP101", "tensor-item-call", "`.item()` forces a graph break", ITEM.url, ("GB0124",)),
     "TP401": RuleInfo("TP401", "unused-rule", "Appears in no result", "https://example.com/tp401"),
 }
 
@@ -206,9 +194,7 @@ def test_sarif_validates_against_the_schema(sarif_validator):
         )
         errors = [f"{list(e.absolute_path)}: {e.message}" for e in sarif_validator.iter_errors(log)]
         assert errors == []
-    assert list(
-        sarif_validator.iter_errors({"version": "2.1.0", "runs": [{"results": []}]})
-    )  # the validator bites
+    assert list(sarif_validator.iter_errors({"version": "2.1.0", "runs": [{"results": []}]}))  # the validator bites
 
 
 def test_sarif_empty_validates(sarif_validator):
@@ -270,9 +256,7 @@ def test_sarif_uris():
 positions = st.integers(min_value=1, max_value=10_000)
 diagnostics = st.builds(
     Diagnostic,
-    path=st.text(
-        st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1
-    ),
+    path=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1),
     line=positions,
     col=positions,
     end_line=positions,

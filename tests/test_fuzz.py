@@ -246,7 +246,11 @@ def test_inputs_have_their_layouts():
 
 def test_smaller_programs_rewire_readers_of_a_dropped_statement():
     program = Program(
-        4, (X,), (), (Stmt("t1", "{0} * 2.0", ("x",)), Stmt("t2", "{0} + {1}", ("t1", "x")), Stmt(None, "{0}.exp_()", ("t2",))), ("t2",)
+        4,
+        (X,),
+        (),
+        (Stmt("t1", "{0} * 2.0", ("x",)), Stmt("t2", "{0} + {1}", ("t1", "x")), Stmt(None, "{0}.exp_()", ("t2",))),
+        ("t2",),
     )
     smaller = fuzzing.smaller_programs(program)
     assert smaller[0].body == (Stmt("t2", "{0} + {1}", ("x", "x")), Stmt(None, "{0}.exp_()", ("t2",)))
@@ -277,7 +281,9 @@ def test_minimise_keeps_the_failure_and_drops_the_rest():
         fails = lambda p: "sigmoid" in p.source() and math.prod(p.inputs[0].shape) > 1  # noqa: E731
         return [fuzzing.Result(p, "wrong value" if fails(p) else "ok") for p in programs]
 
-    start = dataclasses.replace(program, inputs=(dataclasses.replace(program.inputs[0], shape=(3, 4, 5)), *program.inputs[1:]))
+    start = dataclasses.replace(
+        program, inputs=(dataclasses.replace(program.inputs[0], shape=(3, 4, 5)), *program.inputs[1:])
+    )
     (result,) = fuzzing.minimise([fuzzing.Result(start, "wrong value")], "cpp", run=run)
     assert result.outcome == "wrong value"
     assert [s.template for s in result.program.body] == ["torch.sigmoid({0})"]

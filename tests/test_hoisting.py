@@ -1,4 +1,4 @@
-"""Splitting statements (transpiler/hoisting.py): the pointwise part of a statement that mixes it with
+"""Splitting statements (transpiler/compiler/hoisting.py): the pointwise part of a statement that mixes it with
 calls the op table does not know becomes a statement of its own, and a region.
 
 The split text is pinned for LLaMA's MLP line and its rotary lines; every refusal rule leaves its
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from transpiler.cli import main
-from transpiler.hoisting import Hoisting, hoist_regions
-from transpiler.ir import format_region
+from transpiler.cli.main import main
+from transpiler.compiler.hoisting import Hoisting, hoist_regions
+from transpiler.compiler.ir import format_region
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -1,5 +1,5 @@
 """Relative imports that leave the output tree become absolute imports of the original package
-(transpiler/imports.py): the rewritten text, that the output imports the originals through them,
+(transpiler/pipeline/imports.py): the rewritten text, that the output imports the originals through them,
 and the error when the source is not inside a package."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from transpiler.cli import main
-from transpiler.imports import SHARED_HEADER, absolute_imports
+from transpiler.cli.main import main
+from transpiler.pipeline.imports import SHARED_HEADER, absolute_imports
 
 # `top` is a package; only `top/sub` is transpiled, so `..` and above leave the tree.
 TOP = {
@@ -232,7 +232,7 @@ def test_modules_the_build_leaves_as_they_are_are_the_originals(tmp_path, transp
     """A drop-in accepts the original's objects: the unchanged configuration module is imported from the
     installed package, so a config made there passes the transpiled model's isinstance check."""
     # tmp_path stands in for site-packages: only installed packages are shared (imports._installed)
-    monkeypatch.setattr("transpiler.imports._installed", lambda src: True)
+    monkeypatch.setattr("transpiler.pipeline.imports._installed", lambda src: True)
     write_tree(tmp_path / "src", LIB)
     importable()  # the source is an installed package: Python imports `lib.fam.*` from these files
     out = tmp_path / "build" / "outpkg"

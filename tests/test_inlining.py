@@ -1,4 +1,4 @@
-"""Inlining in-tree submodules (transpiler/inlining.py): `self.norm(h)` of a small class fuses with its neighbours.
+"""Inlining in-tree submodules (transpiler/compiler/inlining.py): `self.norm(h)` of a small class fuses with its neighbours.
 
 A tiny tree (an RMSNorm written as transformers writes LlamaRMSNorm, a block calling it after a
 residual add) is transpiled, imported and compared with the original in float32 and bfloat16
@@ -21,9 +21,9 @@ import pytest
 
 from tests.test_regions import regions_of as regions_of_body
 from tests.transpiled import importable
-from transpiler.inlining import kernel_view
-from transpiler.ir import format_region
-from transpiler.regions import find_regions
+from transpiler.compiler.lowering import kernel_view
+from transpiler.compiler.ir import format_region
+from transpiler.compiler.regions import find_regions
 
 torch = pytest.importorskip("torch")
 
@@ -291,8 +291,7 @@ def test_a_cast_to_a_computed_values_dtype_uses_the_dtype_promotion_gives_it():
     """`x.to(m.dtype)` of a comparison's `m` is a cast to bool whatever the inputs, with nothing to check at
     run time; `x.to(s.dtype)` of `s = y * 2.0` has y's dtype on every call (y stands in for it, checked);
     of `s = x + y` neither input's, so its first input stands in, checked."""
-    (region,) = regions_of_body(
-        """
+    (region,) = regions_of_body("""
         m = x > 0.5
         s = y * 2.0
         a = (x * 3.0).to(m.dtype)
@@ -300,8 +299,7 @@ def test_a_cast_to_a_computed_values_dtype_uses_the_dtype_promotion_gives_it():
         u = x + y
         c = torch.sin(y).to(u.dtype)
         return a, b, c
-        """
-    )
+        """)
     view, checks = kernel_view(region)
     casts = {node.out: (node.op, node.operands[1]) for node in view.nodes if node.op in ("to", "to_like")}
     assert casts["a"] == ("to", "bool")

@@ -17,11 +17,11 @@ import black
 import pytest
 
 from emit.layout import SKIP, hug_powers, layout
-from emit.module import emit
-from transpiler.compiling import Compiled, Job, compile_file
-from transpiler.discovery import module_name
-from transpiler.engine import project_facts
-from transpiler.regions import find_regions
+from emit.host.module import emit
+from transpiler.pipeline.compiling import Compiled, Job, compile_file
+from transpiler.source.discovery import module_name
+from transpiler.lint.engine import project_facts
+from transpiler.compiler.regions import find_regions
 
 pytest.importorskip("torch")
 from tests import fuzzing  # noqa: E402  (draws programs with torch)
@@ -59,7 +59,9 @@ def _long_names(program: fuzzing.Program) -> str:
 GOLDEN = ROOT / "tests" / "golden" / "compiled"
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("_*.py") if p.name.endswith(("_triton.py", "_kernels.py"))))
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in GOLDEN.glob("_*.py") if p.name.endswith(("_triton.py", "_kernels.py")))
+)
 def test_goldens_are_black_formatted(name):
     assert_black_keeps((GOLDEN / name).read_text(), name)
 
@@ -136,7 +138,7 @@ LINES = [
     "    t = torch.nn.functional.layer_norm(hidden_states_1, final_layer_norm_weight.shape, final_layer_norm_weight, final_layer_norm_bias, eps)",
     "    out = a_fairly_long_operand_name * tl.sigmoid(1.702 * a_fairly_long_operand_name_that_makes_the_line_too_long_xxxxxxxxxx)",
     "    out = a_fairly_long_operand_name * another_fairly_long_operand_name - yet_another_long_operand_name * one_more_name_xxxxxxx",
-    "k = Kernel(\"k\", k_reference, shapes=Shapes(inputs=(\"x\",), steps=(Step(\"t0\", (\"x\",)), Step(\"t1\", (\"t0\",)),), outputs=(\"t1\",)))",
+    'k = Kernel("k", k_reference, shapes=Shapes(inputs=("x",), steps=(Step("t0", ("x",)), Step("t1", ("t0",)),), outputs=("t1",)))',
 ]
 
 
@@ -167,8 +169,15 @@ def test_an_unhandled_shape_keeps_its_line_and_black_leaves_it():
 
 @pytest.mark.parametrize(
     ("expression", "hugged"),
-    [("x ** 2", "x**2"), ("x ** -0.5", "x**-0.5"), ("self.a.b ** y", "self.a.b**y"), ("f(x) ** 2", "f(x) ** 2"),
-     ("x ** f(2)", "x ** f(2)"), ('x ** float("inf")', 'x ** float("inf")'), ("x ** 1e-05", "x**1e-05")],
+    [
+        ("x ** 2", "x**2"),
+        ("x ** -0.5", "x**-0.5"),
+        ("self.a.b ** y", "self.a.b**y"),
+        ("f(x) ** 2", "f(x) ** 2"),
+        ("x ** f(2)", "x ** f(2)"),
+        ('x ** float("inf")', 'x ** float("inf")'),
+        ("x ** 1e-05", "x**1e-05"),
+    ],
 )
 def test_powers_are_hugged_as_black_does(expression, hugged):
     assert hug_powers(expression) == hugged

@@ -1,4 +1,4 @@
-"""Linear layers followed by an activation (transpiler/linears.py `epilogue_sites`, emit/runtime/linear.py
+"""Linear layers followed by an activation (transpiler/compiler/linears.py `epilogue_sites`, emit/runtime/linear.py
 `LinearActivation`): which statement pairs become one call, the runtime's epilogue path against the two
 modules (forced on CPU tensors for ReLU, whose CPU and CUDA kernels agree; on CUDA for both ops), its
 fallbacks, and a transpiled tree run beside its original.
@@ -13,12 +13,12 @@ import importlib
 
 import pytest
 
-from emit.module import EPILOGUE, EPILOGUE_OPS, _activation_table
+from emit.host.module import EPILOGUE, EPILOGUE_OPS, _activation_table
 from emit.runtime import Activation, Activations
 from emit.runtime import linear as runtime
 from tests.transpiled import importable
-from transpiler.hoisting import hoist_regions
-from transpiler.linears import epilogue_sites
+from transpiler.compiler.hoisting import hoist_regions
+from transpiler.compiler.linears import epilogue_sites
 
 torch = pytest.importorskip("torch")
 nn = torch.nn

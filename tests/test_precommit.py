@@ -89,7 +89,10 @@ def _git_env() -> dict[str, str]:
 def _git(cwd: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main", *args],
-        cwd=cwd, env=_git_env(), check=True, capture_output=True,
+        cwd=cwd,
+        env=_git_env(),
+        check=True,
+        capture_output=True,
     )
 
 
@@ -97,13 +100,22 @@ def _copy_hook_repo(destination: Path) -> None:
     """What `pip install .` of this project needs: metadata, readme, packages, hook file."""
     destination.mkdir(parents=True)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    for name in ("pyproject.toml", ".pre-commit-hooks.yaml", "README.md", "LICENSE", "setup.py", "setup.cfg", "MANIFEST.in"):
+    for name in (
+        "pyproject.toml",
+        ".pre-commit-hooks.yaml",
+        "README.md",
+        "LICENSE",
+        "setup.py",
+        "setup.cfg",
+        "MANIFEST.in",
+    ):
         if (ROOT / name).is_file():
             shutil.copy2(ROOT / name, destination / name)
     packages = project.get("tool", {}).get("setuptools", {}).get("packages", [])
     for package in {p.split(".")[0] for p in packages}:
         shutil.copytree(
-            ROOT / package, destination / package,
+            ROOT / package,
+            destination / package,
             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
         )
 
@@ -148,8 +160,12 @@ def _pre_commit(cwd: Path, home: Path, label: str, *args: str) -> subprocess.Com
     env["XDG_CACHE_HOME"] = str(home / "xdg-cache")
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "pre_commit", *args], cwd=cwd, env=env,
-        capture_output=True, text=True, timeout=900,
+        [sys.executable, "-m", "pre_commit", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     TIMINGS[label] = time.perf_counter() - start
     print(f"pre-commit {args[0]} ({label}): {TIMINGS[label]:.1f}s")
@@ -159,17 +175,19 @@ def _pre_commit(cwd: Path, home: Path, label: str, *args: str) -> subprocess.Com
 def try_repo(cwd: Path, hook_repo: Path, home: Path, label: str) -> subprocess.CompletedProcess[str]:
     """`pre-commit try-repo`: what a hook author runs. It installs into a fresh
     temporary store on every call (PRE_COMMIT_HOME does not help), so it is used once."""
-    return _pre_commit(
-        cwd, home, label, "try-repo", "--color", "never", str(hook_repo), HOOK_ID, "--all-files"
-    )
+    return _pre_commit(cwd, home, label, "try-repo", "--color", "never", str(hook_repo), HOOK_ID, "--all-files")
 
 
 def run_configured(cwd: Path, hook_repo: Path, home: Path, label: str) -> subprocess.CompletedProcess[str]:
     """`pre-commit run` with a .pre-commit-config.yaml naming the hook repo and rev, as users
     do; the hook environment is installed once into `home` and reused."""
     rev = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=hook_repo, env=_git_env(),
-        check=True, capture_output=True, text=True,
+        ["git", "rev-parse", "HEAD"],
+        cwd=hook_repo,
+        env=_git_env(),
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     (cwd / ".pre-commit-config.yaml").write_text(
         f"repos:\n"
@@ -224,9 +242,7 @@ def test_hook_passes_after_fixing_the_file(user_repo, hook_repo, pre_commit_home
 @needs_tools
 def test_hook_honours_extend_exclude(user_repo, hook_repo, pre_commit_home):
     """pre-commit names every file explicitly; --force-exclude makes the excludes apply anyway."""
-    (user_repo / "pyproject.toml").write_text(
-        '[tool.transpile]\nextend-exclude = ["src/model.py"]\n', encoding="utf-8"
-    )
+    (user_repo / "pyproject.toml").write_text('[tool.transpile]\nextend-exclude = ["src/model.py"]\n', encoding="utf-8")
     proc = run_configured(user_repo, hook_repo, pre_commit_home, "run, excluded file")
     out = _output(proc)
     assert proc.returncode == 0, out

@@ -60,6 +60,8 @@ class Case:
     classes: dict[str, Callable[[], dict]]  # classes of modeling_<model>.py -> their inputs
 
 
+# fmt: off
+# (black 26.10 cannot lay out this table: BracketMatchError)
 CASES = {
     "gpt2": Case(
         lambda: transformers.GPT2Config(
@@ -87,6 +89,7 @@ CASES = {
         {"ResNetModel": pixels},
     ),
 }
+# fmt: on
 RTOL, ATOL = 1e-4, 1e-5  # fp32; kernels may sum in another order than eager
 # The runtime's words for integer values eager keeps integers where the kernel cannot (`clamp` by a Python int).
 INT_FALLBACK = ("fallback: an integer input (", "values, which the C++ kernel computes in floating point")

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from transpiler.ir import format_region
-from transpiler.regions import MIN_OPS, find_regions
+from transpiler.compiler.ir import format_region
+from transpiler.compiler.regions import MIN_OPS, find_regions
 
 HEADER = "import math\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n"
 
@@ -130,16 +130,14 @@ def test_casts_and_dtype_names():
 
 
 def test_helper_parameters_typed_from_call_sites():
-    text = HEADER + textwrap.dedent(
-        """
+    text = HEADER + textwrap.dedent("""
         def act(v):
             return v * torch.sigmoid(v)
 
         class M(nn.Module):
             def forward(self, x):
                 return act(x)
-        """
-    )
+        """)
     tree = ast.parse(text)
     assert find_regions(tree, "m.py", "m", False, text) == []  # `v` could be anything
     (region,) = find_regions(tree, "m.py", "m", False, text, tensor_params={"m.act": frozenset({"v"})})
@@ -168,14 +166,20 @@ def test_transpile_explain_prints_the_regions_of_a_file(monkeypatch):
 
     from click.testing import CliRunner
 
-    from transpiler.cli import main
+    from transpiler.cli.main import main
 
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
     result = CliRunner().invoke(main, ["explain", "fixtures/models/layers.py", "fixtures/models/moe.py"])
     assert result.exit_code == 0, result.output
-    assert "region fused_rms_norm (fixtures/models/layers.py:36-37, in fixtures.models.layers.RMSNorm.forward)" in result.output
-    assert "  in  eps: scalar = self.eps\n" in result.output and "  variance = mean(t0, -1, True)  # line 36\n" in result.output
-    # A split statement (transpiler/hoisting.py): the region on the line the file has, its temporary as input.
+    assert (
+        "region fused_rms_norm (fixtures/models/layers.py:36-37, in fixtures.models.layers.RMSNorm.forward)"
+        in result.output
+    )
+    assert (
+        "  in  eps: scalar = self.eps\n" in result.output
+        and "  variance = mean(t0, -1, True)  # line 36\n" in result.output
+    )
+    # A split statement (transpiler/compiler/hoisting.py): the region on the line the file has, its temporary as input.
     assert "region fused_sum (fixtures/models/moe.py:25, in fixtures.models.moe.Router.forward)" in result.output
     assert "  _sum_div = div(weights, t0)  # line 25\n" in result.output
     result = CliRunner().invoke(main, ["explain", "fixtures/models/__init__.py"])
@@ -231,12 +235,18 @@ def test_casts_back_to_an_input_dtype_held_in_a_variable():
     assert region.name == "fused_rms_norm"
     assert region.nodes[-2].op == "to_like" and region.nodes[-2].operands[1] == "x"
     # `x` rebound between the dtype's line and the region: the region's `x` is not the dtype's tensor.
-    rebound = "dtype = x.dtype\nx = x.view(x.shape)\n" + "\n".join(line.strip() for line in body.strip().splitlines()[1:])
-    assert all(n.op != "to_like" for r in regions_of(rebound, init="self.w = nn.Parameter(torch.ones(8))") for n in r.nodes)
+    rebound = "dtype = x.dtype\nx = x.view(x.shape)\n" + "\n".join(
+        line.strip() for line in body.strip().splitlines()[1:]
+    )
+    assert all(
+        n.op != "to_like" for r in regions_of(rebound, init="self.w = nn.Parameter(torch.ones(8))") for n in r.nodes
+    )
 
 
 def test_aliases_of_values_the_region_computed_carry_them_out():
-    (region,) = regions_of("h = x + y\nresidual = h\nh = self.ln(h)\nreturn h * 2, residual", init="self.ln = nn.LayerNorm(8)")
+    (region,) = regions_of(
+        "h = x + y\nresidual = h\nh = self.ln(h)\nreturn h * 2, residual", init="self.ln = nn.LayerNorm(8)"
+    )
     assert [n.op for n in region.nodes] == ["add", "layer_norm"]
     assert {(o.target, o.value) for o in region.outputs} == {("h", "h_1"), ("residual", "h")}
     (region,) = regions_of("residual = x\nh = self.ln(x) * 2\nreturn h + residual", init="self.ln = nn.LayerNorm(8)")
@@ -255,12 +265,16 @@ def test_names_holding_one_value_share_one_output():
 
 def test_an_in_place_update_of_a_value_another_name_holds_ends_the_region():
     """`r = h; h.mul_(2)` changes r too in eager: the update is not computed as a new value."""
-    (region,) = regions_of("h = x * y + 1.0\nr = h\nh.mul_(2.0)\nreturn self.fc(h), r", init="self.fc = nn.Linear(8, 8)")
+    (region,) = regions_of(
+        "h = x * y + 1.0\nr = h\nh.mul_(2.0)\nreturn self.fc(h), r", init="self.fc = nn.Linear(8, 8)"
+    )
     assert [n.op for n in region.nodes] == ["mul", "add"]
     assert [(o.target, o.aliases) for o in region.outputs] == [("h", ("r",))]
 
 
 def test_a_name_deleted_after_the_region_is_an_output():
     """`del logits` needs logits bound: the kernel path must assign it (reformer)."""
-    (region,) = regions_of("a = x * 2.0 + y\nlogits = a.exp()\nz = self.fc(a)\ndel logits\nreturn z", init="self.fc = nn.Linear(8, 8)")
+    (region,) = regions_of(
+        "a = x * 2.0 + y\nlogits = a.exp()\nz = self.fc(a)\ndel logits\nreturn z", init="self.fc = nn.Linear(8, 8)"
+    )
     assert {o.target for o in region.outputs} == {"a", "logits"}

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from transpiler.diagnostics import Diagnostic, Fix
-from transpiler.ir import Input, Node, Output, Region, format_region
-from transpiler.report import REPORT_HTML, REPORT_JSON, render_html, report_data, write_report
-from transpiler.transpile import BuildResult
+from transpiler.source.diagnostics import Diagnostic, Fix
+from transpiler.compiler.ir import Input, Node, Output, Region, format_region
+from transpiler.pipeline.report import REPORT_HTML, REPORT_JSON, render_html, report_data, write_report
+from transpiler.pipeline.build import BuildResult
 
 # A source line that would run script if the report pasted it into the page unescaped.
 INJECTION = "<script>document.body.setAttribute('data-pwned', '1')</script>"
@@ -31,7 +31,6 @@ def scaled(x):
 REWRITTEN = ORIGINAL.replace(
     '    print("scaling")\n', '    if not torch.compiler.is_compiling():\n        print("scaling")\n'
 )
-
 
 
 def _numbered(text: str) -> dict[int, str]:
@@ -168,7 +167,7 @@ def test_kernel_files_of_renamed_stems(tmp_path):
     files the build wrote for it, not those its name would give."""
     from click.testing import CliRunner
 
-    from transpiler.cli import main
+    from transpiler.cli.main import main
 
     module = (
         "import torch\n\n\nclass M(torch.nn.Module):\n"
@@ -307,7 +306,9 @@ CHROMIUM = shutil.which("chromium")
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 def test_page_in_headless_chromium(result, tmp_path):
     """The page as a browser builds it: the DOM after parsing (and after any script would have run)."""
-    (path,) = [p for p in write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS) if p.suffix == ".html"]
+    (path,) = [
+        p for p in write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS) if p.suffix == ".html"
+    ]
     command = [
         CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",

@@ -1,4 +1,4 @@
-"""Rotary embeddings: transformers' `rotate_half` is the op `rotate_half` (transpiler/ops.py SHIFTED_OPS), so
+"""Rotary embeddings: transformers' `rotate_half` is the op `rotate_half` (transpiler/compiler/ops.py SHIFTED_OPS), so
 `q_embed = (q * cos) + (rotate_half(q) * sin)` is one kernel that reads q at the shifted last-dim coordinate.
 
 Recognition: the function's body as transformers writes it and its harmless variants are the op; near
@@ -25,15 +25,15 @@ from tests.test_triton_backend import INTERPRET  # noqa: F401  # isort: skip
 import torch  # noqa: E402
 
 import emit.runtime  # noqa: E402
-from emit.cpp import render_cpp_file  # noqa: E402
+from emit.cpp.kernels import render_cpp_file  # noqa: E402
 from emit.runtime import Kernel  # noqa: E402
 from emit.runtime.cpp_support import CppLibrary, find_compiler  # noqa: E402
-from emit.triton import render_triton_file  # noqa: E402
+from emit.triton.kernels import render_triton_file  # noqa: E402
 from tests.transpiled import importable, reference_of, shapes_of  # noqa: E402
-from transpiler.ir import Node, Output, Region  # noqa: E402
-from transpiler.lowering import NotLowerable, lower  # noqa: E402
-from transpiler.ops import BY_NAME  # noqa: E402
-from transpiler.regions import find_regions  # noqa: E402
+from transpiler.compiler.ir import Node, Output, Region  # noqa: E402
+from transpiler.compiler.lowering import NotLowerable, lower  # noqa: E402
+from transpiler.compiler.ops import BY_NAME  # noqa: E402
+from transpiler.compiler.regions import find_regions  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy warnings
 
@@ -247,7 +247,15 @@ def kernel(request, kernel_files, monkeypatch) -> Kernel:
     emit.runtime._backend.cache_clear()
     cpp, triton = kernel_files
     name = ROTARY_REGION.name
-    yield Kernel(name, reference_of(ROTARY_REGION), 3, shapes_of(ROTARY_REGION), "m.py:1", triton=(triton, f"{name}_kernel"), cpp=cpp)
+    yield Kernel(
+        name,
+        reference_of(ROTARY_REGION),
+        3,
+        shapes_of(ROTARY_REGION),
+        "m.py:1",
+        triton=(triton, f"{name}_kernel"),
+        cpp=cpp,
+    )
     emit.runtime._backend.cache_clear()
 
 

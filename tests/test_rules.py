@@ -8,7 +8,7 @@ import pytest
 
 import rewrites
 from tests.rule_examples import CHECKED_RULES, RULES, examples, lint_snippet
-from transpiler import ruledocs
+from transpiler.cli import ruledocs
 
 
 def test_codes_follow_the_family_table():
@@ -53,6 +53,6 @@ def test_valid_example_is_clean(rule, source):
 
 
 def test_rule_reference_is_up_to_date():
-    assert ruledocs.DOC_PATH.read_text(encoding="utf-8") == ruledocs.render(), (
-        "docs/rules.md is stale: run `python -m transpiler.ruledocs`"
-    )
+    assert (
+        ruledocs.DOC_PATH.read_text(encoding="utf-8") == ruledocs.render()
+    ), "docs/rules.md is stale: run `python -m transpiler.cli.ruledocs`"

@@ -33,7 +33,7 @@ def test_strided_layout_addresses_every_element(shape, data):
     tensors = []
     for _ in range(data.draw(st.integers(1, 3))):
         keep = [data.draw(st.booleans()) for _ in shape]
-        sub = tuple(s if k else 1 for s, k in zip(shape, keep))[data.draw(st.integers(0, len(shape))):]
+        sub = tuple(s if k else 1 for s, k in zip(shape, keep))[data.draw(st.integers(0, len(shape))) :]
         base = torch.arange(max(1, torch.Size(sub).numel()) * 2, dtype=torch.float64)[::2][: torch.Size(sub).numel()]
         t = base.reshape(sub)
         if t.dim() >= 2 and data.draw(st.booleans()):
@@ -68,7 +68,7 @@ def test_row_layout_addresses_every_row_and_column(shape, data):
     tensors = []
     for _ in range(data.draw(st.integers(1, 3))):
         keep = [data.draw(st.booleans()) for _ in shape]
-        sub = tuple(s if k else 1 for s, k in zip(shape, keep))[data.draw(st.integers(0, len(shape))):]
+        sub = tuple(s if k else 1 for s, k in zip(shape, keep))[data.draw(st.integers(0, len(shape))) :]
         t = torch.randn(sub, dtype=torch.float64)
         if t.dim() >= 2 and data.draw(st.booleans()):
             t = t.transpose(0, -1).contiguous().transpose(0, -1)  # same values, strided storage

@@ -1,4 +1,4 @@
-"""Fusing across an `if` (transpiler/tails.py): the statements right before an `if` and right after it
+"""Fusing across an `if` (transpiler/compiler/tails.py): the statements right before an `if` and right after it
 are copied into both branches, so that GPT-2's residual add and the LayerNorm after its optional cross
 attention are one region where the cross attention does not run.
 
@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import ast
 import importlib
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.transpiled import importable
-from transpiler.hoisting import hoist_regions
-from transpiler.tails import fuse_across_ifs
+from transpiler.compiler.hoisting import hoist_regions
+from transpiler.compiler.tails import fuse_across_ifs
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -14,7 +14,6 @@ import inspect
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -24,14 +23,18 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from transpiler import engine, transpile, writing
-from transpiler.cli import main
-from transpiler.diagnostics import Diagnostic, Fix
+from transpiler.pipeline.rules import load_rules
 
-engine.load_rules()
+from transpiler.pipeline import build as transpile
+
+from transpiler.source import writing
+from transpiler.cli.main import main
+from transpiler.source.diagnostics import Diagnostic, Fix
+
+load_rules()
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-c", "from transpiler.cli import main; main(prog_name='transpile')"]
+CLI = [sys.executable, "-c", "from transpiler.cli.main import main; main(prog_name='transpile')"]
 
 # A package whose model uses a helper through a relative import. `forward` prints (TP101,
 # which has a safe fix) and, in LEFT_MODEL only, reads a data-dependent shape (TP401,
@@ -104,7 +107,9 @@ def snapshot(root: Path) -> dict[str, tuple[str, int, int]]:
         if path.is_file():
             stat = path.stat()
             found[path.relative_to(root).as_posix()] = (
-                hashlib.sha256(path.read_bytes()).hexdigest(), stat.st_mode, stat.st_mtime_ns
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                stat.st_mode,
+                stat.st_mtime_ns,
             )
     return found
 
@@ -139,25 +144,35 @@ def test_mirrors_the_package_and_the_output_package_runs(tmp_path):
     assert result.code == 0, result.err
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     reports = {"transpile-report.html", "transpile-report.json"}
-    assert files == {"__init__.py", "helpers.py", "model.py", "config.json", "assets/blob.bin", transpile.MANIFEST, *reports}
+    assert files == {
+        "__init__.py",
+        "helpers.py",
+        "model.py",
+        "config.json",
+        "assets/blob.bin",
+        transpile.MANIFEST,
+        *reports,
+    }
     rewritten = (out / "model.py").read_text()
     assert "if not torch.compiler.is_compiling():\n            print(" in rewritten
     assert "# debug output, kept in eager runs" in rewritten  # comments survive the rewrite
     # The output is a package of its own: its relative imports resolve inside `out`.
-    script = textwrap.dedent(
-        """
+    script = textwrap.dedent("""
         import json, sys, torch
         import pkg
         assert pkg.__file__.startswith(sys.argv[1]), pkg.__file__
         torch.manual_seed(0)
         net = pkg.Net().eval()
         print(json.dumps(net(torch.ones(2, 4)).tolist()))
-        """
-    )
+        """)
     outputs = []
     for root in (tmp_path, out.parent):
         proc = subprocess.run(
-            [sys.executable, "-c", script, str(root)], cwd=root, capture_output=True, text=True, timeout=120,
+            [sys.executable, "-c", script, str(root)],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=120,
             env={**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"},
         )
         assert proc.returncode == 0, proc.stderr
@@ -384,7 +399,14 @@ def test_json_summary_has_the_same_content(tmp_path, cli):
     result = cli(src, "-o", tmp_path / "out", "--format", "json")
     assert result.code == 1
     summary = json.loads(result.out)
-    assert summary["files"] == {"total": 5, "rewritten": 1, "kernels_only": 0, "copied": 4, "removed": [], "unreadable": []}
+    assert summary["files"] == {
+        "total": 5,
+        "rewritten": 1,
+        "kernels_only": 0,
+        "copied": 4,
+        "removed": [],
+        "unreadable": [],
+    }
     rules = {row["code"]: row for row in summary["rules"]}
     assert rules["TP101"] == {"code": "TP101", "name": "print-in-compiled-code", "found": 1, "rewritten": 1, "left": 0}
     assert [d["code"] for d in summary["fixes"]] == ["TP101"]
@@ -417,7 +439,10 @@ def test_selection_options(tmp_path, cli):
     assert ignored.code == 0 and "TP401" not in ignored.out
     selected = cli(src, "-o", tmp_path / "b", "--select", "TP4")
     assert selected.code == 1 and "TP101" not in selected.out
-    assert "print(" in (tmp_path / "b" / "model.py").read_text() and "is_compiling" not in (tmp_path / "b" / "model.py").read_text()
+    assert (
+        "print(" in (tmp_path / "b" / "model.py").read_text()
+        and "is_compiling" not in (tmp_path / "b" / "model.py").read_text()
+    )
 
 
 def test_command_spellings(tmp_path, cli):
@@ -449,7 +474,12 @@ def test_fixture_models_transpile_and_compute_the_same(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     out = tmp_path / "compiled_fixture_models"
     result = run_subprocess(
-        "fixtures/models", "-o", str(out), "--no-kernels", cwd=ROOT, env={"TRANSPILE_CACHE_DIR": str(tmp_path / "cache")}
+        "fixtures/models",
+        "-o",
+        str(out),
+        "--no-kernels",
+        cwd=ROOT,
+        env={"TRANSPILE_CACHE_DIR": str(tmp_path / "cache")},
     )
     assert result.code in (0, 1), result.err
     assert "Transpiled 7 files" in result.out
@@ -458,10 +488,16 @@ def test_fixture_models_transpile_and_compute_the_same(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     compared = []
     for path in sorted(out.glob("*.py")):
-        original = importlib.import_module(f"fixtures.models.{path.stem}" if path.stem != "__init__" else "fixtures.models")
+        original = importlib.import_module(
+            f"fixtures.models.{path.stem}" if path.stem != "__init__" else "fixtures.models"
+        )
         rewritten = importlib.import_module(f"{out.name}.{path.stem}" if path.stem != "__init__" else out.name)
         for name, cls in inspect.getmembers(rewritten, inspect.isclass):
-            if cls.__module__ != rewritten.__name__ or not issubclass(cls, torch.nn.Module) or name not in FIXTURE_INPUTS:
+            if (
+                cls.__module__ != rewritten.__name__
+                or not issubclass(cls, torch.nn.Module)
+                or name not in FIXTURE_INPUTS
+            ):
                 continue
             with contextlib.redirect_stdout(io.StringIO()):  # TinyTransformer prints its size
                 models = [getattr(original, name)().eval(), cls().eval()]

@@ -39,13 +39,13 @@ from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import emit.runtime  # noqa: E402
-import emit.triton  # noqa: E402
+import emit.triton.kernels  # noqa: E402
 from emit.runtime import layout, triton_support  # noqa: E402
-from emit.triton import render_constant, render_triton, render_triton_file, triton_helpers_used  # noqa: E402
+from emit.triton.kernels import render_constant, render_triton, render_triton_file, triton_helpers_used  # noqa: E402
 from tests.cuda import check_compiled  # noqa: E402
-from transpiler.dtypes import value_dtypes  # noqa: E402
-from transpiler.ir import Input, Node, Output, Region  # noqa: E402
-from transpiler.ops import CAST, OPS, Domain, Op  # noqa: E402
+from transpiler.compiler.dtypes import value_dtypes  # noqa: E402
+from transpiler.compiler.ir import Input, Node, Output, Region  # noqa: E402
+from transpiler.compiler.ops import CAST, OPS, Domain, Op  # noqa: E402
 
 # The interpreter computes with numpy, which warns on log(0), 0/0 and the like.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -68,7 +68,12 @@ FINITE_SPECIALS = tuple(v for v in SPECIALS if math.isfinite(v))
 # torch's CPU erf makes gelu(inf) NaN; the kernel gives the formula's inf, as CUDA does.
 NO_INFINITIES = {"gelu"}
 # float64 results here are casts of the other dtypes: exact.
-TOLERANCES = {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2), torch.float64: (0.0, 0.0)}
+TOLERANCES = {
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (2e-3, 1e-3),
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.float64: (0.0, 0.0),
+}
 KERNEL_DIR = Path(tempfile.mkdtemp(prefix="transpile_triton_kernels_"))
 EXAMPLES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -86,7 +91,7 @@ def compile_region(region: Region):
 
 
 def eager_dtypes(region: Region, tensors: list[torch.Tensor], scalars: list) -> dict[str, torch.dtype]:
-    """Each value's dtype as eager computes it from these inputs, by transpiler/dtypes.py's promotion rules
+    """Each value's dtype as eager computes it from these inputs, by transpiler/compiler/dtypes.py's promotion rules
     (the runtime takes them from the eager reference: tests/test_triton_dtypes.py covers that path)."""
     given = dict(zip((i.name for i in region.scalar_inputs), scalars, strict=True))
     nodes = []
@@ -245,7 +250,7 @@ def test_op_matches_eager(op: Op, data, shape) -> None:
     assume(not emit.runtime._rounds_zero_dim(tensors))  # the runtime sends these to the original code
     # So do the launchers, for integer values the kernel refuses (integer floor division by a tensor).
     dtypes = eager_dtypes(region, tensors, scalars)
-    assume(all(dtypes[value].is_floating_point for value in emit.triton.integer_refusals(region)))
+    assume(all(dtypes[value].is_floating_point for value in emit.triton.kernels.integer_refusals(region)))
     (actual,) = run_kernel(region, tensors, scalars, [expected.dtype])
     assert_matches(actual, expected)
 
@@ -316,7 +321,10 @@ def test_kernel_text_is_readable_and_black_formatted() -> None:
     assert "# models/mlp.py:30  h = 0.5 * h * (1 + torch.tanh(" in source
     # Each value rounded as eager holds it: in its dtype on the call (a no-op for float32), a constexpr per value
     # `h ** 3.0` is a float32 of an integer h (floating: a no-op on floats), not an int that wraps
-    assert "    cube = rounded(floating(h) * floating(h) * floating(h), cube_dtype)\n" in source and "t = rounded(tanh(inner2), t_dtype)" in source
+    assert (
+        "    cube = rounded(floating(h) * floating(h) * floating(h), cube_dtype)\n" in source
+        and "t = rounded(tanh(inner2), t_dtype)" in source
+    )
     assert "    cube_dtype: tl.constexpr,  # each value's dtype in eager on this call" in source
     assert [a.arg for a in function.args.args][-3:] == ["t2_dtype", "half_dtype", "h1_dtype"]
     for phase in ("# Load the inputs", "# Compute", "# Store the outputs"):
@@ -324,7 +332,7 @@ def test_kernel_text_is_readable_and_black_formatted() -> None:
 
 
 def test_renderer_and_runtime_agree_on_the_rank() -> None:
-    assert emit.triton.RANK == emit.runtime.RANK
+    assert emit.triton.kernels.RANK == emit.runtime.RANK
 
 
 def test_region_values_never_shadow_kernel_names() -> None:

@@ -20,12 +20,11 @@ from tests.test_triton_reductions import run_rows  # noqa: E402  # isort: skip
 
 import torch  # noqa: E402
 
-import emit.triton  # noqa: E402
 from emit.runtime import triton_support  # noqa: E402
 from tests.cuda import check_compiled  # noqa: E402
 from tests.tolerances import assert_within, layer_norm_magnitude  # noqa: E402
 from tests.transpiled import original_and_transpiled  # noqa: E402
-from transpiler.ir import Input, Node, Output, Region  # noqa: E402
+from transpiler.compiler.ir import Input, Node, Output, Region  # noqa: E402
 
 PACKAGE = "transpiled_triton_dtypes"
 MODEL = """

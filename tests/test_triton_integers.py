@@ -13,17 +13,17 @@ from __future__ import annotations
 import pytest
 
 # First: it turns Triton's interpreter on before triton is imported (or skips, as this module must).
-from tests.test_triton_backend import eager, eager_dtypes, run_kernel  # noqa: E402  # isort: skip
+from tests.test_triton_backend import eager, run_kernel  # noqa: E402  # isort: skip
 from tests.test_triton_reductions import run_rows  # noqa: E402  # isort: skip
 
 import torch  # noqa: E402
 
-import emit.triton  # noqa: E402
+import emit.triton.kernels  # noqa: E402
 from emit.runtime import triton_support  # noqa: E402
 from tests.cuda import check_compiled  # noqa: E402
-from transpiler.dtypes import value_dtypes  # noqa: E402
-from transpiler.ir import Input, Node, Output, Region  # noqa: E402
-from transpiler.ops import BY_NAME, spellings_of  # noqa: E402
+from transpiler.compiler.dtypes import value_dtypes  # noqa: E402
+from transpiler.compiler.ir import Input, Node, Output, Region  # noqa: E402
+from transpiler.compiler.ops import BY_NAME, spellings_of  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, inside the interpreter
 
@@ -107,7 +107,12 @@ def test_operators_and_logical_functions_are_different_ops():
     # Typed as torch types them: logical functions give bools, the operators the integers' promotion.
     nodes = (Node("and", ("i", "j"), "both", 1), Node("bitwise_and", ("i", "j"), "bits", 1))
     region = Region("r", "m.py", "f", 1, 1, (Input("i", "i", True), Input("j", "j", True)), nodes, ())
-    assert value_dtypes(region, {"i": "int32", "j": "int64"}) == {"i": "int32", "j": "int64", "both": "bool", "bits": "int64"}
+    assert value_dtypes(region, {"i": "int32", "j": "int64"}) == {
+        "i": "int32",
+        "j": "int64",
+        "both": "bool",
+        "bits": "int64",
+    }
 
 
 # -- constants torch converts to the op's dtype ----------------------------------------------------
@@ -130,7 +135,11 @@ def test_addcmul_truncates_its_value_for_integers_and_wraps_as_torch(value, dtyp
 
 def test_addcmul_of_integers_beside_a_float_multiplies_floats():
     """torch converts every operand to float32 first: the int32 product 3 * 100000 * 100000 does not wrap."""
-    env = {"t": torch.zeros(4), "a": torch.full((4,), 100000, dtype=torch.int32), "b": torch.full((4,), 100000, dtype=torch.int32)}
+    env = {
+        "t": torch.zeros(4),
+        "a": torch.full((4,), 100000, dtype=torch.int32),
+        "b": torch.full((4,), 100000, dtype=torch.int32),
+    }
     actual, expected = run_op("addcmul", ("t", "a", "b", 3), env)
     assert expected[0] == 3e10
     assert_equal(actual, expected)
@@ -162,13 +171,17 @@ def test_integer_arithmetic_wraps_as_torch(name, dtype):
 
 # -- what the kernels refuse ---------------------------------------------------------------------
 def division_region() -> Region:
-    nodes = (Node("floordiv", ("x", "y"), "q", 1), Node("pow", ("q", 4), "p", 2, (1,)), Node("pow", ("x", 2), "s", 2, (1,)))
+    nodes = (
+        Node("floordiv", ("x", "y"), "q", 1),
+        Node("pow", ("q", 4), "p", 2, (1,)),
+        Node("pow", ("x", 2), "s", 2, (1,)),
+    )
     inputs = (Input("x", "x", True), Input("y", "y", True))
     return Region("division", "test.py", "f", 1, 2, inputs, nodes, (Output("p", "p"), Output("s", "s")))
 
 
 def test_integer_division_by_a_tensor_and_general_powers_are_refused_with_why():
-    refusals = emit.triton.integer_refusals(division_region())
+    refusals = emit.triton.kernels.integer_refusals(division_region())
     assert refusals == {
         "q": "an integer floor division by a tensor (eager raises on a zero divisor)",
         "p": "an integer power other than x ** 2 and x ** 3",
@@ -187,12 +200,21 @@ def test_floating_calls_of_a_kernel_with_refusals_run():
 
 
 def test_kernel_files_and_launchers_name_the_refusals_alike():
-    assert emit.triton.INTEGER_REFUSALS == triton_support.INTEGER_REFUSALS
-    text = emit.triton.render_triton(division_region(), {})
+    assert emit.triton.kernels.INTEGER_REFUSALS == triton_support.INTEGER_REFUSALS
+    text = emit.triton.kernels.render_triton(division_region(), {})
     assert '\ndivision_kernel.integer_refusals = {\n    "q": "an integer floor division' in text
     # A region whose values are floats whatever its inputs refuses nothing.
-    floats = Region("f", "t.py", "f", 1, 1, (Input("x", "x", True),), (Node("to", ("x", "float32"), "h", 1, (1,)), Node("floordiv", ("h", "h"), "q", 1)), (Output("q", "q"),))
-    assert emit.triton.integer_refusals(floats) == {}
+    floats = Region(
+        "f",
+        "t.py",
+        "f",
+        1,
+        1,
+        (Input("x", "x", True),),
+        (Node("to", ("x", "float32"), "h", 1, (1,)), Node("floordiv", ("h", "h"), "q", 1)),
+        (Output("q", "q"),),
+    )
+    assert emit.triton.kernels.integer_refusals(floats) == {}
 
 
 # -- reductions of integers and bools ---------------------------------------------------------------
@@ -281,7 +303,9 @@ def test_ops_eager_keeps_bools_in_give_bools(name):
     assert_equal(actual, expected)
 
 
-@pytest.mark.parametrize("dtypes", [(torch.bool, torch.bool), (torch.bool, torch.int32), (torch.int32, torch.int32)], ids=str)
+@pytest.mark.parametrize(
+    "dtypes", [(torch.bool, torch.bool), (torch.bool, torch.int32), (torch.int32, torch.int32)], ids=str
+)
 def test_an_add_of_bools_is_their_or(dtypes):
     m, k = full_range(dtypes[0], seed=13), full_range(dtypes[1], seed=14)
     expected = (m + k, ~(m + k))
@@ -289,7 +313,7 @@ def test_an_add_of_bools_is_their_or(dtypes):
     for a, e in zip(actual, expected, strict=True):
         assert_equal(a, e)
     # Triton's int1 add wraps where numpy's (the interpreter's) is an `or`: the kernel says `or` itself.
-    assert "add(m, k)" in emit.triton.render_triton(bool_add_region(), {})
+    assert "add(m, k)" in emit.triton.kernels.render_triton(bool_add_region(), {})
 
 
 # -- on a GPU: the same kernels compiled ---------------------------------------------------------------

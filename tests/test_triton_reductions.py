@@ -25,12 +25,12 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from emit.runtime import triton_support  # noqa: E402
-from emit.triton import HELPERS, render_triton, render_triton_file, triton_helpers_used  # noqa: E402
+from emit.triton.kernels import HELPERS, render_triton, render_triton_file, triton_helpers_used  # noqa: E402
 from tests import tolerances  # noqa: E402
 from tests.cuda import check_compiled  # noqa: E402
 from tests.tolerances import layer_norm_magnitude, softmax_rounded  # noqa: E402
-from transpiler.ir import Input, Node, Output, Region  # noqa: E402
-from transpiler.lowering import Level, lower  # noqa: E402
+from transpiler.compiler.ir import Input, Node, Output, Region  # noqa: E402
+from transpiler.compiler.lowering import Level, lower  # noqa: E402
 
 # The interpreter computes with numpy, which warns on log(0) and the like; torch warns on var of one element.
 pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"), pytest.mark.filterwarnings("ignore:var\\(\\)")]

@@ -1,4 +1,4 @@
-"""A transpiled module's classes stand in for the original's (emit/twins.py, runtime twins.py): a sub-model
+"""A transpiled module's classes stand in for the original's (emit/host/twins.py, runtime twins.py): a sub-model
 built through an Auto-style factory is the transpiled twin, and code that decides by a class's module name
 (transformers' `is_custom_code`) gets the original's answer. A small hand-written package, not transformers:
 only `pkg/models` is transpiled; the factory, the base class and the config stay outside the tree."""
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -30,7 +29,7 @@ class Base(torch.nn.Module):
     # An Auto-style factory: the config's class names the model class, found in the original package (imported
     # from the module under `auto/`, as qwen3_vl imports transformers' `models.auto.modeling_auto`).
     "twinpkg/auto/__init__.py": "",
-    "twinpkg/auto/modeling_auto.py": '''\
+    "twinpkg/auto/modeling_auto.py": """\
 import importlib
 
 
@@ -50,9 +49,9 @@ class AutoModel:
         if type(config) not in cls._model_mapping:
             raise ValueError(type(config))
         return cls._model_mapping[type(config)](config)
-''',
+""",
     "twinpkg/models/__init__.py": "",
-    "twinpkg/models/modeling.py": '''\
+    "twinpkg/models/modeling.py": """\
 import torch
 
 from ..auto.modeling_auto import AutoModel
@@ -77,7 +76,7 @@ class Outer(Base):
 
     def forward(self, x):
         return self.inner(x)
-''',
+""",
 }
 
 
@@ -91,7 +90,9 @@ def modules(tmp_path_factory):
     sys.path.insert(0, str(base / "src"))
     try:
         with importable(base, {base / "src/twinpkg/models": base / "compiled/models"}, ("compiled", "twinpkg")):
-            yield importlib.import_module("twinpkg.models.modeling"), importlib.import_module("compiled.models.modeling")
+            yield importlib.import_module("twinpkg.models.modeling"), importlib.import_module(
+                "compiled.models.modeling"
+            )
     finally:
         sys.path.remove(str(base / "src"))
 

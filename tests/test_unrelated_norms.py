@@ -1,6 +1,6 @@
 """Norms (any row reduction) of tensors that share nothing are not joined in one region: a kernel's rows are
 those of every tensor it reduces, and unrelated tensors' widths need not agree (jamba normalises `time_step`,
-`B` and `C`, three widths, one after the other), so such a region could never run (transpiler/regions.py)."""
+`B` and `C`, three widths, one after the other), so such a region could never run (transpiler/compiler/regions.py)."""
 
 from __future__ import annotations
 

@@ -61,7 +61,9 @@ def likely_gamma(n: int, dtype: torch.dtype, confidence: float = 6.0) -> float:
     return confidence * n**0.5 * accumulation_roundoff(dtype)
 
 
-def magnitude(op: str, x: torch.Tensor, dim: int, y: torch.Tensor, dtype: torch.dtype, correction: int = 1) -> torch.Tensor:
+def magnitude(
+    op: str, x: torch.Tensor, dim: int, y: torch.Tensor, dtype: torch.dtype, correction: int = 1
+) -> torch.Tensor:
     """What the error of `op` over `dim` of x (float64) scales with, broadcastable to its float64 result y.
 
     sum, mean: the sum of |x| (over n for the mean). amax, amin: 0, nothing is rounded.
@@ -141,9 +143,10 @@ def assert_within(
     assert torch.equal(got[infinite], want[infinite]), "other infinities"
     finite = torch.isfinite(want)
     u_out = unit_roundoff(dtype)
-    bound = gamma(n + ROUNDINGS, dtype) * magnitude.double().cpu() + (
-        ROUNDINGS * accumulation_roundoff(dtype) + final_rounding * u_out
-    ) * want.abs()
+    bound = (
+        gamma(n + ROUNDINGS, dtype) * magnitude.double().cpu()
+        + (ROUNDINGS * accumulation_roundoff(dtype) + final_rounding * u_out) * want.abs()
+    )
     if rounded is not None:
         bound = bound + ROUNDINGS * u_out * rounded.double().cpu()
     # A result that underflows to a subnormal loses its relative precision: allow its absolute spacing.

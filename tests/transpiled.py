@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from transpiler.cli import main
+from transpiler.cli.main import main
 
 
 @contextlib.contextmanager
@@ -47,19 +47,19 @@ def original_and_transpiled(base: Path, text: str, package: str, stem: str, orig
 
 
 def shapes_of(region):
-    """The `Shapes` a kernel file gives the runtime's Kernel for `region` (emit.module.shape_program)."""
-    from emit.module import shape_program
+    """The `Shapes` a kernel file gives the runtime's Kernel for `region` (emit.host.module.shape_program)."""
+    from emit.host.module import shape_program
     from emit.runtime import Shapes, Step
 
     return eval(shape_program(region), {"Shapes": Shapes, "Step": Step})
 
 
 def reference_of(region):
-    """The eager reference a kernel file gives the runtime's Kernel for `region` (emit.module): one value a
+    """The eager reference a kernel file gives the runtime's Kernel for `region` (emit.host.module): one value a
     line, under its name, as the runtime reads each value's dtype from its locals."""
     import torch
 
-    from emit.module import _reference
+    from emit.host.module import _reference
 
     namespace = {"torch": torch}
     exec(_reference(region, "test.py", []), namespace)

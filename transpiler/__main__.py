@@ -1,5 +1,5 @@
 """`python -m transpiler` runs the command line."""
 
-from transpiler.cli import main
+from transpiler.cli.main import main
 
 main(prog_name="transpile")

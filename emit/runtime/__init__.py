@@ -36,8 +36,10 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .activations import Activation, Activations
-from .graphs import CudaGraphs, GraphedBlocks, cuda_graph_blocks, cuda_graphs
+# Re-exported: emitted modules and kernel files import them from the runtime package.
+from .activations import Activation as Activation, Activations as Activations
+from .graphs import CudaGraphs as CudaGraphs, GraphedBlocks as GraphedBlocks
+from .graphs import cuda_graph_blocks as cuda_graph_blocks, cuda_graphs as cuda_graphs
 
 RANK = 4  # strided kernels index a broadcast iteration space of at most this many dims
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -81,7 +83,11 @@ class _Compiling(NamedTuple):
             if not self.plan.launch.ready():
                 return self
         except Exception as error:  # whatever the compiler raised, the original code is still right
-            warnings.warn(f"{kernel!r}: the kernel failed to compile, the original code runs: {error}", RuntimeWarning)
+            warnings.warn(
+                f"{kernel!r}: the kernel failed to compile, the original code runs: {error}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return f"fallback: the kernel failed to compile ({type(error).__name__})"
         return self.plan
 
@@ -282,7 +288,7 @@ class Kernel:
         try:
             plan.launch(tensors, scalars, outputs)
         except Exception as error:  # a kernel that does not compile here (its first launch compiles it)
-            warnings.warn(f"{self!r}: the kernel failed, the original code runs: {error}", RuntimeWarning)
+            warnings.warn(f"{self!r}: the kernel failed, the original code runs: {error}", RuntimeWarning, stacklevel=2)
             reason = f"fallback: the kernel failed to compile ({type(error).__name__})"
             self._plans[_signature(tensors, scalars)] = reason  # and keeps running, for this signature
             self.counts[reason] += 1
@@ -464,7 +470,9 @@ class Kernel:
         a line, named as in the region: its locals give each value's dtype (`_run_keeping_locals`).
         """
         values = value_shapes(self.shapes, [shape for shape, _ in signature[: self.tensor_inputs]])
-        samples = [torch.ones((1,) * len(s), dtype=dtype, device=device) for s, dtype in signature[: self.tensor_inputs]]
+        samples = [
+            torch.ones((1,) * len(s), dtype=dtype, device=device) for s, dtype in signature[: self.tensor_inputs]
+        ]
         results, local = _run_keeping_locals(self.reference, (*samples, *scalars))
         value_dtypes = {name: v.dtype for name, v in local.items() if isinstance(v, torch.Tensor)}
         return values, tuple(r.dtype for r in results), value_dtypes
@@ -653,9 +661,7 @@ def value_shapes(shapes: Shapes, inputs) -> dict[str, torch.Size]:
                 raise IndexError(f"dim {step.dim} of a {ndim}-d tensor")
             if step.keepdim is not None and ndim:
                 dim = step.dim % ndim
-                shape = torch.Size(
-                    [*operands[0][:dim], *([1] if step.keepdim else []), *operands[0][dim + 1 :]]
-                )
+                shape = torch.Size([*operands[0][:dim], *([1] if step.keepdim else []), *operands[0][dim + 1 :]])
         values[step.value] = shape
     return values
 

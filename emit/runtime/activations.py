@@ -1,6 +1,6 @@
 """Activation modules chosen at run time (`self.act = ACT2FN[...]`): which op a kernel computes for one.
 
-Each kernel file holds an `Activations` table (from transpiler/ops.py `ACTIVATIONS`): exact
+Each kernel file holds an `Activations` table (from transpiler/compiler/ops.py `ACTIVATIONS`): exact
 classes, the instance attributes their forward depends on, the code kernels switch on, and the
 op in eager PyTorch. A module of any other class (subclasses included), with other attribute
 values or with hooks takes the original code. The first time a process meets a class, its

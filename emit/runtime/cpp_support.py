@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 HEADER = HERE / "transpile_runtime.h"
 # No -ffast-math: kernels must keep NaN, infinities and signed zeros exactly as torch does.
 # -fno-math-errno changes no value: it lets loops that call libm functions vectorise.
-# -fwrapv: integer values wrap on overflow as torch's do (emit/cpp.py computes them in their own types).
+# -fwrapv: integer values wrap on overflow as torch's do (emit/cpp/kernels.py computes them in their own types).
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fwrapv", "-shared", "-fPIC", "-std=c++17")
 # Where the CPU has AVX512-FP16, gcc 12 emits masked `vmovsh` for half values, which binutils 2.40 cannot
 # assemble (the build failed): such builds do without those instructions (the kernels convert halves with
@@ -55,7 +55,7 @@ STALE_S = 3600.0
 # building it again would fail the same way, unlike a killed compiler or a full disk.
 LOCATED_ERROR = re.compile(r":\d+:\d+: (fatal )?error")
 
-# The dtype model of the generated kernels (emit/cpp.py): type parameters, each the dtype of a class of
+# The dtype model of the generated kernels (emit/cpp/kernels.py): type parameters, each the dtype of a class of
 # values, bound per call (`bind`); the extern "C" entry points instantiate them for these input dtypes.
 ENTRY_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # The element types a type parameter can stand for, as C++ names them outside namespace transpile.
@@ -72,11 +72,17 @@ CPP_TYPES = {
     torch.int64: "int64_t",
 }
 # The parameters of an entry point after the data: the C declarations of `pointwise_layout`'s and
-# `rows_layout`'s arguments (emit/cpp.py writes its entry points with these).
+# `rows_layout`'s arguments (emit/cpp/kernels.py writes its entry points with these).
 POINTWISE_LAYOUT = ("int64_t n_elements", "const int64_t* sizes", "const int64_t* strides", "int contiguous")
-ROWS_LAYOUT = ("int64_t n_rows", "int64_t row_size", "const int64_t* outer_sizes", "const int64_t* strides", "int contiguous")
+ROWS_LAYOUT = (
+    "int64_t n_rows",
+    "int64_t row_size",
+    "const int64_t* outer_sizes",
+    "const int64_t* strides",
+    "int contiguous",
+)
 # Defined by the build of one call's instantiation, which includes the kernel file: it leaves out the file's
-# own entry points (emit/cpp.py).
+# own entry points (emit/cpp/kernels.py).
 ONE_SIGNATURE = "TRANSPILE_ONE_SIGNATURE"
 
 
@@ -116,7 +122,10 @@ def flags(compiler: Compiler) -> tuple[str, ...]:
     try:
         probe = subprocess.run(
             [*compiler.command, NO_FP16_INSTRUCTIONS, "-x", "c++", "-fsyntax-only", "-"],
-            input="", capture_output=True, text=True, timeout=60,
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     except (OSError, subprocess.SubprocessError):
         return FLAGS
@@ -145,7 +154,7 @@ def private_directory(path: Path) -> Path:
     """`path`, created with its missing parents (mode 0700) if needed; CacheError unless it is a
     directory of this user that no one else can write, as a library loaded from it runs as us.
 
-    transpiler/engine.py checks the lint cache the same way (the runtime imports no transpile code).
+    transpiler/lint/engine.py checks the lint cache the same way (the runtime imports no transpile code).
     """
     missing = []
     for directory in (path, *path.parents):
@@ -255,7 +264,7 @@ def _clean_temporaries(directory: Path) -> None:
         pass
 
 
-# The kinds string of a region with no C++ kernel starts so; the reason follows (emit/cpp.py).
+# The kinds string of a region with no C++ kernel starts so; the reason follows (emit/cpp/kernels.py).
 UNSUPPORTED = "unsupported: "
 
 
@@ -320,7 +329,11 @@ class Binding:
 
 
 def bind(
-    kinds: Kinds, types: Types, inputs: dict[str, torch.dtype], values: dict[str, torch.dtype], readers: dict[str, list[str]]
+    kinds: Kinds,
+    types: Types,
+    inputs: dict[str, torch.dtype],
+    values: dict[str, torch.dtype],
+    readers: dict[str, list[str]],
 ) -> Binding | str:
     """The binding of a call whose tensor inputs have `inputs` dtypes (by name, in order) and whose values
     eager computes in `values` dtypes, or why the kernel cannot take it.
@@ -463,7 +476,9 @@ class CppLibrary:
         layout = pointwise_layout(n_elements, sizes, strides, contiguous)
         self.launcher(entry, binding, layout, POINTWISE_LAYOUT, len(scalars))(tensors, scalars, outputs)
 
-    def call_rows(self, entry: str, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous) -> None:
+    def call_rows(
+        self, entry: str, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous
+    ) -> None:
         """Run the row kernel `entry` once (see `call` and `rows_layout`)."""
         binding = self.uniform(entry, [t.dtype for t in (*tensors, *outputs)])
         layout = rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
@@ -498,7 +513,8 @@ class CppLibrary:
         def launch(tensors, scalars, outputs) -> None:
             inputs = [_conform(t, dtype) for t, dtype in zip(tensors, binding.inputs)]
             staged = [
-                o if o.dtype == dtype else torch.empty_like(o, dtype=dtype) for o, dtype in zip(outputs, binding.outputs)
+                o if o.dtype == dtype else torch.empty_like(o, dtype=dtype)
+                for o, dtype in zip(outputs, binding.outputs)
             ]
             set_threads(torch.get_num_threads())  # a fair comparison with eager: the same threads
             function(
@@ -532,7 +548,7 @@ class CppLibrary:
         arguments = ", ".join(p.split()[-1].lstrip("*") for p in parameters)
         types = ", ".join(CPP_TYPES[dtype] for dtype in (*binding.parameters, binding.compute))
         text = (
-            f"#define {ONE_SIGNATURE}\n#line 1 \"{self.source.name}\"\n{self.source.read_text()}\n"
+            f'#define {ONE_SIGNATURE}\n#line 1 "{self.source.name}"\n{self.source.read_text()}\n'
             f"// {entry} for a call of these dtypes, built by the runtime.\n"
             f'extern "C" void transpile_instance({", ".join(parameters)}) {{\n'
             f"  transpile::{entry}_entry<{types}>({arguments});\n}}\n"
@@ -557,7 +573,9 @@ def _why(error: Exception, what: str) -> tuple[str, str]:
     return f"{what} cannot be loaded ({type(error).__name__})", str(error)
 
 
-def pointwise_layout(n_elements: int, sizes: Sequence[int], strides: Sequence[Sequence[int]], contiguous: bool) -> tuple:
+def pointwise_layout(
+    n_elements: int, sizes: Sequence[int], strides: Sequence[Sequence[int]], contiguous: bool
+) -> tuple:
     """A pointwise kernel's arguments after the data: `strides` holds 4 element strides per
     tensor input (ignored when `contiguous`)."""
     return (

@@ -773,7 +773,9 @@ def _options() -> dict:
         backend = triton.runtime.driver.active.get_current_target().backend
     except Exception:  # no GPU driver: nothing is launched either
         return {}
-    return {"enable_reflect_ftz": False, "enable_fp_fusion": False} if backend == "cuda" else {"enable_fp_fusion": False}
+    return (
+        {"enable_reflect_ftz": False, "enable_fp_fusion": False} if backend == "cuda" else {"enable_fp_fusion": False}
+    )
 
 
 def _hooks_installed() -> bool:
@@ -782,12 +784,12 @@ def _hooks_installed() -> bool:
 
 
 # A kernel's last parameters, after its launch constants, are the dtypes eager holds some of its values in on
-# the call, each named after its value with this suffix (emit/triton.py `dtype_parameters`).
+# the call, each named after its value with this suffix (emit/triton/kernels.py `dtype_parameters`).
 DTYPE_SUFFIX = "_dtype"
 
 
 # A kernel's values that it does not compute as eager does where they are integers, with why, by value name
-# (emit/triton.py `integer_refusals`): the kernel file sets this attribute on the kernel.
+# (emit/triton/kernels.py `integer_refusals`): the kernel file sets this attribute on the kernel.
 INTEGER_REFUSALS = "integer_refusals"
 
 
@@ -898,7 +900,9 @@ def rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous, va
     )
 
 
-def launch_rows(kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous, value_dtypes) -> None:
+def launch_rows(
+    kernel, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous, value_dtypes
+) -> None:
     """Run a generated row-reduction kernel once (see `rows_launcher`)."""
     if n_rows:
         launcher = rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous, value_dtypes)

@@ -25,7 +25,10 @@ def auto_class(auto: type, module: str, original: str, depth: int) -> type:
     out_root, tree_root = module.rsplit(".", depth + 1)[0], original.rsplit(".", depth + 1)[0]
     if out_root == module or tree_root == original:  # not imported as a package: no tree to look in
         return auto
-    attributes = {"_model_mapping": _TwinMapping(auto._model_mapping, out_root, tree_root), "__module__": auto.__module__}
+    attributes = {
+        "_model_mapping": _TwinMapping(auto._model_mapping, out_root, tree_root),
+        "__module__": auto.__module__,
+    }
     return type(auto.__name__, (auto,), {**attributes, "__qualname__": auto.__qualname__, "__doc__": auto.__doc__})
 
 

@@ -24,7 +24,7 @@ except ImportError:  # the output root on sys.path
 _TRITON_FILE = Path(__file__).with_name("_clean_triton.py")
 _CPP_FILE = Path(__file__).with_name("_clean_kernels.cpp")
 
-# Linear layers followed by an activation module (transpiler/linears.py): on CUDA, ReLU and tanh-GELU
+# Linear layers followed by an activation module (transpiler/compiler/linears.py): on CUDA, ReLU and tanh-GELU
 # run in the matmul's epilogue (the third field: 0 ReLU, 1 tanh-GELU); for anything else it returns
 # None and the caller runs the statements.
 _transpile_linear_activation = LinearActivation(

@@ -1,0 +1,808 @@
+"""The one op table: every tensor op the compiler fuses, how source spells it, how each backend renders it.
+
+Recognition (`transpiler/compiler/regions.py`), both kernel backends (`emit/`), the eager
+reference of every kernel and the differential tests all read this table; adding
+an op is one `Op` entry.
+
+Renderings are templates over the op's operands `{0}`, `{1}`, ...: SSA names or
+literals, so a template may repeat an operand freely.
+
+- `eager`: PyTorch code with torch's exact semantics (dtype promotion included).
+  Each generated kernel ships its region written this way: the launcher runs it on
+  meta tensors to learn result shapes and dtypes, and tests compare against it.
+- `triton`: an expression on loaded values (half and bfloat16 already widened to
+  float32); names without `tl.` come from the runtime's Triton helpers.
+- `cpp`: an expression on values of the compute type `C` (float, or double for
+  double tensors); names come from the runtime header `transpile_runtime.h`.
+
+Spellings use a small call notation: `torch.clamp(input, min=None, max)` binds
+positional arguments in that order and keywords by name; a bare name is an operand,
+`name=value` pins the argument to that value (omitted means the value; `...` allows
+any constant), and `name:=value` is an operand with a default. `Tensor.m`
+is a method (the receiver is the first operand), `module:torch.nn.GELU(...)` a
+module built with those arguments in `__init__` and called on the operands, and
+`a + b` an operator (indexed as `a+b`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from enum import Enum
+
+
+class OpKind(Enum):
+    POINTWISE = "pointwise"
+    # Reduces along one dim (`dim` operand) or normalises along it (softmax, layer_norm):
+    # recognised in source, then lowered (transpiler/compiler/lowering.py) to ROW ops and pointwise ops.
+    REDUCTION = "reduction"
+    # The primitives reductions lower to: a sum, max or min over each row of the
+    # iteration space, and the row's length. Backends render them structurally.
+    ROW = "row"
+    # An element op that reads its tensor operand, a region input, at another element of the same
+    # row of the last dim: its templates name the input's pointer and offsets, not a loaded value.
+    SHIFTED = "shifted"
+
+
+class Domain(Enum):
+    """Input dtypes an op is defined on (what tests draw; torch decides the rest)."""
+
+    FLOAT = "float"  # floating point; torch also accepts ints and promotes them
+    NUMERIC = "numeric"  # float and int
+    BOOL = "bool"  # bool tensors (logical ops)
+    ANY = "any"  # float, int and bool
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    arity: int
+    eager: str
+    triton: str
+    cpp: str
+    spellings: tuple[str, ...] = ()
+    domain: Domain = Domain.FLOAT
+    kind: OpKind = OpKind.POINTWISE
+    # Operands (by position) that must be Python constants, not tensors.
+    constant_operands: tuple[int, ...] = ()
+    # Result is bool regardless of inputs (comparisons, isnan).
+    returns_bool: bool = False
+    # Tensor operands read only for their dtype (`x.to(y.dtype)`): they take no part in the result's shape.
+    dtype_operands: tuple[int, ...] = ()
+    # Integer and bool operands give a float32 result (torch's float functions: exp, sigmoid, true division).
+    int_to_float: bool = False
+    # Eager may return operand 0 itself, not a new tensor (`x.float()` of a float32 x, `nn.Identity`): an
+    # in-place update of the result then updates the operand too.
+    may_alias: bool = False
+    # Bool operands give a bool result (`m + m` is True, `m.masked_fill(k, -1.0)` fills True); without it
+    # torch rejects all-bool operands, or promotes them (float functions, comparisons).
+    keeps_bool: bool = False
+    # Of those, the ops whose bool result is what they compute on the numbers 0 and 1 (`m * k` is `m and k`,
+    # `maximum` is `or`): the kernels may compute them as numbers. Not `m + m` (2, not True) or masked_fill.
+    bool_exact: bool = False
+    # A Python number as operand 1 is converted to the tensor's dtype before the op (torch's remainder
+    # divides a half by half(1e-6)); add, mul and the rest keep it in the compute type.
+    scalar_in_dtype: bool = False
+
+
+def _unary(
+    name: str,
+    torch_fn: str,
+    triton: str,
+    cpp: str,
+    *extra: str,
+    domain: Domain = Domain.FLOAT,
+    method: bool = True,
+    keeps_bool: bool = False,
+    bool_exact: bool = False,
+) -> Op:
+    """An op with one operand, spelled `torch.fn(x)`, `x.fn()` and `x.fn_()`."""
+    spellings = [f"torch.{torch_fn}(input)"]
+    if method:
+        spellings += [f"Tensor.{torch_fn}()", f"Tensor.{torch_fn}_()"]
+    return Op(
+        name,
+        1,
+        f"torch.{torch_fn}({{0}})",
+        triton,
+        cpp,
+        (*spellings, *extra),
+        domain,
+        int_to_float=domain is Domain.FLOAT,
+        keeps_bool=keeps_bool,
+        bool_exact=bool_exact,
+    )
+
+
+def _binary(
+    name: str,
+    symbol: str | None,
+    torch_fn: str,
+    triton: str,
+    cpp: str,
+    *extra: str,
+    domain: Domain = Domain.NUMERIC,
+    int_to_float: bool = False,
+    keeps_bool: bool = False,
+    bool_exact: bool = False,
+) -> Op:
+    spellings = [f"torch.{torch_fn}(input, other)", f"Tensor.{torch_fn}(other)", f"Tensor.{torch_fn}_(other)"]
+    if symbol:
+        spellings.insert(0, f"a {symbol} b")
+    eager = f"{{0}} {symbol} {{1}}" if symbol else f"torch.{torch_fn}({{0}}, {{1}})"
+    return Op(
+        name,
+        2,
+        eager,
+        triton,
+        cpp,
+        (*spellings, *extra),
+        domain,
+        int_to_float=int_to_float,
+        keeps_bool=keeps_bool,
+        bool_exact=bool_exact,
+    )
+
+
+def _compare(name: str, symbol: str, torch_fn: str, alias: str) -> Op:
+    spellings = (
+        f"a {symbol} b",
+        f"torch.{torch_fn}(input, other)",
+        f"torch.{alias}(input, other)",
+        f"Tensor.{torch_fn}(other)",
+        f"Tensor.{alias}(other)",
+    )
+    return Op(
+        name,
+        2,
+        f"{{0}} {symbol} {{1}}",
+        f"{{0}} {symbol} {{1}}",
+        f"{{0}} {symbol} {{1}}",
+        spellings,
+        Domain.ANY,
+        returns_bool=True,
+    )
+
+
+def _logical(name: str, torch_fn: str, cpp: str, arity: int = 2) -> Op:
+    """torch's logical function `torch.fn`: a bool of whether its operands are nonzero, whatever their dtype.
+
+    Domain.BOOL: the C++ kernels read the operands as bools (`x != 0`), as torch does; the Triton
+    helper of the same name does so where they are not bools already."""
+    params = ("input", "other")[:arity]
+    operands = ", ".join(f"{{{n}}}" for n in range(arity))
+    spellings = (f"torch.{torch_fn}({', '.join(params)})", f"Tensor.{torch_fn}({', '.join(params[1:])})")
+    return Op(
+        name,
+        arity,
+        f"torch.{torch_fn}({operands})",
+        f"{torch_fn}({operands})",
+        cpp,
+        spellings,
+        Domain.BOOL,
+        returns_bool=True,
+    )
+
+
+def _bitwise(name: str, symbol: str, dunder: str, cpp: str) -> Op:
+    """`a & b`, `a | b`, `a ^ b`, `~a` and their functions: bitwise on integers (an integer result), logical on
+    bools; eager raises on floats.
+
+    Domain.BOOL: the C++ kernels compute them on bools only (an integer input takes the original code
+    there); Triton computes them as written in the operands' dtype, which is eager's: bitwise on integers,
+    logical on int1 (a bool joining an integer is 0 or 1)."""
+    unary = name == "bitwise_not"
+    eager = f"{symbol}{{0}}" if unary else f"{{0}} {symbol} {{1}}"
+    params = ("input",) if unary else ("input", "other")
+    methods = (f"Tensor.{method}({', '.join(params[1:])})" for method in (name, f"{name}_", f"__{dunder}__"))
+    spellings = (f"{symbol}a" if unary else f"a {symbol} b", f"torch.{name}({', '.join(params)})", *methods)
+    return Op(name, len(params), eager, eager, cpp, spellings, Domain.BOOL)
+
+
+F = "torch.nn.functional"
+
+OPS: tuple[Op, ...] = (
+    # -- arithmetic ----------------------------------------------------------------
+    _binary("add", "+", "add", "{0} + {1}", "{0} + {1}", domain=Domain.NUMERIC, keeps_bool=True),
+    _binary("sub", "-", "sub", "{0} - {1}", "{0} - {1}", "torch.subtract(input, other)"),
+    _binary(
+        "mul", "*", "mul", "{0} * {1}", "{0} * {1}", "torch.multiply(input, other)", keeps_bool=True, bool_exact=True
+    ),
+    _binary(
+        "div",
+        "/",
+        "div",
+        "divide({0}, {1})",
+        "{0} / {1}",
+        "torch.true_divide(input, other)",
+        "torch.divide(input, other)",
+        int_to_float=True,
+    ),
+    _binary("floordiv", "//", "floor_divide", "floor_divide({0}, {1})", "floor_divide({0}, {1})"),
+    replace(_binary("remainder", "%", "remainder", "remainder({0}, {1})", "remainder({0}, {1})"), scalar_in_dtype=True),
+    _binary("pow", "**", "pow", "power({0}, {1})", "power({0}, {1})", domain=Domain.FLOAT),
+    Op(
+        "neg",
+        1,
+        "-{0}",
+        "-{0}",
+        "-{0}",
+        ("-a", "torch.neg(input)", "torch.negative(input)", "Tensor.neg()", "Tensor.neg_()"),
+        Domain.NUMERIC,
+    ),
+    Op("pos", 1, "+{0}", "{0}", "{0}", ("+a",), Domain.NUMERIC, may_alias=True),
+    _unary("reciprocal", "reciprocal", "divide(1.0, {0})", "C(1) / {0}"),
+    _unary("abs", "abs", "tl.abs({0})", "std::abs({0})", domain=Domain.NUMERIC),
+    _unary("sign", "sign", "sign({0})", "sign({0})", domain=Domain.NUMERIC, keeps_bool=True, bool_exact=True),
+    _binary("minimum", None, "minimum", "minimum({0}, {1})", "minimum({0}, {1})", keeps_bool=True, bool_exact=True),
+    _binary("maximum", None, "maximum", "maximum({0}, {1})", "maximum({0}, {1})", keeps_bool=True, bool_exact=True),
+    Op(
+        "lerp",
+        3,
+        "torch.lerp({0}, {1}, {2})",
+        "lerp({0}, {1}, {2})",
+        "lerp({0}, {1}, {2})",
+        ("torch.lerp(input, end, weight)", "Tensor.lerp(end, weight)", "Tensor.lerp_(end, weight)"),
+    ),
+    Op(
+        "addcmul",
+        4,
+        "torch.addcmul({0}, {1}, {2}, value={3})",
+        "addcmul({0}, {1}, {2}, {3})",
+        "{0} + C({3}) * {1} * {2}",
+        (
+            "torch.addcmul(input, tensor1, tensor2, value:=1)",
+            "Tensor.addcmul(tensor1, tensor2, value:=1)",
+            "Tensor.addcmul_(tensor1, tensor2, value:=1)",
+        ),
+        constant_operands=(3,),
+    ),
+    # (value * tensor1) / tensor2, in torch's order: value * (tensor1 / tensor2) overflows elsewhere.
+    Op(
+        "addcdiv",
+        4,
+        "torch.addcdiv({0}, {1}, {2}, value={3})",
+        "{0} + {3} * {1} / {2}",
+        "{0} + C({3}) * {1} / {2}",
+        (
+            "torch.addcdiv(input, tensor1, tensor2, value:=1)",
+            "Tensor.addcdiv(tensor1, tensor2, value:=1)",
+            "Tensor.addcdiv_(tensor1, tensor2, value:=1)",
+        ),
+        constant_operands=(3,),
+    ),
+    # -- comparisons and logic -----------------------------------------------------------
+    _compare("lt", "<", "lt", "less"),
+    _compare("le", "<=", "le", "less_equal"),
+    _compare("gt", ">", "gt", "greater"),
+    _compare("ge", ">=", "ge", "greater_equal"),
+    _compare("eq", "==", "eq", "eq"),
+    _compare("ne", "!=", "ne", "not_equal"),
+    _logical("and", "logical_and", "{0} & {1}"),
+    _logical("or", "logical_or", "{0} | {1}"),
+    _logical("xor", "logical_xor", "{0} ^ {1}"),
+    _logical("not", "logical_not", "!{0}", arity=1),
+    _bitwise("bitwise_and", "&", "and", "{0} & {1}"),
+    _bitwise("bitwise_or", "|", "or", "{0} | {1}"),
+    _bitwise("bitwise_xor", "^", "xor", "{0} ^ {1}"),
+    _bitwise("bitwise_not", "~", "invert", "!{0}"),
+    Op(
+        "isnan",
+        1,
+        "torch.isnan({0})",
+        "{0} != {0}",
+        "std::isnan({0})",
+        ("torch.isnan(input)", "Tensor.isnan()"),
+        returns_bool=True,
+    ),
+    Op(
+        "isinf",
+        1,
+        "torch.isinf({0})",
+        "is_inf({0})",
+        "std::isinf({0})",
+        ("torch.isinf(input)", "Tensor.isinf()"),
+        returns_bool=True,
+    ),
+    Op(
+        "where",
+        3,
+        "torch.where({0}, {1}, {2})",
+        "tl.where({0}, {1}, {2})",
+        "{0} ? {1} : {2}",
+        ("torch.where(condition, input, other)",),
+        Domain.ANY,
+    ),
+    Op(
+        "masked_fill",
+        3,
+        "{0}.masked_fill({1}, {2})",
+        "tl.where({1}, stored({2}, {0}), {0})",
+        "{1} ? C({2}) : {0}",
+        (
+            "Tensor.masked_fill(mask, value)",
+            "Tensor.masked_fill_(mask, value)",
+            "torch.masked_fill(input, mask, value)",
+        ),
+        constant_operands=(2,),
+        keeps_bool=True,
+    ),
+    # -- exponentials, logarithms, roots -----------------------------------------------
+    _unary("exp", "exp", "tl.exp({0})", "std::exp({0})"),
+    _unary("exp2", "exp2", "tl.exp2({0})", "std::exp2({0})", "torch.special.exp2(input)"),
+    _unary("expm1", "expm1", "expm1({0})", "std::expm1({0})", "torch.special.expm1(input)"),
+    _unary("log", "log", "tl.log({0})", "std::log({0})"),
+    _unary("log1p", "log1p", "log1p({0})", "std::log1p({0})", "torch.special.log1p(input)"),
+    _unary("log2", "log2", "tl.log2({0})", "std::log2({0})"),
+    _unary("sqrt", "sqrt", "sqrt_rn({0})", "std::sqrt({0})"),
+    _unary("rsqrt", "rsqrt", "divide(1.0, sqrt_rn({0}))", "C(1) / std::sqrt({0})"),
+    # -- trigonometry ----------------------------------------------------------------------
+    _unary("sin", "sin", "tl.sin({0})", "std::sin({0})"),
+    _unary("cos", "cos", "tl.cos({0})", "std::cos({0})"),
+    _unary("tanh", "tanh", "tanh({0})", "std::tanh({0})", f"{F}.tanh(input)", "module:torch.nn.Tanh()"),
+    _unary("erf", "erf", "tl.erf({0})", "std::erf({0})", "torch.special.erf(input)"),
+    # -- activations ------------------------------------------------------------------------
+    _unary(
+        "sigmoid",
+        "sigmoid",
+        "tl.sigmoid({0})",
+        "sigmoid({0})",
+        f"{F}.sigmoid(input)",
+        "torch.special.expit(input)",
+        "module:torch.nn.Sigmoid()",
+    ),
+    Op(
+        "relu",
+        1,
+        "torch.relu({0})",
+        "relu({0})",
+        "relu({0})",
+        (
+            "torch.relu(input)",
+            "Tensor.relu()",
+            "Tensor.relu_()",
+            "torch.relu_(input)",
+            f"{F}.relu(input, inplace=False)",
+            "module:torch.nn.ReLU(inplace=False)",
+        ),
+        Domain.NUMERIC,
+    ),
+    Op(
+        "gelu",
+        1,
+        f"{F}.gelu({{0}})",
+        "gelu({0})",
+        "gelu({0})",
+        (f"{F}.gelu(input, approximate='none')", "module:torch.nn.GELU(approximate='none')"),
+    ),
+    Op(
+        "gelu_tanh",
+        1,
+        f"{F}.gelu({{0}}, approximate='tanh')",
+        "gelu_tanh({0})",
+        "gelu_tanh({0})",
+        (f"{F}.gelu(input, approximate='tanh')", "module:torch.nn.GELU(approximate='tanh')"),
+    ),
+    Op(
+        "silu",
+        1,
+        f"{F}.silu({{0}})",
+        "{0} * tl.sigmoid({0})",
+        "{0} * sigmoid({0})",
+        (f"{F}.silu(input, inplace=False)", "module:torch.nn.SiLU(inplace=False)"),
+    ),
+    Op(
+        "mish",
+        1,
+        f"{F}.mish({{0}})",
+        "{0} * tanh(softplus({0}))",
+        "{0} * std::tanh(softplus({0}))",
+        (f"{F}.mish(input, inplace=False)", "module:torch.nn.Mish(inplace=False)"),
+    ),
+    Op(
+        "softplus",
+        1,
+        f"{F}.softplus({{0}})",
+        "softplus({0})",
+        "softplus({0})",
+        (f"{F}.softplus(input, beta=1, threshold=20)", "module:torch.nn.Softplus(beta=1, threshold=20)"),
+    ),
+    Op(
+        "identity",
+        1,
+        "{0}",
+        "{0}",
+        "{0}",
+        ("module:torch.nn.Identity()", "module:torch.nn.Dropout(p=..., inplace=False)"),
+        Domain.ANY,
+        may_alias=True,
+    ),
+    # No spellings of their own: activation modules chosen at run time map to them (ACTIVATIONS below).
+    Op(
+        "quick_gelu",
+        1,
+        "{0} * torch.sigmoid(1.702 * {0})",
+        "{0} * tl.sigmoid(1.702 * {0})",
+        "{0} * sigmoid(C(1.702) * {0})",
+        int_to_float=True,
+    ),
+    Op("relu_squared", 1, "torch.square(torch.relu({0}))", "relu({0}) * relu({0})", "relu({0}) * relu({0})"),
+    # -- clamping -----------------------------------------------------------------------------
+    Op(
+        "clamp",
+        3,
+        "torch.clamp({0}, {1}, {2})",
+        "clamp({0}, {1}, {2})",
+        "clamp({0}, C({1}), C({2}))",
+        (
+            "torch.clamp(input, min, max)",
+            "torch.clip(input, min, max)",
+            "Tensor.clamp(min, max)",
+            "Tensor.clamp_(min, max)",
+            "Tensor.clip(min, max)",
+        ),
+        Domain.NUMERIC,
+    ),
+    Op(
+        "clamp_min",
+        2,
+        "torch.clamp_min({0}, {1})",
+        "clamp_min({0}, {1})",
+        "clamp_min({0}, C({1}))",
+        (
+            "torch.clamp(input, min, max=None)",
+            "torch.clamp_min(input, min)",
+            "Tensor.clamp(min, max=None)",
+            "Tensor.clamp_(min, max=None)",
+            "Tensor.clamp_min(min)",
+            "Tensor.clamp_min_(min)",
+        ),
+        Domain.NUMERIC,
+        keeps_bool=True,
+        bool_exact=True,
+    ),
+    Op(
+        "clamp_max",
+        2,
+        "torch.clamp_max({0}, {1})",
+        "clamp_max({0}, {1})",
+        "clamp_max({0}, C({1}))",
+        (
+            "torch.clamp(input, min=None, max)",
+            "torch.clamp_max(input, max)",
+            "Tensor.clamp(min=None, max)",
+            "Tensor.clamp_(min=None, max)",
+            "Tensor.clamp_max(max)",
+            "Tensor.clamp_max_(max)",
+        ),
+        Domain.NUMERIC,
+        keeps_bool=True,
+        bool_exact=True,
+    ),
+    Op(
+        "nan_to_num",
+        4,
+        "torch.nan_to_num({0}, nan={1}, posinf={2}, neginf={3})",
+        "nan_to_num({0}, {1}, {2}, {3})",
+        "nan_to_num({0}, C({1}), C({2}), C({3}))",
+        (
+            "torch.nan_to_num(input, nan:=0.0, posinf, neginf)",
+            "Tensor.nan_to_num(nan:=0.0, posinf, neginf)",
+            "Tensor.nan_to_num_(nan:=0.0, posinf, neginf)",
+        ),
+        constant_operands=(1, 2, 3),
+        keeps_bool=True,
+        bool_exact=True,
+    ),
+    # -- rounding -------------------------------------------------------------------------------
+    _unary("floor", "floor", "floor({0})", "std::floor({0})", domain=Domain.NUMERIC),
+    _unary("ceil", "ceil", "ceil({0})", "std::ceil({0})", domain=Domain.NUMERIC),
+    _unary("round", "round", "round_half_even({0})", "std::nearbyint({0})", domain=Domain.NUMERIC),
+    _unary("trunc", "trunc", "trunc({0})", "std::trunc({0})", domain=Domain.NUMERIC),
+)
+
+
+def _reduction(name: str, torch_fn: str, *extra: str, correction: bool = False) -> Op:
+    """`torch.fn(input, dim, keepdim=False)` and `x.fn(dim, keepdim=False)`; var and std take a correction."""
+    params = "dim, correction:=1, keepdim:=False" if correction else "dim, keepdim:=False"
+    eager = (
+        "torch.{fn}({{0}}, dim={{1}}, correction={{2}}, keepdim={{3}})"
+        if correction
+        else "torch.{fn}({{0}}, dim={{1}}, keepdim={{2}})"
+    )
+    spellings = (f"torch.{torch_fn}(input, {params})", f"Tensor.{torch_fn}({params})", *extra)
+    constants = (1, 2, 3) if correction else (1, 2)
+    return Op(
+        name,
+        len(constants) + 1,
+        eager.format(fn=torch_fn),
+        "",
+        "",
+        spellings,
+        kind=OpKind.REDUCTION,
+        constant_operands=constants,
+    )
+
+
+def _normalisation(name: str, torch_fn: str, module: str) -> Op:
+    """softmax and log_softmax: `F.fn(input, dim)`, `torch.fn(input, dim)`, `x.fn(dim)`, `nn.Module(dim)`."""
+    spellings = (
+        f"{F}.{torch_fn}(input, dim, _stacklevel=..., dtype=None)",
+        f"torch.{torch_fn}(input, dim, dtype=None)",
+        f"Tensor.{torch_fn}(dim, dtype=None)",
+        f"torch.special.{torch_fn}(input, dim, dtype=None)",
+        f"module:torch.nn.{module}(dim) -> input, dim",
+    )
+    return Op(
+        name, 2, f"torch.{torch_fn}({{0}}, dim={{1}})", "", "", spellings, kind=OpKind.REDUCTION, constant_operands=(1,)
+    )
+
+
+REDUCTIONS: tuple[Op, ...] = (
+    _reduction("sum", "sum"),
+    _reduction("mean", "mean"),
+    _reduction("amax", "amax"),
+    _reduction("amin", "amin"),
+    _reduction("var", "var", correction=True),
+    _reduction("std", "std", correction=True),
+    _reduction("logsumexp", "logsumexp", "torch.special.logsumexp(input, dim, keepdim:=False)"),
+    _normalisation("softmax", "softmax", "Softmax"),
+    _normalisation("log_softmax", "log_softmax", "LogSoftmax"),
+    # Over the last dim only: a one-dim `normalized_shape` (the runtime checks the weight covers it).
+    Op(
+        "layer_norm",
+        4,
+        f"{F}.layer_norm({{0}}, {{1}}.shape, {{1}}, {{2}}, {{3}})",
+        "",
+        "",
+        (
+            f"{F}.layer_norm(input, normalized_shape=..., weight, bias, eps:=1e-05)",
+            "module:torch.nn.LayerNorm(normalized_shape=..., eps=..., elementwise_affine=True, bias=True) -> input, .weight, .bias, .eps",
+        ),
+        kind=OpKind.REDUCTION,
+        constant_operands=(3,),
+    ),
+)
+# The dim every reduction above reduces along: operand 1, except layer_norm's last dim.
+LAST_DIM_OPS = frozenset({"layer_norm"})
+
+
+# -- per-channel ops ---------------------------------------------------------------------------
+# Batch norm in eval mode: pointwise, with operands 1-4 one value per channel, which the caller passes
+# as views broadcasting along dim 1 of the input (kernels read them like any broadcast input); the
+# module's conditions (regions.MODULE_CONDITIONS: eval mode, statistics present, the input's rank and
+# channels) guard the call. Computed as torch's CPU kernel does, in float32 for half and bfloat16:
+# y = x * alpha + beta, alpha = 1 / sqrt(var + eps) * weight, beta = bias - mean * alpha.
+# Not among OPS: the op tests draw arbitrary broadcasts, and these operands broadcast one way.
+def _batch_norm(module: str, dims: int) -> str:
+    """The spelling of `nn.BatchNorm{dims - 2}d`: its statistics and affine parameters viewed so that
+    they broadcast along dim 1 of a `dims`-d input (`[:, None, None]` for 4 dims), and its eps."""
+    view = "[:, " + ", ".join(["None"] * (dims - 2)) + "]"
+    tensors = ", ".join(f".{name}{view}" for name in ("running_mean", "running_var", "weight", "bias"))
+    return (
+        f"module:torch.nn.{module}(num_features=..., eps=..., momentum=..., affine=True, track_running_stats=True, "
+        f"device=..., dtype=...) -> input, {tensors}, .eps"
+    )
+
+
+def _scale_shift(alpha: str) -> str:
+    """`x * alpha + (bias - mean * alpha)` over the batch norm operands, for one backend's `alpha`."""
+    return f"{{0}} * {alpha} + ({{4}} - {{1}} * {alpha})"
+
+
+CHANNEL_OPS: tuple[Op, ...] = (
+    Op(
+        "batch_norm",
+        6,
+        f"{F}.batch_norm({{0}}, {{1}}.flatten(), {{2}}.flatten(), {{3}}.flatten(), {{4}}.flatten(), eps={{5}})",
+        _scale_shift("(divide(1.0, sqrt_rn({2} + {5})) * {3})"),
+        _scale_shift("((C(1) / std::sqrt({2} + C({5}))) * {3})"),
+        (_batch_norm("BatchNorm2d", 4), _batch_norm("BatchNorm3d", 5)),
+        constant_operands=(5,),
+    ),
+)
+
+# -- ops that read their input at other elements --------------------------------------------
+# Rotary embeddings' `rotate_half(x)`: out[..., j] = -x[..., j + h] for j < h, x[..., j - h] for j >= h,
+# with h = D // 2 of x's last dim D. Operand 0 is a tensor the region reads (the kernels load it at the
+# shifted coordinate), operand 1 is h, which the caller passes (`x.shape[-1] // 2`). The caller checks
+# regions.SHIFTED_CONDITIONS first: an even D (the original code handles odd ones), read at stride 1,
+# so that the shifted element is h elements away and j is the output's linear index modulo D. No
+# spellings: regions.py recognises a function of the file whose body is transformers' `rotate_half`,
+# and the same `torch.cat` written inline. Not among OPS: their tests draw arbitrary operands.
+SHIFTED_OPS: tuple[Op, ...] = (
+    Op(
+        "rotate_half",
+        2,
+        "torch.cat((-{0}[..., {0}.shape[-1] // 2 :], {0}[..., : {0}.shape[-1] // 2]), dim=-1)",
+        "rotate_half({0}_ptr, {0}_offsets, offsets, {1}, mask)",
+        "rotate_half<C>({0}_ptr, {0}_offset, index, {1})",
+        domain=Domain.NUMERIC,
+        kind=OpKind.SHIFTED,
+    ),
+)
+
+ROW_OPS: tuple[Op, ...] = (
+    Op("row_sum", 1, "", "", "", kind=OpKind.ROW),
+    Op("row_max", 1, "", "", "", kind=OpKind.ROW),
+    Op("row_min", 1, "", "", "", kind=OpKind.ROW),
+    Op("row_size", 0, "", "", "", kind=OpKind.ROW),
+)
+
+# Casts are ops parameterised by their target dtype: one entry per dtype would repeat
+# the same rendering, so the dtype is the constant operand {1}, a torch dtype name.
+CAST = Op(
+    "to",
+    2,
+    "{0}.to(torch.{1})",
+    "cast({0}, tl.{1})",
+    "static_cast<{1}>({0})",
+    (
+        "Tensor.to(dtype)",
+        "Tensor.type(dtype)",
+        "Tensor.float()",
+        "Tensor.double()",
+        "Tensor.half()",
+        "Tensor.bfloat16()",
+        "Tensor.int()",
+        "Tensor.long()",
+        "Tensor.bool()",
+    ),
+    Domain.ANY,
+    constant_operands=(1,),
+    may_alias=True,
+)
+
+# `x.to(other.dtype)`, also through a variable (`dtype = x.dtype` ... `y.to(dtype)`): a cast to
+# the storage dtype of tensor input {1}, which the kernels know from its pointer (Triton) or from the
+# type of its class (C++, which rounds the value to it: emit/cpp/kernels.py `render_node`).
+CAST_LIKE = Op(
+    "to_like",
+    2,
+    "{0}.to({1}.dtype)",
+    "cast({0}, {1}_ptr.dtype.element_ty)",
+    "{0}",
+    (),
+    Domain.FLOAT,
+    dtype_operands=(1,),
+    may_alias=True,
+)
+
+# The lowering's mark of a value eager holds in the dtype of value {1} (named by a constant, so that it
+# joins no shape or pass): a composite reduction's intermediate, which eager rounds to that dtype
+# (`torch.logsumexp` of a half is half ops). The backends round it as any typed value; nothing else.
+ROUND_LIKE = Op("round_like", 2, "{0}", "{0}", "{0}", (), Domain.FLOAT, constant_operands=(1,))
+
+# -- activations chosen at run time ---------------------------------------------------------
+# `self.act(h)` where `self.act = ACT2FN[config.hidden_act]` (or any value whose class is not
+# known statically) in an attribute named like an activation: the kernel computes operand 0 with
+# the unary op the module {1} maps to (ACTIVATIONS), chosen per call; the eager reference calls the module.
+# Activations a linear layer's matmul applies in its epilogue (cuBLASLt: ReLU, tanh-GELU; emit/runtime/linear.py).
+EPILOGUE_OPS = ("relu", "gelu_tanh")
+
+ACTIVATION = Op("activation", 2, "{1}({0})", "", "")
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An activation module class the runtime computes as a unary op of the table."""
+
+    cls: str  # where the class is defined: `type(m).__module__` and `.__qualname__`; subclasses do not match
+    op: str  # the op computing its forward
+    # Instance attributes and the value each must have, as Python source (torch, functools and
+    # math may appear): the forward depends on them.
+    attributes: tuple[tuple[str, str], ...] = ()
+    # Kernels its forward launches in eager PyTorch: a region that is this activation alone is
+    # worth a kernel only where it replaces several (NewGELUActivation's formula is eight).
+    eager_kernels: int = 1
+
+
+_TORCH_ACT = "torch.nn.modules.activation"
+_HF_ACT = "transformers.activations"
+ACTIVATIONS: tuple[Activation, ...] = (
+    Activation(f"{_TORCH_ACT}.GELU", "gelu", (("approximate", "'none'"),)),
+    Activation(f"{_TORCH_ACT}.GELU", "gelu_tanh", (("approximate", "'tanh'"),)),
+    Activation(f"{_TORCH_ACT}.ReLU", "relu", (("inplace", "False"),)),
+    Activation(f"{_TORCH_ACT}.SiLU", "silu", (("inplace", "False"),)),
+    Activation(f"{_TORCH_ACT}.Mish", "mish", (("inplace", "False"),)),
+    Activation(f"{_TORCH_ACT}.Tanh", "tanh"),
+    Activation(f"{_TORCH_ACT}.Sigmoid", "sigmoid"),
+    Activation("torch.nn.modules.linear.Identity", "identity", eager_kernels=0),
+    # transformers: GELUActivation and GELUTanh call `self.act`, set by their constructor arguments.
+    Activation(f"{_HF_ACT}.GELUActivation", "gelu", (("act", "torch.nn.functional.gelu"),)),
+    Activation(
+        f"{_HF_ACT}.GELUTanh",
+        "gelu_tanh",
+        (("act", "functools.partial(torch.nn.functional.gelu, approximate='tanh')"),),
+    ),
+    Activation(f"{_HF_ACT}.NewGELUActivation", "gelu_tanh", eager_kernels=8),
+    Activation(f"{_HF_ACT}.FastGELUActivation", "gelu_tanh", eager_kernels=7),
+    Activation(
+        f"{_HF_ACT}.AccurateGELUActivation", "gelu_tanh", (("precomputed_constant", "math.sqrt(2 / math.pi)"),), 7
+    ),
+    Activation(f"{_HF_ACT}.QuickGELUActivation", "quick_gelu", eager_kernels=3),
+    Activation(f"{_HF_ACT}.SiLUActivation", "silu"),
+    Activation(f"{_HF_ACT}.MishActivation", "mish", (("act", "torch.nn.functional.mish"),)),
+    Activation(f"{_HF_ACT}.LinearActivation", "identity", eager_kernels=0),
+    Activation(f"{_HF_ACT}.ReLUSquaredActivation", "relu_squared", eager_kernels=2),
+)
+# The code of an activation is its op's position here: kernels switch on it.
+ACTIVATION_OPS: tuple[str, ...] = tuple(dict.fromkeys(a.op for a in ACTIVATIONS))
+
+# The cast methods and the dtype each one names.
+CAST_METHODS = {
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "int": "int32",
+    "long": "int64",
+    "bool": "bool",
+}
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
+DTYPE_ALIASES = {
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "int": "int32",
+    "long": "int64",
+    "short": "int16",
+}
+
+BY_NAME: dict[str, Op] = {
+    op.name: op
+    for op in (*OPS, CAST, CAST_LIKE, ROUND_LIKE, ACTIVATION, *REDUCTIONS, *CHANNEL_OPS, *SHIFTED_OPS, *ROW_OPS)
+}
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """One parsed spelling: `callee` (qualified name, `Tensor.m`, `module:...`, or an operator)."""
+
+    op: Op
+    callee: str
+    params: tuple[str, ...]  # in positional order
+    pinned: tuple[tuple[str, object], ...]  # parameter -> required value
+    operands: tuple[str, ...]  # parameters that become the op's operands, in operand order
+    defaults: tuple[tuple[str, object], ...] = ()  # operand -> value when omitted
+    # Modules only: the op's operands after `->`: `input` (the call's argument), a constructor
+    # parameter (its constant), `.attr` (the module's attribute) or `.attr[...]` (a view of it, the
+    # caller evaluating the subscript). Empty: the call's arguments.
+    module_operands: tuple[str, ...] = ()
+
+
+def _parse(op: Op, text: str) -> Spelling:
+    if " " in text.split("(")[0] or text[0] in "-+~":  # operators: "a + b", "-a"
+        return Spelling(op, text.replace(" ", ""), (), (), ())  # keys like "a+b", "-a"
+    text, _, module_operands = text.partition(" -> ")
+    callee, _, rest = text.partition("(")
+    params, pinned, operands, defaults = [], [], [], []
+    for part in filter(None, (p.strip() for p in rest.rstrip(")").split(","))):
+        name, eq, value = part.partition("=")
+        name = name.rstrip(":")
+        params.append(name)
+        if eq and not part.startswith(f"{name}:="):
+            pinned.append((name, eval(value)))  # literals only: None, numbers, strings, ...
+        else:
+            operands.append(name)
+            if eq:
+                defaults.append((name, eval(value)))
+    if callee.startswith("Tensor."):
+        operands.insert(0, "self")
+        params.insert(0, "self")
+    # Split at commas outside brackets: an operand may be a view (`.weight[:, None, None]`).
+    arrow = tuple(o.strip() for o in re.split(r",(?![^\[]*\])", module_operands)) if module_operands else ()
+    return Spelling(op, callee, tuple(params), tuple(pinned), tuple(operands), tuple(defaults), arrow)
+
+
+SPELLINGS: tuple[Spelling, ...] = tuple(_parse(op, s) for op in BY_NAME.values() for s in op.spellings)
+
+
+def spellings_of(callee: str) -> list[Spelling]:
+    """Every spelling of `callee` (a qualified function, `Tensor.method`, `module:Class`, an operator)."""
+    return _INDEX.get(callee, [])
+
+
+_INDEX: dict[str, list[Spelling]] = {}
+for _s in SPELLINGS:
+    _INDEX.setdefault(_s.callee, []).append(_s)

@@ -1,0 +1,186 @@
+"""Applying fixes: each rule's plan becomes a libcst edit of the node it names.
+
+Rules decide *whether* and *how* to fix while the analysis knows the types (the
+plan, `Fix`, travels with the diagnostic); this module finds the planned node in
+a lossless libcst tree, lets the rule rewrite it, and writes the module back with
+every untouched byte, comment and blank line as it was. Plans whose nodes contain
+another fixed node wait for the next round, when they are planned afresh on the
+new source; `fix_project` repeats lint-and-fix until nothing more applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from transpiler.source.diagnostics import Diagnostic
+from transpiler.lint.rule import REGISTRY, Edit, SideEffects
+from transpiler.source.reading import encode_source as encode_source, read_source as read_source
+
+# Each round fixes what does not overlap; nested fixes (a print inside a branch that
+# becomes `torch.where`) need a few rounds. More than this means a fix that undoes another.
+MAX_ROUNDS = 8
+
+
+def apply_fixes(
+    text: str, diagnostics: list[Diagnostic], side_effects: SideEffects = "guard"
+) -> tuple[str, list[Diagnostic]]:
+    """`text` with the planned fixes of `diagnostics` applied, and the diagnostics that were."""
+    planned: dict[tuple, Diagnostic] = {}
+    for d in diagnostics:
+        # Two plans for one node (two rules on one call): the first wins, the other is
+        # re-planned next round on the rewritten code.
+        if d.fix is not None:
+            planned.setdefault((d.fix.node, d.fix.target), d)
+    if not planned:
+        return text, []
+    module = cst.parse_module(text)
+    edit = Edit(*_torch_binding(module), side_effects)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    applier = _Applier(planned, wrapper.resolve(PositionProvider), edit)
+    fixed = wrapper.module.visit(applier).visit(_FillEmptyBlocks())
+    if edit.needs_torch_import:
+        fixed = _add_import_torch(fixed)
+    return fixed.code, applier.applied
+
+
+class _Applier(cst.CSTTransformer):
+    def __init__(self, planned: Mapping[tuple, Diagnostic], positions: Mapping, edit: Edit) -> None:
+        super().__init__()
+        self.planned = planned
+        self.positions = positions
+        self.edit = edit
+        self.applied: list[Diagnostic] = []
+        # One counter per open node: how many fixes were applied inside it so far.
+        self.inside: list[int] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.inside.append(0)
+        return True
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
+        nested = self.inside.pop()
+        result = updated
+        diagnostic = self.planned.get(self._key(original)) if nested == 0 else None
+        if diagnostic is not None:
+            result = REGISTRY[diagnostic.code]().apply_fix(updated, diagnostic.fix, self.edit)
+            self.applied.append(diagnostic)
+            nested = 1
+        if self.inside:
+            self.inside[-1] += nested
+        return result
+
+    def _key(self, node: cst.CSTNode) -> tuple | None:
+        position = self.positions.get(node)
+        if position is None:
+            return None
+        start, end = position.start, position.end
+        return type(node).__name__, (start.line, start.column, end.line, end.column)
+
+
+class _FillEmptyBlocks(cst.CSTTransformer):
+    """A block whose only statement a fix removed gets `pass`, so the module stays valid."""
+
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        if updated.body:
+            return updated
+        return updated.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+
+
+def _torch_binding(module: cst.Module) -> tuple[str, bool]:
+    """The module-level name `import torch [as x]` binds, and whether there is one."""
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        if isinstance(alias.name, cst.Name) and alias.name.value == "torch":
+                            asname = alias.asname
+                            return (asname.name.value if asname else "torch"), True
+    return "torch", False
+
+
+def _add_import_torch(module: cst.Module) -> cst.Module:
+    """Insert `import torch` after the docstring and `__future__` imports."""
+    body = list(module.body)
+    index = 0
+    while index < len(body) and _is_preamble(body[index], index):
+        index += 1
+    new = cst.parse_statement("import torch\n")
+    if index < len(body):  # take over the blank lines that separated the next statement
+        new = new.with_changes(leading_lines=body[index].leading_lines)
+        body[index] = body[index].with_changes(leading_lines=[])
+    body.insert(index, new)
+    return module.with_changes(body=body)
+
+
+def _is_preamble(statement: cst.CSTNode, index: int) -> bool:
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    if (
+        index == 0
+        and isinstance(small, cst.Expr)
+        and isinstance(small.value, cst.SimpleString | cst.ConcatenatedString)
+    ):
+        return True
+    return (
+        isinstance(small, cst.ImportFrom) and isinstance(small.module, cst.Name) and small.module.value == "__future__"
+    )
+
+
+@dataclass
+class FixResult:
+    """Where a fix run ended: new text per changed file, what was fixed, what is left."""
+
+    sources: dict[Path, str] = field(default_factory=dict)
+    applied: list[Diagnostic] = field(default_factory=list)
+    remaining: list[Diagnostic] = field(default_factory=list)
+
+
+def fix_project(
+    files: list[Path],
+    lint: Callable[[Mapping[Path, bytes]], list[Diagnostic]],
+    unsafe: bool = False,
+    side_effects: SideEffects = "guard",
+) -> FixResult:
+    """Lint, fix, lint again until no fix applies; nothing is written.
+
+    `lint(overlay)` lints `files` as if each path in `overlay` held those bytes.
+    """
+    result = FixResult()
+    overlay: dict[Path, bytes] = {}
+    for _ in range(MAX_ROUNDS):
+        diagnostics = lint(overlay)
+        wanted: dict[str, list[Diagnostic]] = {}
+        for d in diagnostics:
+            if d.fix is not None and (unsafe or d.fix.safety == "safe"):
+                wanted.setdefault(d.path, []).append(d)
+        progress = False
+        for path, todo in wanted.items():
+            key = Path(path)
+            text = result.sources[key] if key in result.sources else read_source(key)
+            new_text, applied = apply_fixes(text, todo, side_effects)
+            if applied and new_text != text:
+                overlay[key] = encode_source(key, new_text)
+                result.sources[key] = new_text
+                result.applied.extend(applied)
+                progress = True
+        if not progress:
+            result.remaining = diagnostics
+            return result
+    result.remaining = lint(overlay)
+    return result
+
+
+def why_not_fixed(d: Diagnostic) -> str:
+    """The reason a finding is still there after a fix run, for summaries."""
+    if d.no_fix:
+        return d.no_fix
+    if d.fix is not None:
+        return f"{d.fix.safety} fix not enabled ({d.fix.title}); use --unsafe-fixes"
+    return "no automatic fix"
