@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 
 from transpiler.lint.cache import Store
 from transpiler.source.diagnostics import Diagnostic, file_diagnostic, Fix, rule_url
@@ -162,14 +163,19 @@ def _task(item: tuple) -> FileResult:
     return analyze_source(*item)
 
 
-# Files read from memory instead of disk while `lint(..., overlay=...)` runs: a fix run
+# Files read from memory instead of disk, passed down from `lint(..., overlay=...)`: a fix run
 # lints its edited sources before (or without ever) writing them.
-_overlay: Mapping[Path, bytes] = {}
+Overlay = Mapping[Path, bytes]
+_DISK: Overlay = MappingProxyType({})
 
 
-def _read(path: Path) -> tuple[bytes | None, Diagnostic | None]:
-    if path in _overlay:
-        return _overlay[path], None
+def _as_overlay(overlay: Mapping[Path, bytes] | None) -> Overlay:
+    return {Path(p): data for p, data in overlay.items()} if overlay else _DISK
+
+
+def _read(path: Path, overlay: Overlay) -> tuple[bytes | None, Diagnostic | None]:
+    if path in overlay:
+        return overlay[path], None
     try:
         return path.read_bytes(), None
     except OSError as err:
@@ -197,21 +203,16 @@ def lint(
     """The whole pipeline over `files`. `selection` fingerprints the settings that
     `is_selected` applies; with a cache, an unchanged run is answered in one read.
     `overlay` gives the contents of some files in place of what is on disk."""
-    global _overlay
-    previous, _overlay = _overlay, {Path(p): data for p, data in (overlay or {}).items()}
-    try:
-        return _lint(files, is_selected, selection, cache, jobs, progress)
-    finally:
-        _overlay = previous
+    return _lint(files, is_selected, selection, cache, jobs, progress, _as_overlay(overlay))
 
 
 # Every class a cache entry holds: reading one resolves no other name (transpiler/lint/cache.py).
 _CACHED_CLASSES = (FileResult, RunResult, FileSummary, ClassInfo, FunctionInfo, Finding, Fix, Diagnostic, Kind)
 
 
-def _lint(files, is_selected, selection, cache, jobs, progress) -> list[Diagnostic]:
+def _lint(files, is_selected, selection, cache, jobs, progress, overlay: Overlay) -> list[Diagnostic]:
     require_rules()
-    contents = [_read(path) for path in files]
+    contents = [_read(path, overlay) for path in files]
     keys = [
         _file_key(path, data) if cache is not None and data is not None else None
         for path, (data, _) in zip(files, contents)
@@ -223,15 +224,15 @@ def _lint(files, is_selected, selection, cache, jobs, progress) -> list[Diagnost
             digest.update(f"\0{path}\0{key or '-'}".encode())
         run_key = digest.hexdigest()
         previous = cache.get(run_key)
-        if isinstance(previous, RunResult) and all(_digest(Path(p)) == h for p, h in previous.context):
+        if isinstance(previous, RunResult) and all(_digest(Path(p), overlay) == h for p, h in previous.context):
             if progress:
                 progress(len(files))
             return previous.diagnostics
     results = analyze_files(files, cache, jobs, progress, contents, keys)
-    context = with_context(results, cache, jobs)
-    diagnostics = resolve(results, is_selected, context, cache, jobs)
+    context = with_context(results, cache, jobs, overlay)
+    diagnostics = resolve(results, is_selected, context, cache, jobs, overlay)
     if cache is not None and run_key is not None:
-        cache.put(run_key, RunResult(diagnostics, [(c.path, _digest(Path(c.path))) for c in context]))
+        cache.put(run_key, RunResult(diagnostics, [(c.path, _digest(Path(c.path), overlay)) for c in context]))
     return diagnostics
 
 
@@ -239,8 +240,8 @@ def _file_key(path: Path, data: bytes) -> str:
     return Cache.key(data, module_name(path), path.name == "__init__.py")
 
 
-def _digest(path: Path) -> str | None:
-    data, _ = _read(path)
+def _digest(path: Path, overlay: Overlay) -> str | None:
+    data, _ = _read(path, overlay)
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
@@ -251,15 +252,16 @@ def analyze_files(
     progress: Callable[[int], None] | None = None,
     contents: list[tuple[bytes | None, Diagnostic | None]] | None = None,
     keys: list[str | None] | None = None,
+    overlay: Overlay = _DISK,
 ) -> list[FileResult]:
     """Per-file results (from the cache or computed, in parallel for large inputs).
     `contents` (bytes or read errors) and `keys` (cache keys) are given when the caller
-    has computed them already."""
+    has computed them already; otherwise files are read from `overlay`, then from disk."""
     require_rules()
     results: dict[int, FileResult] = {}
     todo: list[tuple[int, tuple[str, bytes, str, bool], str | None]] = []
     for index, path in enumerate(files):
-        data, error = contents[index] if contents is not None else _read(path)
+        data, error = contents[index] if contents is not None else _read(path, overlay)
         if data is None:
             results[index] = FileResult(str(path), "", error=error)
             continue
@@ -301,7 +303,9 @@ def _tick(results: Iterable[FileResult], progress: Callable[[int], None] | None)
         yield result
 
 
-def with_context(results: list[FileResult], cache: Cache | None, jobs: int | None = None) -> list[FileResult]:
+def with_context(
+    results: list[FileResult], cache: Cache | None, jobs: int | None = None, overlay: Overlay = _DISK
+) -> list[FileResult]:
     """Add the project files that define the base classes of the linted classes.
 
     A class is a module only if its bases lead to `nn.Module`; when pre-commit
@@ -330,7 +334,7 @@ def with_context(results: list[FileResult], cache: Cache | None, jobs: int | Non
         if not new:
             break
         known.update(os.path.abspath(p) for p in new)
-        context += analyze_files(new, cache, jobs)
+        context += analyze_files(new, cache, jobs, overlay=overlay)
     return context
 
 
@@ -373,13 +377,9 @@ def project_facts(
 ) -> ProjectFacts:
     """Which functions of `files` run compiled, and their parameters known to receive tensors (the per-file
     analyses through `cache` and `jobs` worker processes, as the lint's)."""
-    global _overlay
-    previous, _overlay = _overlay, {Path(p): data for p, data in (overlay or {}).items()}
-    try:
-        results = analyze_files(files, cache, jobs)
-        everything = [*results, *with_context(results, cache, jobs)]
-    finally:
-        _overlay = previous
+    overlay = _as_overlay(overlay)
+    results = analyze_files(files, cache, jobs, overlay=overlay)
+    everything = [*results, *with_context(results, cache, jobs, overlay)]
     summaries = [r.summary for r in everything if r.summary is not None]
     project = Project.from_summaries(summaries)
     compiled = project.compiled_functions({root for s in summaries for root in s.compile_roots})
@@ -392,10 +392,12 @@ def resolve(
     context: list[FileResult] = (),
     cache: Cache | None = None,
     jobs: int | None = None,
+    overlay: Overlay = _DISK,
 ) -> list[Diagnostic]:
     """Keep findings of compiled functions, apply selection and `# noqa`, report unused noqa.
 
-    `context` files take part in the project analysis but are not reported on.
+    `context` files take part in the project analysis but are not reported on; helpers are
+    checked again from `overlay`'s text where it has their file.
     """
     require_rules()
     everything = [*results, *context]
@@ -403,7 +405,7 @@ def resolve(
     project = Project.from_summaries(summaries)
     roots = {root for s in summaries for root in s.compile_roots}
     compiled = project.compiled_functions(roots)
-    _propagate_tensor_arguments(project, compiled, everything, cache, jobs)
+    _propagate_tensor_arguments(project, compiled, everything, cache, jobs, overlay)
     diagnostics: list[Diagnostic] = []
     for result in results:
         if result.error is not None:
@@ -426,7 +428,12 @@ _PROPAGATION_ROUNDS = 4  # forward -> helper -> helper -> helper
 
 
 def _propagate_tensor_arguments(
-    project: Project, compiled: dict[str, str], results: list[FileResult], cache: Cache | None, jobs: int | None
+    project: Project,
+    compiled: dict[str, str],
+    results: list[FileResult],
+    cache: Cache | None,
+    jobs: int | None,
+    overlay: Overlay,
 ) -> None:
     """Re-check helpers whose untyped parameters receive tensors at every compiled call site.
 
@@ -451,7 +458,7 @@ def _propagate_tensor_arguments(
             applied[qualname] = applied.get(qualname, frozenset()) | params
         files = list({id(owner[q]): owner[q] for q in grown}.values())
         requests = [(result, {q: p for q, p in applied.items() if owner[q] is result}) for result in files]
-        for (result, wanted), fresh in zip(requests, _recheck(requests, cache, jobs)):
+        for (result, wanted), fresh in zip(requests, _recheck(requests, cache, jobs, overlay)):
             if fresh is None or fresh.summary is None:
                 continue
             for qualname in wanted:
@@ -472,14 +479,17 @@ def _function(summary: FileSummary, qualname: str):
 
 
 def _recheck(
-    requests: list[tuple[FileResult, dict[str, frozenset[str]]]], cache: Cache | None, jobs: int | None
+    requests: list[tuple[FileResult, dict[str, frozenset[str]]]],
+    cache: Cache | None,
+    jobs: int | None,
+    overlay: Overlay,
 ) -> list[FileResult | None]:
     """For each (file, tensor_params): the named functions checked again with those parameters
     as tensors (a result holding only them), through the cache and the worker pool."""
     answers: list[FileResult | None] = [None] * len(requests)
     missing: list[tuple[int, tuple, str]] = []
     for index, (result, tensor_params) in enumerate(requests):
-        data, _ = _read(Path(result.path))
+        data, _ = _read(Path(result.path), overlay)
         if data is None:
             continue
         is_package = result.path.endswith("__init__.py")
