@@ -111,7 +111,7 @@ class Kind(Enum):
 
 
 @dataclass(frozen=True)
-class Names:
+class CppNames:
     """The C++ identifiers of a region's values, and of the pointers and strides derived from them."""
 
     values: dict[str, str]
@@ -269,7 +269,7 @@ def _qualified(ctype: str) -> str:
     return f"transpile::{ctype}" if ctype in ("half", "bfloat16") else ctype
 
 
-def kinds_signature(region: Region, names: Names) -> str:
+def kinds_signature(region: Region, names: CppNames) -> str:
     """The element type of each tensor input and output, as exported for the runtime: `x:T mask:bool -> y:T1`,
     a type parameter, `bool` or the dtype of a value of a fixed dtype (`h:float16`)."""
     kinds = value_kinds(region)
@@ -284,7 +284,7 @@ def kinds_signature(region: Region, names: Names) -> str:
     return f"{inputs} -> {outputs}".strip()
 
 
-def types_signature(names: Names, refusals: dict[str, str] | None = None) -> str:
+def types_signature(names: CppNames, refusals: dict[str, str] | None = None) -> str:
     """The values of each type parameter, with its dtype in each entry point, and those of each fixed dtype, as
     exported for the runtime (`cpp_support.Types`): `T:float32,float64,float16,bfloat16=x,t0 bool=t1`. A class
     an integer input can make integers says whether the kernel computes it exactly then: `T:...:int=i,t1`,
@@ -302,7 +302,7 @@ def types_signature(names: Names, refusals: dict[str, str] | None = None) -> str
 
 
 # -- names ------------------------------------------------------------------------------
-def cpp_names(region: Region, reserved: frozenset[str] = frozenset(), typed: Region | None = None) -> Names:
+def cpp_names(region: Region, reserved: frozenset[str] = frozenset(), typed: Region | None = None) -> CppNames:
     """C++ identifiers for the region's values: the Python names, renamed where C++ or the kernel claims them.
 
     `reserved`: names the kernel uses beyond those every kernel uses; `typed`: the region before
@@ -325,7 +325,7 @@ def cpp_names(region: Region, reserved: frozenset[str] = frozenset(), typed: Reg
     scalars = frozenset(item.name for item in region.scalar_inputs)
     kinds = value_kinds(region)  # a value the kernel computes as a bool stays one (the runtime refuses integers there)
     integral = frozenset(m for _, c in classes if c.integral for m in c.members if kinds.get(m) is Kind.FLOAT)
-    return Names(chosen, scalars, activation, types, classes, fixed, integral)
+    return CppNames(chosen, scalars, activation, types, classes, fixed, integral)
 
 
 # The dtype of the floating inputs of each extern "C" entry point, in order.
@@ -354,7 +354,7 @@ def value_types(
 
 def _is_derived(name: str, values: Iterable[str]) -> bool:
     """Whether `name` is the pointer, output, strides, offset or row name of another value."""
-    return any(name == f"{value}{suffix}" for value in values for suffix in Names.SUFFIXES)
+    return any(name == f"{value}{suffix}" for value in values for suffix in CppNames.SUFFIXES)
 
 
 # -- literals and operands ----------------------------------------------------------------
@@ -371,7 +371,7 @@ def _literal(constant: Operand) -> str:
     return repr(float(constant))  # beyond 2**53 an int literal may overflow C++'s integers; C rounds it anyway
 
 
-def _render_operand(node: Node, position: int, names: Names, kinds: dict[str, Kind]) -> str:
+def _render_operand(node: Node, position: int, names: CppNames, kinds: dict[str, Kind]) -> str:
     """Operand `position` of `node`, converted to the type the op reads there."""
     operand = node.operands[position]
     if node.definition is CAST and position == 1:
@@ -402,12 +402,12 @@ def _render_operand(node: Node, position: int, names: Names, kinds: dict[str, Ki
     return text
 
 
-def _is_scalar(node: Node, position: int, names: Names) -> bool:
+def _is_scalar(node: Node, position: int, names: CppNames) -> bool:
     """Whether operand `position` is a Python number: a constant or a scalar input."""
     return position in node.constants or node.operands[position] in names.scalars
 
 
-def _compares_integers(node: Node, names: Names) -> bool:
+def _compares_integers(node: Node, names: CppNames) -> bool:
     """A comparison of integer values only: exact in their own types (torch compares them so)."""
     values = [o for p, o in enumerate(node.operands) if p not in node.constants]
     return node.definition.returns_bool and all(names.integer(v) is not None for v in values)
@@ -427,7 +427,7 @@ def _wanted_kind(node: Node, position: int, kinds: dict[str, Kind]) -> Kind:
 _SCALAR_POWER = "power_scalar<{type}>({{0}}, {{1}})"
 
 
-def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
+def render_node(node: Node, names: CppNames, kinds: dict[str, Kind]) -> str:
     """One statement: `const C out = <the op's cpp template>;` (an integer value: of its integer type)."""
     if node.op == ACTIVATION.name:
         return _render_activation(node, names, kinds)
@@ -453,7 +453,7 @@ def render_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
     return f"const {ctype} {names.value(node.out)} = {value};"
 
 
-def integer_refusals(region: Region, names: Names, saved: Iterable[str] = ()) -> dict[str, str]:
+def integer_refusals(region: Region, names: CppNames, saved: Iterable[str] = ()) -> dict[str, str]:
     """Per type parameter whose class an integer input can make integers, the first op that would not be exact
     on them, as `integer_support` finds them for values of a fixed integer dtype (`saved`: such a value kept in
     a row of C scratch). The runtime takes the original code where a call binds the class to integers."""
@@ -472,7 +472,7 @@ def integer_refusals(region: Region, names: Names, saved: Iterable[str] = ()) ->
     return refusals
 
 
-def integer_support(region: Region, names: Names, saved: Iterable[str] = ()) -> str | None:
+def integer_support(region: Region, names: CppNames, saved: Iterable[str] = ()) -> str | None:
     """Why the C++ kernel cannot compute the region's integer values, or None.
 
     Integer values are exact only in integer arithmetic: an op whose template is not right on
@@ -493,7 +493,7 @@ def integer_support(region: Region, names: Names, saved: Iterable[str] = ()) -> 
     return None
 
 
-def _render_activation(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
+def _render_activation(node: Node, names: CppNames, kinds: dict[str, Kind]) -> str:
     """An activation module chosen at run time: a conditional over the ops of its possible codes (lines)."""
     value = _render_operand(node, 0, names, kinds)
     code = "ACT" if node.operands[1] == names.activation else names.value(node.operands[1])
@@ -511,12 +511,12 @@ def _render_activation(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
 
 
 # -- the kernel ---------------------------------------------------------------------------
-def _storage(name: str, names: Names, kinds: dict[str, Kind]) -> str:
+def _storage(name: str, names: CppNames, kinds: dict[str, Kind]) -> str:
     """The C++ type of a tensor input's or output's elements: its value's type, bool for a boolean value."""
     return "bool" if kinds[name] is Kind.BOOL else names.types[name]
 
 
-def _data_parameters(region: Region, names: Names, kinds: dict[str, Kind], per_row: Iterable[str] = ()) -> list:
+def _data_parameters(region: Region, names: CppNames, kinds: dict[str, Kind], per_row: Iterable[str] = ()) -> list:
     """(declaration, comment) of the kernel's pointers and scalars; `per_row`: outputs with one value per row."""
     per_row = set(per_row)
     parameters = [
@@ -538,7 +538,7 @@ def _data_parameters(region: Region, names: Names, kinds: dict[str, Kind], per_r
     return parameters
 
 
-def _signature(name: str, parameters: list[tuple[str, str]], names: Names) -> str:
+def _signature(name: str, parameters: list[tuple[str, str]], names: CppNames) -> str:
     """`static void name(` and the parameters, one a line, each with its comment."""
     declarations = [f"{d}," for d, _ in parameters[:-1]] + [f"{parameters[-1][0]}) {{"]
     width = max(len(d) for d in declarations)
@@ -546,7 +546,7 @@ def _signature(name: str, parameters: list[tuple[str, str]], names: Names) -> st
     return f"{_template(names)}\nstatic void {name}(\n{lines}\n"
 
 
-def _template(names: Names) -> str:
+def _template(names: CppNames) -> str:
     """The kernel's template line, after a comment saying which values each type parameter holds."""
     comments = []
     for name, c in names.classes:
@@ -592,7 +592,7 @@ def _ctype(kind: Kind) -> str:
     return "bool" if kind is Kind.BOOL else "C"
 
 
-def _render_element(region: Region, names: Names, kinds: dict[str, Kind], source_lines: dict[int, str]) -> str:
+def _render_element(region: Region, names: CppNames, kinds: dict[str, Kind], source_lines: dict[int, str]) -> str:
     lines = ["// Load the inputs."] if region.tensor_inputs else []
     for item in region.tensor_inputs:
         lines.append(_load(item.name, names, kinds, names.pointer(item.name), names.offset(item.name)))
@@ -603,7 +603,7 @@ def _render_element(region: Region, names: Names, kinds: dict[str, Kind], source
     return "".join(f"    {line}\n" for line in lines)
 
 
-def _load(name: str, names: Names, kinds: dict[str, Kind], pointer: str, offset: str) -> str:
+def _load(name: str, names: CppNames, kinds: dict[str, Kind], pointer: str, offset: str) -> str:
     """`const C x = ...;`: a tensor element, widened to C (or read as a bool)."""
     if kinds[name] is Kind.BOOL:
         return f"const bool {names.value(name)} = load_bool({pointer}, {offset});"
@@ -612,14 +612,14 @@ def _load(name: str, names: Names, kinds: dict[str, Kind], pointer: str, offset:
     return f"const C {names.value(name)} = static_cast<C>({pointer}[{offset}]);"
 
 
-def _store(name: str, names: Names, kinds: dict[str, Kind], pointer: str, index: str) -> str:
+def _store(name: str, names: CppNames, kinds: dict[str, Kind], pointer: str, index: str) -> str:
     if kinds[name] is Kind.BOOL:
         return f"{pointer}[{index}] = {names.value(name)};"
     return f"store({pointer}, {index}, {names.value(name)});"
 
 
 def _render_nodes(
-    nodes: Iterable[Node], names: Names, kinds: dict[str, Kind], source_lines: dict[int, str], render
+    nodes: Iterable[Node], names: CppNames, kinds: dict[str, Kind], source_lines: dict[int, str], render
 ) -> list[str]:
     """The statements of `nodes` (`render(node, names, kinds)` each), with a comment per source line."""
     lines, current_line = [], None
@@ -632,7 +632,7 @@ def _render_nodes(
     return lines
 
 
-def _render_loops(tensors: Iterable, names: Names) -> str:
+def _render_loops(tensors: Iterable, names: CppNames) -> str:
     tensors = list(tensors)
     same = ", ".join(["i"] * (len(tensors) + 1))
     row_offsets = "".join(
@@ -707,7 +707,7 @@ class _Strided:
     base: str  # the kernel's parameter pointing at element 0
 
 
-def _strided_tensors(lowered: RowRegion, names: Names, kinds: dict[str, Kind]) -> list[_Strided]:
+def _strided_tensors(lowered: RowRegion, names: CppNames, kinds: dict[str, Kind]) -> list[_Strided]:
     """The ELEMENT tensors in the runtime's stride order: the tensor inputs, then the element outputs."""
     tensors = [
         _Strided(t.name, t.source, f"const {_storage(t.name, names, kinds)}*", names.pointer(t.name))
@@ -1000,7 +1000,7 @@ def _indent(lines: list[str], width: int) -> str:
     return "".join(f"{line}\n" if line.startswith("#") else f"{' ' * width}{line}\n" for line in lines)
 
 
-def _render_row_node(node: Node, names: Names, kinds: dict[str, Kind]) -> str:
+def _render_row_node(node: Node, names: CppNames, kinds: dict[str, Kind]) -> str:
     if node.op == "row_size":
         return f"const C {names.value(node.out)} = C(R);"
     return render_node(node, names, kinds)
@@ -1039,7 +1039,7 @@ def _render_row_entry_points(lowered: RowRegion) -> tuple[str, str]:
 
 
 def _entry_points(
-    region: Region, names: Names, layout: tuple[str, ...], layout_arguments: list[str], refusals: dict[str, str]
+    region: Region, names: CppNames, layout: tuple[str, ...], layout_arguments: list[str], refusals: dict[str, str]
 ) -> tuple[str, str]:
     """A kernel's entry template, `{name}_entry<T..., C>` over untyped pointers (data pointers and scalars, then
     the `layout` parameters it passes on as `layout_arguments`), and its extern "C" part: the kinds and types

@@ -78,7 +78,7 @@ def render_constant(value: object) -> str:
     return f"({text})" if text.startswith("-") else text
 
 
-class _Names:
+class TritonNames:
     """Kernel identifiers of region values: the user's names, unless they would shadow the kernel's own."""
 
     def __init__(self, region: Region, reserved: frozenset[str] = RESERVED, typed: Region | None = None) -> None:
@@ -183,7 +183,7 @@ def _plain_reductions(region: Region, typed: Region | None) -> frozenset[str]:
     return frozenset(n.out for n in region.nodes if n.op in ROW_REDUCTIONS and n.out in plain)
 
 
-def dtype_parameters(names: _Names) -> list[str]:
+def dtype_parameters(names: TritonNames) -> list[str]:
     """The kernel's last parameters: per value rounded to a dtype that depends on the call, that dtype."""
     parameters = [f"{p}: tl.constexpr," for p in names.dtype_parameters.values()]
     if parameters:
@@ -205,7 +205,7 @@ def _rounding(region: Region, typed: Region | None) -> dict[str, str | None]:
     return rounding
 
 
-def _rounded(node: Node, expression: str, names: _Names) -> str:
+def _rounded(node: Node, expression: str, names: TritonNames) -> str:
     """`expression`, rounded where eager holds the node's value in a narrower dtype than the kernel computes in
     (a cast rounds itself)."""
     if node.out not in names.rounding or node.definition in (CAST, CAST_LIKE):
@@ -234,7 +234,7 @@ _POWERS = {
 }
 
 
-def _expression(node: Node, names: _Names) -> str:
+def _expression(node: Node, names: TritonNames) -> str:
     operands = [render_constant(o) if i in node.constants else names[o] for i, o in enumerate(node.operands)]
     if node.op == "add" and node.out in names.may_be_bool:
         return "add({}, {})".format(*operands)  # two bools add as their `or`
@@ -293,7 +293,7 @@ def _refusal_lines(region: Region) -> str:
     )
 
 
-def _statements(node: Node, names: _Names, expression=None) -> list[str]:
+def _statements(node: Node, names: TritonNames, expression=None) -> list[str]:
     """The node as kernel lines: `out = <expression>`, or for an activation chosen at run time a
     constexpr switch over the ops of `ACTIVATION_OPS` (Triton compiles only the branch taken)."""
     expression = expression or _expression
@@ -309,11 +309,11 @@ def _statements(node: Node, names: _Names, expression=None) -> list[str]:
     return lines
 
 
-def _activation_parameter(item, names: _Names) -> str:
+def _activation_parameter(item, names: TritonNames) -> str:
     return f"{names[item.name]}: tl.constexpr,  # {item.source}: its op's code in ACTIVATION_OPS (transpiler/compiler/ops.py)"
 
 
-def _scalar_parameters(region: Region, names: _Names) -> list[str]:
+def _scalar_parameters(region: Region, names: TritonNames) -> list[str]:
     """The kernel's scalar parameters: Python numbers, and the codes of activation modules."""
     modules = {n.operands[1] for n in region.nodes if n.op == ACTIVATION.name}
     return [
@@ -326,7 +326,7 @@ def triton_helpers_used(region: Region) -> list[str]:
     """The triton_support names the region's kernel uses (for the kernel file's import)."""
     if has_reductions(region):
         return sorted(_RowKernel(region, {}).helpers)
-    names = _Names(region)
+    names = TritonNames(region)
     used = {"widen"} if region.tensor_inputs else set()
     for node in region.nodes:
         used |= HELPERS.intersection(_IDENTIFIER.findall("\n".join(_statements(node, names))))
@@ -338,7 +338,7 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
     (emit/layout.py)."""
     if has_reductions(region):
         return layout_text(_RowKernel(region, source_lines).text + _refusal_lines(region))
-    names = _Names(region)
+    names = TritonNames(region)
     tensors = region.tensor_inputs
     lines = ["@triton.jit", f"def {region.name}_kernel("]
     lines += [f"{INDENT}{names[i.name]}_ptr,  # input {i.source}" for i in tensors]
@@ -441,7 +441,7 @@ class _RowKernel:
         lowered = self.rows.region
         values = [i.name for i in lowered.inputs] + [n.out for n in lowered.nodes]
         derived = {f"{v}{out}{suffix}" for v in values for out in ("", "_out") for suffix in _DERIVED}
-        self.names = _Names(lowered, frozenset(ROW_KERNEL_NAMES | derived), region)
+        self.names = TritonNames(lowered, frozenset(ROW_KERNEL_NAMES | derived), region)
         self.source_lines = source_lines
         self.helpers: set[str] = {"widen"} | {_REDUCTIONS[n.op][2] for n in lowered.nodes if n.op in _REDUCTIONS}
         self.lines: list[str] = []
