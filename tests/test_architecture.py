@@ -30,12 +30,7 @@ PACKAGES = ("transpiler", "rewrites", "emit")
 
 # Known violations, each being removed by the work named beside it. An entry is (importer, imported
 # prefix). Empty this list as they go: test_the_allow_list_holds_only_edges_that_exist says when.
-ALLOWED: tuple[tuple[str, str], ...] = (
-    # Triton reuses the C++ emitter's value kinds; issue 16 moves them to the shared compiler side.
-    ("emit.triton.kernels", "emit.cpp.kernels"),
-    # `explain` runs the compiler's passes by hand; issue 16 routes it through the pipeline's pass list.
-    ("transpiler.cli.main", "transpiler.compiler"),
-)
+ALLOWED: tuple[tuple[str, str], ...] = ()
 
 # Inside transpiler/: the rank of each layer (a layer imports its own rank or lower).
 LAYERS = {"source": 0, "analysis": 1, "lint": 2, "compiler": 2, "pipeline": 3, "cli": 4}

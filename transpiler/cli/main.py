@@ -404,46 +404,24 @@ def _build(
 
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def explain(files: tuple[Path, ...]) -> None:
+@click.option("--passes", is_flag=True, help="Print the IR after each compiler pass, in the order the build runs them.")
+def explain(files: tuple[Path, ...], passes: bool) -> None:
     """Print the regions that would become fused kernels, as readable IR."""
-    sys.exit(_guarded(lambda: _explain(list(files))))
+    sys.exit(_guarded(lambda: _explain(list(files), passes)))
 
 
-def _explain(files: list[Path]) -> int:
-    import ast
-
-    from transpiler.source.discovery import module_name, not_regular
-    from transpiler.lint.engine import project_facts
-    from transpiler.source.reading import read_source
-    from transpiler.compiler.ir import format_region
-    from transpiler.compiler.regions import MIN_OPS
-    from transpiler.compiler.tails import fuse_across_ifs
+def _explain(files: list[Path], passes: bool) -> int:
+    from transpiler.pipeline.explaining import ExplainError, explain_files
+    from transpiler.source.discovery import not_regular
 
     for path in files:
         if (kind := not_regular(path)) is not None:  # reading a FIFO would block forever
             _fail(f"{path}: {kind}")
-    facts = project_facts(files)
-    for path in files:
-        text = read_source(path)
-        try:
-            tree = ast.parse(text)
-        except SyntaxError as error:
-            _fail(f"{path}:{error.lineno}: cannot parse: {error.msg}")
-        # The regions a build compiles: statements split so that their pointwise part fuses, and copied
-        # across an `if` where that fuses them, shown on the lines of the file as it is.
-        split = fuse_across_ifs(
-            tree,
-            path.as_posix(),
-            module_name(path),
-            path.name == "__init__.py",
-            text,
-            set(facts.compiled),
-            facts.tensor_params,
-        )
-        if not split.regions:
-            click.echo(f"{path}: no region (fusible runs of at least {MIN_OPS} ops in compiled code)\n")
-        for region in split.regions:
-            click.echo(format_region(split.origin.region(region)) + "\n")
+    try:
+        for text in explain_files(files, passes):
+            click.echo(text)
+    except ExplainError as error:
+        _fail(str(error))
     return EXIT_CLEAN
 
 

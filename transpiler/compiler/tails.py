@@ -32,6 +32,7 @@ the else branch then has a region with compute ops of both sides; every other li
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from transpiler.compiler.hoisting import Hoisting, alone_on_its_lines, hoist_regions
@@ -54,6 +55,29 @@ class _Tail:
     after: tuple[ast.stmt, ...]  # the start of the run after it
 
 
+def copy_tails(
+    tree: ast.Module, text: str, hoisted: Callable[[str], Hoisting], on_disk: Callable[[int], int] = lambda n: n
+) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """`text` with the statements around some `if`s copied into both branches, where that makes them fuse,
+    and per line of the result the first and last line of `text` it comes from.
+
+    Which `if`s: each candidate is tried, and kept (narrowed to the region it forms) while the regions that
+    `hoisted(text)` finds in the rewritten text fuse across it; `hoisted` is the statement-splitting pass's
+    query, memoised by the pipeline (transpiler/compiler/passes.py), so the last try is also that pass's answer.
+    `on_disk(line)`: the line of the file on disk that a line of `text` comes from, for the comment naming them."""
+    lines = text.splitlines(keepends=True)
+    tails = _candidates(tree, lines)
+    while tails:
+        moved, ranges, copies = _apply(lines, tails, on_disk)
+        split = hoisted(moved)
+        shown = [split.origin.region(r) for r in split.regions]  # on the lines of `moved`
+        kept = [t for t in (_fused(tail, copy, shown) for tail, copy in zip(tails, copies)) if t is not None]
+        if kept == tails:
+            return moved, tuple(ranges)
+        tails = kept  # dropped or narrowed to the region: copy less, and look again
+    return text, tuple((n, n) for n in range(1, len(lines) + 1))
+
+
 def fuse_across_ifs(
     tree: ast.Module,
     path: str,
@@ -63,20 +87,16 @@ def fuse_across_ifs(
     compiled: set[str] | None = None,
     tensor_params: dict[str, frozenset[str]] | None = None,
 ) -> Hoisting:
-    """The regions of one file as a build compiles them: `hoist_regions`' (statements split), in the text
-    with the statements around some `if`s copied into both branches, where that makes them fuse."""
-    lines = text.splitlines(keepends=True)
-    tails = _candidates(tree, lines)
-    while tails:
-        moved, ranges, copies = _apply(lines, tails)
-        split = hoist_regions(ast.parse(moved), path, module, is_package, moved, compiled, tensor_params)
-        shown = [split.origin.region(r) for r in split.regions]  # on the lines of `moved`
-        kept = [t for t in (_fused(tail, copy, shown) for tail, copy in zip(tails, copies)) if t is not None]
-        if kept == tails:
-            origin = Origin(text, tuple((ranges[a - 1][0], ranges[b - 1][1]) for a, b in split.origin.ranges))
-            return Hoisting(split.text, split.regions, origin, split.splits)
-        tails = kept  # dropped or narrowed to the region: copy less, and look again
-    return hoist_regions(tree, path, module, is_package, text, compiled, tensor_params)
+    """`copy_tails` then `hoist_regions` on one text, as the build's first two passes run them (for tests of
+    this module; the build runs transpiler/compiler/passes.py)."""
+
+    def hoisted(moved: str) -> Hoisting:
+        return hoist_regions(ast.parse(moved), path, module, is_package, moved, compiled, tensor_params)
+
+    moved, ranges = copy_tails(tree, text, hoisted)
+    split = hoisted(moved)
+    origin = Origin(text, tuple((ranges[a - 1][0], ranges[b - 1][1]) for a, b in split.origin.ranges))
+    return Hoisting(split.text, split.regions, origin, split.splits)
 
 
 def _fused(tail: _Tail, copies: list[tuple[int, int]], regions: list[Region]) -> _Tail | None:
@@ -230,7 +250,9 @@ def _leading(line: str) -> str:
 
 
 # -- rewriting the text ----------------------------------------------------------------------------
-def _apply(lines: list[str], tails: list[_Tail]) -> tuple[str, list[tuple[int, int]], list[list[tuple[int, int]]]]:
+def _apply(
+    lines: list[str], tails: list[_Tail], on_disk: Callable[[int], int]
+) -> tuple[str, list[tuple[int, int]], list[list[tuple[int, int]]]]:
     """The text with each tail copied into both branches; per line, the lines of the text it comes from;
     per tail, the lines of each copied statement's copy in the else branch."""
     out: list[str] = []
@@ -255,7 +277,7 @@ def _apply(lines: list[str], tails: list[_Tail]) -> tuple[str, list[tuple[int, i
         newline = lines[statement.lineno - 1][len(lines[statement.lineno - 1].rstrip("\r\n")) :] or "\n"
         keep(done + 1, before[0].lineno - 1)
         keep(before[-1].end_lineno + 1, statement.lineno - 1)  # blanks and comments before the `if`
-        spans = f"{_span(before)} and {_span(after)}"
+        spans = f"{_span(before, on_disk)} and {_span(after, on_disk)}"
         out.append(
             f'{outer}# transpile: {spans} copied into both branches to fuse (docs/compiler.md: "Fusing across an if"){newline}'
         )
@@ -286,6 +308,6 @@ def _placed(at: int, before: tuple[ast.stmt, ...], after: tuple[ast.stmt, ...]) 
     return placed
 
 
-def _span(statements: tuple[ast.stmt, ...]) -> str:
-    first, last = statements[0].lineno, statements[-1].end_lineno
+def _span(statements: tuple[ast.stmt, ...], on_disk: Callable[[int], int]) -> str:
+    first, last = on_disk(statements[0].lineno), on_disk(statements[-1].end_lineno)
     return f"line {first}" if first == last else f"lines {first}-{last}"

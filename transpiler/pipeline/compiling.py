@@ -50,7 +50,7 @@ class Compiled:
     """A file with regions: what to write, and what the report shows."""
 
     src: Path
-    regions: tuple[Region, ...]  # on the lines of the file's text, before statements were split
+    regions: tuple[Region, ...]  # on the lines of the file on disk
     files: tuple[tuple[str, str], ...]  # (name, text): the module first, then its kernel files
     lines: dict[int, str]  # the lines of the text that the regions span
 
@@ -171,36 +171,34 @@ def _failed(job: Job, why: str) -> Failed:
 
 
 def _compile(job: Job, text: str, tree: ast.Module, facts: ProjectFacts) -> Compiled | None:
+    from emit.host.linears import route_linears
     from emit.host.module import emit, is_generated, newlines_like
     from emit.host.twins import twins
-    from emit.host.linears import route_linears
-    from transpiler.compiler.linears import epilogue_sites, linear_sites
-    from transpiler.compiler.tails import fuse_across_ifs
+    from transpiler.compiler.linears import linear_sites
+    from transpiler.compiler.passes import compile_unit, start
 
     if is_generated(text):
         return None  # an earlier output used as input: its kernels are compiled already
-    compiled, is_package = set(facts.compiled), job.src.name == "__init__.py"
+    is_package = job.src.name == "__init__.py"
     # Only this module's helpers: with none, the passes that type them again are skipped altogether.
     typed = {q: p for q, p in facts.tensor_params.items() if q.startswith(f"{job.module}.")} or None
-    # Statements split so that their pointwise part fuses (hoisting.py), and copied into both branches
-    # of an `if` where that fuses them across it (tails.py): the regions are found in the rewritten
-    # text; what the build reports shows them on the lines of `text`.
-    split = fuse_across_ifs(tree, job.shown, job.module, is_package, text, compiled, typed)
-    if not split.regions:
+    # Generated comments quote the file as it is on disk, not the text the lint's fixes made of it.
+    disk = text if job.text is None else read_source(job.src)
+    unit = start(job.shown, job.module, is_package, disk, text, frozenset(facts.compiled), typed)
+    unit = compile_unit(unit)  # the passes in order (transpiler/compiler/passes.py)
+    if not unit.regions:
         return None
-    # Linear layers followed by an activation, run as one matmul where the runtime can (linears.py).
-    epilogues = epilogue_sites(ast.parse(split.text), job.module, is_package, split.text, compiled, split.regions)
-    emitted = emit(split.text, split.regions, job.shown, job.depth, split.origin, epilogues, job.stem)
-    sites = linear_sites(emitted[0].text, job.module, is_package, compiled)
+    regions = list(unit.regions)
+    emitted = emit(unit.text, regions, job.shown, job.depth, unit.origin, unit.epilogues, job.stem)
+    # Unaligned linear layers' calls in the emitted module, routed through the runtime's `linear`.
+    sites = linear_sites(emitted[0].text, job.module, is_package, set(facts.compiled))
     module = route_linears(emitted[0].text, sites, job.depth)
-    module = twins(
-        module, job.module, job.depth
-    )  # classes that stand in for the original's: Auto classes, module names
+    module = twins(module, job.module, job.depth)  # classes that stand in for the original's: Auto classes, names
     emitted[0] = replace(emitted[0], text=newlines_like(module, text))  # the source's line endings
-    regions = tuple(split.origin.region(r) for r in split.regions)
-    numbered = text.splitlines()
-    lines = {n: numbered[n - 1] for r in regions for n in range(r.first_line, r.last_line + 1) if n <= len(numbered)}
-    return Compiled(job.src, regions, tuple((f.name, f.text) for f in emitted), lines)
+    shown = tuple(unit.shown(r) for r in regions)
+    numbered = disk.splitlines()
+    lines = {n: numbered[n - 1] for r in shown for n in range(r.first_line, r.last_line + 1) if n <= len(numbered)}
+    return Compiled(job.src, shown, tuple((f.name, f.text) for f in emitted), lines)
 
 
 def compiled_modules(facts: ProjectFacts) -> frozenset[str]:

@@ -11,7 +11,7 @@
 
 namespace transpile {
 
-// fused_mul_add: models/attention.py:33, in fixtures.models.attention.Attention.forward
+// fused_mul_add: models/attention.py:31, in fixtures.models.attention.Attention.forward
 // T: the dtype of _rotate_half, t0
 // T1: the dtype of q
 // T2: the dtype of q_1
@@ -30,7 +30,7 @@ static void fused_mul_add(
     // Load the inputs.
     const C _rotate_half = static_cast<C>(_rotate_half_ptr[_rotate_half_offset]);
     const auto q = static_cast<held_t<T1, C>>(q_ptr[q_offset]);
-    // line 33: q = q + 0.1 * rotate_half(q)  # a toy rotary embedding, via the cross-file helper
+    // line 31: q = q + 0.1 * rotate_half(q)  # a toy rotary embedding, via the cross-file helper
     const C t0 = rounded<T, C>(C(0.1) * _rotate_half);
     const C q_1 = rounded<T2, C>(C(q) + t0);
     // Store the outputs.

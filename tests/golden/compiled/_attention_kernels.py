@@ -20,7 +20,7 @@ _CPP_FILE = Path(__file__).with_name("_attention_kernels.cpp")
 
 
 def fused_mul_add_reference(_rotate_half, q):
-    """models/attention.py:33 in eager PyTorch."""
+    """models/attention.py:31 in eager PyTorch."""
     t0 = 0.1 * _rotate_half
     q_1 = q + t0
     return (q_1,)
@@ -38,7 +38,7 @@ fused_mul_add = Kernel(
         ),
         outputs=("q_1",),
     ),
-    source="models/attention.py:33",
+    source="models/attention.py:31",
     triton=(_TRITON_FILE, "fused_mul_add_kernel"),
     cpp=_CPP_FILE,
 )

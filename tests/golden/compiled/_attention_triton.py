@@ -29,7 +29,7 @@ def fused_mul_add_kernel(
     t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
     q_1_dtype: tl.constexpr,
 ):
-    """fixtures.models.attention.Attention.forward in models/attention.py:33."""
+    """fixtures.models.attention.Attention.forward in models/attention.py:31."""
     # Each program computes BLOCK_SIZE consecutive elements of the outputs
     offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
@@ -61,7 +61,7 @@ def fused_mul_add_kernel(
     _rotate_half = widen(tl.load(_rotate_half_ptr + _rotate_half_offsets, mask=mask))
     q = widen(tl.load(q_ptr + q_offsets, mask=mask))
     # Compute
-    # models/attention.py:33  q = q + 0.1 * rotate_half(q)  # a toy rotary embedding, via the cross-file helper
+    # models/attention.py:31  q = q + 0.1 * rotate_half(q)  # a toy rotary embedding, via the cross-file helper
     t0 = rounded(0.1 * _rotate_half, t0_dtype)
     q_1 = rounded(q + t0, q_1_dtype)
     # Store the outputs, converted to their dtypes

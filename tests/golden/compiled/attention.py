@@ -39,7 +39,7 @@ class Attention(BaseBlock):
         k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         _rotate_half = rotate_half(q)
-        # models/attention.py:33
+        # models/attention.py:31
         #     q = q + 0.1 * _rotate_half  # a toy rotary embedding, via the cross-file helper
         if not torch.compiler.is_compiling() and (fused := fused_mul_add(_rotate_half, q)) is not None:
             (q,) = fused
