@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.transpiled import importable
-from transpiler.compiler.ops import ACTIVATION_ATTRIBUTE, ACTIVATIONS
+from transpiler.analysis.symbols import ACTIVATION_ATTRIBUTE
+from transpiler.compiler.ops import ACTIVATIONS
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

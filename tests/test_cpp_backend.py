@@ -21,7 +21,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from emit.cpp.kernels import Kind, render_cpp_file, value_kinds
+from emit.cpp.kernels import render_cpp_file
 from emit.runtime import Kernel, cpp_support, layout
 from emit.runtime.cpp_support import (
     NO_COMPILER,
@@ -34,6 +34,7 @@ from emit.runtime.cpp_support import (
     find_compiler,
 )
 from tests.transpiled import reference_of, shapes_of
+from transpiler.compiler.dtypes import ValueKind, value_kinds
 from transpiler.compiler.ir import Input, Node, Output, Region
 from transpiler.compiler.ops import BY_NAME, CAST, OPS, Op
 
@@ -73,7 +74,7 @@ class Case:
     dtypes: tuple[torch.dtype, ...] = FLOATING  # what the numeric inputs are drawn in
 
     @property
-    def input_kinds(self) -> list[Kind]:
+    def input_kinds(self) -> list[ValueKind]:
         kinds = value_kinds(self.region)
         return [kinds[item.name] for item in self.region.tensor_inputs]
 
@@ -316,7 +317,7 @@ def arguments(draw, case: Case):
     dtype = draw(st.sampled_from(case.dtypes))
     shape = draw(shapes())
     tensors = [
-        draw(tensors_like(shape, torch.bool if kind is Kind.BOOL else dtype, draw(st.integers(0, 2**31))))
+        draw(tensors_like(shape, torch.bool if kind is ValueKind.BOOL else dtype, draw(st.integers(0, 2**31))))
         for kind in case.input_kinds
     ]
     scalars = [draw(st.sampled_from((0.5, -2.0, 3, 0.0, math.inf, -1.25))) for _ in case.region.scalar_inputs]
@@ -416,7 +417,7 @@ def test_bool_tensor_read_as_number_is_converted(library):
     """A bool tensor where the kernel reads numbers is promoted at the boundary, as torch promotes it."""
     case = CASES["op_mul"]
     x, y = torch.randn(4, 3), torch.rand(3) > 0.5
-    assert case.input_kinds == [Kind.FLOAT, Kind.FLOAT]
+    assert case.input_kinds == [ValueKind.FLOAT, ValueKind.FLOAT]
     assert_matches(run(library, case, [x, y], []), (x * y,))
     both_bool = [torch.rand(4, 3) > 0.5, torch.rand(4, 3) > 0.5]  # bool * bool is a bool in torch
     assert_matches(run(library, case, both_bool, []), case.reference(*both_bool))
@@ -472,9 +473,9 @@ def test_the_emitter_and_the_runtime_agree_on_the_entry_points():
 
 def test_kinds_come_from_the_ir():
     kinds = value_kinds(CASES["bool_flow"].region)
-    assert kinds["m"] is Kind.BOOL  # only ever a where condition
-    assert kinds["x"] is Kind.FLOAT  # compared, and read as a bool by `or`: a number first
-    assert kinds["chosen"] is kinds["neither"] is Kind.BOOL
+    assert kinds["m"] is ValueKind.BOOL  # only ever a where condition
+    assert kinds["x"] is ValueKind.FLOAT  # compared, and read as a bool by `or`: a number first
+    assert kinds["chosen"] is kinds["neither"] is ValueKind.BOOL
 
 
 # -- storage types ----------------------------------------------------------------------------

@@ -24,14 +24,14 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import ClassVar
 
+from emit.cpp.ops import CPP_OPS, INTEGER_OPS
 from transpiler.compiler import lowering
-from transpiler.compiler.dtypes import TypeClass, type_classes
+from transpiler.compiler.dtypes import TypeClass, ValueKind, operand_kind, read_kind, type_classes, value_kinds
 from transpiler.compiler.ir import Node, Operand, Region
 from transpiler.compiler.lowering import Level, RowRegion
-from transpiler.compiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, CAST_LIKE, ROUND_LIKE, Domain, OpKind
+from transpiler.compiler.ops import ACTIVATION, ACTIVATION_OPS, CAST, CAST_LIKE, ROUND_LIKE, OpKind
 
 # C++ types that casts name (`to(dtype)`): values are rounded through them, then computed in C.
 CAST_TYPES = {
@@ -47,31 +47,8 @@ CAST_TYPES = {
     "bool": "bool",
 }
 # Values of an integer dtype are computed in its C++ type, with two's complement wrapping as torch's
-# (the kernels build with -fwrapv), by the ops whose template is right on integers of one type.
+# (the kernels build with -fwrapv), by the ops whose template is right on integers of one type (INTEGER_OPS).
 INTEGER_TYPES = frozenset(("int8_t", "int16_t", "int32_t", "int64_t", "uint8_t"))
-INTEGER_OPS = frozenset(
-    (
-        "add",
-        "sub",
-        "mul",
-        "neg",
-        "abs",
-        "maximum",
-        "minimum",
-        "where",
-        "identity",
-        "pos",
-        "clamp",
-        "clamp_min",
-        "clamp_max",
-        "relu",
-        "sign",
-    )
-)
-# Operands read as booleans, beyond those of the logical ops (Domain.BOOL).
-BOOL_OPERANDS = {"where": (0,), "masked_fill": (1,)}
-# Ops whose result has the kind of their operands (a `where` of two bools is a bool).
-KIND_PRESERVING = {"identity": (0,), "pos": (0,), "where": (1, 2)}
 
 _CPP_KEYWORDS = frozenset(
     "alignas alignof and and_eq asm auto bitand bitor bool break case catch char char16_t char32_t class compl const "
@@ -81,13 +58,18 @@ _CPP_KEYWORDS = frozenset(
     "static_cast struct switch template this thread_local throw true try typedef typeid typename union unsigned using "
     "virtual void volatile wchar_t while xor xor_eq".split()
 )
-# Names the generated code uses itself, and the runtime helpers that templates call
+# Names the generated code uses itself, and the runtime helpers that templates (emit/cpp/ops.py) call
 # unqualified (a local variable `gelu` would hide `gelu(...)`, `rotate_half` would hide
 # `rotate_half<C>(...)`): a value with one of these names is renamed.
 _GENERATED_NAMES = frozenset(
     "T C n sizes contiguous compute index i d0 d1 d2 d3 size0 size1 size2 size3 row std transpile half bfloat16 "
     "n_elements strides parallel_grain store load_bool ACT".split()
-) | {name for op in BY_NAME.values() for name in re.findall(r"(?<![\w:])([A-Za-z_]\w*)(?:<\w+>)?\(", op.cpp)}
+) | {
+    name
+    for op in CPP_OPS.values()
+    for template in (op.template, op.scalar_template or "")
+    for name in re.findall(r"(?<![\w:])([A-Za-z_]\w*)(?:<\w+>)?\(", template)
+}
 # What row kernels and their entry points name besides (only their values are renamed for these).
 _ROW_KERNEL_NAMES = frozenset(
     "R n_rows row_size outer_sizes compute_row unit unit_columns col start o0 o1 o2 block block_end sum_block scratch".split()
@@ -101,13 +83,6 @@ DTYPE_MODEL = """\
 // is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
 // their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
 // floating inputs share one dtype; the runtime builds any other instantiation a call needs."""
-
-
-class Kind(Enum):
-    """How a value is stored and computed: in the region's floating type, or as a bool."""
-
-    FLOAT = "T"
-    BOOL = "bool"
 
 
 @dataclass(frozen=True)
@@ -219,51 +194,6 @@ def _unsupported(region: Region | RowRegion) -> str | None:
     return integer_support(region, cpp_names(region))
 
 
-# -- kinds ------------------------------------------------------------------------------
-def value_kinds(region: Region) -> dict[str, Kind]:
-    """The kind of every value of the region: inputs first (from how they are used), then node results."""
-    kinds = {item.name: _input_kind(region, item.name) for item in region.inputs}
-    for node in region.nodes:
-        kinds[node.out] = _result_kind(node, kinds)
-    return kinds
-
-
-def _bool_positions(node: Node) -> tuple[int, ...]:
-    if node.definition.domain is Domain.BOOL:
-        return tuple(range(node.definition.arity))
-    return BOOL_OPERANDS.get(node.op, ())
-
-
-def _input_kind(region: Region, name: str) -> Kind:
-    """BOOL when every use reads the input as a boolean; an input read as a number is FLOAT."""
-    uses = [
-        position in _bool_positions(node)
-        for node in region.nodes
-        for position, operand in enumerate(node.operands)
-        if position not in node.constants and operand == name
-    ]
-    return Kind.BOOL if uses and all(uses) else Kind.FLOAT
-
-
-def _result_kind(node: Node, kinds: dict[str, Kind]) -> Kind:
-    definition = node.definition
-    if definition.returns_bool or definition.domain is Domain.BOOL:
-        return Kind.BOOL
-    if definition is CAST:
-        return Kind.BOOL if node.operands[1] == "bool" else Kind.FLOAT
-    if node.op in KIND_PRESERVING:
-        operand_kinds = [_operand_kind(node, position, kinds) for position in KIND_PRESERVING[node.op]]
-        return Kind.BOOL if all(kind is Kind.BOOL for kind in operand_kinds) else Kind.FLOAT
-    return Kind.FLOAT
-
-
-def _operand_kind(node: Node, position: int, kinds: dict[str, Kind]) -> Kind:
-    operand = node.operands[position]
-    if position in node.constants:
-        return Kind.BOOL if isinstance(operand, bool) else Kind.FLOAT
-    return kinds[operand]
-
-
 def _qualified(ctype: str) -> str:
     """A C++ type as named outside namespace transpile."""
     return f"transpile::{ctype}" if ctype in ("half", "bfloat16") else ctype
@@ -275,7 +205,7 @@ def kinds_signature(region: Region, names: CppNames) -> str:
     kinds = value_kinds(region)
 
     def kind(value: str) -> str:
-        if kinds[value] is Kind.BOOL:
+        if kinds[value] is ValueKind.BOOL:
             return "bool"
         return names.fixed.get(value) or names.types[value]
 
@@ -324,7 +254,7 @@ def cpp_names(region: Region, reserved: frozenset[str] = frozenset(), typed: Reg
     types |= {value: CAST_TYPES[dtype] for value, dtype in fixed.items()}
     scalars = frozenset(item.name for item in region.scalar_inputs)
     kinds = value_kinds(region)  # a value the kernel computes as a bool stays one (the runtime refuses integers there)
-    integral = frozenset(m for _, c in classes if c.integral for m in c.members if kinds.get(m) is Kind.FLOAT)
+    integral = frozenset(m for _, c in classes if c.integral for m in c.members if kinds.get(m) is ValueKind.FLOAT)
     return CppNames(chosen, scalars, activation, types, classes, fixed, integral)
 
 
@@ -344,7 +274,7 @@ def value_types(
     A lowered region's dtypes are those of `typed`, where a reduction's result has its operand's dtype.
     """
     kinds = value_kinds(region)
-    bools = frozenset(item.name for item in region.tensor_inputs if kinds[item.name] is Kind.BOOL)
+    bools = frozenset(item.name for item in region.tensor_inputs if kinds[item.name] is ValueKind.BOOL)
     classes, fixed = type_classes(region, bools, ENTRY_DTYPES, typed)
     typed_values = {member for c in classes for member in c.members} | set(fixed)
     classes += tuple(TypeClass((o.value,), ENTRY_DTYPES) for o in region.outputs if o.value not in typed_values)
@@ -371,7 +301,7 @@ def _literal(constant: Operand) -> str:
     return repr(float(constant))  # beyond 2**53 an int literal may overflow C++'s integers; C rounds it anyway
 
 
-def _render_operand(node: Node, position: int, names: CppNames, kinds: dict[str, Kind]) -> str:
+def _render_operand(node: Node, position: int, names: CppNames, kinds: dict[str, ValueKind]) -> str:
     """Operand `position` of `node`, converted to the type the op reads there."""
     operand = node.operands[position]
     if node.definition is CAST and position == 1:
@@ -380,18 +310,20 @@ def _render_operand(node: Node, position: int, names: CppNames, kinds: dict[str,
         return ""  # the value whose dtype it is rounded to, by the value's type: not an operand
     constant = position in node.constants
     text = _literal(operand) if constant else names.value(operand)
-    have = _operand_kind(node, position, kinds)
-    if _wanted_kind(node, position, kinds) is Kind.BOOL:
-        return text if have is Kind.BOOL else f"({text} != C(0))"  # a number read as a bool, as torch's logical ops
+    have = operand_kind(node, position, kinds)
+    if read_kind(node, position, kinds) is ValueKind.BOOL:
+        return (
+            text if have is ValueKind.BOOL else f"({text} != C(0))"
+        )  # a number read as a bool, as torch's logical ops
     integer = names.integer(node.out)
-    if node.definition is CAST and have is Kind.FLOAT:
+    if node.definition is CAST and have is ValueKind.FLOAT:
         return text  # converted by the cast itself
     if integer is not None:  # an integer op: every operand in the result's type, as torch promotes them
         return text if names.integer(operand) == integer and not constant else f"{integer}({text})"
     integral = node.out in names.integral
     if constant and integral and type(operand) is int:
         return f"held_t<{names.types[node.out]}, C>({text})"  # an integer where the class is of integers
-    if have is Kind.BOOL or constant:
+    if have is ValueKind.BOOL or constant:
         return f"C({text})"  # bools read as numbers are 0 and 1, as torch promotes them; literals take type C
     if names.integer(operand) is not None and not integral and not _compares_integers(node, names):
         return f"C({text})"  # an integer promoted to floating: converted before the op, as torch does
@@ -413,27 +345,14 @@ def _compares_integers(node: Node, names: CppNames) -> bool:
     return node.definition.returns_bool and all(names.integer(v) is not None for v in values)
 
 
-def _wanted_kind(node: Node, position: int, kinds: dict[str, Kind]) -> Kind:
-    if position in _bool_positions(node):
-        return Kind.BOOL
-    if position in KIND_PRESERVING.get(node.op, ()):
-        return _result_kind(node, kinds)
-    return Kind.FLOAT
-
-
-# torch's CPU pow special-cases a scalar exponent (2, 3, 0.5, ...: multiplications and roots) and
-# takes std::pow for a tensor exponent; they differ at -inf and -0.0 (`pow(-inf, 0.5)` is inf,
-# `sqrt(-inf)` NaN). A constant exponent folds `power_scalar`'s tests away.
-_SCALAR_POWER = "power_scalar<{type}>({{0}}, {{1}})"
-
-
-def render_node(node: Node, names: CppNames, kinds: dict[str, Kind]) -> str:
-    """One statement: `const C out = <the op's cpp template>;` (an integer value: of its integer type)."""
+def render_node(node: Node, names: CppNames, kinds: dict[str, ValueKind]) -> str:
+    """One statement: `const C out = <the op's template>;` (an integer value: of its integer type)."""
     if node.op == ACTIVATION.name:
         return _render_activation(node, names, kinds)
-    template = node.definition.cpp
-    if node.op == "pow" and (1 in node.constants or node.operands[1] in names.scalars):
-        template = _SCALAR_POWER.format(type=names.types.get(node.out, "C"))
+    op = CPP_OPS[node.op]
+    template = op.template
+    if op.scalar_template is not None and _is_scalar(node, 1, names):
+        template = op.scalar_template.replace("{type}", names.types.get(node.out, "C"))
     for position in node.constants:
         template = template.replace(f"C({{{position}}})", f"{{{position}}}")  # the literal is already a C(...)
     operands = [_render_operand(node, position, names, kinds) for position in range(len(node.operands))]
@@ -444,11 +363,11 @@ def render_node(node: Node, names: CppNames, kinds: dict[str, Kind]) -> str:
     ):
         operands[1] = f"rounded<{names.types[node.out]}, C>({operands[1]})"
     integer = names.integer(node.out)
-    ctype = "bool" if kinds[node.out] is Kind.BOOL else integer or "C"
+    ctype = "bool" if kinds[node.out] is ValueKind.BOOL else integer or "C"
     value = template.format(*operands)
     if node.out in names.integral:  # its class's type on the call: an integer type, or C rounded to it
         return f"const auto {names.value(node.out)} = held<{names.types[node.out]}, C>({value});"
-    if kinds[node.out] is Kind.FLOAT and names.types.get(node.out, "double") != "double" and integer is None:
+    if kinds[node.out] is ValueKind.FLOAT and names.types.get(node.out, "double") != "double" and integer is None:
         value = f"rounded<{names.types[node.out]}, C>({value})"
     return f"const {ctype} {names.value(node.out)} = {value};"
 
@@ -482,7 +401,7 @@ def integer_support(region: Region, names: CppNames, saved: Iterable[str] = ()) 
     saved = frozenset(saved)
     kinds = value_kinds(region)
     for node in region.nodes:
-        if node.op == "row_sum" and all(kinds[v] is Kind.BOOL for v in node.values()):
+        if node.op == "row_sum" and all(kinds[v] is ValueKind.BOOL for v in node.values()):
             continue  # a count of true values: exact in C's blocks and their double total
         if names.integer(node.out) is not None and node.op not in INTEGER_OPS and node.definition is not CAST:
             return f"{node.op} of integers"
@@ -493,12 +412,13 @@ def integer_support(region: Region, names: CppNames, saved: Iterable[str] = ()) 
     return None
 
 
-def _render_activation(node: Node, names: CppNames, kinds: dict[str, Kind]) -> str:
+def _render_activation(node: Node, names: CppNames, kinds: dict[str, ValueKind]) -> str:
     """An activation module chosen at run time: a conditional over the ops of its possible codes (lines)."""
     value = _render_operand(node, 0, names, kinds)
     code = "ACT" if node.operands[1] == names.activation else names.value(node.operands[1])
     cases = [
-        f"    {code} == {n} ? {BY_NAME[op].cpp.format(value)} :  // {op}" for n, op in enumerate(ACTIVATION_OPS[:-1])
+        f"    {code} == {n} ? {CPP_OPS[op].template.format(value)} :  // {op}"
+        for n, op in enumerate(ACTIVATION_OPS[:-1])
     ]
     last = ACTIVATION_OPS[-1]
     return "\n".join(
@@ -506,17 +426,17 @@ def _render_activation(node: Node, names: CppNames, kinds: dict[str, Kind]) -> s
             f"const C {names.value(node.out)} =  // the op of {code}'s code in ACTIVATION_OPS (transpiler/compiler/ops.py)"
         ]
         + cases
-        + [f"    {BY_NAME[last].cpp.format(value)};  // {last}"]
+        + [f"    {CPP_OPS[last].template.format(value)};  // {last}"]
     )
 
 
 # -- the kernel ---------------------------------------------------------------------------
-def _storage(name: str, names: CppNames, kinds: dict[str, Kind]) -> str:
+def _storage(name: str, names: CppNames, kinds: dict[str, ValueKind]) -> str:
     """The C++ type of a tensor input's or output's elements: its value's type, bool for a boolean value."""
-    return "bool" if kinds[name] is Kind.BOOL else names.types[name]
+    return "bool" if kinds[name] is ValueKind.BOOL else names.types[name]
 
 
-def _data_parameters(region: Region, names: CppNames, kinds: dict[str, Kind], per_row: Iterable[str] = ()) -> list:
+def _data_parameters(region: Region, names: CppNames, kinds: dict[str, ValueKind], per_row: Iterable[str] = ()) -> list:
     """(declaration, comment) of the kernel's pointers and scalars; `per_row`: outputs with one value per row."""
     per_row = set(per_row)
     parameters = [
@@ -588,11 +508,11 @@ def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
     )
 
 
-def _ctype(kind: Kind) -> str:
-    return "bool" if kind is Kind.BOOL else "C"
+def _ctype(kind: ValueKind) -> str:
+    return "bool" if kind is ValueKind.BOOL else "C"
 
 
-def _render_element(region: Region, names: CppNames, kinds: dict[str, Kind], source_lines: dict[int, str]) -> str:
+def _render_element(region: Region, names: CppNames, kinds: dict[str, ValueKind], source_lines: dict[int, str]) -> str:
     lines = ["// Load the inputs."] if region.tensor_inputs else []
     for item in region.tensor_inputs:
         lines.append(_load(item.name, names, kinds, names.pointer(item.name), names.offset(item.name)))
@@ -603,23 +523,23 @@ def _render_element(region: Region, names: CppNames, kinds: dict[str, Kind], sou
     return "".join(f"    {line}\n" for line in lines)
 
 
-def _load(name: str, names: CppNames, kinds: dict[str, Kind], pointer: str, offset: str) -> str:
+def _load(name: str, names: CppNames, kinds: dict[str, ValueKind], pointer: str, offset: str) -> str:
     """`const C x = ...;`: a tensor element, widened to C (or read as a bool)."""
-    if kinds[name] is Kind.BOOL:
+    if kinds[name] is ValueKind.BOOL:
         return f"const bool {names.value(name)} = load_bool({pointer}, {offset});"
     if name in names.integral:
         return f"const auto {names.value(name)} = static_cast<held_t<{names.types[name]}, C>>({pointer}[{offset}]);"
     return f"const C {names.value(name)} = static_cast<C>({pointer}[{offset}]);"
 
 
-def _store(name: str, names: CppNames, kinds: dict[str, Kind], pointer: str, index: str) -> str:
-    if kinds[name] is Kind.BOOL:
+def _store(name: str, names: CppNames, kinds: dict[str, ValueKind], pointer: str, index: str) -> str:
+    if kinds[name] is ValueKind.BOOL:
         return f"{pointer}[{index}] = {names.value(name)};"
     return f"store({pointer}, {index}, {names.value(name)});"
 
 
 def _render_nodes(
-    nodes: Iterable[Node], names: CppNames, kinds: dict[str, Kind], source_lines: dict[int, str], render
+    nodes: Iterable[Node], names: CppNames, kinds: dict[str, ValueKind], source_lines: dict[int, str], render
 ) -> list[str]:
     """The statements of `nodes` (`render(node, names, kinds)` each), with a comment per source line."""
     lines, current_line = [], None
@@ -707,7 +627,7 @@ class _Strided:
     base: str  # the kernel's parameter pointing at element 0
 
 
-def _strided_tensors(lowered: RowRegion, names: CppNames, kinds: dict[str, Kind]) -> list[_Strided]:
+def _strided_tensors(lowered: RowRegion, names: CppNames, kinds: dict[str, ValueKind]) -> list[_Strided]:
     """The ELEMENT tensors in the runtime's stride order: the tensor inputs, then the element outputs."""
     tensors = [
         _Strided(t.name, t.source, f"const {_storage(t.name, names, kinds)}*", names.pointer(t.name))
@@ -863,7 +783,7 @@ class _RowKernel:
             reduction = ROW_REDUCTIONS[node.op]
             accumulator, operand = self.names.value(node.out), node.values()[0]
             value = self.names.value(operand)
-            value = value if self.kinds[operand] is Kind.FLOAT else f"C({value})"
+            value = value if self.kinds[operand] is ValueKind.FLOAT else f"C({value})"
             if node.op == "row_sum":
                 partial, total = self.names.block(node.out), self.names.total(node.out)
                 lines.append(f"double {total} = 0;")
@@ -904,7 +824,7 @@ class _RowKernel:
         loads += [
             (
                 f"const bool {names.value(v)} = {names.saved(v)}[col] != C(0);"
-                if self.kinds[v] is Kind.BOOL
+                if self.kinds[v] is ValueKind.BOOL
                 else f"const C {names.value(v)} = {names.saved(v)}[col];"
             )
             for v in work.restored
@@ -1000,7 +920,7 @@ def _indent(lines: list[str], width: int) -> str:
     return "".join(f"{line}\n" if line.startswith("#") else f"{' ' * width}{line}\n" for line in lines)
 
 
-def _render_row_node(node: Node, names: CppNames, kinds: dict[str, Kind]) -> str:
+def _render_row_node(node: Node, names: CppNames, kinds: dict[str, ValueKind]) -> str:
     if node.op == "row_size":
         return f"const C {names.value(node.out)} = C(R);"
     return render_node(node, names, kinds)

@@ -3,7 +3,7 @@
 Kernels are shape- and dtype-generic: the launcher (`triton_support.launch`) passes the
 broadcast sizes and each input's strides, and `CONTIGUOUS` selects the fast path where
 every input is laid out like the output. Each IR node becomes one line from its op's
-`triton` template; helper names in templates come from the runtime's `triton_support`.
+template (`emit/triton/ops.py`); helper names in templates come from the runtime's `triton_support`.
 A region with reductions becomes a row kernel instead (`_RowKernel`, launched by
 `triton_support.launch_rows`): tiles of rows by columns, reduced along the columns.
 Rendering needs no triton installed.
@@ -18,15 +18,14 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from emit.cpp.kernels import Kind, value_kinds
 from emit.layout import import_lines, layout_text
-from transpiler.compiler.dtypes import FLOATING, storage_dtypes, value_dtypes
+from emit.triton.ops import TRITON_OPS
+from transpiler.compiler.dtypes import FLOATING, ValueKind, storage_dtypes, value_dtypes, value_kinds
 from transpiler.compiler.ir import Node, Region
 from transpiler.compiler.lowering import ROW_REDUCTIONS, Pass, has_reductions, lower, passes
 from transpiler.compiler.ops import (
     ACTIVATION,
     ACTIVATION_OPS,
-    BY_NAME,
     CAST,
     CAST_LIKE,
     DTYPE_ALIASES,
@@ -196,7 +195,7 @@ def _rounding(region: Region, typed: Region | None) -> dict[str, str | None]:
     where the region fixes it, or None where it depends on the call's input dtypes (`x * w` is a half for
     half x and w, float32 beside a float32 w): the launcher then gives it as a constexpr."""
     kinds = value_kinds(region)
-    bools = frozenset(i.name for i in region.tensor_inputs if kinds[i.name] is Kind.BOOL)
+    bools = frozenset(i.name for i in region.tensor_inputs if kinds[i.name] is ValueKind.BOOL)
     rounding = {}
     # Its dtypes when every floating input is of one of these dtypes: enough to tell fixed from varying.
     for value, dtypes in storage_dtypes(region, bools, ("float32", "float16", "bfloat16"), typed).items():
@@ -222,22 +221,12 @@ def _fresh(name: str, taken: set[str]) -> str:
     return candidate
 
 
-# `x ** c` for the constant exponents torch's pow kernels special-case, computed as they do
-# (libdevice's general pow is far slower and rounds differently).
-_POWERS = {
-    2: "{0} * {0}",
-    3: "{0} * {0} * {0}",
-    0.5: "sqrt_rn({0})",
-    -0.5: "divide(1.0, sqrt_rn({0}))",
-    -1: "divide(1.0, {0})",
-    -2: "divide(1.0, {0} * {0})",
-}
-
-
 def _expression(node: Node, names: TritonNames) -> str:
+    """The node's value as an expression: its op's template (emit/triton/ops.py) over the operands."""
+    op = TRITON_OPS[node.op]
     operands = [render_constant(o) if i in node.constants else names[o] for i, o in enumerate(node.operands)]
-    if node.op == "add" and node.out in names.may_be_bool:
-        return "add({}, {})".format(*operands)  # two bools add as their `or`
+    if op.bool_template is not None and node.out in names.may_be_bool:
+        return op.bool_template.format(*operands)
     if node.definition.int_to_float and set(node.values()) <= names.integral:
         # torch's float functions make float32 of integers; Triton's reject them (one float operand suffices)
         operands = [o if i in node.constants else f"floating({o})" for i, o in enumerate(operands)]
@@ -247,14 +236,15 @@ def _expression(node: Node, names: TritonNames) -> str:
         and (1 in node.constants or node.operands[1] in names.scalars)
     ):
         operands[1] = f"scalar_in({operands[1]}, {names.dtype(node.out)})"  # torch converts the divisor first
-    exponent = node.operands[1] if node.op == "pow" and 1 in node.constants and 0 not in node.constants else None
-    if type(exponent) in (int, float) and exponent in _POWERS:
+    special = dict(op.constant_operand)
+    constant = node.operands[1] if special and 1 in node.constants and 0 not in node.constants else None
+    if type(constant) in (int, float) and constant in special:
         base = operands[0]
-        if type(exponent) is float and node.operands[0] in names.integral:
-            # An integer or bool to a float power is a float32 in torch: `x * x` of an int32 would wrap.
+        if type(constant) is float and node.operands[0] in names.integral:
+            # An integer or bool with a float is a float32 in torch: `x * x` of an int32 would wrap.
             base = f"floating({base})"
-        return _POWERS[exponent].format(base)
-    return node.definition.triton.format(*operands)
+        return special[constant].format(base)
+    return op.template.format(*operands)
 
 
 def integer_refusals(region: Region) -> dict[str, str]:
@@ -305,7 +295,7 @@ def _statements(node: Node, names: TritonNames, expression=None) -> list[str]:
     for code, op in enumerate(ACTIVATION_OPS):
         keyword = "if" if code == 0 else "elif" if code < len(ACTIVATION_OPS) - 1 else "else"
         test = f" {module} == {code}" if keyword != "else" else ""
-        lines += [f"{keyword}{test}:  # {op}", f"{INDENT}{out} = {BY_NAME[op].triton.format(value)}"]
+        lines += [f"{keyword}{test}:  # {op}", f"{INDENT}{out} = {TRITON_OPS[op].template.format(value)}"]
     return lines
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from enum import Enum
 
 from transpiler.compiler.ir import Node, Region
 from transpiler.compiler.ops import CAST, CAST_LIKE, ROUND_LIKE, Domain, OpKind
@@ -38,8 +39,6 @@ _SIZE = {
 }
 # The "dtype" of a value eager raises for before computing it (the mean of integers), on that call.
 RAISES = "raises"
-# Operands read as conditions, which take no part in promotion.
-_CONDITIONS = {"where": (0,), "masked_fill": (1,)}
 
 
 def _category(dtype: str) -> int:
@@ -99,7 +98,7 @@ def _node_dtype(node: Node, dtypes: Mapping[str, str | None], scalar_inputs: fro
         return "int64" if node.op == "sum" else DEFAULT_FLOAT if node.op == "logsumexp" else RAISES
     if definition.kind is OpKind.ROW or node.op == "activation":
         return None  # typed by the backends' accumulation (lowered) or by a module chosen at run time
-    skipped = set(definition.constant_operands) | set(_CONDITIONS.get(node.op, ()))
+    skipped = set(definition.constant_operands) | set(definition.bool_operands)
     tensors, scalars, unknown = [], [], False
     for position, operand in enumerate(node.operands):
         if position in skipped:
@@ -214,7 +213,7 @@ def bool_hazards(region: Region) -> tuple[frozenset[str], ...]:
         elif definition.keeps_bool and (node.inplace or node.op == "masked_fill"):
             result = joined(node, (0,))  # the updated tensor keeps its dtype
         elif definition.keeps_bool:
-            skipped = set(definition.constant_operands) | set(_CONDITIONS.get(node.op, ()))
+            skipped = set(definition.constant_operands) | set(definition.bool_operands)
             result = joined(node, [p for p in range(len(node.operands)) if p not in skipped])
         else:
             result = None  # torch promotes bools (float functions) or rejects them (the reference raises)
@@ -290,3 +289,67 @@ def type_classes(
         ),
         fixed,
     )
+
+
+# -- value kinds ------------------------------------------------------------------------------
+class ValueKind(Enum):
+    """How a kernel holds a value: as a number (of the region's floating or integer types), or as a bool."""
+
+    FLOAT = "T"
+    BOOL = "bool"
+
+
+def value_kinds(region: Region) -> dict[str, ValueKind]:
+    """The kind of every value of the region: inputs first (from how they are used), then node results."""
+    kinds = {item.name: _input_kind(region, item.name) for item in region.inputs}
+    for node in region.nodes:
+        kinds[node.out] = result_kind(node, kinds)
+    return kinds
+
+
+def bool_positions(node: Node) -> tuple[int, ...]:
+    """The operands the node's op reads as booleans: all of a Domain.BOOL op's, else its `bool_operands`."""
+    if node.definition.domain is Domain.BOOL:
+        return tuple(range(node.definition.arity))
+    return node.definition.bool_operands
+
+
+def _input_kind(region: Region, name: str) -> ValueKind:
+    """BOOL when every use reads the input as a boolean; an input read as a number is FLOAT."""
+    uses = [
+        position in bool_positions(node)
+        for node in region.nodes
+        for position, operand in enumerate(node.operands)
+        if position not in node.constants and operand == name
+    ]
+    return ValueKind.BOOL if uses and all(uses) else ValueKind.FLOAT
+
+
+def result_kind(node: Node, kinds: Mapping[str, ValueKind]) -> ValueKind:
+    """The kind of the node's result, given its operands' `kinds`."""
+    definition = node.definition
+    if definition.returns_bool or definition.domain is Domain.BOOL:
+        return ValueKind.BOOL
+    if definition is CAST:
+        return ValueKind.BOOL if node.operands[1] == "bool" else ValueKind.FLOAT
+    if definition.kind_operands:
+        operand_kinds = [operand_kind(node, position, kinds) for position in definition.kind_operands]
+        return ValueKind.BOOL if all(kind is ValueKind.BOOL for kind in operand_kinds) else ValueKind.FLOAT
+    return ValueKind.FLOAT
+
+
+def operand_kind(node: Node, position: int, kinds: Mapping[str, ValueKind]) -> ValueKind:
+    """The kind of operand `position` as it is: a value's kind, or a constant's (bool or number)."""
+    operand = node.operands[position]
+    if position in node.constants:
+        return ValueKind.BOOL if isinstance(operand, bool) else ValueKind.FLOAT
+    return kinds[operand]
+
+
+def read_kind(node: Node, position: int, kinds: Mapping[str, ValueKind]) -> ValueKind:
+    """The kind the node's op reads operand `position` as: a bool, the result's kind (`kind_operands`), or a number."""
+    if position in bool_positions(node):
+        return ValueKind.BOOL
+    if position in node.definition.kind_operands:
+        return result_kind(node, kinds)
+    return ValueKind.FLOAT

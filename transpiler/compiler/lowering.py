@@ -24,7 +24,7 @@ from enum import Enum
 
 from transpiler.compiler.dtypes import FLOATING, type_classes
 from transpiler.compiler.ir import Node, Operand, Region
-from transpiler.compiler.ops import CAST, CAST_LIKE, LAST_DIM_OPS, OpKind
+from transpiler.compiler.ops import CAST, CAST_LIKE, OpKind
 
 # The ROW ops that reduce a value (row_size only measures the row).
 ROW_REDUCTIONS = frozenset({"row_sum", "row_max", "row_min"})
@@ -65,14 +65,15 @@ def has_reductions(region: Region) -> bool:
 
 
 def reduction_dim(node: Node) -> int:
-    return -1 if node.op in LAST_DIM_OPS else node.operands[1]
+    """The dim the reduction reduces along (ops.Op.dim_operand): as written, or -1 for the last."""
+    position = node.definition.dim_operand
+    return -1 if position is None else node.operands[position]
 
 
 def reduction_keepdim(node: Node) -> bool | None:
     """The reduction's keepdim, or None for the ops whose result has the input's shape (softmax)."""
-    if node.op in ("softmax", "log_softmax", "layer_norm"):
-        return None
-    return node.operands[-1]
+    position = node.definition.keepdim_operand
+    return None if position is None else node.operands[position]
 
 
 def lower(region: Region) -> RowRegion:

@@ -1,19 +1,16 @@
-"""The one op table: every tensor op the compiler fuses, how source spells it, how each backend renders it.
+"""The op registry: every tensor op the compiler fuses and every fact about it the compiler and the backends use.
 
-Recognition (`transpiler/compiler/regions.py`), both kernel backends (`emit/`), the eager
-reference of every kernel and the differential tests all read this table; adding
-an op is one `Op` entry.
+Recognition (`transpiler/compiler/regions.py`), the lowering of reductions, the dtype and
+kind analyses (`transpiler/compiler/dtypes.py`), the eager reference of every kernel and the
+differential tests all read this table. Each backend's text for an op is in that backend's own
+table, keyed by the op's name: `emit/cpp/ops.py` and `emit/triton/ops.py`
+(`tests/test_op_registry.py` checks that each has exactly one entry per op). Adding an op is one
+`Op` entry here and one entry in each backend table (docs/compiler.md: "Adding an op").
 
-Renderings are templates over the op's operands `{0}`, `{1}`, ...: SSA names or
-literals, so a template may repeat an operand freely.
-
-- `eager`: PyTorch code with torch's exact semantics (dtype promotion included).
-  Each generated kernel ships its region written this way: the launcher runs it on
-  meta tensors to learn result shapes and dtypes, and tests compare against it.
-- `triton`: an expression on loaded values (half and bfloat16 already widened to
-  float32); names without `tl.` come from the runtime's Triton helpers.
-- `cpp`: an expression on values of the compute type `C` (float, or double for
-  double tensors); names come from the runtime header `transpile_runtime.h`.
+`eager` is a template over the op's operands `{0}`, `{1}`, ... (SSA names or literals, so a
+template may repeat an operand freely): PyTorch code with torch's exact semantics (dtype
+promotion included). Each generated kernel ships its region written this way: the launcher
+runs it on meta tensors to learn result shapes and dtypes, and tests compare against it.
 
 Spellings use a small call notation: `torch.clamp(input, min=None, max)` binds
 positional arguments in that order and keywords by name; a bare name is an operand,
@@ -54,12 +51,22 @@ class Domain(Enum):
 
 
 @dataclass(frozen=True)
+class Module:
+    """What a call of one of an op's module spellings (`module:torch.nn.Dropout(...)`) needs beyond the spelling."""
+
+    cls: str  # the module's class, as the spelling names it
+    # Checked by the caller at run time before the kernel (`{m}`: the module; `{x}`: its input, then a tensor
+    # the region reads, not one it computes); otherwise the original code runs.
+    conditions: tuple[str, ...] = ()
+    # Draws random numbers in training: a split statement moves no call across it (hoisting.py).
+    random_in_training: bool = False
+
+
+@dataclass(frozen=True)
 class Op:
     name: str
     arity: int
     eager: str
-    triton: str
-    cpp: str
     spellings: tuple[str, ...] = ()
     domain: Domain = Domain.FLOAT
     kind: OpKind = OpKind.POINTWISE
@@ -83,13 +90,31 @@ class Op:
     # A Python number as operand 1 is converted to the tensor's dtype before the op (torch's remainder
     # divides a half by half(1e-6)); add, mul and the rest keep it in the compute type.
     scalar_in_dtype: bool = False
+    # Operands read as booleans (conditions) whatever their dtype, besides a Domain.BOOL op's (all of them): they
+    # take no part in promotion.
+    bool_operands: tuple[int, ...] = ()
+    # Operands whose kind the result has (`dtypes.value_kinds`): bool where all of them are (a `where` of bools).
+    kind_operands: tuple[int, ...] = ()
+    # Reductions: the operand giving the reduced dim (None: the last dim) and the one giving keepdim (None: the
+    # result has the input's shape, as softmax's).
+    dim_operand: int | None = None
+    keepdim_operand: int | None = None
+    # What it counts towards a region's size (regions.MIN_OPS): 0 for an op that computes nothing (a cast, the
+    # identity), more for one that is several eager kernels.
+    cost: int = 1
+    # Named in a kernel's name only where the region computes nothing else (`fused_add_mul`, not `fused_exp_add`).
+    arithmetic: bool = False
+    # A linear layer's matmul may apply it in its epilogue (cuBLASLt: ReLU, tanh-GELU; emit/runtime/linear.py).
+    epilogue: bool = False
+    # Facts about its module spellings' classes (conditions at run time, randomness in training).
+    modules: tuple[Module, ...] = ()
+    # SHIFTED ops: checked by the caller before the region on operand 0 (`{x}`, a tensor the region reads).
+    operand_conditions: tuple[str, ...] = ()
 
 
 def _unary(
     name: str,
     torch_fn: str,
-    triton: str,
-    cpp: str,
     *extra: str,
     domain: Domain = Domain.FLOAT,
     method: bool = True,
@@ -104,8 +129,6 @@ def _unary(
         name,
         1,
         f"torch.{torch_fn}({{0}})",
-        triton,
-        cpp,
         (*spellings, *extra),
         domain,
         int_to_float=domain is Domain.FLOAT,
@@ -118,13 +141,12 @@ def _binary(
     name: str,
     symbol: str | None,
     torch_fn: str,
-    triton: str,
-    cpp: str,
     *extra: str,
     domain: Domain = Domain.NUMERIC,
     int_to_float: bool = False,
     keeps_bool: bool = False,
     bool_exact: bool = False,
+    arithmetic: bool = False,
 ) -> Op:
     spellings = [f"torch.{torch_fn}(input, other)", f"Tensor.{torch_fn}(other)", f"Tensor.{torch_fn}_(other)"]
     if symbol:
@@ -134,13 +156,12 @@ def _binary(
         name,
         2,
         eager,
-        triton,
-        cpp,
         (*spellings, *extra),
         domain,
         int_to_float=int_to_float,
         keeps_bool=keeps_bool,
         bool_exact=bool_exact,
+        arithmetic=arithmetic,
     )
 
 
@@ -156,15 +177,13 @@ def _compare(name: str, symbol: str, torch_fn: str, alias: str) -> Op:
         name,
         2,
         f"{{0}} {symbol} {{1}}",
-        f"{{0}} {symbol} {{1}}",
-        f"{{0}} {symbol} {{1}}",
         spellings,
         Domain.ANY,
         returns_bool=True,
     )
 
 
-def _logical(name: str, torch_fn: str, cpp: str, arity: int = 2) -> Op:
+def _logical(name: str, torch_fn: str, arity: int = 2) -> Op:
     """torch's logical function `torch.fn`: a bool of whether its operands are nonzero, whatever their dtype.
 
     Domain.BOOL: the C++ kernels read the operands as bools (`x != 0`), as torch does; the Triton
@@ -176,15 +195,13 @@ def _logical(name: str, torch_fn: str, cpp: str, arity: int = 2) -> Op:
         name,
         arity,
         f"torch.{torch_fn}({operands})",
-        f"{torch_fn}({operands})",
-        cpp,
         spellings,
         Domain.BOOL,
         returns_bool=True,
     )
 
 
-def _bitwise(name: str, symbol: str, dunder: str, cpp: str) -> Op:
+def _bitwise(name: str, symbol: str, dunder: str) -> Op:
     """`a & b`, `a | b`, `a ^ b`, `~a` and their functions: bitwise on integers (an integer result), logical on
     bools; eager raises on floats.
 
@@ -196,60 +213,52 @@ def _bitwise(name: str, symbol: str, dunder: str, cpp: str) -> Op:
     params = ("input",) if unary else ("input", "other")
     methods = (f"Tensor.{method}({', '.join(params[1:])})" for method in (name, f"{name}_", f"__{dunder}__"))
     spellings = (f"{symbol}a" if unary else f"a {symbol} b", f"torch.{name}({', '.join(params)})", *methods)
-    return Op(name, len(params), eager, eager, cpp, spellings, Domain.BOOL)
+    return Op(name, len(params), eager, spellings, Domain.BOOL)
 
 
 F = "torch.nn.functional"
 
 OPS: tuple[Op, ...] = (
     # -- arithmetic ----------------------------------------------------------------
-    _binary("add", "+", "add", "{0} + {1}", "{0} + {1}", domain=Domain.NUMERIC, keeps_bool=True),
-    _binary("sub", "-", "sub", "{0} - {1}", "{0} - {1}", "torch.subtract(input, other)"),
-    _binary(
-        "mul", "*", "mul", "{0} * {1}", "{0} * {1}", "torch.multiply(input, other)", keeps_bool=True, bool_exact=True
-    ),
+    _binary("add", "+", "add", domain=Domain.NUMERIC, keeps_bool=True, arithmetic=True),
+    _binary("sub", "-", "sub", "torch.subtract(input, other)", arithmetic=True),
+    _binary("mul", "*", "mul", "torch.multiply(input, other)", keeps_bool=True, bool_exact=True, arithmetic=True),
     _binary(
         "div",
         "/",
         "div",
-        "divide({0}, {1})",
-        "{0} / {1}",
         "torch.true_divide(input, other)",
         "torch.divide(input, other)",
         int_to_float=True,
+        arithmetic=True,
     ),
-    _binary("floordiv", "//", "floor_divide", "floor_divide({0}, {1})", "floor_divide({0}, {1})"),
-    replace(_binary("remainder", "%", "remainder", "remainder({0}, {1})", "remainder({0}, {1})"), scalar_in_dtype=True),
-    _binary("pow", "**", "pow", "power({0}, {1})", "power({0}, {1})", domain=Domain.FLOAT),
+    _binary("floordiv", "//", "floor_divide", arithmetic=True),
+    replace(_binary("remainder", "%", "remainder", arithmetic=True), scalar_in_dtype=True),
+    _binary("pow", "**", "pow", domain=Domain.FLOAT, arithmetic=True),
     Op(
         "neg",
         1,
         "-{0}",
-        "-{0}",
-        "-{0}",
         ("-a", "torch.neg(input)", "torch.negative(input)", "Tensor.neg()", "Tensor.neg_()"),
         Domain.NUMERIC,
+        arithmetic=True,
     ),
-    Op("pos", 1, "+{0}", "{0}", "{0}", ("+a",), Domain.NUMERIC, may_alias=True),
-    _unary("reciprocal", "reciprocal", "divide(1.0, {0})", "C(1) / {0}"),
-    _unary("abs", "abs", "tl.abs({0})", "std::abs({0})", domain=Domain.NUMERIC),
-    _unary("sign", "sign", "sign({0})", "sign({0})", domain=Domain.NUMERIC, keeps_bool=True, bool_exact=True),
-    _binary("minimum", None, "minimum", "minimum({0}, {1})", "minimum({0}, {1})", keeps_bool=True, bool_exact=True),
-    _binary("maximum", None, "maximum", "maximum({0}, {1})", "maximum({0}, {1})", keeps_bool=True, bool_exact=True),
+    Op("pos", 1, "+{0}", ("+a",), Domain.NUMERIC, may_alias=True, kind_operands=(0,), cost=0),
+    _unary("reciprocal", "reciprocal"),
+    _unary("abs", "abs", domain=Domain.NUMERIC),
+    _unary("sign", "sign", domain=Domain.NUMERIC, keeps_bool=True, bool_exact=True),
+    _binary("minimum", None, "minimum", keeps_bool=True, bool_exact=True),
+    _binary("maximum", None, "maximum", keeps_bool=True, bool_exact=True),
     Op(
         "lerp",
         3,
         "torch.lerp({0}, {1}, {2})",
-        "lerp({0}, {1}, {2})",
-        "lerp({0}, {1}, {2})",
         ("torch.lerp(input, end, weight)", "Tensor.lerp(end, weight)", "Tensor.lerp_(end, weight)"),
     ),
     Op(
         "addcmul",
         4,
         "torch.addcmul({0}, {1}, {2}, value={3})",
-        "addcmul({0}, {1}, {2}, {3})",
-        "{0} + C({3}) * {1} * {2}",
         (
             "torch.addcmul(input, tensor1, tensor2, value:=1)",
             "Tensor.addcmul(tensor1, tensor2, value:=1)",
@@ -262,8 +271,6 @@ OPS: tuple[Op, ...] = (
         "addcdiv",
         4,
         "torch.addcdiv({0}, {1}, {2}, value={3})",
-        "{0} + {3} * {1} / {2}",
-        "{0} + C({3}) * {1} / {2}",
         (
             "torch.addcdiv(input, tensor1, tensor2, value:=1)",
             "Tensor.addcdiv(tensor1, tensor2, value:=1)",
@@ -278,20 +285,18 @@ OPS: tuple[Op, ...] = (
     _compare("ge", ">=", "ge", "greater_equal"),
     _compare("eq", "==", "eq", "eq"),
     _compare("ne", "!=", "ne", "not_equal"),
-    _logical("and", "logical_and", "{0} & {1}"),
-    _logical("or", "logical_or", "{0} | {1}"),
-    _logical("xor", "logical_xor", "{0} ^ {1}"),
-    _logical("not", "logical_not", "!{0}", arity=1),
-    _bitwise("bitwise_and", "&", "and", "{0} & {1}"),
-    _bitwise("bitwise_or", "|", "or", "{0} | {1}"),
-    _bitwise("bitwise_xor", "^", "xor", "{0} ^ {1}"),
-    _bitwise("bitwise_not", "~", "invert", "!{0}"),
+    _logical("and", "logical_and"),
+    _logical("or", "logical_or"),
+    _logical("xor", "logical_xor"),
+    _logical("not", "logical_not", arity=1),
+    _bitwise("bitwise_and", "&", "and"),
+    _bitwise("bitwise_or", "|", "or"),
+    _bitwise("bitwise_xor", "^", "xor"),
+    _bitwise("bitwise_not", "~", "invert"),
     Op(
         "isnan",
         1,
         "torch.isnan({0})",
-        "{0} != {0}",
-        "std::isnan({0})",
         ("torch.isnan(input)", "Tensor.isnan()"),
         returns_bool=True,
     ),
@@ -299,8 +304,6 @@ OPS: tuple[Op, ...] = (
         "isinf",
         1,
         "torch.isinf({0})",
-        "is_inf({0})",
-        "std::isinf({0})",
         ("torch.isinf(input)", "Tensor.isinf()"),
         returns_bool=True,
     ),
@@ -308,17 +311,15 @@ OPS: tuple[Op, ...] = (
         "where",
         3,
         "torch.where({0}, {1}, {2})",
-        "tl.where({0}, {1}, {2})",
-        "{0} ? {1} : {2}",
         ("torch.where(condition, input, other)",),
         Domain.ANY,
+        bool_operands=(0,),
+        kind_operands=(1, 2),
     ),
     Op(
         "masked_fill",
         3,
         "{0}.masked_fill({1}, {2})",
-        "tl.where({1}, stored({2}, {0}), {0})",
-        "{1} ? C({2}) : {0}",
         (
             "Tensor.masked_fill(mask, value)",
             "Tensor.masked_fill_(mask, value)",
@@ -326,27 +327,26 @@ OPS: tuple[Op, ...] = (
         ),
         constant_operands=(2,),
         keeps_bool=True,
+        bool_operands=(1,),
     ),
     # -- exponentials, logarithms, roots -----------------------------------------------
-    _unary("exp", "exp", "tl.exp({0})", "std::exp({0})"),
-    _unary("exp2", "exp2", "tl.exp2({0})", "std::exp2({0})", "torch.special.exp2(input)"),
-    _unary("expm1", "expm1", "expm1({0})", "std::expm1({0})", "torch.special.expm1(input)"),
-    _unary("log", "log", "tl.log({0})", "std::log({0})"),
-    _unary("log1p", "log1p", "log1p({0})", "std::log1p({0})", "torch.special.log1p(input)"),
-    _unary("log2", "log2", "tl.log2({0})", "std::log2({0})"),
-    _unary("sqrt", "sqrt", "sqrt_rn({0})", "std::sqrt({0})"),
-    _unary("rsqrt", "rsqrt", "divide(1.0, sqrt_rn({0}))", "C(1) / std::sqrt({0})"),
+    _unary("exp", "exp"),
+    _unary("exp2", "exp2", "torch.special.exp2(input)"),
+    _unary("expm1", "expm1", "torch.special.expm1(input)"),
+    _unary("log", "log"),
+    _unary("log1p", "log1p", "torch.special.log1p(input)"),
+    _unary("log2", "log2"),
+    _unary("sqrt", "sqrt"),
+    _unary("rsqrt", "rsqrt"),
     # -- trigonometry ----------------------------------------------------------------------
-    _unary("sin", "sin", "tl.sin({0})", "std::sin({0})"),
-    _unary("cos", "cos", "tl.cos({0})", "std::cos({0})"),
-    _unary("tanh", "tanh", "tanh({0})", "std::tanh({0})", f"{F}.tanh(input)", "module:torch.nn.Tanh()"),
-    _unary("erf", "erf", "tl.erf({0})", "std::erf({0})", "torch.special.erf(input)"),
+    _unary("sin", "sin"),
+    _unary("cos", "cos"),
+    _unary("tanh", "tanh", f"{F}.tanh(input)", "module:torch.nn.Tanh()"),
+    _unary("erf", "erf", "torch.special.erf(input)"),
     # -- activations ------------------------------------------------------------------------
     _unary(
         "sigmoid",
         "sigmoid",
-        "tl.sigmoid({0})",
-        "sigmoid({0})",
         f"{F}.sigmoid(input)",
         "torch.special.expit(input)",
         "module:torch.nn.Sigmoid()",
@@ -355,8 +355,6 @@ OPS: tuple[Op, ...] = (
         "relu",
         1,
         "torch.relu({0})",
-        "relu({0})",
-        "relu({0})",
         (
             "torch.relu(input)",
             "Tensor.relu()",
@@ -366,74 +364,64 @@ OPS: tuple[Op, ...] = (
             "module:torch.nn.ReLU(inplace=False)",
         ),
         Domain.NUMERIC,
+        epilogue=True,
     ),
     Op(
         "gelu",
         1,
         f"{F}.gelu({{0}})",
-        "gelu({0})",
-        "gelu({0})",
         (f"{F}.gelu(input, approximate='none')", "module:torch.nn.GELU(approximate='none')"),
     ),
     Op(
         "gelu_tanh",
         1,
         f"{F}.gelu({{0}}, approximate='tanh')",
-        "gelu_tanh({0})",
-        "gelu_tanh({0})",
         (f"{F}.gelu(input, approximate='tanh')", "module:torch.nn.GELU(approximate='tanh')"),
+        epilogue=True,
     ),
     Op(
         "silu",
         1,
         f"{F}.silu({{0}})",
-        "{0} * tl.sigmoid({0})",
-        "{0} * sigmoid({0})",
         (f"{F}.silu(input, inplace=False)", "module:torch.nn.SiLU(inplace=False)"),
     ),
     Op(
         "mish",
         1,
         f"{F}.mish({{0}})",
-        "{0} * tanh(softplus({0}))",
-        "{0} * std::tanh(softplus({0}))",
         (f"{F}.mish(input, inplace=False)", "module:torch.nn.Mish(inplace=False)"),
     ),
     Op(
         "softplus",
         1,
         f"{F}.softplus({{0}})",
-        "softplus({0})",
-        "softplus({0})",
         (f"{F}.softplus(input, beta=1, threshold=20)", "module:torch.nn.Softplus(beta=1, threshold=20)"),
     ),
     Op(
         "identity",
         1,
         "{0}",
-        "{0}",
-        "{0}",
         ("module:torch.nn.Identity()", "module:torch.nn.Dropout(p=..., inplace=False)"),
         Domain.ANY,
         may_alias=True,
+        kind_operands=(0,),
+        cost=0,
+        # Dropout is the identity only in eval mode.
+        modules=(Module("torch.nn.Dropout", ("not {m}.training",), random_in_training=True),),
     ),
     # No spellings of their own: activation modules chosen at run time map to them (ACTIVATIONS below).
     Op(
         "quick_gelu",
         1,
         "{0} * torch.sigmoid(1.702 * {0})",
-        "{0} * tl.sigmoid(1.702 * {0})",
-        "{0} * sigmoid(C(1.702) * {0})",
         int_to_float=True,
     ),
-    Op("relu_squared", 1, "torch.square(torch.relu({0}))", "relu({0}) * relu({0})", "relu({0}) * relu({0})"),
+    Op("relu_squared", 1, "torch.square(torch.relu({0}))"),
     # -- clamping -----------------------------------------------------------------------------
     Op(
         "clamp",
         3,
         "torch.clamp({0}, {1}, {2})",
-        "clamp({0}, {1}, {2})",
-        "clamp({0}, C({1}), C({2}))",
         (
             "torch.clamp(input, min, max)",
             "torch.clip(input, min, max)",
@@ -447,8 +435,6 @@ OPS: tuple[Op, ...] = (
         "clamp_min",
         2,
         "torch.clamp_min({0}, {1})",
-        "clamp_min({0}, {1})",
-        "clamp_min({0}, C({1}))",
         (
             "torch.clamp(input, min, max=None)",
             "torch.clamp_min(input, min)",
@@ -465,8 +451,6 @@ OPS: tuple[Op, ...] = (
         "clamp_max",
         2,
         "torch.clamp_max({0}, {1})",
-        "clamp_max({0}, {1})",
-        "clamp_max({0}, C({1}))",
         (
             "torch.clamp(input, min=None, max)",
             "torch.clamp_max(input, max)",
@@ -483,8 +467,6 @@ OPS: tuple[Op, ...] = (
         "nan_to_num",
         4,
         "torch.nan_to_num({0}, nan={1}, posinf={2}, neginf={3})",
-        "nan_to_num({0}, {1}, {2}, {3})",
-        "nan_to_num({0}, C({1}), C({2}), C({3}))",
         (
             "torch.nan_to_num(input, nan:=0.0, posinf, neginf)",
             "Tensor.nan_to_num(nan:=0.0, posinf, neginf)",
@@ -495,10 +477,10 @@ OPS: tuple[Op, ...] = (
         bool_exact=True,
     ),
     # -- rounding -------------------------------------------------------------------------------
-    _unary("floor", "floor", "floor({0})", "std::floor({0})", domain=Domain.NUMERIC),
-    _unary("ceil", "ceil", "ceil({0})", "std::ceil({0})", domain=Domain.NUMERIC),
-    _unary("round", "round", "round_half_even({0})", "std::nearbyint({0})", domain=Domain.NUMERIC),
-    _unary("trunc", "trunc", "trunc({0})", "std::trunc({0})", domain=Domain.NUMERIC),
+    _unary("floor", "floor", domain=Domain.NUMERIC),
+    _unary("ceil", "ceil", domain=Domain.NUMERIC),
+    _unary("round", "round", domain=Domain.NUMERIC),
+    _unary("trunc", "trunc", domain=Domain.NUMERIC),
 )
 
 
@@ -516,11 +498,11 @@ def _reduction(name: str, torch_fn: str, *extra: str, correction: bool = False) 
         name,
         len(constants) + 1,
         eager.format(fn=torch_fn),
-        "",
-        "",
         spellings,
         kind=OpKind.REDUCTION,
         constant_operands=constants,
+        dim_operand=1,
+        keepdim_operand=constants[-1],
     )
 
 
@@ -534,7 +516,13 @@ def _normalisation(name: str, torch_fn: str, module: str) -> Op:
         f"module:torch.nn.{module}(dim) -> input, dim",
     )
     return Op(
-        name, 2, f"torch.{torch_fn}({{0}}, dim={{1}})", "", "", spellings, kind=OpKind.REDUCTION, constant_operands=(1,)
+        name,
+        2,
+        f"torch.{torch_fn}({{0}}, dim={{1}})",
+        spellings,
+        kind=OpKind.REDUCTION,
+        constant_operands=(1,),
+        dim_operand=1,
     )
 
 
@@ -548,13 +536,11 @@ REDUCTIONS: tuple[Op, ...] = (
     _reduction("logsumexp", "logsumexp", "torch.special.logsumexp(input, dim, keepdim:=False)"),
     _normalisation("softmax", "softmax", "Softmax"),
     _normalisation("log_softmax", "log_softmax", "LogSoftmax"),
-    # Over the last dim only: a one-dim `normalized_shape` (the runtime checks the weight covers it).
+    # Over the last dim only (no dim_operand): a one-dim `normalized_shape` (the runtime checks the weight covers it).
     Op(
         "layer_norm",
         4,
         f"{F}.layer_norm({{0}}, {{1}}.shape, {{1}}, {{2}}, {{3}})",
-        "",
-        "",
         (
             f"{F}.layer_norm(input, normalized_shape=..., weight, bias, eps:=1e-05)",
             "module:torch.nn.LayerNorm(normalized_shape=..., eps=..., elementwise_affine=True, bias=True) -> input, .weight, .bias, .eps",
@@ -563,14 +549,12 @@ REDUCTIONS: tuple[Op, ...] = (
         constant_operands=(3,),
     ),
 )
-# The dim every reduction above reduces along: operand 1, except layer_norm's last dim.
-LAST_DIM_OPS = frozenset({"layer_norm"})
 
 
 # -- per-channel ops ---------------------------------------------------------------------------
 # Batch norm in eval mode: pointwise, with operands 1-4 one value per channel, which the caller passes
 # as views broadcasting along dim 1 of the input (kernels read them like any broadcast input); the
-# module's conditions (regions.MODULE_CONDITIONS: eval mode, statistics present, the input's rank and
+# module's conditions (`Module.conditions`: eval mode, statistics present, the input's rank and
 # channels) guard the call. Computed as torch's CPU kernel does, in float32 for half and bfloat16:
 # y = x * alpha + beta, alpha = 1 / sqrt(var + eps) * weight, beta = bias - mean * alpha.
 # Not among OPS: the op tests draw arbitrary broadcasts, and these operands broadcast one way.
@@ -585,9 +569,14 @@ def _batch_norm(module: str, dims: int) -> str:
     )
 
 
-def _scale_shift(alpha: str) -> str:
-    """`x * alpha + (bias - mean * alpha)` over the batch norm operands, for one backend's `alpha`."""
-    return f"{{0}} * {alpha} + ({{4}} - {{1}} * {alpha})"
+def _batch_norm_module(dims: int) -> Module:
+    """`nn.BatchNorm{dims - 2}d`'s conditions: eval mode normalises with the running statistics (training uses
+    the batch's and updates them); statistics or parameters set to None since, and inputs the module rejects
+    (rank, channels), take the original code, as does `track_running_stats=False` (no statistics), ruled out by
+    the spelling."""
+    present = tuple(f"{{m}}.{name} is not None" for name in ("running_mean", "running_var", "weight", "bias"))
+    conditions = ("not {m}.training", *present, f"{{x}}.dim() == {dims}", "{x}.shape[1] == {m}.num_features")
+    return Module(f"torch.nn.BatchNorm{dims - 2}d", conditions)
 
 
 CHANNEL_OPS: tuple[Op, ...] = (
@@ -595,10 +584,9 @@ CHANNEL_OPS: tuple[Op, ...] = (
         "batch_norm",
         6,
         f"{F}.batch_norm({{0}}, {{1}}.flatten(), {{2}}.flatten(), {{3}}.flatten(), {{4}}.flatten(), eps={{5}})",
-        _scale_shift("(divide(1.0, sqrt_rn({2} + {5})) * {3})"),
-        _scale_shift("((C(1) / std::sqrt({2} + C({5}))) * {3})"),
         (_batch_norm("BatchNorm2d", 4), _batch_norm("BatchNorm3d", 5)),
         constant_operands=(5,),
+        modules=(_batch_norm_module(4), _batch_norm_module(5)),
     ),
 )
 
@@ -606,7 +594,7 @@ CHANNEL_OPS: tuple[Op, ...] = (
 # Rotary embeddings' `rotate_half(x)`: out[..., j] = -x[..., j + h] for j < h, x[..., j - h] for j >= h,
 # with h = D // 2 of x's last dim D. Operand 0 is a tensor the region reads (the kernels load it at the
 # shifted coordinate), operand 1 is h, which the caller passes (`x.shape[-1] // 2`). The caller checks
-# regions.SHIFTED_CONDITIONS first: an even D (the original code handles odd ones), read at stride 1,
+# its operand_conditions first: an even D (the original code handles odd ones), read at stride 1,
 # so that the shifted element is h elements away and j is the output's linear index modulo D. No
 # spellings: regions.py recognises a function of the file whose body is transformers' `rotate_half`,
 # and the same `torch.cat` written inline. Not among OPS: their tests draw arbitrary operands.
@@ -615,18 +603,17 @@ SHIFTED_OPS: tuple[Op, ...] = (
         "rotate_half",
         2,
         "torch.cat((-{0}[..., {0}.shape[-1] // 2 :], {0}[..., : {0}.shape[-1] // 2]), dim=-1)",
-        "rotate_half({0}_ptr, {0}_offsets, offsets, {1}, mask)",
-        "rotate_half<C>({0}_ptr, {0}_offset, index, {1})",
         domain=Domain.NUMERIC,
         kind=OpKind.SHIFTED,
+        operand_conditions=("{x}.dim() > 0", "{x}.shape[-1] % 2 == 0", "{x}.stride(-1) == 1"),
     ),
 )
 
 ROW_OPS: tuple[Op, ...] = (
-    Op("row_sum", 1, "", "", "", kind=OpKind.ROW),
-    Op("row_max", 1, "", "", "", kind=OpKind.ROW),
-    Op("row_min", 1, "", "", "", kind=OpKind.ROW),
-    Op("row_size", 0, "", "", "", kind=OpKind.ROW),
+    Op("row_sum", 1, "", kind=OpKind.ROW),
+    Op("row_max", 1, "", kind=OpKind.ROW),
+    Op("row_min", 1, "", kind=OpKind.ROW),
+    Op("row_size", 0, "", kind=OpKind.ROW),
 )
 
 # Casts are ops parameterised by their target dtype: one entry per dtype would repeat
@@ -635,8 +622,6 @@ CAST = Op(
     "to",
     2,
     "{0}.to(torch.{1})",
-    "cast({0}, tl.{1})",
-    "static_cast<{1}>({0})",
     (
         "Tensor.to(dtype)",
         "Tensor.type(dtype)",
@@ -651,6 +636,7 @@ CAST = Op(
     Domain.ANY,
     constant_operands=(1,),
     may_alias=True,
+    cost=0,
 )
 
 # `x.to(other.dtype)`, also through a variable (`dtype = x.dtype` ... `y.to(dtype)`): a cast to
@@ -660,27 +646,25 @@ CAST_LIKE = Op(
     "to_like",
     2,
     "{0}.to({1}.dtype)",
-    "cast({0}, {1}_ptr.dtype.element_ty)",
-    "{0}",
     (),
     Domain.FLOAT,
     dtype_operands=(1,),
     may_alias=True,
+    cost=0,
 )
 
 # The lowering's mark of a value eager holds in the dtype of value {1} (named by a constant, so that it
 # joins no shape or pass): a composite reduction's intermediate, which eager rounds to that dtype
 # (`torch.logsumexp` of a half is half ops). The backends round it as any typed value; nothing else.
-ROUND_LIKE = Op("round_like", 2, "{0}", "{0}", "{0}", (), Domain.FLOAT, constant_operands=(1,))
+ROUND_LIKE = Op("round_like", 2, "{0}", (), Domain.FLOAT, constant_operands=(1,))
 
 # -- activations chosen at run time ---------------------------------------------------------
 # `self.act(h)` where `self.act = ACT2FN[config.hidden_act]` (or any value whose class is not
 # known statically) in an attribute named like an activation: the kernel computes operand 0 with
 # the unary op the module {1} maps to (ACTIVATIONS), chosen per call; the eager reference calls the module.
-# Activations a linear layer's matmul applies in its epilogue (cuBLASLt: ReLU, tanh-GELU; emit/runtime/linear.py).
-EPILOGUE_OPS = ("relu", "gelu_tanh")
-
-ACTIVATION = Op("activation", 2, "{1}({0})", "", "")
+# It counts as a whole region (regions.MIN_OPS): its forward is often several eager kernels (NewGELUActivation's
+# is 8), so a kernel pays even for `h = self.act(h)` alone.
+ACTIVATION = Op("activation", 2, "{1}({0})", cost=2)
 
 
 @dataclass(frozen=True)
@@ -752,6 +736,20 @@ DTYPE_ALIASES = {
 BY_NAME: dict[str, Op] = {
     op.name: op
     for op in (*OPS, CAST, CAST_LIKE, ROUND_LIKE, ACTIVATION, *REDUCTIONS, *CHANNEL_OPS, *SHIFTED_OPS, *ROW_OPS)
+}
+
+# -- views of the registry ---------------------------------------------------------------------
+# Ops that compute nothing: they take no part in a region's size or its kernel's name.
+TRIVIAL = frozenset(name for name, op in BY_NAME.items() if op.cost == 0)
+# The activations a linear layer's matmul applies in its epilogue, in table order: an op's code is its position
+# here (emit/runtime/linear.py takes code 1 for tanh-GELU).
+EPILOGUE_OPS: tuple[str, ...] = tuple(name for name, op in BY_NAME.items() if op.epilogue)
+# What holds for calls of module classes the spellings name, by class.
+MODULES: dict[str, Module] = {module.cls: module for op in BY_NAME.values() for module in op.modules}
+# Names of well-known computations, for kernel names: the ops that identify each (`fused_rms_norm`).
+KERNEL_PATTERNS: dict[str, frozenset[str]] = {
+    "rms_norm": frozenset({"mean", "rsqrt"}),
+    "rotary": frozenset({"rotate_half"}),
 }
 
 

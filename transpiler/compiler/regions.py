@@ -36,6 +36,9 @@ from transpiler.compiler.ops import (
     CAST_METHODS,
     DTYPE_ALIASES,
     DTYPES,
+    KERNEL_PATTERNS,
+    MODULES,
+    TRIVIAL,
     OpKind,
     Spelling,
     spellings_of,
@@ -47,38 +50,6 @@ MIN_OPS = 2
 # statements (a generated forward of thousands) is cut into regions of this size, so that the steps
 # that look at a region's nodes pairwise cost a bounded time per node, and no kernel takes minutes to build.
 MAX_NODES = 64
-# Ops that compute nothing: they do not count towards MIN_OPS.
-TRIVIAL = frozenset({"identity", "pos", "to", "to_like"})
-# An activation chosen at run time counts as MIN_OPS: its forward is often several eager kernels
-# (NewGELUActivation's is 8), so a kernel pays even for `h = self.act(h)` alone.
-_COST = {ACTIVATION.name: MIN_OPS}
-
-
-def _batch_norm_conditions(dims: int) -> tuple[str, ...]:
-    """`nn.BatchNorm{dims - 2}d`'s conditions (see MODULE_CONDITIONS)."""
-    present = tuple(f"{{m}}.{name} is not None" for name in ("running_mean", "running_var", "weight", "bias"))
-    return ("not {m}.training", *present, f"{{x}}.dim() == {dims}", "{x}.shape[1] == {m}.num_features")
-
-
-# What must hold at run time for a module's call to compute what its op says, checked by the caller
-# before the kernel (`{m}`: the module; `{x}`: its input, then a tensor the region reads, not one it
-# computes); otherwise the original code runs.
-MODULE_CONDITIONS: dict[str, tuple[str, ...]] = {
-    "torch.nn.Dropout": ("not {m}.training",),  # the identity only in eval mode
-    # Eval mode normalises with the running statistics; training uses the batch's and updates them.
-    # Statistics or parameters set to None since, and inputs the module rejects (rank, channels), take
-    # the original code, as does `track_running_stats=False` (no statistics), ruled out by the spelling.
-    "torch.nn.BatchNorm2d": _batch_norm_conditions(4),
-    "torch.nn.BatchNorm3d": _batch_norm_conditions(5),
-}
-# Modules that draw random numbers in training: a split statement moves no call across them (hoisting.py).
-RANDOM_IN_TRAINING = frozenset({"torch.nn.Dropout"})
-# What the kernels of an op reading its input at other elements (ops.SHIFTED_OPS) need, checked by the
-# caller before the region (`{x}`: the input, a tensor the region reads): rotate_half's halves are
-# equal (an odd last dim takes the original code) and one element apart is one element of memory.
-SHIFTED_CONDITIONS: dict[str, tuple[str, ...]] = {
-    "rotate_half": ("{x}.dim() > 0", "{x}.shape[-1] % 2 == 0", "{x}.stride(-1) == 1"),
-}
 
 _OPERATORS = {
     ast.Add: "+",
@@ -171,7 +142,7 @@ class _Translator:
         self.opaque: dict[int, ast.expr] = {}
         self.nodes: list[tuple[str, tuple[Ref, ...], int]] = []
         self.conditions: list[str] = []
-        self.random: list[str] = []  # the modules called that are random in training (RANDOM_IN_TRAINING)
+        self.random: list[str] = []  # the modules called that are random in training (ops.Module)
         self.folds: dict[int, object] = {}  # what `fold` found for each subexpression (by id) so far
         # The call of a statement `t.add_(b)`: the one in-place call a fragment may hold (it updates `t`).
         self.inplace_root: ast.Call | None = None
@@ -266,14 +237,14 @@ class _Translator:
 
     def shifted(self, op: str, operand: ast.expr) -> Ref:
         """`op` of ops.SHIFTED_OPS on `operand`, which must be a tensor the region reads, named: the kernels
-        load it at other elements, and the caller checks it first (SHIFTED_CONDITIONS)."""
+        load it at other elements, and the caller checks it first (its operand_conditions)."""
         if not (isinstance(operand, ast.Name) or self.ctx.self_attr(operand) is not None):
             raise _NotFusible
         x = self.expr(operand)
         if not (x[0] == "leaf" and x[1].is_tensor):
             raise _NotFusible
         source = x[1].source
-        self.conditions += [c.format(x=source) for c in SHIFTED_CONDITIONS[op]]
+        self.conditions += [c.format(x=source) for c in BY_NAME[op].operand_conditions]
         half = Leaf(f"{source}.shape[-1] // 2", False, x[1].names, name=f"{source.removeprefix('self.')}_half")
         return self.node(op, [x, ("leaf", half)])
 
@@ -330,13 +301,14 @@ class _Translator:
                 refs = self.module_operands(spelling, attr, node.args, args, dict(kwargs))
                 if refs is None:
                     continue
-            conditions = MODULE_CONDITIONS.get(ctor, ())
+            module = MODULES.get(ctor)
+            conditions = module.conditions if module is not None else ()
             argument = refs[spelling.module_operands.index("input") if spelling.module_operands else 0]
             if any("{x}" in c for c in conditions) and not (argument[0] == "leaf" and argument[1].is_tensor):
                 raise _NotFusible  # the caller checks the input before the region: not a value the region computes
             x = argument[1].source if argument[0] == "leaf" else None
             self.conditions += [c.format(m=f"self.{attr}", x=x) for c in conditions]
-            if ctor in RANDOM_IN_TRAINING:
+            if module is not None and module.random_in_training:
                 self.random.append(attr)
             return self.node(spelling.op.name, refs)
         raise _NotFusible
@@ -410,7 +382,7 @@ def _chosen_at_run_time(cls: ClassInfo, attr: str) -> bool:
     """`self.<attr>` is an activation module whose class only the running program knows (`ACT2FN[...]`).
 
     The attribute is a module the analysis has no constructor for (a subscript, a call of a
-    function, a conditional) and its name says it is an activation (`ops.ACTIVATION_ATTRIBUTE`).
+    function, a conditional) and its name says it is an activation (`symbols.ACTIVATION_ATTRIBUTE`).
     """
     return cls.attrs.get(attr) is Kind.MODULE and ACTIVATION_ATTRIBUTE.fullmatch(attr) is not None
 
@@ -743,8 +715,8 @@ def translate_part(node: ast.expr, ctx: Context, callees: Callees, hoist: Callab
 
 
 def cost(ops: Iterable[str]) -> int:
-    """What ops count towards MIN_OPS: compute ops, an activation chosen at run time as MIN_OPS."""
-    return sum(_COST.get(op, 1) for op in ops if op not in TRIVIAL)
+    """What ops count towards MIN_OPS (ops.Op.cost): compute ops, an activation chosen at run time as MIN_OPS."""
+    return sum(BY_NAME[op].cost for op in ops)
 
 
 # -- runs of statements to regions ----------------------------------------------------------
@@ -911,18 +883,14 @@ def _reads(function: ast.AST) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[
     return tuple(loops), tuple(reads)
 
 
-# Names of well-known computations, for kernel names: the ops that identify each.
-_PATTERNS = {"rms_norm": {"mean", "rsqrt"}, "rotary": {"rotate_half"}}
-
-
 def _kernel_name(nodes: list[Node]) -> str:
-    """`fused_` and what the region computes: its non-arithmetic ops, else its arithmetic."""
-    arithmetic = {"add", "sub", "mul", "div", "neg", "pow", "floordiv", "remainder"}
+    """`fused_` and what the region computes (ops.KERNEL_PATTERNS): its non-arithmetic ops, else its arithmetic."""
     ops = [n.op for n in nodes if n.op not in TRIVIAL]
-    for pattern, required in _PATTERNS.items():
+    for pattern, required in KERNEL_PATTERNS.items():
         if required <= set(ops):
             ops = [pattern] + [o for o in ops if o not in required]
-    named = list(dict.fromkeys(o for o in ops if o not in arithmetic)) or list(dict.fromkeys(ops))
+    named = list(dict.fromkeys(o for o in ops if o in KERNEL_PATTERNS or not BY_NAME[o].arithmetic))
+    named = named or list(dict.fromkeys(ops))
     return "fused_" + "_".join(named[:3])
 
 
