@@ -1,8 +1,9 @@
 """End to end: transpile the fixture models with kernels, import the output, compare with the originals.
 
 Also the golden files: every file generated for `fixtures/models` is pinned under
-tests/golden/compiled/ (regenerate on purpose with TRANSPILE_UPDATE_GOLDEN=1 and
-review the diff), and a second run writes byte-identical output.
+tests/golden/compiled/, and every file generated for each fixture file built alone with the
+fixes off under tests/golden/fixes_off/<fixture>/ (regenerate both on purpose with
+TRANSPILE_UPDATE_GOLDEN=1 and review the diff); a second run writes byte-identical output.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,12 @@ torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "compiled"
+GOLDEN_FIXES_OFF = ROOT / "tests" / "golden" / "fixes_off"
+# Each fixture file built alone with every rule ignored (no rewrite: what the compiler makes of the code as it is
+# written), so that each one's module and kernel files are reviewed on their own. fixtures/activations holds
+# the activation chosen at run time (`self.act = ACT2FN[config.hidden_act]`: the `Activations` table).
+FIXES_OFF = [p for p in sorted((ROOT / "fixtures" / "models").glob("*.py")) if p.name != "__init__.py"]
+FIXES_OFF.append(ROOT / "fixtures" / "activations" / "feed_forward.py")
 OUT_NAME = "compiled_models"  # the output package's name when imported
 
 # Models that build with no arguments or with the given ones, and inputs of the shapes they expect.
@@ -79,6 +88,109 @@ def test_generated_files_match_the_goldens(compiled):
     assert sorted(generated) == sorted(expected)
     for rel, data in generated.items():
         assert data.decode() == expected[rel].decode(), f"{rel} differs from tests/golden/compiled/{rel}"
+
+
+@pytest.fixture(scope="module")
+def fixes_off(tmp_path_factory) -> dict[str, dict[str, bytes]]:
+    """The files generated for each fixture (by its stem) built alone with `--ignore TP`."""
+    base = tmp_path_factory.mktemp("fixes_off")
+
+    def build(source: Path) -> dict[str, bytes]:
+        out = base / source.stem
+        run = subprocess.run(
+            [sys.executable, "-m", "transpiler", str(source.relative_to(ROOT)), "-o", str(out), "--ignore", "TP"],
+            cwd=ROOT,
+            env={**os.environ, "TRANSPILE_CACHE_DIR": str(base / f"cache-{source.stem}")},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr  # nothing is selected: no finding is left
+        return {k: v for k, v in _generated(out).items() if not k.startswith("_transpile_runtime/")}
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        built = dict(zip((p.stem for p in FIXES_OFF), pool.map(build, FIXES_OFF)))
+    if os.environ.get("TRANSPILE_UPDATE_GOLDEN"):
+        shutil.rmtree(GOLDEN_FIXES_OFF, ignore_errors=True)
+        for stem, generated in built.items():
+            for rel, data in generated.items():
+                (GOLDEN_FIXES_OFF / stem / rel).parent.mkdir(parents=True, exist_ok=True)
+                (GOLDEN_FIXES_OFF / stem / rel).write_bytes(data)
+    return built
+
+
+def test_a_golden_directory_for_each_fixture_with_kernels(fixes_off):
+    assert sorted(p.name for p in GOLDEN_FIXES_OFF.iterdir()) == sorted(s for s, files in fixes_off.items() if files)
+    assert not fixes_off["transformer"]  # nothing to fuse in it: copied unchanged, no golden
+
+
+@pytest.mark.parametrize("fixture", [p.stem for p in FIXES_OFF])
+def test_fixes_off_files_match_the_goldens(fixes_off, fixture):
+    generated = fixes_off[fixture]
+    folder = GOLDEN_FIXES_OFF / fixture
+    expected = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert sorted(generated) == sorted(expected)
+    for rel, data in generated.items():
+        assert data.decode() == expected[rel].decode(), f"{rel} differs from {folder.relative_to(ROOT)}/{rel}"
+
+
+def test_the_fixes_off_goldens_hold_the_activation_switch(fixes_off):
+    """feed_forward.py's activations come from its config: the kernel file's `Activations` table picks each
+    call's op by the module's class, and the linear layer's epilogue takes ReLU and tanh-GELU on CUDA."""
+    files = fixes_off["feed_forward"]
+    assert "_ACTIVATIONS = Activations(" in files["_feed_forward_kernels.py"].decode()
+    module = files["feed_forward.py"].decode()
+    assert "fused_activation(_gate_proj, _up_proj, self.act_fn)" in module
+    assert "_transpile_linear_activation(self.wi_0, self.act, hidden_states)" in module
+    assert "act: tl.constexpr" in files["_feed_forward_triton.py"].decode()
+
+
+# The fixture built with fixes off, compared with the original for activations of the table and one outside it.
+ACTIVATION_SWITCH = r"""
+import importlib, json, sys
+import torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+from fixtures.activations import feed_forward as original
+compiled = importlib.import_module("feed_forward")
+runtime = importlib.import_module("_transpile_runtime")
+(kernel,) = [k for k in runtime.KERNELS if k.name == "fused_activation"]
+counts = {}
+for act in ("silu", "gelu_new", "relu6"):  # relu6's class is not in the table: the original code runs
+    config = original.FeedForwardConfig(hidden_act=act)
+    for name in ("GatedMLP", "DenseGatedActDense"):
+        torch.manual_seed(0)
+        a = getattr(original, name)(config).eval().requires_grad_(False)
+        b = getattr(compiled, name)(config).eval().requires_grad_(False)
+        b.load_state_dict(a.state_dict())
+        x = torch.randn(2, 5, 16)
+        torch.testing.assert_close(b(x), a(x))
+    counts[act] = dict(kernel.counts)
+    kernel.counts.clear()
+print(json.dumps(counts))
+"""
+
+
+def test_the_activation_switch_runs_as_the_original(fixes_off, tmp_path):
+    out = tmp_path / "feed_forward"
+    for rel, data in fixes_off["feed_forward"].items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+    shutil.copytree(ROOT / "emit" / "runtime", out / "_transpile_runtime")
+    run = subprocess.run(
+        [sys.executable, "-c", ACTIVATION_SWITCH, str(ROOT), str(out)],
+        cwd=tmp_path,
+        env={**os.environ, "TRANSPILE_CACHE_DIR": str(tmp_path / "cache")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    counts = json.loads(run.stdout.strip().splitlines()[-1])
+    assert counts == {
+        "silu": {"cpp": 1},
+        "gelu_new": {"cpp": 1},
+        "relu6": {"fallback: an activation module the kernels do not compute": 1},
+    }
 
 
 def test_the_runtime_is_copied_verbatim(compiled):
