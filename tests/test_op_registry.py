@@ -119,8 +119,9 @@ def test_integer_exact_ops_keep_integers():
 @pytest.mark.parametrize("op", ops.BY_NAME.values(), ids=lambda op: op.name)
 def test_operand_facts_name_operands_of_the_op(op):
     positions = [*op.constant_operands, *op.dtype_operands, *op.bool_operands, *op.kind_operands]
-    positions += [p for p in (op.dim_operand, op.keepdim_operand) if p is not None]
+    positions += [p for p in (op.dim_operand, op.keepdim_operand, op.integer_operand) if p is not None]
     assert all(0 <= p < op.arity for p in positions)
+    assert op.integer_operand is None or op.integer_operand in op.constant_operands
     if op.dim_operand is not None or op.keepdim_operand is not None:
         assert op.kind is ops.OpKind.REDUCTION
         assert {op.dim_operand, op.keepdim_operand} - {None} <= set(op.constant_operands)

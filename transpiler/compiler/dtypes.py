@@ -146,18 +146,14 @@ def storage_dtypes(
     return dtypes
 
 
-# Scalar operands torch converts to the tensor's dtype before computing: addcmul's `value`, masked_fill's fill.
-_STORED_SCALARS = {"addcmul": 3, "masked_fill": 2}
-
-
 def stored_constants(region: Region) -> Region:
-    """The region with each such constant as torch uses it where its op computes on integers: truncated
-    (`addcmul(t, t, t, value=0.5)` of int32 tensors adds 0, not 0.5). The kernels compute in a float type."""
+    """The region with each op's `integer_operand` constant as torch uses it where the op computes on integers:
+    truncated (`addcmul(t, t, t, value=0.5)` of int32 tensors adds 0, not 0.5). The kernels compute in a float type."""
     tensors = [item.name for item in region.tensor_inputs]
     per_storage = [value_dtypes(region, {t: storage for t in tensors}) for storage in ("float32", "bfloat16")]
     nodes = []
     for node in region.nodes:
-        position = _STORED_SCALARS.get(node.op)
+        position = node.definition.integer_operand
         integral = all(d.get(node.out) in INTEGER[1:] for d in per_storage)
         if position is not None and position in node.constants and integral:
             operands = list(node.operands)
@@ -165,10 +161,6 @@ def stored_constants(region: Region) -> Region:
             node = replace(node, operands=tuple(operands))
         nodes.append(node)
     return replace(region, nodes=tuple(nodes))
-
-
-# Ops that pass a bool through as a bool in both backends (C++ keeps the kind, Triton the int1).
-_BOOL_PRESERVING = ("where", "identity")
 
 
 def bool_hazards(region: Region) -> tuple[frozenset[str], ...]:
@@ -204,8 +196,10 @@ def bool_hazards(region: Region) -> tuple[frozenset[str], ...]:
             result, numeric = (frozenset(), False) if node.operands[1] == "bool" else (None, True)
         elif definition is CAST_LIKE:
             result = joined(node, (1,))  # the dtype of operand 1
-        elif node.op in _BOOL_PRESERVING:
-            result, numeric = joined(node, (1, 2) if node.op == "where" else (0,)), False
+        elif definition.kind_operands and definition.domain is Domain.ANY:
+            # An op that takes bools and keeps its operands' kind passes a bool through as a bool in both backends
+            # (C++ keeps the kind, Triton the int1): `where` and the identity, not `+m` (eager rejects bools).
+            result, numeric = joined(node, definition.kind_operands), False
         elif definition.kind is OpKind.REDUCTION:
             # amax and amin of bools are bools, as of 0 and 1; the rest give integers or floats, or raise:
             # the runtime's dtype check (`Kernel._computes_in`) sees those.

@@ -90,6 +90,9 @@ class Op:
     # A Python number as operand 1 is converted to the tensor's dtype before the op (torch's remainder
     # divides a half by half(1e-6)); add, mul and the rest keep it in the compute type.
     scalar_in_dtype: bool = False
+    # A constant operand torch converts to the result's dtype where that is an integer (`addcmul(t, t, t,
+    # value=0.5)` of int32 tensors adds 0): `dtypes.stored_constants` truncates it so, the kernels computing in floats.
+    integer_operand: int | None = None
     # Operands read as booleans (conditions) whatever their dtype, besides a Domain.BOOL op's (all of them): they
     # take no part in promotion.
     bool_operands: tuple[int, ...] = ()
@@ -102,7 +105,7 @@ class Op:
     # What it counts towards a region's size (regions.MIN_OPS): 0 for an op that computes nothing (a cast, the
     # identity), more for one that is several eager kernels.
     cost: int = 1
-    # Named in a kernel's name only where the region computes nothing else (`fused_add_mul`, not `fused_exp_add`).
+    # Named in a kernel's name only where the region computes nothing else: `fused_exp` for exp and add.
     arithmetic: bool = False
     # A linear layer's matmul may apply it in its epilogue (cuBLASLt: ReLU, tanh-GELU; emit/runtime/linear.py).
     epilogue: bool = False
@@ -265,6 +268,7 @@ OPS: tuple[Op, ...] = (
             "Tensor.addcmul_(tensor1, tensor2, value:=1)",
         ),
         constant_operands=(3,),
+        integer_operand=3,
     ),
     # (value * tensor1) / tensor2, in torch's order: value * (tensor1 / tensor2) overflows elsewhere.
     Op(
@@ -328,6 +332,7 @@ OPS: tuple[Op, ...] = (
         constant_operands=(2,),
         keeps_bool=True,
         bool_operands=(1,),
+        integer_operand=2,
     ),
     # -- exponentials, logarithms, roots -----------------------------------------------
     _unary("exp", "exp"),
