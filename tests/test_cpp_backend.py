@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from emit.cpp.kernels import render_cpp_file
-from emit.runtime import Kernel, cpp_support, layout
+from emit.runtime import Kernel, layout
 from emit.runtime.cpp_support import (
     NO_COMPILER,
     Binding,
@@ -459,16 +459,6 @@ def test_bind_types_each_class_from_eager_dtypes():
     assert "int64" in bind(kinds, types, {**inputs, "i": f32}, {**values, "y": i64}, readers)
     # An integer input read by a value that keeps it an integer is not converted first in eager.
     assert "integer input" in bind(kinds, types, inputs, values, {**readers, "i": ["y", "h"]})
-
-
-def test_the_emitter_and_the_runtime_agree_on_the_entry_points():
-    """The C++ emitter writes entry points and the runtime calls them (and builds instantiations) by the same
-    parameter lists and names: each side holds its own copy (the build imports no torch)."""
-    from emit.cpp import kernels as cpp
-
-    assert cpp.POINTWISE_LAYOUT == cpp_support.POINTWISE_LAYOUT and cpp.ROWS_LAYOUT == cpp_support.ROWS_LAYOUT
-    assert cpp.ONE_SIGNATURE == cpp_support.ONE_SIGNATURE and cpp.UNSUPPORTED == cpp_support.UNSUPPORTED
-    assert tuple(map(cpp_support._dtype, cpp.ENTRY_DTYPES)) == cpp_support.ENTRY_DTYPES
 
 
 def test_kinds_come_from_the_ir():

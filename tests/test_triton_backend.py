@@ -331,10 +331,6 @@ def test_kernel_text_is_readable_and_black_formatted() -> None:
         assert phase in source
 
 
-def test_renderer_and_runtime_agree_on_the_rank() -> None:
-    assert emit.triton.kernels.RANK == emit.runtime.RANK
-
-
 def test_region_values_never_shadow_kernel_names() -> None:
     source = render_triton(scaled_residual_region(), {})
     assert "mask = offsets < n_elements" in source

@@ -6,10 +6,11 @@ classes of equal dtype, one type parameter each (T, T1, ...); values of a fixed 
 (`x.half()`, a comparison's bool) have it written out. Floating values are computed in C
 (float, or double where a value is float64) and rounded to their dtype after every op, as
 eager holds them; values the IR proves boolean are `bool`; integer values are computed in
-their C++ integer type, wrapping as torch's. Four extern "C" entry points instantiate a
-kernel for calls whose floating inputs share one dtype; the runtime (`cpp_support.py`)
-builds an instantiation for any other call whose dtypes fit the classes (`bind`). The
-types are exported beside each kernel (`{name}_kinds`, `{name}_types`). A region with an
+their C++ integer type, wrapping as torch's. Each kernel's entry points, exported as one
+array (`{name}_entries`), instantiate it for calls whose floating inputs share one dtype,
+one of `abi.ENTRY_DTYPES`; the runtime (`cpp_support.py`) builds an instantiation for any
+other call whose dtypes fit the classes (`bind`). The types are exported beside each
+kernel (`{name}_kinds`, `{name}_types`). A region with an
 integer op whose template is not exact on integers gets no kernel (`integer_support`),
 and its kinds string says why.
 
@@ -26,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from emit.abi import abi
 from emit.cpp.ops import CPP_OPS, INTEGER_OPS
 from transpiler.compiler import lowering
 from transpiler.compiler.dtypes import TypeClass, ValueKind, operand_kind, read_kind, type_classes, value_kinds
@@ -81,8 +83,8 @@ DTYPE_MODEL = """\
 // each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
 // the kernel; C is the type it computes in (double where a value is double, else float). Each value
 // is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
-// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
-// floating inputs share one dtype; the runtime builds any other instantiation a call needs."""
+// their C++ integer type. The entry points at the end instantiate each kernel for calls whose floating
+// inputs share one dtype; the runtime builds any other instantiation a call needs."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,7 @@ def render_cpp_file(regions: list[Region], source_lines: dict[int, str], header:
             kernels.append(f"// {r.name}: {r.path}:{r.lines}, in {r.function}: no C++ kernel ({reason}).\n")
             entry_points.append(
                 f"// {r.name}: the original code runs ({reason}).\n"
-                f'extern const char {r.name}_kinds[] = "{UNSUPPORTED}{reason}";\n'
+                f'extern const char {r.name}{abi.KINDS_SUFFIX}[] = "{abi.UNSUPPORTED}{reason}";\n'
             )
         elif r.name in lowered:
             entry, externs = _render_row_entry_points(lowered[r.name])
@@ -172,18 +174,12 @@ def render_cpp_file(regions: list[Region], source_lines: dict[int, str], header:
         '#include "transpile_runtime.h"',
         DTYPE_MODEL,
         "namespace transpile {\n\n" + "\n".join(kernels) + "\n}  // namespace transpile",
-        f"// A build of one call's instantiation (cpp_support.py) defines {ONE_SIGNATURE}: it needs none of these.\n"
-        f"#ifndef {ONE_SIGNATURE}\n"
+        f"// A build of one call's instantiation (cpp_support.py) defines {abi.ONE_SIGNATURE}: it needs none of these.\n"
+        f"#ifndef {abi.ONE_SIGNATURE}\n"
         'extern "C" {\n\n' + "\n".join(entry_points) + '\n}  // extern "C"\n'
         "#endif",
     ]
     return "\n\n".join(parts) + "\n"
-
-
-# A region's kinds string starts so when it has no kernel: the runtime gives the rest as the reason.
-UNSUPPORTED = "unsupported: "
-# Defined by the runtime's build of one instantiation, which includes the kernel file (cpp_support.py).
-ONE_SIGNATURE = "TRANSPILE_ONE_SIGNATURE"
 
 
 def _unsupported(region: Region | RowRegion) -> str | None:
@@ -258,8 +254,7 @@ def cpp_names(region: Region, reserved: frozenset[str] = frozenset(), typed: Reg
     return CppNames(chosen, scalars, activation, types, classes, fixed, integral)
 
 
-# The dtype of the floating inputs of each extern "C" entry point, in order.
-ENTRY_DTYPES = ("float32", "float64", "float16", "bfloat16")
+ENTRY_DTYPES = abi.ENTRY_DTYPES  # the dtype of the floating inputs of each entry point, in order
 # A kernel's type parameters: T, T1, T2, ... (a value of such a name is renamed).
 _TYPE_PARAMETER = re.compile(r"T\d*")
 
@@ -887,9 +882,9 @@ class _RowKernel:
 _ENOUGH_ROWS = "n_rows > 1 && n_rows * R >= parallel_grain"
 
 
-def _enumeration(items: list[str]) -> str:
+def _enumeration(items: list[str], conjunction: str = "and") -> str:
     """`a`, `a and b`, `a, b and c`."""
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
 
 
 def _assignment(declaration: str, expression: str, indent: int) -> str:
@@ -927,24 +922,14 @@ def _render_row_node(node: Node, names: CppNames, kinds: dict[str, ValueKind]) -
 
 
 # -- entry points -------------------------------------------------------------------------
-# The parameters after the data of every pointwise and row kernel's entry points: cpp_support.py's, written
-# again here as the build does not import the runtime (and torch); tests/test_cpp_backend.py checks they agree.
-POINTWISE_LAYOUT = ("int64_t n_elements", "const int64_t* sizes", "const int64_t* strides", "int contiguous")
-ROWS_LAYOUT = (
-    "int64_t n_rows",
-    "int64_t row_size",
-    "const int64_t* outer_sizes",
-    "const int64_t* strides",
-    "int contiguous",
-)
-
-
+# The parameters of every kernel's entry points and their order: emit/runtime/abi.py (the runtime declares them
+# to ctypes from the same definition).
 def _render_entry_points(region: Region) -> tuple[str, str]:
     """The entry template and the extern "C" part of a pointwise kernel: strides per tensor input."""
     strides = [f"strides_of(strides, {k})" for k in range(len(region.tensor_inputs))]
     names = cpp_names(region)
     arguments = ["n_elements", "sizes", *strides, "contiguous != 0"]
-    return _entry_points(region, names, POINTWISE_LAYOUT, arguments, integer_refusals(region, names))
+    return _entry_points(region, names, abi.POINTWISE, arguments, integer_refusals(region, names))
 
 
 def _render_row_entry_points(lowered: RowRegion) -> tuple[str, str]:
@@ -955,21 +940,22 @@ def _render_row_entry_points(lowered: RowRegion) -> tuple[str, str]:
     strides = [f"strides_of(strides, {k})" for k in range(count)]
     saved = _column_work(lowered, lowering.passes(lowered)[1])[1]
     arguments = ["n_rows", "row_size", "outer_sizes", *strides, "contiguous != 0"]
-    return _entry_points(region, names, ROWS_LAYOUT, arguments, integer_refusals(region, names, saved))
+    return _entry_points(region, names, abi.ROWS, arguments, integer_refusals(region, names, saved))
 
 
 def _entry_points(
-    region: Region, names: CppNames, layout: tuple[str, ...], layout_arguments: list[str], refusals: dict[str, str]
+    region: Region, names: CppNames, layout: abi.Layout, layout_arguments: list[str], refusals: dict[str, str]
 ) -> tuple[str, str]:
-    """A kernel's entry template, `{name}_entry<T..., C>` over untyped pointers (data pointers and scalars, then
-    the `layout` parameters it passes on as `layout_arguments`), and its extern "C" part: the kinds and types
-    strings (with `integer_refusals`), and one entry point per dtype of ENTRY_DTYPES."""
+    """A kernel's entry template, `{name}_entry<T..., C>` over untyped pointers (the data, then the `layout`'s
+    parameters, which it passes on as `layout_arguments`), and its extern "C" part: the kinds and types strings
+    (with `integer_refusals`), and its entry points: the entry template for each dtype of ENTRY_DTYPES."""
     kinds = value_kinds(region)
     tensors = region.tensor_inputs
-    parameters = [f"const void* {names.value(t.name)}" for t in tensors]
-    parameters += [f"double {names.value(s.name)}" for s in region.scalar_inputs]
-    parameters += [f"void* {names.value(o.value)}" for o in region.outputs]
-    parameters += layout
+    parameters = layout.c_parameters(
+        [names.value(t.name) for t in tensors],
+        [names.value(s.name) for s in region.scalar_inputs],
+        [names.value(o.value) for o in region.outputs],
+    )
     arguments = [f"static_cast<const {_storage(t.name, names, kinds)}*>({names.value(t.name)})" for t in tensors]
     arguments += [names.value(s.name) for s in region.scalar_inputs]
     arguments += [f"static_cast<{_storage(o.value, names, kinds)}*>({names.value(o.value)})" for o in region.outputs]
@@ -985,25 +971,28 @@ def _entry_points(
             f"    {call}, decltype(ACT)::value>(\n{_wrap(arguments, ' ' * 8)});\n"
             "  });\n"
         )
+    template = f"{region.name}{abi.ENTRY_SUFFIX}"
     entry = (
-        f'// {region.name} on untyped pointers, for the extern "C" entry points.\n'
+        f"// {region.name} on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).\n"
         f"template <{', '.join(f'typename {t}' for t in types)}>\n"
-        f"static void {region.name}_entry(\n{_wrap(parameters, '    ')}) {{\n{body}}}\n"
+        f"static void {template}(\n{_wrap(parameters, '    ')}) {{\n{body}}}\n"
     )
-    forwarded = [p.split()[-1].lstrip("*") for p in parameters]
-    functions = []
-    for k, dtype in enumerate(ENTRY_DTYPES):
+    instances = []
+    for k in range(len(ENTRY_DTYPES)):
         bound = [_qualified(CAST_TYPES[c.uniform[k]]) for _, c in names.classes]
         wide = "float64" in (*(c.uniform[k] for _, c in names.classes), *names.fixed.values())
-        call = f"transpile::{region.name}_entry<{', '.join([*bound, 'double' if wide else 'float'])}>"
-        functions.append(
-            f"void {region.name}_{dtype}(\n{_wrap(parameters, '    ')}) {{\n{_call(call, forwarded, 2)}}}\n"
-        )
+        instances.append(f"transpile::{template}<{', '.join([*bound, 'double' if wide else 'float'])}>")
     externs = (
-        f"// {region.name}: the element type of each tensor input and output (T...: see the kernel), and the\n"
-        "// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.\n"
-        f'extern const char {region.name}_kinds[] = "{kinds_signature(region, names)}";\n'
-        f'extern const char {region.name}_types[] = "{types_signature(names, refusals)}";\n\n' + "\n".join(functions)
+        f"// {region.name}: the element type of each tensor input and output (T...: see the kernel), the values of\n"
+        "// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'\n"
+        "// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls\n"
+        f"// whose floating inputs are all {_enumeration(list(ENTRY_DTYPES), 'or')}, in this order.\n"
+        f'extern const char {region.name}{abi.KINDS_SUFFIX}[] = "{kinds_signature(region, names)}";\n'
+        f'extern const char {region.name}{abi.TYPES_SUFFIX}[] = "{types_signature(names, refusals)}";\n'
+        f'extern const char {region.name}{abi.PARAMETERS_SUFFIX}[] = "{", ".join(parameters)}";\n'
+        f"extern decltype(&{instances[0]}) const {region.name}{abi.ENTRIES_SUFFIX}[] = {{\n"
+        + "".join(f"    {instance},\n" for instance in instances)
+        + "};\n"
     )
     return entry, externs
 

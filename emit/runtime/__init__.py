@@ -36,12 +36,14 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from . import abi
+from .abi import RANK as RANK
+
 # Re-exported: emitted modules and kernel files import them from the runtime package.
 from .activations import Activation as Activation, Activations as Activations
 from .graphs import CudaGraphs as CudaGraphs, GraphedBlocks as GraphedBlocks
 from .graphs import cuda_graph_blocks as cuda_graph_blocks, cuda_graphs as cuda_graphs
 
-RANK = 4  # strided kernels index a broadcast iteration space of at most this many dims
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _SCALARS = (bool, int, float)
 # `TRANSPILE_BACKEND=triton` sends CPU tensors to Triton too (with TRITON_INTERPRET=1:
@@ -410,7 +412,7 @@ class Kernel:
             return "fallback: reduction over an empty dim"
         plan = row_layout(tensors, shape, dim)
         if plan is None:
-            return f"fallback: more than {RANK - 1} row dims after merging"
+            return f"fallback: more than {abi.ROW_DIMS} row dims after merging"
         outer_sizes, strides, contiguous = plan
         reduced = list(shape)
         if rows.keepdim:
@@ -675,12 +677,12 @@ class Rows(NamedTuple):
 
 
 def row_layout(tensors, shape, dim: int) -> tuple[tuple[int, int, int], list[tuple[int, ...]], bool] | None:
-    """How row kernels index: (outer sizes, strides, contiguous), or None past RANK - 1 row dims.
+    """How row kernels index: (outer sizes, strides, contiguous), or None past abi.ROW_DIMS row dims.
 
     Rows are the dims of `shape` other than `dim`, in order, merged where every tensor
     (the inputs, then a contiguous output of `shape`) continues the previous dim, and
-    padded on the left to 3. Strides: per input, then one for the outputs:
-    (3 row-dim strides, the stride along `dim`), 0 where a tensor broadcasts.
+    padded on the left to abi.ROW_DIMS. Strides: per input, then one for the outputs:
+    (abi.ROW_DIMS row-dim strides, the stride along `dim`), 0 where a tensor broadcasts.
     Contiguous: the reduced dim is the last and every input is a contiguous tensor of
     `shape`, so element (row, col) is at `row * shape[dim] + col` in every tensor.
     """
@@ -692,9 +694,9 @@ def row_layout(tensors, shape, dim: int) -> tuple[tuple[int, int, int], list[tup
     ]
     full.append(output)
     merged_sizes, merged = _merge_dims(shape, full, [d for d in range(ndim) if d != dim and shape[d] != 1])
-    if len(merged_sizes) > RANK - 1:
+    if len(merged_sizes) > abi.ROW_DIMS:
         return None
-    pad = RANK - 1 - len(merged_sizes)
+    pad = abi.ROW_DIMS - len(merged_sizes)
     strides = [tuple([0] * pad + m + [s[dim]]) for m, s in zip(merged, full)]
     contiguous = dim == ndim - 1 and all(t.shape == shape and t.is_contiguous() for t in tensors)
     return (1,) * pad + tuple(merged_sizes), strides, contiguous
@@ -805,11 +807,11 @@ class _Cpp(_Backend):
 
     def pointwise(self, kernel: Kernel, binding, scalars, n_elements, sizes, strides, contiguous):
         layout = self.support.pointwise_layout(n_elements, sizes, strides, contiguous)
-        return kernel.cpp_library.launcher(kernel.name, binding, layout, self.support.POINTWISE_LAYOUT, scalars)
+        return kernel.cpp_library.launcher(kernel.name, binding, layout)
 
     def rows(self, kernel: Kernel, binding, scalars, n_rows, row_size, outer_sizes, strides, contiguous):
         layout = self.support.rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
-        return kernel.cpp_library.launcher(kernel.name, binding, layout, self.support.ROWS_LAYOUT, scalars)
+        return kernel.cpp_library.launcher(kernel.name, binding, layout)
 
 
 @functools.lru_cache(maxsize=None)

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+from . import abi
+
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "transpile_runtime.h"
 # No -ffast-math: kernels must keep NaN, infinities and signed zeros exactly as torch does.
@@ -56,8 +58,8 @@ STALE_S = 3600.0
 LOCATED_ERROR = re.compile(r":\d+:\d+: (fatal )?error")
 
 # The dtype model of the generated kernels (emit/cpp/kernels.py): type parameters, each the dtype of a class of
-# values, bound per call (`bind`); the extern "C" entry points instantiate them for these input dtypes.
-ENTRY_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+# values, bound per call (`bind`); each kernel's entry points instantiate them for these input dtypes.
+ENTRY_DTYPES = tuple(getattr(torch, name) for name in abi.ENTRY_DTYPES)
 # The element types a type parameter can stand for, as C++ names them outside namespace transpile.
 CPP_TYPES = {
     torch.float32: "float",
@@ -71,19 +73,6 @@ CPP_TYPES = {
     torch.int32: "int32_t",
     torch.int64: "int64_t",
 }
-# The parameters of an entry point after the data: the C declarations of `pointwise_layout`'s and
-# `rows_layout`'s arguments (emit/cpp/kernels.py writes its entry points with these).
-POINTWISE_LAYOUT = ("int64_t n_elements", "const int64_t* sizes", "const int64_t* strides", "int contiguous")
-ROWS_LAYOUT = (
-    "int64_t n_rows",
-    "int64_t row_size",
-    "const int64_t* outer_sizes",
-    "const int64_t* strides",
-    "int contiguous",
-)
-# Defined by the build of one call's instantiation, which includes the kernel file: it leaves out the file's
-# own entry points (emit/cpp/kernels.py).
-ONE_SIGNATURE = "TRANSPILE_ONE_SIGNATURE"
 
 
 class CppBuildError(RuntimeError):
@@ -264,10 +253,6 @@ def _clean_temporaries(directory: Path) -> None:
         pass
 
 
-# The kinds string of a region with no C++ kernel starts so; the reason follows (emit/cpp/kernels.py).
-UNSUPPORTED = "unsupported: "
-
-
 def _dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
@@ -284,8 +269,8 @@ class Kinds:
     @classmethod
     def parse(cls, text: str) -> Kinds:
         """From the string each kernel file exports: `x:T mask:bool -> y:T1`, or `unsupported: <why>`."""
-        if text.startswith(UNSUPPORTED):
-            return cls((), (), text.removeprefix(UNSUPPORTED))
+        if text.startswith(abi.UNSUPPORTED):
+            return cls((), (), text.removeprefix(abi.UNSUPPORTED))
         inputs, _, outputs = text.partition("->")
         return cls(*(tuple(item.rpartition(":")[2] for item in side.split()) for side in (inputs, outputs)))
 
@@ -407,8 +392,8 @@ class CppLibrary:
         self._library = ctypes.CDLL(str(path))
         self._kinds: dict[str, Kinds] = {}
         self._types: dict[str, Types] = {}
-        # Per (entry, parameters' dtypes, compute type): the instantiation's function, or why there is none.
-        self._instances: dict[tuple, Callable | str] = {}
+        # Per (entry, parameters' dtypes, compute type): the instantiation's address, or why there is none.
+        self._instances: dict[tuple, int | str] = {}
         self._instances_lock = threading.Lock()
         self._instance_libraries: list[ctypes.CDLL] = []  # kept loaded while their functions may run
 
@@ -448,18 +433,25 @@ class CppLibrary:
             return None
         return cls(Path(source), compiler, *build(Path(source), compiler))
 
+    @functools.cached_property
+    def _set_threads(self) -> Callable[[int], None]:
+        """OpenMP's omp_set_num_threads, which every kernel file links."""
+        function = self._library.omp_set_num_threads
+        function.argtypes, function.restype = [ctypes.c_int], None
+        return function
+
     def _string(self, name: str) -> str:
         exported = ctypes.c_char.in_dll(self._library, name)  # a C string: read up to its NUL
         return ctypes.string_at(ctypes.addressof(exported)).decode()
 
     def kinds(self, entry: str) -> Kinds:
         if entry not in self._kinds:
-            self._kinds[entry] = Kinds.parse(self._string(f"{entry}_kinds"))
+            self._kinds[entry] = Kinds.parse(self._string(f"{entry}{abi.KINDS_SUFFIX}"))
         return self._kinds[entry]
 
     def types(self, entry: str) -> Types:
         if entry not in self._types:
-            self._types[entry] = Types.parse(self._string(f"{entry}_types"))
+            self._types[entry] = Types.parse(self._string(f"{entry}{abi.TYPES_SUFFIX}"))
         return self._types[entry]
 
     def uniform(self, entry: str, dtypes: Sequence[torch.dtype]) -> Binding:
@@ -474,7 +466,7 @@ class CppLibrary:
         see `launcher` and `pointwise_layout`."""
         binding = self.uniform(entry, [t.dtype for t in (*tensors, *outputs)])
         layout = pointwise_layout(n_elements, sizes, strides, contiguous)
-        self.launcher(entry, binding, layout, POINTWISE_LAYOUT, len(scalars))(tensors, scalars, outputs)
+        self.launcher(entry, binding, layout)(tensors, scalars, outputs)
 
     def call_rows(
         self, entry: str, tensors, scalars, outputs, n_rows, row_size, outer_sizes, strides, contiguous
@@ -482,33 +474,34 @@ class CppLibrary:
         """Run the row kernel `entry` once (see `call` and `rows_layout`)."""
         binding = self.uniform(entry, [t.dtype for t in (*tensors, *outputs)])
         layout = rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
-        self.launcher(entry, binding, layout, ROWS_LAYOUT, len(scalars))(tensors, scalars, outputs)
+        self.launcher(entry, binding, layout)(tensors, scalars, outputs)
 
-    def launcher(
-        self, entry: str, binding: Binding, layout: tuple, declarations: Sequence[str], scalars: int
-    ) -> Callable[..., None] | str:
+    def launcher(self, entry: str, binding: Binding, arguments: tuple) -> Callable[..., None] | str:
         """Kernel `entry` (a region name) as `launch(tensors, scalars, outputs)` for calls of `binding`, or why
         there is none.
 
-        `layout`: the C arguments after the data, from `pointwise_layout` or `rows_layout`, and `declarations`
-        their C parameters (POINTWISE_LAYOUT or ROWS_LAYOUT); `scalars`: how many scalar arguments. The entry point of the binding where one has it, else an instantiation
-        built for it (`instance`). A tensor of another dtype than the binding's (a bool or integer
-        tensor read as a number, `bind` says when) is converted at the boundary, as torch would promote it;
-        an output of another dtype gets a staging tensor.
+        `arguments`: the C arguments after the data, from `pointwise_layout` or `rows_layout`. The entry
+        point of the binding where the file has one, else an instantiation built for it (`instance`),
+        called through the prototype of the parameters the file exports (`abi.prototype`): an argument of
+        the wrong type or number raises, as a ctypes.ArgumentError or a TypeError, where C would run on
+        garbage. A tensor of another dtype than the binding's (a bool or integer tensor read as a number,
+        `bind` says when) is converted at the boundary, as torch would promote it; an output of another
+        dtype gets a staging tensor.
         """
         kinds = self.kinds(entry)
         if kinds.unsupported is not None:
             return f"no C++ kernel: {kinds.unsupported}"
         types = self.types(entry)
-        for k, dtype in enumerate(ENTRY_DTYPES):
+        for k in range(len(ENTRY_DTYPES)):
             if all(uniform[k] == bound for (_, uniform, _), bound in zip(types.parameters, binding.parameters)):
-                function = getattr(self._library, f"{entry}_{str(dtype).removeprefix('torch.')}")
+                address = (ctypes.c_void_p * len(ENTRY_DTYPES)).in_dll(self._library, f"{entry}{abi.ENTRIES_SUFFIX}")[k]
                 break
         else:
-            function = self.instance(entry, binding, scalars, declarations)
-            if isinstance(function, str):
-                return function
-        set_threads = self._library.omp_set_num_threads
+            address = self.instance(entry, binding)
+            if isinstance(address, str):
+                return address
+        function = abi.prototype(self._string(f"{entry}{abi.PARAMETERS_SUFFIX}"))(address)
+        set_threads = self._set_threads
 
         def launch(tensors, scalars, outputs) -> None:
             inputs = [_conform(t, dtype) for t, dtype in zip(tensors, binding.inputs)]
@@ -517,47 +510,35 @@ class CppLibrary:
                 for o, dtype in zip(outputs, binding.outputs)
             ]
             set_threads(torch.get_num_threads())  # a fair comparison with eager: the same threads
-            function(
-                *(ctypes.c_void_p(t.data_ptr()) for t in inputs),
-                *(ctypes.c_double(float(s)) for s in scalars),
-                *(ctypes.c_void_p(o.data_ptr()) for o in staged),
-                *layout,
-            )
+            function(*(t.data_ptr() for t in inputs), *scalars, *(o.data_ptr() for o in staged), *arguments)
             for output, result in zip(outputs, staged):
                 if result is not output:
                     output.copy_(result)
 
         return launch
 
-    def instance(self, entry: str, binding: Binding, scalars: int, layout: Sequence[str]) -> Callable | str:
-        """Kernel `entry` instantiated for `binding`: a library of the kernel file and one extern "C" function
-        (`layout`: the declarations of the parameters after the data), built once (and cached like the file's
-        library); or why not, warned about once."""
+    def instance(self, entry: str, binding: Binding) -> int | str:
+        """The address of kernel `entry`'s entry template instantiated for `binding`: a library of the kernel file
+        that exports it, built once (and cached like the file's library); or why not, warned about once."""
         key = (entry, binding.parameters, binding.compute)
         with self._instances_lock:
             if key not in self._instances:
-                self._instances[key] = self._build_instance(entry, binding, scalars, layout)
+                self._instances[key] = self._build_instance(entry, binding)
             return self._instances[key]
 
-    def _build_instance(self, entry: str, binding: Binding, scalars: int, layout: Sequence[str]) -> Callable | str:
-        kinds = self.kinds(entry)
-        parameters = [f"const void* input{n}" for n in range(len(kinds.inputs))]
-        parameters += [f"double scalar{n}" for n in range(scalars)]
-        parameters += [f"void* output{n}" for n in range(len(kinds.outputs))]
-        parameters += layout
-        arguments = ", ".join(p.split()[-1].lstrip("*") for p in parameters)
+    def _build_instance(self, entry: str, binding: Binding) -> int | str:
         types = ", ".join(CPP_TYPES[dtype] for dtype in (*binding.parameters, binding.compute))
+        instance = f"transpile::{entry}{abi.ENTRY_SUFFIX}<{types}>"
         text = (
-            f'#define {ONE_SIGNATURE}\n#line 1 "{self.source.name}"\n{self.source.read_text()}\n'
+            f'#define {abi.ONE_SIGNATURE}\n#line 1 "{self.source.name}"\n{self.source.read_text()}\n'
             f"// {entry} for a call of these dtypes, built by the runtime.\n"
-            f'extern "C" void transpile_instance({", ".join(parameters)}) {{\n'
-            f"  transpile::{entry}_entry<{types}>({arguments});\n}}\n"
+            f'extern "C" decltype(&{instance}) const {abi.INSTANCE} = {instance};\n'
         )
         try:
             path, _ = build_text(text, f"{self.source.stem}-{entry}", self.compiler)
             library = ctypes.CDLL(str(path))
             self._instance_libraries.append(library)
-            return library.transpile_instance
+            return ctypes.c_void_p.in_dll(library, abi.INSTANCE).value
         except (CppBuildError, CacheError, OSError) as error:
             why, detail = _why(error, f"the C++ instantiation of {entry}")
             warnings.warn(f"{self.source.name}: {why}, the original code runs: {detail}", RuntimeWarning, stacklevel=2)
@@ -576,27 +557,27 @@ def _why(error: Exception, what: str) -> tuple[str, str]:
 def pointwise_layout(
     n_elements: int, sizes: Sequence[int], strides: Sequence[Sequence[int]], contiguous: bool
 ) -> tuple:
-    """A pointwise kernel's arguments after the data: `strides` holds 4 element strides per
+    """A pointwise kernel's arguments after the data (abi.POINTWISE): `strides` holds RANK element strides per
     tensor input (ignored when `contiguous`)."""
     return (
         ctypes.c_int64(n_elements),
-        (ctypes.c_int64 * 4)(*sizes) if sizes else None,
+        (ctypes.c_int64 * abi.RANK)(*sizes) if sizes else None,
         _stride_array(strides, contiguous),
         ctypes.c_int(bool(contiguous)),
     )
 
 
 def rows_layout(n_rows: int, row_size: int, outer_sizes: Sequence[int], strides, contiguous: bool) -> tuple:
-    """A row kernel's arguments after the data, for `n_rows` rows of `row_size` columns.
+    """A row kernel's arguments after the data (abi.ROWS), for `n_rows` rows of `row_size` columns.
 
-    `outer_sizes` holds the 3 row dims; `strides` 4 element strides (3 row dims, then the
-    reduced dim) per ELEMENT tensor: the tensor inputs, then the element outputs (ignored
-    when `contiguous`). Outputs with one value per row are contiguous.
+    `outer_sizes` holds the ROW_DIMS row dims; `strides` ROW_DIMS + 1 element strides (the row
+    dims, then the reduced dim) per ELEMENT tensor: the tensor inputs, then the element outputs
+    (ignored when `contiguous`). Outputs with one value per row are contiguous.
     """
     return (
         ctypes.c_int64(n_rows),
         ctypes.c_int64(row_size),
-        (ctypes.c_int64 * 3)(*outer_sizes),
+        (ctypes.c_int64 * abi.ROW_DIMS)(*outer_sizes),
         _stride_array(strides, contiguous),
         ctypes.c_int(bool(contiguous)),
     )

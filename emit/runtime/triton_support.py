@@ -1,6 +1,6 @@
 """Triton helpers for generated kernels (pointwise and row reductions), and their launchers.
 
-The Triton templates of the ops (emit/triton/ops.py) name these functions; generated kernel files import
+The op table's `triton` templates name these functions; generated kernel files import
 them. Every helper works on the GPU and under `TRITON_INTERPRET=1`, which has no
 libdevice: there the helpers use formulas in `tl.*` builtins, which the interpreter
 evaluates with numpy at full precision. On the GPU they use libdevice where Triton's
@@ -19,6 +19,8 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 import torch
+
+from . import abi
 
 # Read once at import: the interpreter decides at `@triton.jit` time too.
 INTERPRETED: tl.constexpr = tl.constexpr(triton.knobs.runtime.interpret)
@@ -783,36 +785,28 @@ def _hooks_installed() -> bool:
     return bool(getattr(hook, "calls", hook))  # a HookChain in Triton 3.6, a callable or None before
 
 
-# A kernel's last parameters, after its launch constants, are the dtypes eager holds some of its values in on
-# the call, each named after its value with this suffix (emit/triton/kernels.py `dtype_parameters`).
-DTYPE_SUFFIX = "_dtype"
-
-
-# A kernel's values that it does not compute as eager does where they are integers, with why, by value name
-# (emit/triton/kernels.py `integer_refusals`): the kernel file sets this attribute on the kernel.
-INTEGER_REFUSALS = "integer_refusals"
-
-
 def _refuse_integers(kernel, value_dtypes) -> None:
     """ValueError (the fallback's reason) where a value of the kernel's `integer_refusals` is an integer or bool on
     this call (`value_dtypes`: torch dtypes by value name)."""
-    for value, reason in getattr(kernel, INTEGER_REFUSALS, {}).items():
+    for value, reason in getattr(kernel, abi.INTEGER_REFUSALS, {}).items():
         dtype = value_dtypes.get(value)
         if dtype is None or not dtype.is_floating_point:
             raise ValueError(reason)
 
 
-def _value_dtypes(kernel, last_constant: str, value_dtypes) -> dict:
-    """The kernel's dtype constexprs: each value's dtype in `value_dtypes` (torch dtypes by value name) as
-    Triton's. ValueError when a value has none."""
+def _constants(kernel, layout: abi.Layout, values: tuple, value_dtypes) -> dict:
+    """The kernel's constexprs: the `layout`'s launch constants (`values`, in its order), then the dtype of each
+    value the kernel rounds to a dtype of the call (the parameters after the constants, abi.DTYPE_SUFFIX), from
+    `value_dtypes` (torch dtypes by value name) as Triton's. ValueError when a value has none."""
+    constexprs = dict(zip(layout.constants, values, strict=True))
     names = list(getattr(kernel, "arg_names", ()))
-    if last_constant not in names:
-        return {}
-    constexprs = {}
-    for name in names[names.index(last_constant) + 1 :]:
-        dtype = value_dtypes.get(name.removesuffix(DTYPE_SUFFIX))
+    if layout.constants[-1] not in names:
+        return constexprs
+    for name in names[names.index(layout.constants[-1]) + 1 :]:
+        value = name.removesuffix(abi.DTYPE_SUFFIX)
+        dtype = value_dtypes.get(value)
         if dtype is None:
-            raise ValueError(f"no dtype for the kernel's value {name.removesuffix(DTYPE_SUFFIX)}")
+            raise ValueError(f"no dtype for the kernel's value {value}")
         constexprs[name] = tl.int1 if dtype == torch.bool else getattr(tl, str(dtype).removeprefix("torch."))
     return constexprs
 
@@ -820,7 +814,7 @@ def _value_dtypes(kernel, last_constant: str, value_dtypes) -> dict:
 def pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, n_tensors: int, value_dtypes) -> Launcher:
     """The launcher of a generated pointwise kernel over `n_elements` output elements.
 
-    `sizes` and `strides` (one 4-tuple per tensor input) describe the strided layout;
+    `sizes` and `strides` (one RANK-tuple per tensor input) describe the strided layout;
     on the contiguous path they may be empty and the kernel ignores them. `value_dtypes`:
     the dtype of every value of the region as eager computes it on this call, by name.
     """
@@ -828,7 +822,7 @@ def pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, n_tensors
         raise ValueError("Triton kernels index with int32: 2**31 elements or more are not supported")
     _refuse_integers(kernel, value_dtypes)
     if contiguous:
-        sizes, strides = (1, 1, 1, 1), [(0, 0, 0, 0)] * n_tensors
+        sizes, strides = (1,) * abi.RANK, [(0,) * abi.RANK] * n_tensors
     # Dims in use: the runtime pads sizes with leading 1s; the kernel skips those dims.
     ndim = len(sizes) - next((d for d, size in enumerate(sizes) if size != 1), len(sizes) - 1)
     # One block of 1024 elements per program keeps an H100's memory system busy with
@@ -836,12 +830,12 @@ def pointwise_launcher(kernel, n_elements, sizes, strides, contiguous, n_tensors
     # power of two (at least 128), so few block sizes are ever compiled.
     block_size = min(MAX_BLOCK_SIZE, max(128, triton.next_power_of_2(n_elements)))
     flat_strides = tuple(stride for per_input in strides for stride in per_input)
-    constants = {"CONTIGUOUS": contiguous, "NDIM": ndim, "BLOCK_SIZE": block_size}
+    # In the order of abi.POINTWISE: n_elements, the sizes, each input's strides; then the launch constants.
     return Launcher(
         kernel,
         (triton.cdiv(n_elements, block_size),),
         (n_elements, *sizes, *flat_strides),
-        {**constants, **_value_dtypes(kernel, "BLOCK_SIZE", value_dtypes)},
+        _constants(kernel, abi.POINTWISE, (contiguous, ndim, block_size), value_dtypes),
         num_warps=max(1, block_size // 256),
     )
 
@@ -890,12 +884,13 @@ def rows_launcher(kernel, n_rows, row_size, outer_sizes, strides, contiguous, va
     # Never more rows per program than there are rows: few tile shapes get compiled.
     rows = min(max(1, ELEMENTS_PER_PROGRAM // rblock), triton.next_power_of_2(n_rows))
     flat_strides = tuple(stride for per_tensor in strides for stride in per_tensor)
-    constants = {"CONTIGUOUS": contiguous, "LOOPED": looped, "ROWS": rows, "RBLOCK": rblock}
+    # In the order of abi.ROWS: n_rows, the row length, the row dims that locate a row (all but the first), each
+    # element tensor's strides; then the launch constants.
     return Launcher(
         kernel,
         (triton.cdiv(n_rows, rows),),
-        (n_rows, row_size, outer_sizes[1], outer_sizes[2], *flat_strides),
-        {**constants, **_value_dtypes(kernel, "RBLOCK", value_dtypes)},
+        (n_rows, row_size, *outer_sizes[1:], *flat_strides),
+        _constants(kernel, abi.ROWS, (contiguous, looped, rows, rblock), value_dtypes),
         num_warps=min(MAX_WARPS, max(1, rows * rblock // ELEMENTS_PER_WARP)),
     )
 

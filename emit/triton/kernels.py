@@ -11,13 +11,12 @@ Rendering needs no triton installed.
 
 from __future__ import annotations
 
-import ast
 import keyword
 import math
 import re
 from dataclasses import replace
-from pathlib import Path
 
+from emit.abi import abi
 from emit.layout import import_lines, layout_text
 from emit.triton.ops import TRITON_OPS
 from transpiler.compiler.dtypes import FLOATING, ValueKind, storage_dtypes, value_dtypes, value_kinds
@@ -33,33 +32,18 @@ from transpiler.compiler.ops import (
     OpKind,
 )
 
-# The strided path indexes a 4-d iteration space, padded on the left with 1s: the
-# runtime's RANK (not imported: the runtime needs torch, rendering does not).
-RANK = 4
-SUPPORT_FILE = Path(__file__).parent.parent / "runtime" / "triton_support.py"
+# The argument order, the launch constants' names and the helpers a kernel may import: emit/runtime/abi.py.
+RANK = abi.RANK  # the strided path indexes a RANK-d iteration space, padded on the left with 1s
 INDENT = "    "
 # torch dtype names whose Triton spelling differs.
 TRITON_DTYPES = {"bool": "int1"}
-# A value's dtype on the call, a kernel parameter: `<value>_dtype` (the launcher finds the value by that name).
-DTYPE_SUFFIX = "_dtype"
-# The kernel's attribute naming the values it refuses to compute where they are integers (`integer_refusals`).
-INTEGER_REFUSALS = "integer_refusals"
-
-
-def _support_names() -> frozenset[str]:
-    """Names a kernel may import from triton_support: its jit helpers and constexpr constants."""
-    tree = ast.parse(SUPPORT_FILE.read_text(encoding="utf-8"))
-    names = {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.decorator_list}
-    names |= {node.target.id for node in tree.body if isinstance(node, ast.AnnAssign)}
-    return frozenset(name for name in names if not name.startswith("_"))
-
-
-HELPERS = _support_names()
+DTYPE_SUFFIX = abi.DTYPE_SUFFIX  # a value's dtype on the call, a kernel parameter: `<value>_dtype`
+HELPERS = abi.TRITON_HELPERS
 # Names a region value must not take inside a kernel: they would shadow what the kernel uses.
 RESERVED = (
     HELPERS
-    | {"tl", "triton", "offsets", "mask", "n_elements", "CONTIGUOUS", "NDIM", "BLOCK_SIZE"}
-    | {f"{prefix}{d}" for prefix in ("size", "index") for d in range(RANK)}
+    | {"tl", "triton", "offsets", "mask", *abi.POINTWISE.triton, *abi.POINTWISE.constants}
+    | {f"index{d}" for d in range(RANK)}
 )
 _IDENTIFIER = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
 
@@ -249,7 +233,7 @@ def _expression(node: Node, names: TritonNames) -> str:
 
 def integer_refusals(region: Region) -> dict[str, str]:
     """The values of the region that its Triton kernel does not compute as eager where they are integers, each
-    with why: the launcher gives the call to the original code where one is (`triton_support.INTEGER_REFUSALS`).
+    with why: the launcher gives the call to the original code where one is (`abi.INTEGER_REFUSALS`).
 
     Integer floor division and remainder by a tensor: eager raises on a zero divisor, a kernel cannot (a constant
     divisor is checked by the eager reference). Integer powers other than `x ** 2` and `x ** 3` (multiplications,
@@ -279,7 +263,7 @@ def _refusal_lines(region: Region) -> str:
     entries = ", ".join(f'"{value}": "{why}"' for value, why in refusals.items())  # as black quotes them
     return (
         "\n\n# Values eager computes otherwise where they are integers: the launcher refuses such calls\n"
-        f"{region.name}_kernel.{INTEGER_REFUSALS} = {{{entries}}}\n"
+        f"{region.name}{abi.KERNEL_SUFFIX}.{abi.INTEGER_REFUSALS} = {{{entries}}}\n"
     )
 
 
@@ -330,17 +314,15 @@ def render_triton(region: Region, source_lines: dict[int, str]) -> str:
         return layout_text(_RowKernel(region, source_lines).text + _refusal_lines(region))
     names = TritonNames(region)
     tensors = region.tensor_inputs
-    lines = ["@triton.jit", f"def {region.name}_kernel("]
+    lines = ["@triton.jit", f"def {region.name}{abi.KERNEL_SUFFIX}("]
     lines += [f"{INDENT}{names[i.name]}_ptr,  # input {i.source}" for i in tensors]
     lines += [f"{INDENT}{parameter}" for parameter in _scalar_parameters(region, names)]
     lines += [f"{INDENT}{names[o.value]}_out_ptr,  # output {_output_label(o.target, o.value)}" for o in region.outputs]
-    lines += [f"{INDENT}n_elements,"] + [f"{INDENT}size{d}," for d in range(RANK)]
-    lines += [f"{INDENT}{names[i.name]}_stride{d}," for i in tensors for d in range(RANK)]
-    lines += [
-        f"{INDENT}CONTIGUOUS: tl.constexpr,",
-        f"{INDENT}NDIM: tl.constexpr,",
-        f"{INDENT}BLOCK_SIZE: tl.constexpr,",
-    ]
+    # The layout's parameters, in the order of emit/runtime/abi.py POINTWISE (the launcher passes them so).
+    layout = abi.POINTWISE
+    strides = [f"{names[i.name]}{suffix}" for i in tensors for suffix in layout.strides]
+    lines += [f"{INDENT}{line}" for line in _parameters([*layout.triton, *strides])]
+    lines += [f"{INDENT}{line}" for line in _parameters(layout.constants, constexpr=True)]
     lines += [f"{INDENT}{parameter}" for parameter in dtype_parameters(names)] + ["):"]
     lines.append(f'{INDENT}"""{region.function} in {region.path}:{region.lines}."""')
     lines.append(f"{INDENT}# Each program computes BLOCK_SIZE consecutive elements of the outputs")
@@ -401,12 +383,33 @@ def _input_offsets(inputs: list[str]) -> list[str]:
     return lines
 
 
+def _parameters(names, comments=(), constexpr: bool = False) -> list[str]:
+    """Kernel parameter lines, `name,` (`name: tl.constexpr,`), each with its comment of `comments` if any."""
+    annotation = ": tl.constexpr" if constexpr else ""
+    lines = [f"{name}{annotation}," for name in names]
+    return [
+        f"{line}  # {comment}" if comment else line for line, comment in zip(lines, (*comments, *[""] * len(lines)))
+    ]
+
+
 # -- row kernels: regions with reductions -------------------------------------------------------
+# Comments on the row layout's parameters (abi.ROWS), in its order.
+_ROW_LAYOUT_COMMENTS = (
+    "rows: every dim but the reduced one",
+    "the row length: the reduced dim's size",
+    "row = (index0 * outer_size1 + index1) * outer_size2 + index2 (strided path)",
+)
+_ROW_CONSTANT_COMMENTS = (
+    "every tensor above holds element (row, col) at row * R + col",
+    "R > RBLOCK: one loop over the row per pass",
+    "rows a program computes",
+    "columns a block holds: the whole row unless LOOPED",
+)
 # Names a row kernel uses besides region values, and the suffixes it derives per tensor
 # (a value named like another's derived name is renamed).
-_ROW_LOCALS = "tl triton row row_mask cols col mask start rest n_rows R outer_size1 outer_size2 index0 index1 index2"
-ROW_KERNEL_NAMES = HELPERS | set(_ROW_LOCALS.split()) | {"CONTIGUOUS", "LOOPED", "ROWS", "RBLOCK"}
-_DERIVED = ("_ptr", "_row", "_stride", "_stride_r", "_partial") + tuple(f"_stride{d}" for d in range(RANK - 1))
+_ROW_LOCALS = "tl triton row row_mask cols col mask start rest index0 index1 index2"
+ROW_KERNEL_NAMES = HELPERS | set(_ROW_LOCALS.split()) | {*abi.ROWS.triton, *abi.ROWS.constants}
+_DERIVED = ("_ptr", "_row", "_stride", "_partial", *abi.ROWS.strides)
 # What a ROW op accumulates: the comment's word, the helper that makes the partials (of the reduction's
 # identity, in the dtype it accumulates in), the helper that accumulates.
 _REDUCTIONS = {
@@ -507,7 +510,7 @@ class _RowKernel:
     # -- the kernel ----------------------------------------------------------------------
     def _kernel(self) -> None:
         region, names = self.rows.region, self.names
-        self.emit(0, "@triton.jit", f"def {region.name}_kernel(")
+        self.emit(0, "@triton.jit", f"def {region.name}{abi.KERNEL_SUFFIX}(")
         self.emit(1, *(f"{names[i.name]}_ptr,  # input {i.source}" for i in region.tensor_inputs))
         self.emit(1, *_scalar_parameters(region, names))
         row_values = {o.value for o in self.rows.row_outputs}
@@ -516,28 +519,13 @@ class _RowKernel:
             self.emit(
                 1, f"{names[output.value]}_out_ptr,  # output {_output_label(output.target, output.value)}: {per}"
             )
-        self.emit(
-            1,
-            "n_rows,  # rows: every dim but the reduced one",
-            "R,  # the row length: the reduced dim's size",
-            "outer_size1,  # row = (index0 * outer_size1 + index1) * outer_size2 + index2 (strided path)",
-            "outer_size2,",
-        )
+        # The layout's parameters, in the order of emit/runtime/abi.py ROWS (the launcher passes them so).
+        self.emit(1, *_parameters(abi.ROWS.triton, _ROW_LAYOUT_COMMENTS))
         for prefix, label in self.tensors():
-            strides = [f"{prefix}_stride{d}" for d in range(RANK - 1)] + [f"{prefix}_stride_r"]
-            self.emit(
-                1,
-                f"{strides[0]},  # {label}: strides along the 3 row dims, then along the row",
-                *(f"{s}," for s in strides[1:]),
-            )
-        self.emit(
-            1,
-            "CONTIGUOUS: tl.constexpr,  # every tensor above holds element (row, col) at row * R + col",
-            "LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass",
-            "ROWS: tl.constexpr,  # rows a program computes",
-            "RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED",
-            *dtype_parameters(self.names),
-        )
+            strides = [f"{prefix}{suffix}" for suffix in abi.ROWS.strides]
+            self.emit(1, *_parameters(strides, (f"{label}: strides along the 3 row dims, then along the row",)))
+        self.emit(1, *_parameters(abi.ROWS.constants, _ROW_CONSTANT_COMMENTS, constexpr=True))
+        self.emit(1, *dtype_parameters(self.names))
         self.emit(0, "):")
         self.emit(1, f'"""{self.source.function} in {self.source.path}:{self.source.lines}."""')
         self.emit(
@@ -568,7 +556,7 @@ class _RowKernel:
             "index0 = rest // outer_size1",
         )
         for prefix in tensors:
-            offset = " + ".join(f"index{d} * {prefix}_stride{d}" for d in range(RANK - 1))
+            offset = " + ".join(f"index{d} * {prefix}_stride{d}" for d in range(abi.ROW_DIMS))
             self.emit(2, f"{prefix}_row = {offset}", f"{prefix}_stride = {prefix}_stride_r")
 
     def _one_pass(self) -> None:

@@ -6,8 +6,8 @@
 // each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
 // the kernel; C is the type it computes in (double where a value is double, else float). Each value
 // is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
-// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
-// floating inputs share one dtype; the runtime builds any other instantiation a call needs.
+// their C++ integer type. The entry points at the end instantiate each kernel for calls whose floating
+// inputs share one dtype; the runtime builds any other instantiation a call needs.
 
 namespace transpile {
 
@@ -62,7 +62,7 @@ static void fused_mul_add(
   }
 }
 
-// fused_mul_add on untyped pointers, for the extern "C" entry points.
+// fused_mul_add on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename T2, typename C>
 static void fused_mul_add_entry(
     const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes,
@@ -78,38 +78,19 @@ static void fused_mul_add_entry(
 #ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_mul_add: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_mul_add: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_mul_add_kinds[] = "_rotate_half:T q:T1 -> q_1:T2";
 extern const char fused_mul_add_types[] = "T:float32,float64,float16,bfloat16=_rotate_half,t0 T1:float32,float64,float16,bfloat16:int=q T2:float32,float64,float16,bfloat16=q_1";
-
-void fused_mul_add_float32(
-    const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_mul_add_entry<float, float, float, float>(
-      _rotate_half, q, q_1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_mul_add_float64(
-    const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_mul_add_entry<double, double, double, double>(
-      _rotate_half, q, q_1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_mul_add_float16(
-    const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_mul_add_entry<transpile::half, transpile::half, transpile::half, float>(
-      _rotate_half, q, q_1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_mul_add_bfloat16(
-    const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_mul_add_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
-      _rotate_half, q, q_1, n_elements, sizes, strides, contiguous);
-}
+extern const char fused_mul_add_parameters[] = "const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_mul_add_entry<float, float, float, float>) const fused_mul_add_entries[] = {
+    transpile::fused_mul_add_entry<float, float, float, float>,
+    transpile::fused_mul_add_entry<double, double, double, double>,
+    transpile::fused_mul_add_entry<transpile::half, transpile::half, transpile::half, float>,
+    transpile::fused_mul_add_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
+};
 
 }  // extern "C"
 #endif

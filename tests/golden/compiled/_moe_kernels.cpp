@@ -6,8 +6,8 @@
 // each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
 // the kernel; C is the type it computes in (double where a value is double, else float). Each value
 // is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
-// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
-// floating inputs share one dtype; the runtime builds any other instantiation a call needs.
+// their C++ integer type. The entry points at the end instantiate each kernel for calls whose floating
+// inputs share one dtype; the runtime builds any other instantiation a call needs.
 
 namespace transpile {
 
@@ -84,7 +84,7 @@ static void fused_sum(
   }
 }
 
-// fused_sum on untyped pointers, for the extern "C" entry points.
+// fused_sum on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename C>
 static void fused_sum_entry(
     const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
@@ -146,7 +146,7 @@ static void fused_lt(
   }
 }
 
-// fused_lt on untyped pointers, for the extern "C" entry points.
+// fused_lt on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename C>
 static void fused_lt_entry(
     const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements,
@@ -162,71 +162,33 @@ static void fused_lt_entry(
 #ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_sum: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_sum: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_sum_kinds[] = "weights:T -> _sum_div:T1";
 extern const char fused_sum_types[] = "T:float32,float64,float16,bfloat16:row_sum=weights,t0 T1:float32,float64,float16,bfloat16=_sum_div";
+extern const char fused_sum_parameters[] = "const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_sum_entry<float, float, float>) const fused_sum_entries[] = {
+    transpile::fused_sum_entry<float, float, float>,
+    transpile::fused_sum_entry<double, double, double>,
+    transpile::fused_sum_entry<transpile::half, transpile::half, float>,
+    transpile::fused_sum_entry<transpile::bfloat16, transpile::bfloat16, float>,
+};
 
-void fused_sum_float32(
-    const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_sum_entry<float, float, float>(
-      weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_sum_float64(
-    const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_sum_entry<double, double, double>(
-      weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_sum_float16(
-    const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_sum_entry<transpile::half, transpile::half, float>(
-      weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_sum_bfloat16(
-    const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_sum_entry<transpile::bfloat16, transpile::bfloat16, float>(
-      weights, _sum_div, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-// fused_lt: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_lt: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_lt_kinds[] = "_slot_positions:T weights:T1 -> weights_1:T1";
 extern const char fused_lt_types[] = "T:float32,float64,float16,bfloat16:int=_slot_positions T1:float32,float64,float16,bfloat16:int=weights,weights_1 bool=t0";
-
-void fused_lt_float32(
-    const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements,
-    const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_lt_entry<float, float, float>(
-      _slot_positions, weights, capacity, weights_1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_lt_float64(
-    const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements,
-    const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_lt_entry<double, double, double>(
-      _slot_positions, weights, capacity, weights_1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_lt_float16(
-    const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements,
-    const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_lt_entry<transpile::half, transpile::half, float>(
-      _slot_positions, weights, capacity, weights_1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_lt_bfloat16(
-    const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements,
-    const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_lt_entry<transpile::bfloat16, transpile::bfloat16, float>(
-      _slot_positions, weights, capacity, weights_1, n_elements, sizes, strides, contiguous);
-}
+extern const char fused_lt_parameters[] = "const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_lt_entry<float, float, float>) const fused_lt_entries[] = {
+    transpile::fused_lt_entry<float, float, float>,
+    transpile::fused_lt_entry<double, double, double>,
+    transpile::fused_lt_entry<transpile::half, transpile::half, float>,
+    transpile::fused_lt_entry<transpile::bfloat16, transpile::bfloat16, float>,
+};
 
 }  // extern "C"
 #endif

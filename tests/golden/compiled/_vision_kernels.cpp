@@ -6,8 +6,8 @@
 // each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
 // the kernel; C is the type it computes in (double where a value is double, else float). Each value
 // is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
-// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
-// floating inputs share one dtype; the runtime builds any other instantiation a call needs.
+// their C++ integer type. The entry points at the end instantiate each kernel for calls whose floating
+// inputs share one dtype; the runtime builds any other instantiation a call needs.
 
 namespace transpile {
 
@@ -83,7 +83,7 @@ static void fused_batch_norm_relu(
   }
 }
 
-// fused_batch_norm_relu on untyped pointers, for the extern "C" entry points.
+// fused_batch_norm_relu on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename C>
 static void fused_batch_norm_relu_entry(
     const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
@@ -147,7 +147,7 @@ static void fused_relu(
   }
 }
 
-// fused_relu on untyped pointers, for the extern "C" entry points.
+// fused_relu on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename T2, typename C>
 static void fused_relu_entry(
     const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
@@ -219,7 +219,7 @@ static void fused_amax_eq(
   }
 }
 
-// fused_amax_eq on untyped pointers, for the extern "C" entry points.
+// fused_amax_eq on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename C>
 static void fused_amax_eq_entry(
     const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
@@ -235,109 +235,47 @@ static void fused_amax_eq_entry(
 #ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_batch_norm_relu: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_batch_norm_relu: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_batch_norm_relu_kinds[] = "_conv1:T bn1_running_mean:T1 bn1_running_var:T2 bn1_weight:T3 bn1_bias:T4 -> out:T5";
 extern const char fused_batch_norm_relu_types[] = "T:float32,float64,float16,bfloat16:int=_conv1 T1:float32,float64,float16,bfloat16:int=bn1_running_mean T2:float32,float64,float16,bfloat16:int=bn1_running_var T3:float32,float64,float16,bfloat16:int=bn1_weight T4:float32,float64,float16,bfloat16:int=bn1_bias T5:float32,float64,float16,bfloat16=t0,out";
+extern const char fused_batch_norm_relu_parameters[] = "const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight, const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_batch_norm_relu_entry<float, float, float, float, float, float, float>) const fused_batch_norm_relu_entries[] = {
+    transpile::fused_batch_norm_relu_entry<float, float, float, float, float, float, float>,
+    transpile::fused_batch_norm_relu_entry<double, double, double, double, double, double, double>,
+    transpile::fused_batch_norm_relu_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>,
+    transpile::fused_batch_norm_relu_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
+};
 
-void fused_batch_norm_relu_float32(
-    const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
-    const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_batch_norm_relu_entry<float, float, float, float, float, float, float>(
-      _conv1, bn1_running_mean, bn1_running_var, bn1_weight, bn1_bias, bn1_eps, out, n_elements, sizes, strides,
-      contiguous);
-}
-
-void fused_batch_norm_relu_float64(
-    const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
-    const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_batch_norm_relu_entry<double, double, double, double, double, double, double>(
-      _conv1, bn1_running_mean, bn1_running_var, bn1_weight, bn1_bias, bn1_eps, out, n_elements, sizes, strides,
-      contiguous);
-}
-
-void fused_batch_norm_relu_float16(
-    const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
-    const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_batch_norm_relu_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>(
-      _conv1, bn1_running_mean, bn1_running_var, bn1_weight, bn1_bias, bn1_eps, out, n_elements, sizes, strides,
-      contiguous);
-}
-
-void fused_batch_norm_relu_bfloat16(
-    const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight,
-    const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_batch_norm_relu_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
-      _conv1, bn1_running_mean, bn1_running_var, bn1_weight, bn1_bias, bn1_eps, out, n_elements, sizes, strides,
-      contiguous);
-}
-
-// fused_relu: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_relu: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_relu_kinds[] = "out:T _shortcut:T1 -> t1:T2";
 extern const char fused_relu_types[] = "T:float32,float64,float16,bfloat16:int=out T1:float32,float64,float16,bfloat16:int=_shortcut T2:float32,float64,float16,bfloat16=t0,t1";
+extern const char fused_relu_parameters[] = "const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_relu_entry<float, float, float, float>) const fused_relu_entries[] = {
+    transpile::fused_relu_entry<float, float, float, float>,
+    transpile::fused_relu_entry<double, double, double, double>,
+    transpile::fused_relu_entry<transpile::half, transpile::half, transpile::half, float>,
+    transpile::fused_relu_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
+};
 
-void fused_relu_float32(
-    const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_relu_entry<float, float, float, float>(out, _shortcut, t1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_relu_float64(
-    const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_relu_entry<double, double, double, double>(
-      out, _shortcut, t1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_relu_float16(
-    const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_relu_entry<transpile::half, transpile::half, transpile::half, float>(
-      out, _shortcut, t1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_relu_bfloat16(
-    const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_relu_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
-      out, _shortcut, t1, n_elements, sizes, strides, contiguous);
-}
-
-// fused_amax_eq: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_amax_eq: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_amax_eq_kinds[] = "pooled:T -> _amax_eq:bool";
 extern const char fused_amax_eq_types[] = "T:float32,float64,float16,bfloat16:row_max=pooled,t0 bool=_amax_eq";
-
-void fused_amax_eq_float32(
-    const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_amax_eq_entry<float, float>(pooled, _amax_eq, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_amax_eq_float64(
-    const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_amax_eq_entry<double, double>(pooled, _amax_eq, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_amax_eq_float16(
-    const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_amax_eq_entry<transpile::half, float>(
-      pooled, _amax_eq, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_amax_eq_bfloat16(
-    const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_amax_eq_entry<transpile::bfloat16, float>(
-      pooled, _amax_eq, n_rows, row_size, outer_sizes, strides, contiguous);
-}
+extern const char fused_amax_eq_parameters[] = "const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_amax_eq_entry<float, float>) const fused_amax_eq_entries[] = {
+    transpile::fused_amax_eq_entry<float, float>,
+    transpile::fused_amax_eq_entry<double, double>,
+    transpile::fused_amax_eq_entry<transpile::half, float>,
+    transpile::fused_amax_eq_entry<transpile::bfloat16, float>,
+};
 
 }  // extern "C"
 #endif

@@ -6,8 +6,8 @@
 // each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
 // the kernel; C is the type it computes in (double where a value is double, else float). Each value
 // is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
-// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
-// floating inputs share one dtype; the runtime builds any other instantiation a call needs.
+// their C++ integer type. The entry points at the end instantiate each kernel for calls whose floating
+// inputs share one dtype; the runtime builds any other instantiation a call needs.
 
 namespace transpile {
 
@@ -62,7 +62,7 @@ static void fused_silu(
   }
 }
 
-// fused_silu on untyped pointers, for the extern "C" entry points.
+// fused_silu on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename T2, typename C>
 static void fused_silu_entry(
     const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
@@ -152,7 +152,7 @@ static void fused_sum_clamp_min(
   }
 }
 
-// fused_sum_clamp_min on untyped pointers, for the extern "C" entry points.
+// fused_sum_clamp_min on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename T2, typename T3, typename T4, typename C>
 static void fused_sum_clamp_min_entry(
     const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
@@ -223,7 +223,7 @@ static void fused_rotary(
   }
 }
 
-// fused_rotary on untyped pointers, for the extern "C" entry points.
+// fused_rotary on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename C>
 static void fused_rotary_entry(
     const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
@@ -294,7 +294,7 @@ static void fused_rotary_2(
   }
 }
 
-// fused_rotary_2 on untyped pointers, for the extern "C" entry points.
+// fused_rotary_2 on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename C>
 static void fused_rotary_2_entry(
     const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
@@ -456,7 +456,7 @@ static void fused_layer_norm(
   }
 }
 
-// fused_layer_norm on untyped pointers, for the extern "C" entry points.
+// fused_layer_norm on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename T2, typename T3, typename T4, typename C>
 static void fused_layer_norm_entry(
     const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
@@ -474,168 +474,75 @@ static void fused_layer_norm_entry(
 #ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_silu: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_silu: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_silu_kinds[] = "gate:T up:T1 -> h:T2";
 extern const char fused_silu_types[] = "T:float32,float64,float16,bfloat16:silu=gate,t0 T1:float32,float64,float16,bfloat16:int=up T2:float32,float64,float16,bfloat16=h";
+extern const char fused_silu_parameters[] = "const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_silu_entry<float, float, float, float>) const fused_silu_entries[] = {
+    transpile::fused_silu_entry<float, float, float, float>,
+    transpile::fused_silu_entry<double, double, double, double>,
+    transpile::fused_silu_entry<transpile::half, transpile::half, transpile::half, float>,
+    transpile::fused_silu_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
+};
 
-void fused_silu_float32(
-    const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_silu_entry<float, float, float, float>(gate, up, h, n_elements, sizes, strides, contiguous);
-}
-
-void fused_silu_float64(
-    const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_silu_entry<double, double, double, double>(gate, up, h, n_elements, sizes, strides, contiguous);
-}
-
-void fused_silu_float16(
-    const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_silu_entry<transpile::half, transpile::half, transpile::half, float>(
-      gate, up, h, n_elements, sizes, strides, contiguous);
-}
-
-void fused_silu_bfloat16(
-    const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_silu_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
-      gate, up, h, n_elements, sizes, strides, contiguous);
-}
-
-// fused_sum_clamp_min: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_sum_clamp_min: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_sum_clamp_min_kinds[] = "x:T weights:T1 -> t3:T4";
 extern const char fused_sum_clamp_min_types[] = "T:float32,float64,float16,bfloat16:int=x T1:float32,float64,float16,bfloat16:row_sum=weights,t1 T2:float32,float64,float16,bfloat16=t0,total T3:float32,float64,float16,bfloat16=t2 T4:float32,float64,float16,bfloat16=t3";
+extern const char fused_sum_clamp_min_parameters[] = "const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_sum_clamp_min_entry<float, float, float, float, float, float>) const fused_sum_clamp_min_entries[] = {
+    transpile::fused_sum_clamp_min_entry<float, float, float, float, float, float>,
+    transpile::fused_sum_clamp_min_entry<double, double, double, double, double, double>,
+    transpile::fused_sum_clamp_min_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>,
+    transpile::fused_sum_clamp_min_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
+};
 
-void fused_sum_clamp_min_float32(
-    const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_sum_clamp_min_entry<float, float, float, float, float, float>(
-      x, weights, t3, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_sum_clamp_min_float64(
-    const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_sum_clamp_min_entry<double, double, double, double, double, double>(
-      x, weights, t3, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_sum_clamp_min_float16(
-    const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_sum_clamp_min_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>(
-      x, weights, t3, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_sum_clamp_min_bfloat16(
-    const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_sum_clamp_min_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
-      x, weights, t3, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-// fused_rotary: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_rotary: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_rotary_kinds[] = "q:T cos:T1 sin:T2 -> q_1:T5";
 extern const char fused_rotary_types[] = "T:float32,float64,float16,bfloat16=q,t1 T1:float32,float64,float16,bfloat16:int=cos T2:float32,float64,float16,bfloat16:int=sin T3:float32,float64,float16,bfloat16=t0 T4:float32,float64,float16,bfloat16=t2 T5:float32,float64,float16,bfloat16=q_1";
+extern const char fused_rotary_parameters[] = "const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_rotary_entry<float, float, float, float, float, float, float>) const fused_rotary_entries[] = {
+    transpile::fused_rotary_entry<float, float, float, float, float, float, float>,
+    transpile::fused_rotary_entry<double, double, double, double, double, double, double>,
+    transpile::fused_rotary_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>,
+    transpile::fused_rotary_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
+};
 
-void fused_rotary_float32(
-    const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_rotary_entry<float, float, float, float, float, float, float>(
-      q, cos, sin, q_half, q_1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_rotary_float64(
-    const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_rotary_entry<double, double, double, double, double, double, double>(
-      q, cos, sin, q_half, q_1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_rotary_float16(
-    const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_rotary_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>(
-      q, cos, sin, q_half, q_1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_rotary_bfloat16(
-    const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_rotary_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
-      q, cos, sin, q_half, q_1, n_elements, sizes, strides, contiguous);
-}
-
-// fused_rotary_2: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_rotary_2: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_rotary_2_kinds[] = "k:T cos:T1 sin:T2 -> k_1:T5";
 extern const char fused_rotary_2_types[] = "T:float32,float64,float16,bfloat16=k,t1 T1:float32,float64,float16,bfloat16:int=cos T2:float32,float64,float16,bfloat16:int=sin T3:float32,float64,float16,bfloat16=t0 T4:float32,float64,float16,bfloat16=t2 T5:float32,float64,float16,bfloat16=k_1";
+extern const char fused_rotary_2_parameters[] = "const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_rotary_2_entry<float, float, float, float, float, float, float>) const fused_rotary_2_entries[] = {
+    transpile::fused_rotary_2_entry<float, float, float, float, float, float, float>,
+    transpile::fused_rotary_2_entry<double, double, double, double, double, double, double>,
+    transpile::fused_rotary_2_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>,
+    transpile::fused_rotary_2_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
+};
 
-void fused_rotary_2_float32(
-    const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_rotary_2_entry<float, float, float, float, float, float, float>(
-      k, cos, sin, k_half, k_1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_rotary_2_float64(
-    const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_rotary_2_entry<double, double, double, double, double, double, double>(
-      k, cos, sin, k_half, k_1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_rotary_2_float16(
-    const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_rotary_2_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>(
-      k, cos, sin, k_half, k_1, n_elements, sizes, strides, contiguous);
-}
-
-void fused_rotary_2_bfloat16(
-    const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  transpile::fused_rotary_2_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
-      k, cos, sin, k_half, k_1, n_elements, sizes, strides, contiguous);
-}
-
-// fused_layer_norm: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_layer_norm: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_layer_norm_kinds[] = "attn:T x:T1 ln_2_weight:T2 ln_2_bias:T3 -> h_1:T4 h:T4";
 extern const char fused_layer_norm_types[] = "T:float32,float64,float16,bfloat16:int=attn T1:float32,float64,float16,bfloat16:int=x T2:float32,float64,float16,bfloat16:int=ln_2_weight T3:float32,float64,float16,bfloat16:int=ln_2_bias T4:float32,float64,float16,bfloat16=h,h_1 bool=isinf0";
-
-void fused_layer_norm_float32(
-    const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
-    void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_layer_norm_entry<float, float, float, float, float, float>(
-      attn, x, ln_2_weight, ln_2_bias, ln_2_eps, h_1, h, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_layer_norm_float64(
-    const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
-    void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_layer_norm_entry<double, double, double, double, double, double>(
-      attn, x, ln_2_weight, ln_2_bias, ln_2_eps, h_1, h, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_layer_norm_float16(
-    const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
-    void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_layer_norm_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>(
-      attn, x, ln_2_weight, ln_2_bias, ln_2_eps, h_1, h, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_layer_norm_bfloat16(
-    const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1,
-    void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_layer_norm_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
-      attn, x, ln_2_weight, ln_2_bias, ln_2_eps, h_1, h, n_rows, row_size, outer_sizes, strides, contiguous);
-}
+extern const char fused_layer_norm_parameters[] = "const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1, void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_layer_norm_entry<float, float, float, float, float, float>) const fused_layer_norm_entries[] = {
+    transpile::fused_layer_norm_entry<float, float, float, float, float, float>,
+    transpile::fused_layer_norm_entry<double, double, double, double, double, double>,
+    transpile::fused_layer_norm_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>,
+    transpile::fused_layer_norm_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
+};
 
 }  // extern "C"
 #endif

@@ -6,8 +6,8 @@
 // each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
 // the kernel; C is the type it computes in (double where a value is double, else float). Each value
 // is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
-// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
-// floating inputs share one dtype; the runtime builds any other instantiation a call needs.
+// their C++ integer type. The entry points at the end instantiate each kernel for calls whose floating
+// inputs share one dtype; the runtime builds any other instantiation a call needs.
 
 namespace transpile {
 
@@ -73,7 +73,7 @@ static void fused_activation(
   }
 }
 
-// fused_activation on untyped pointers, for the extern "C" entry points.
+// fused_activation on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename T2, typename C>
 static void fused_activation_entry(
     const void* _gate_proj, const void* _up_proj, double act_fn, void* _act_mul, int64_t n_elements,
@@ -141,7 +141,7 @@ static void fused_activation_2(
   }
 }
 
-// fused_activation_2 on untyped pointers, for the extern "C" entry points.
+// fused_activation_2 on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename C>
 static void fused_activation_2_entry(
     const void* _wi_0, double act, void* hidden_gelu, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
@@ -159,71 +159,33 @@ static void fused_activation_2_entry(
 #ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_activation: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_activation: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_activation_kinds[] = "_gate_proj:T _up_proj:T1 -> _act_mul:T2";
 extern const char fused_activation_types[] = "T:float32,float64,float16,bfloat16:int=_gate_proj T1:float32,float64,float16,bfloat16:int=_up_proj T2:float32,float64,float16,bfloat16=_act_mul";
+extern const char fused_activation_parameters[] = "const void* _gate_proj, const void* _up_proj, double act_fn, void* _act_mul, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_activation_entry<float, float, float, float>) const fused_activation_entries[] = {
+    transpile::fused_activation_entry<float, float, float, float>,
+    transpile::fused_activation_entry<double, double, double, double>,
+    transpile::fused_activation_entry<transpile::half, transpile::half, transpile::half, float>,
+    transpile::fused_activation_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
+};
 
-void fused_activation_float32(
-    const void* _gate_proj, const void* _up_proj, double act_fn, void* _act_mul, int64_t n_elements,
-    const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_activation_entry<float, float, float, float>(
-      _gate_proj, _up_proj, act_fn, _act_mul, n_elements, sizes, strides, contiguous);
-}
-
-void fused_activation_float64(
-    const void* _gate_proj, const void* _up_proj, double act_fn, void* _act_mul, int64_t n_elements,
-    const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_activation_entry<double, double, double, double>(
-      _gate_proj, _up_proj, act_fn, _act_mul, n_elements, sizes, strides, contiguous);
-}
-
-void fused_activation_float16(
-    const void* _gate_proj, const void* _up_proj, double act_fn, void* _act_mul, int64_t n_elements,
-    const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_activation_entry<transpile::half, transpile::half, transpile::half, float>(
-      _gate_proj, _up_proj, act_fn, _act_mul, n_elements, sizes, strides, contiguous);
-}
-
-void fused_activation_bfloat16(
-    const void* _gate_proj, const void* _up_proj, double act_fn, void* _act_mul, int64_t n_elements,
-    const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_activation_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
-      _gate_proj, _up_proj, act_fn, _act_mul, n_elements, sizes, strides, contiguous);
-}
-
-// fused_activation_2: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_activation_2: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_activation_2_kinds[] = "_wi_0:T -> hidden_gelu:T1";
 extern const char fused_activation_2_types[] = "T:float32,float64,float16,bfloat16:int=_wi_0 T1:float32,float64,float16,bfloat16=hidden_gelu";
-
-void fused_activation_2_float32(
-    const void* _wi_0, double act, void* hidden_gelu, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_activation_2_entry<float, float, float>(
-      _wi_0, act, hidden_gelu, n_elements, sizes, strides, contiguous);
-}
-
-void fused_activation_2_float64(
-    const void* _wi_0, double act, void* hidden_gelu, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_activation_2_entry<double, double, double>(
-      _wi_0, act, hidden_gelu, n_elements, sizes, strides, contiguous);
-}
-
-void fused_activation_2_float16(
-    const void* _wi_0, double act, void* hidden_gelu, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_activation_2_entry<transpile::half, transpile::half, float>(
-      _wi_0, act, hidden_gelu, n_elements, sizes, strides, contiguous);
-}
-
-void fused_activation_2_bfloat16(
-    const void* _wi_0, double act, void* hidden_gelu, int64_t n_elements, const int64_t* sizes, const int64_t* strides,
-    int contiguous) {
-  transpile::fused_activation_2_entry<transpile::bfloat16, transpile::bfloat16, float>(
-      _wi_0, act, hidden_gelu, n_elements, sizes, strides, contiguous);
-}
+extern const char fused_activation_2_parameters[] = "const void* _wi_0, double act, void* hidden_gelu, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_activation_2_entry<float, float, float>) const fused_activation_2_entries[] = {
+    transpile::fused_activation_2_entry<float, float, float>,
+    transpile::fused_activation_2_entry<double, double, double>,
+    transpile::fused_activation_2_entry<transpile::half, transpile::half, float>,
+    transpile::fused_activation_2_entry<transpile::bfloat16, transpile::bfloat16, float>,
+};
 
 }  // extern "C"
 #endif

@@ -6,8 +6,8 @@
 // each stand for a class of values of one dtype (float, double, half, bfloat16 or bool), listed above
 // the kernel; C is the type it computes in (double where a value is double, else float). Each value
 // is rounded to its dtype after every op, as eager holds it; boolean values are bool, integer values
-// their C++ integer type. The extern "C" entry points at the end instantiate each kernel for calls whose
-// floating inputs share one dtype; the runtime builds any other instantiation a call needs.
+// their C++ integer type. The entry points at the end instantiate each kernel for calls whose floating
+// inputs share one dtype; the runtime builds any other instantiation a call needs.
 
 namespace transpile {
 
@@ -63,7 +63,7 @@ static void fused_tanh(
   }
 }
 
-// fused_tanh on untyped pointers, for the extern "C" entry points.
+// fused_tanh on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename C>
 static void fused_tanh_entry(
     const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
@@ -160,7 +160,7 @@ static void fused_rms_norm(
   }
 }
 
-// fused_rms_norm on untyped pointers, for the extern "C" entry points.
+// fused_rms_norm on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
 template <typename T, typename T1, typename T2, typename T3, typename C>
 static void fused_rms_norm_entry(
     const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
@@ -176,64 +176,33 @@ static void fused_rms_norm_entry(
 #ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_tanh: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_tanh: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_tanh_kinds[] = "x:T -> t7:T";
 extern const char fused_tanh_types[] = "T:float32,float64,float16,bfloat16=x,t0,t2,t3,t4,t5,t6,t7 T1:float32,float64,float16,bfloat16:pow=t1";
+extern const char fused_tanh_parameters[] = "const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_tanh_entry<float, float, float>) const fused_tanh_entries[] = {
+    transpile::fused_tanh_entry<float, float, float>,
+    transpile::fused_tanh_entry<double, double, double>,
+    transpile::fused_tanh_entry<transpile::half, transpile::half, float>,
+    transpile::fused_tanh_entry<transpile::bfloat16, transpile::bfloat16, float>,
+};
 
-void fused_tanh_float32(
-    const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_tanh_entry<float, float, float>(x, t7, n_elements, sizes, strides, contiguous);
-}
-
-void fused_tanh_float64(
-    const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_tanh_entry<double, double, double>(x, t7, n_elements, sizes, strides, contiguous);
-}
-
-void fused_tanh_float16(
-    const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_tanh_entry<transpile::half, transpile::half, float>(x, t7, n_elements, sizes, strides, contiguous);
-}
-
-void fused_tanh_bfloat16(
-    const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_tanh_entry<transpile::bfloat16, transpile::bfloat16, float>(
-      x, t7, n_elements, sizes, strides, contiguous);
-}
-
-// fused_rms_norm: the element type of each tensor input and output (T...: see the kernel), and the
-// values of each type parameter and fixed dtype, with each parameter's dtype in the entry points below.
+// fused_rms_norm: the element type of each tensor input and output (T...: see the kernel), the values of
+// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
+// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
+// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
 extern const char fused_rms_norm_kinds[] = "x:T weight:T1 -> t4:T3";
 extern const char fused_rms_norm_types[] = "T:float32,float64,float16,bfloat16:div=x,variance,t1,t2,t3 T1:float32,float64,float16,bfloat16:int=weight T2:float32,float64,float16,bfloat16:pow=t0 T3:float32,float64,float16,bfloat16=t4";
-
-void fused_rms_norm_float32(
-    const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
-    const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rms_norm_entry<float, float, float, float, float>(
-      x, weight, eps, t4, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_rms_norm_float64(
-    const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
-    const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rms_norm_entry<double, double, double, double, double>(
-      x, weight, eps, t4, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_rms_norm_float16(
-    const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
-    const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rms_norm_entry<transpile::half, transpile::half, transpile::half, transpile::half, float>(
-      x, weight, eps, t4, n_rows, row_size, outer_sizes, strides, contiguous);
-}
-
-void fused_rms_norm_bfloat16(
-    const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size,
-    const int64_t* outer_sizes, const int64_t* strides, int contiguous) {
-  transpile::fused_rms_norm_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>(
-      x, weight, eps, t4, n_rows, row_size, outer_sizes, strides, contiguous);
-}
+extern const char fused_rms_norm_parameters[] = "const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_rms_norm_entry<float, float, float, float, float>) const fused_rms_norm_entries[] = {
+    transpile::fused_rms_norm_entry<float, float, float, float, float>,
+    transpile::fused_rms_norm_entry<double, double, double, double, double>,
+    transpile::fused_rms_norm_entry<transpile::half, transpile::half, transpile::half, transpile::half, float>,
+    transpile::fused_rms_norm_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
+};
 
 }  // extern "C"
 #endif
