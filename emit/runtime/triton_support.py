@@ -1,6 +1,6 @@
 """Triton helpers for generated kernels (pointwise and row reductions), and their launchers.
 
-The op table's `triton` templates name these functions; generated kernel files import
+The Triton templates of the ops (emit/triton/ops.py) name these functions; generated kernel files import
 them. Every helper works on the GPU and under `TRITON_INTERPRET=1`, which has no
 libdevice: there the helpers use formulas in `tl.*` builtins, which the interpreter
 evaluates with numpy at full precision. On the GPU they use libdevice where Triton's
