@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import importlib.util
 import json
 import os
 import sys
@@ -10,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from tests.interpreter import convert_loop_bounds
 from transpiler.pipeline.rules import load_rules
 
 load_rules()  # the command line registers the rules; tests that call the engine directly need them too
@@ -21,6 +23,16 @@ load_rules()  # the command line registers the rules; tests that call the engine
 if "triton" not in sys.modules and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 INTERPRETER_ON_FIRST = "triton" not in sys.modules and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def interpreter_loop_bounds() -> None:
+    """The row kernels' `for` loops bounded by an argument run under Triton's interpreter (tests/interpreter.py).
+
+    After collection: the test modules have chosen interpreter or compiler by then, so importing triton here
+    decides nothing for them."""
+    if importlib.util.find_spec("triton") is not None:
+        convert_loop_bounds()
 
 
 @pytest.fixture(scope="session")

@@ -491,6 +491,8 @@ class _RowKernel:
                 self.emit(depth, f"{name} = widen(tl.load({name}_ptr + {name}_row + col * {name}_stride, mask=mask))")
 
     def store_elements(self, depth: int) -> None:
+        if not self.rows.element_outputs:
+            return
         self.emit(depth, "# Store the element outputs, converted to their dtypes")
         for output in self.rows.element_outputs:
             name = self.names[output.value]
@@ -586,8 +588,12 @@ class _RowKernel:
 
     def _block(self, step: Pass, results: list[str]) -> None:
         """The start of a loop over the row's blocks: its columns, the inputs it reads, the pass's elements."""
-        # A while loop: Triton's interpreter cannot take a tensor (R) as a range bound under numpy 2.
-        self.emit(2, "start = 0", "while start < R:")
+        # A `for` over `tl.range` with stages: Triton software-pipelines a loop's loads (the next blocks'
+        # loads in flight while this one computes) only in a `for`, and, for loads that feed no `tl.dot`,
+        # only where the loop names its stages; 3 is Triton's default count on NVIDIA GPUs. A `while` or a
+        # plain `range` is not pipelined: on an H100 the loops take 0.29-1.03x the `while` loop's time
+        # (benchmarks/row_loops.py, benchmarks/RESULTS.md).
+        self.emit(2, "for start in tl.range(0, R, RBLOCK, num_stages=3):")
         self.emit(3, "col = start + cols", "mask = row_mask & (col < R)")
         self.load(3, [v for node in step.elements for v in node.values()] + results)
         self.compute(3, step.elements, one_pass=False)
@@ -605,14 +611,12 @@ class _RowKernel:
         for reduction in step.reductions:
             partial, accumulate = f"{names[reduction.out]}_partial", _REDUCTIONS[reduction.op][2]
             self.emit(3, f"{partial} = {accumulate}({partial}, {names[reduction.values()[0]]}, mask)")
-        self.emit(3, "start += RBLOCK")
         self.compute(2, [*step.reductions, *step.then], one_pass=False)
 
     def _store_pass(self, number: int, step: Pass) -> None:
         self.emit(2, f"# Pass {number}: the element outputs")
         self._block(step, [o.value for o in self.rows.element_outputs])
         self.store_elements(3)
-        self.emit(3, "start += RBLOCK")
 
 
 def render_triton_file(

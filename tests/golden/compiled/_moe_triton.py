@@ -68,18 +68,15 @@ def fused_sum_kernel(
         # Rows longer than a block: one loop over the row per pass
         # Pass 1: the row sum of weights
         t0_partial = sum_partial(ROWS, RBLOCK, t0_dtype)
-        start = 0
-        while start < R:
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
             col = start + cols
             mask = row_mask & (col < R)
             weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
             t0_partial = accumulate_sum(t0_partial, weights, mask)
-            start += RBLOCK
         # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
         t0 = rounded(row_sum(t0_partial, row_mask), t0_dtype)
         # Pass 2: the element outputs
-        start = 0
-        while start < R:
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
             col = start + cols
             mask = row_mask & (col < R)
             weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
@@ -91,7 +88,6 @@ def fused_sum_kernel(
                 _sum_div.to(_sum_div_out_ptr.dtype.element_ty),
                 mask=mask,
             )
-            start += RBLOCK
 
 
 @triton.jit

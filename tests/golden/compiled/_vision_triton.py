@@ -223,20 +223,17 @@ def fused_amax_eq_kernel(
         # models/vision.py:43  dead = torch.nonzero(pooled.amax(dim=0) == 0)  # TP401: data-dependent output shape
         t0 = rounded(row_max(pooled, mask), t0_dtype)
         _amax_eq = t0 == 0
-        # Store the element outputs, converted to their dtypes
         # Store the row outputs (one value a row), converted to their dtypes
         tl.store(_amax_eq_out_ptr + row, _amax_eq.to(_amax_eq_out_ptr.dtype.element_ty), mask=row_mask)
     else:
         # Rows longer than a block: one loop over the row per pass
         # Pass 1: the row maximum of pooled
         t0_partial = max_partial(ROWS, RBLOCK, t0_dtype)
-        start = 0
-        while start < R:
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
             col = start + cols
             mask = row_mask & (col < R)
             pooled = widen(tl.load(pooled_ptr + pooled_row + col * pooled_stride, mask=mask))
             t0_partial = accumulate_max(t0_partial, pooled, mask)
-            start += RBLOCK
         # models/vision.py:43  dead = torch.nonzero(pooled.amax(dim=0) == 0)  # TP401: data-dependent output shape
         t0 = rounded(row_max(t0_partial, row_mask), t0_dtype)
         _amax_eq = t0 == 0

@@ -142,7 +142,6 @@ def fused_sum_clamp_min_kernel(
         t1 = rounded(row_sum(weights, mask), t1_dtype)
         t2 = rounded(clamp_min(t1, 1.0), t2_dtype)
         t3 = rounded(divide(total, t2), t3_dtype)
-        # Store the element outputs, converted to their dtypes
         # Store the row outputs (one value a row), converted to their dtypes
         tl.store(t3_out_ptr + row, t3.to(t3_out_ptr.dtype.element_ty), mask=row_mask)
     else:
@@ -150,8 +149,7 @@ def fused_sum_clamp_min_kernel(
         # Pass 1: the row sum of t0, the row sum of weights
         total_partial = sum_partial(ROWS, RBLOCK, total_dtype)
         t1_partial = sum_partial(ROWS, RBLOCK, t1_dtype)
-        start = 0
-        while start < R:
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
             col = start + cols
             mask = row_mask & (col < R)
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
@@ -160,7 +158,6 @@ def fused_sum_clamp_min_kernel(
             t0 = rounded(x * weights, t0_dtype)
             total_partial = accumulate_sum(total_partial, t0, mask)
             t1_partial = accumulate_sum(t1_partial, weights, mask)
-            start += RBLOCK
         # models/clean.py:62  total = (x * weights).sum(dim=1)
         total = rounded(row_sum(total_partial, row_mask), total_dtype)
         # models/clean.py:63  return total / weights.sum(dim=1).clamp(min=1.0)
@@ -452,8 +449,7 @@ def fused_layer_norm_kernel(
         row_size0 = tl.cast(R, tl.float32)
         # Pass 1: the row sum of h
         row_sum0_partial = sum_partial(ROWS, RBLOCK, h_1_dtype)
-        start = 0
-        while start < R:
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
             col = start + cols
             mask = row_mask & (col < R)
             attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
@@ -461,15 +457,13 @@ def fused_layer_norm_kernel(
             # models/clean.py:94  h = attn + x
             h = rounded(add(attn, x), h_dtype)
             row_sum0_partial = accumulate_sum(row_sum0_partial, h, mask)
-            start += RBLOCK
         # models/clean.py:98  h = self.ln_2(h)
         row_sum0 = row_sum(row_sum0_partial, row_mask)
         div0 = divide(row_sum0, row_size0)
         # Pass 2: the row sum of mul0, the row sum of sub0
         row_sum1_partial = sum_partial(ROWS, RBLOCK, h_1_dtype)
         row_sum2_partial = sum_partial(ROWS, RBLOCK, h_1_dtype)
-        start = 0
-        while start < R:
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
             col = start + cols
             mask = row_mask & (col < R)
             attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
@@ -481,7 +475,6 @@ def fused_layer_norm_kernel(
             mul0 = sub0 * sub0
             row_sum1_partial = accumulate_sum(row_sum1_partial, mul0, mask)
             row_sum2_partial = accumulate_sum(row_sum2_partial, sub0, mask)
-            start += RBLOCK
         # models/clean.py:98  h = self.ln_2(h)
         row_sum1 = row_sum(row_sum1_partial, row_mask)
         row_sum2 = row_sum(row_sum2_partial, row_mask)
@@ -496,8 +489,7 @@ def fused_layer_norm_kernel(
         add0 = div2 + ln_2_eps
         rsqrt0 = divide(1.0, sqrt_rn(add0))
         # Pass 3: the element outputs
-        start = 0
-        while start < R:
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
             col = start + cols
             mask = row_mask & (col < R)
             attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
@@ -515,4 +507,3 @@ def fused_layer_norm_kernel(
             # Store the element outputs, converted to their dtypes
             tl.store(h_1_out_ptr + h_1_out_row + col * h_1_out_stride, h_1.to(h_1_out_ptr.dtype.element_ty), mask=mask)
             tl.store(h_out_ptr + h_out_row + col * h_out_stride, h.to(h_out_ptr.dtype.element_ty), mask=mask)
-            start += RBLOCK

@@ -161,15 +161,13 @@ def fused_rms_norm_kernel(
         row_size0 = tl.cast(R, tl.float32)
         # Pass 1: the row sum of t0
         row_sum0_partial = sum_partial(ROWS, RBLOCK, variance_dtype)
-        start = 0
-        while start < R:
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
             col = start + cols
             mask = row_mask & (col < R)
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
             # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
             t0 = rounded(x * x, t0_dtype)
             row_sum0_partial = accumulate_sum(row_sum0_partial, t0, mask)
-            start += RBLOCK
         # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
         row_sum0 = row_sum(row_sum0_partial, row_mask)
         variance = rounded(divide(row_sum0, row_size0), variance_dtype)
@@ -177,8 +175,7 @@ def fused_rms_norm_kernel(
         t1 = rounded(variance + eps, t1_dtype)
         t2 = rounded(divide(1.0, sqrt_rn(t1)), t2_dtype)
         # Pass 2: the element outputs
-        start = 0
-        while start < R:
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
             col = start + cols
             mask = row_mask & (col < R)
             x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
@@ -188,4 +185,3 @@ def fused_rms_norm_kernel(
             t4 = rounded(t3 * weight, t4_dtype)
             # Store the element outputs, converted to their dtypes
             tl.store(t4_out_ptr + t4_out_row + col * t4_out_stride, t4.to(t4_out_ptr.dtype.element_ty), mask=mask)
-            start += RBLOCK
