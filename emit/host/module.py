@@ -15,14 +15,15 @@ import importlib.metadata
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from emit.abi import abi
 from emit.cpp.kernels import render_cpp_file
 from emit.layout import LINE_LENGTH, double_quoted, hug_powers, layout_text
 from emit.triton.kernels import render_triton_file
 from transpiler.compiler.dtypes import bool_hazards, stored_constants
-from transpiler.compiler.ir import EPILOGUE, RETURN, Epilogue, Origin, Region
+from transpiler.compiler.ir import EPILOGUE, RETURN, Epilogue, Input, Origin, Output, Region
 from transpiler.compiler.lowering import Level, has_reductions, kernel_view, lower, reduction_dim, reduction_keepdim
 from transpiler.compiler.ops import ACTIVATION, ACTIVATION_OPS, ACTIVATIONS, BY_NAME, CAST, EPILOGUE_OPS, OpKind
 
@@ -78,13 +79,15 @@ def emit(
     shown = [origin.region(r) for r in regions] if origin else regions
     module = _module_text(text, list(zip(regions, shown)), source_path, kernels_module, epilogues)
     kernels = [stored_constants(kernel_view(r)[0]) for r in shown]
+    shared = shared_kernels(kernels)
+    kernels = [k for k in kernels if k.name not in shared]  # a kernel computing what an earlier one does is not written
     kernels_file, triton_file, cpp_file = kernel_file_names(stem)
     files = [
         # The module is the user's text with generated lines, which are emitted formatted (`_condition`,
         # `fallback_import`): formatting the whole module would cost time in proportion to the user's code
         # and change lines of it the build never touched.
         EmittedFile(Path(source_path).name, module),
-        EmittedFile(kernels_file, layout_text(_kernels_text(shown, source_path, stem, depth, bool(epilogues)))),
+        EmittedFile(kernels_file, layout_text(_kernels_text(shown, source_path, stem, depth, bool(epilogues), shared))),
         EmittedFile(
             triton_file,
             render_triton_file(
@@ -331,8 +334,73 @@ def _imports_torch(tree: ast.Module) -> bool:
 
 
 # -- the kernel file ------------------------------------------------------------------
-def _kernels_text(regions: list[Region], source_path: str, stem: str, depth: int, epilogue: bool) -> str:
-    """The kernel file; `epilogue`: the module calls EPILOGUE, which the file defines."""
+@dataclass(frozen=True)
+class Shared:
+    """A region that runs the kernels of an earlier region of its file: they compute the same thing."""
+
+    region: str  # the earlier region: its kernels are `<region>_kernel` and `<region>` in the kernel files
+    renamed: dict[str, str]  # the names its values have there, where they differ from its own
+
+
+def shared_kernels(kernels: list[Region]) -> dict[str, Shared]:
+    """Per region of `kernels` (as the backends render them) whose kernels would be those of an earlier region but
+    for the names of their values and the lines they come from, that region's name and the names.
+
+    Regions are compared with their values named by position and without provenance: the backends render
+    each from its region alone, so equal regions give the same kernel text under the renaming. The first of
+    them keeps its kernels and its name (a rotary embedding of `q`, then the same of `k`: `fused_rotary`).
+    """
+    first: dict[Region, Region] = {}
+    shared = {}
+    for region in kernels:
+        canonical = _anonymous(region)
+        if canonical not in first:
+            first[canonical] = region
+            continue
+        earlier = first[canonical]
+        names = zip(_values(region), _values(earlier), strict=True)
+        shared[region.name] = Shared(earlier.name, {own: theirs for own, theirs in names if own != theirs})
+    return shared
+
+
+def _values(region: Region) -> list[str]:
+    return [i.name for i in region.inputs] + [n.out for n in region.nodes]
+
+
+def _anonymous(region: Region) -> Region:
+    """`region` with its values named `v0`, `v1`, ... in order, and no name, provenance or caller's expressions."""
+    names = {value: f"v{n}" for n, value in enumerate(_values(region))}
+    nodes = tuple(
+        replace(
+            node,
+            operands=tuple(o if i in node.constants else names[o] for i, o in enumerate(node.operands)),
+            out=names[node.out],
+            line=0,
+        )
+        for node in region.nodes
+    )
+    return Region(
+        "",
+        "",
+        "",
+        0,
+        0,
+        tuple(Input(names[i.name], "", i.is_tensor) for i in region.inputs),
+        nodes,
+        tuple(Output(names[o.value], "") for o in region.outputs),
+    )
+
+
+def _kernels_text(
+    regions: list[Region],
+    source_path: str,
+    stem: str,
+    depth: int,
+    epilogue: bool,
+    shared: dict[str, Shared],
+) -> str:
+    """The kernel file; `epilogue`: the module calls EPILOGUE, which the file defines; `shared`: the regions that
+    run an earlier region's kernels (`shared_kernels`)."""
     activations = any(n.op == ACTIVATION.name for r in regions for n in r.nodes)
     imported = ", ".join(
         ["Kernel"]
@@ -377,11 +445,12 @@ def _kernels_text(regions: list[Region], source_path: str, stem: str, depth: int
     for region in regions:
         kernel, checks = kernel_view(region)
         blocks.append(_reference(region, source_path, [value for value, _ in checks]))
+        runs = shared[region.name].region if region.name in shared else region.name
         blocks.append(
             f'{region.name} = Kernel("{region.name}", {region.name}_reference, tensor_inputs={len(region.tensor_inputs)}, '
             f"shapes={shape_program(kernel)}, "
-            f'source="{source_path}:{region.lines}", triton=(_TRITON_FILE, "{region.name}_kernel"), cpp=_CPP_FILE'
-            f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)}{_bool_hazards(kernel)})\n"
+            f'source="{source_path}:{region.lines}", triton=(_TRITON_FILE, "{runs}{abi.KERNEL_SUFFIX}"), cpp=_CPP_FILE'
+            f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)}{_bool_hazards(kernel)}{_shared(shared.get(region.name))})\n"
         )
     return "".join(parts).rstrip("\n") + "\n" + "".join(f"\n\n{block}" for block in blocks)
 
@@ -443,6 +512,14 @@ def _bool_hazards(region: Region) -> str:
 def _like_inputs(checks: tuple[tuple[str, int], ...]) -> str:
     """The `like_inputs=` argument of a kernel casting to the dtype of a value it computes (inlining.kernel_view)."""
     return f", like_inputs={tuple(position for _, position in checks)!r}" if checks else ""
+
+
+def _shared(shared: Shared | None) -> str:
+    """The `same_as=` and `renamed=` arguments of a kernel that runs an earlier region's kernels."""
+    if shared is None:
+        return ""
+    renamed = ", ".join(f'"{own}": "{theirs}"' for own, theirs in shared.renamed.items())
+    return f', same_as="{shared.region}"' + (f", renamed={{{renamed}}}" if renamed else "")
 
 
 def _rows(region: Region) -> str:

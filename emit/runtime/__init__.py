@@ -246,11 +246,19 @@ class Kernel:
         like_inputs: tuple[int, ...] = (),
         activations: tuple[Activations, tuple[int, ...], bool] | None = None,
         bool_hazards: tuple[tuple[int, ...], ...] = (),
+        same_as: str | None = None,
+        renamed: dict[str, str] | None = None,
     ) -> None:
         self.name = name
+        # Its kernels' name in the kernel files: its own, or that of an earlier region computing the same thing
+        # on values of other names; `renamed` maps its values' names to theirs where they differ. Shapes and
+        # dtypes are then kept by the kernels' names, which the C++ kinds and Triton parameters use.
+        self.entry = same_as or name
+        self._renamed = renamed or {}
         self.reference = reference  # the region in eager PyTorch: (tensors..., scalars...) -> tuple
         self.tensor_inputs = tensor_inputs  # the first arguments are tensors, the rest Python scalars
-        self.shapes = shapes  # how each value's shape follows from the inputs', as in eager
+        # How each value's shape follows from the inputs', as in eager.
+        self.shapes = _renamed_shapes(shapes, self._renamed) if renamed else shapes
         # Tensor inputs no step reads for its shape (read for their dtype only): they join no broadcast.
         read = {r for step in shapes.steps for r in step.reads}
         self.dtype_only = frozenset(n for n, name in enumerate(shapes.inputs) if name not in read)
@@ -476,7 +484,7 @@ class Kernel:
             torch.ones((1,) * len(s), dtype=dtype, device=device) for s, dtype in signature[: self.tensor_inputs]
         ]
         results, local = _run_keeping_locals(self.reference, (*samples, *scalars))
-        value_dtypes = {name: v.dtype for name, v in local.items() if isinstance(v, torch.Tensor)}
+        value_dtypes = {self._renamed.get(n, n): v.dtype for n, v in local.items() if isinstance(v, torch.Tensor)}
         return values, tuple(r.dtype for r in results), value_dtypes
 
     # -- kernels, loaded on first use ---------------------------------------------------
@@ -642,6 +650,16 @@ class Shapes(NamedTuple):
     outputs: tuple[str, ...]
 
 
+def _renamed_shapes(shapes: Shapes, renamed: dict[str, str]) -> Shapes:
+    """`shapes` with each value named as `renamed` says (by default as it is)."""
+
+    def names(values: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(renamed.get(v, v) for v in values)
+
+    steps = tuple(s._replace(value=renamed.get(s.value, s.value), reads=names(s.reads)) for s in shapes.steps)
+    return Shapes(names(shapes.inputs), steps, names(shapes.outputs))
+
+
 def value_shapes(shapes: Shapes, inputs) -> dict[str, torch.Size]:
     """The shapes of the tensor inputs and of each step's value, by name, as eager computes them.
 
@@ -798,20 +816,20 @@ class _Cpp(_Backend):
         library = kernel.cpp_library
         if isinstance(library, str):  # no compiler, a failed build, an unusable cache
             return library
-        kinds = library.kinds(kernel.name)
+        kinds = library.kinds(kernel.entry)
         if kinds.unsupported is not None:
             return f"no C++ kernel: {kinds.unsupported}"
         inputs = {name: t.dtype for name, t in zip(kernel.shapes.inputs, tensors)}
         readers = {name: [step.value for step in kernel.shapes.steps if name in step.reads] for name in inputs}
-        return self.support.bind(kinds, library.types(kernel.name), inputs, value_dtypes, readers)
+        return self.support.bind(kinds, library.types(kernel.entry), inputs, value_dtypes, readers)
 
     def pointwise(self, kernel: Kernel, binding, scalars, n_elements, sizes, strides, contiguous):
         layout = self.support.pointwise_layout(n_elements, sizes, strides, contiguous)
-        return kernel.cpp_library.launcher(kernel.name, binding, layout)
+        return kernel.cpp_library.launcher(kernel.entry, binding, layout)
 
     def rows(self, kernel: Kernel, binding, scalars, n_rows, row_size, outer_sizes, strides, contiguous):
         layout = self.support.rows_layout(n_rows, row_size, outer_sizes, strides, contiguous)
-        return kernel.cpp_library.launcher(kernel.name, binding, layout)
+        return kernel.cpp_library.launcher(kernel.entry, binding, layout)
 
 
 @functools.lru_cache(maxsize=None)

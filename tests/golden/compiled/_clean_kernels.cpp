@@ -233,77 +233,6 @@ static void fused_rotary_entry(
       n_elements, sizes, strides_of(strides, 0), strides_of(strides, 1), strides_of(strides, 2), contiguous != 0);
 }
 
-// fused_rotary_2: models/clean.py:92, in fixtures.models.clean.DecoderBlock.forward
-// T: the dtype of k, t1
-// T1: the dtype of cos
-// T2: the dtype of sin
-// T3: the dtype of t0
-// T4: the dtype of t2
-// T5: the dtype of k_1
-template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename C>
-static void fused_rotary_2(
-    const T* k_ptr,              // input k
-    const T1* cos_ptr,           // input cos
-    const T2* sin_ptr,           // input sin
-    C k_half,                    // scalar k.shape[-1] // 2
-    T5* k_1_out,                 // output k (k_1)
-    int64_t n,                   // number of output elements
-    const int64_t* sizes,        // strided path: 4 sizes, padded on the left with 1s
-    const int64_t* k_strides,    // strided path: 4 element strides of k
-    const int64_t* cos_strides,  // strided path: 4 element strides of cos
-    const int64_t* sin_strides,  // strided path: 4 element strides of sin
-    bool contiguous) {           // every input is contiguous with the output's shape
-  // One element: load the inputs at their offsets, compute, store at the output index.
-  const auto compute = [=](int64_t index, int64_t k_offset, int64_t cos_offset, int64_t sin_offset) {
-    // Load the inputs.
-    const C k = static_cast<C>(k_ptr[k_offset]);
-    const auto cos = static_cast<held_t<T1, C>>(cos_ptr[cos_offset]);
-    const auto sin = static_cast<held_t<T2, C>>(sin_ptr[sin_offset]);
-    // line 92: k = (k * cos) + (rotate_half(k) * sin)
-    const C t0 = rounded<T3, C>(k * C(cos));
-    const C t1 = rounded<T, C>(rotate_half<C>(k_ptr, k_offset, index, k_half));
-    const C t2 = rounded<T4, C>(t1 * C(sin));
-    const C k_1 = rounded<T5, C>(t0 + t2);
-    // Store the outputs.
-    store(k_1_out, index, k_1);
-  };
-  if (contiguous) {
-    // Contiguous path: element i of every tensor is at offset i.
-#pragma omp parallel for simd schedule(static) if (parallel: n >= parallel_grain)
-    for (int64_t i = 0; i < n; ++i) {
-      compute(i, i, i, i);
-    }
-    return;
-  }
-  // Strided path: threads share the three outer dimensions, the last one is a vector loop.
-  const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];
-#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)
-  for (int64_t d0 = 0; d0 < size0; ++d0) {
-    for (int64_t d1 = 0; d1 < size1; ++d1) {
-      for (int64_t d2 = 0; d2 < size2; ++d2) {
-        const int64_t row = ((d0 * size1 + d1) * size2 + d2) * size3;
-        const int64_t k_row = d0 * k_strides[0] + d1 * k_strides[1] + d2 * k_strides[2];
-        const int64_t cos_row = d0 * cos_strides[0] + d1 * cos_strides[1] + d2 * cos_strides[2];
-        const int64_t sin_row = d0 * sin_strides[0] + d1 * sin_strides[1] + d2 * sin_strides[2];
-#pragma omp simd
-        for (int64_t d3 = 0; d3 < size3; ++d3) {
-          compute(row + d3, k_row + d3 * k_strides[3], cos_row + d3 * cos_strides[3], sin_row + d3 * sin_strides[3]);
-        }
-      }
-    }
-  }
-}
-
-// fused_rotary_2 on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
-template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename C>
-static void fused_rotary_2_entry(
-    const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes,
-    const int64_t* strides, int contiguous) {
-  fused_rotary_2<T, T1, T2, T3, T4, T5, C>(
-      static_cast<const T*>(k), static_cast<const T1*>(cos), static_cast<const T2*>(sin), k_half, static_cast<T5*>(k_1),
-      n_elements, sizes, strides_of(strides, 0), strides_of(strides, 1), strides_of(strides, 2), contiguous != 0);
-}
-
 // fused_layer_norm: models/clean.py:94-98, in fixtures.models.clean.DecoderBlock.forward
 // T: the dtype of attn
 // T1: the dtype of x
@@ -514,20 +443,6 @@ extern decltype(&transpile::fused_rotary_entry<float, float, float, float, float
     transpile::fused_rotary_entry<double, double, double, double, double, double, double>,
     transpile::fused_rotary_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>,
     transpile::fused_rotary_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
-};
-
-// fused_rotary_2: the element type of each tensor input and output (T...: see the kernel), the values of
-// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
-// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
-// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
-extern const char fused_rotary_2_kinds[] = "k:T cos:T1 sin:T2 -> k_1:T5";
-extern const char fused_rotary_2_types[] = "T:float32,float64,float16,bfloat16=k,t1 T1:float32,float64,float16,bfloat16:int=cos T2:float32,float64,float16,bfloat16:int=sin T3:float32,float64,float16,bfloat16=t0 T4:float32,float64,float16,bfloat16=t2 T5:float32,float64,float16,bfloat16=k_1";
-extern const char fused_rotary_2_parameters[] = "const void* k, const void* cos, const void* sin, double k_half, void* k_1, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
-extern decltype(&transpile::fused_rotary_2_entry<float, float, float, float, float, float, float>) const fused_rotary_2_entries[] = {
-    transpile::fused_rotary_2_entry<float, float, float, float, float, float, float>,
-    transpile::fused_rotary_2_entry<double, double, double, double, double, double, double>,
-    transpile::fused_rotary_2_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>,
-    transpile::fused_rotary_2_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
 };
 
 // fused_layer_norm: the element type of each tensor input and output (T...: see the kernel), the values of

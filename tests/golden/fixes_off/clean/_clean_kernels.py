@@ -179,8 +179,10 @@ fused_rotary_2 = Kernel(
         outputs=("k_1",),
     ),
     source="models/clean.py:92",
-    triton=(_TRITON_FILE, "fused_rotary_2_kernel"),
+    triton=(_TRITON_FILE, "fused_rotary_kernel"),
     cpp=_CPP_FILE,
+    same_as="fused_rotary",
+    renamed={"k": "q", "k_half": "q_half", "k_1": "q_1"},
 )
 
 
