@@ -112,7 +112,9 @@ def _copy_hook_repo(destination: Path) -> None:
         if (ROOT / name).is_file():
             shutil.copy2(ROOT / name, destination / name)
     packages = project.get("tool", {}).get("setuptools", {}).get("packages", [])
-    for package in {p.split(".")[0] for p in packages}:
+    if isinstance(packages, dict):  # `packages.find`: the include patterns name the top-level packages
+        packages = packages.get("find", {}).get("include", [])
+    for package in {p.split(".")[0].rstrip("*") for p in packages}:
         shutil.copytree(
             ROOT / package,
             destination / package,
