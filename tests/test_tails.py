@@ -18,7 +18,7 @@ import pytest
 
 from tests.transpiled import importable
 from transpiler.compiler.hoisting import hoist_regions
-from transpiler.compiler.tails import fuse_across_ifs
+from transpiler.compiler.passes import compile_unit, start
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -86,7 +86,8 @@ FORWARD = [
 
 
 def fuse(text: str):
-    return fuse_across_ifs(ast.parse(text), "m.py", "m", False, text)
+    """The build's passes over `text` (as on disk): the text they compile, its regions and their provenance."""
+    return compile_unit(start("m.py", "m", False, text, text))
 
 
 def forward_lines(text: str) -> list[str]:

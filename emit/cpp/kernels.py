@@ -176,7 +176,7 @@ def render_cpp_file(regions: list[Region], source_lines: dict[int, str], header:
         "namespace transpile {\n\n" + "\n".join(kernels) + "\n}  // namespace transpile",
         f"// A build of one call's instantiation (cpp_support.py) defines {abi.ONE_SIGNATURE}: it needs none of these.\n"
         f"#ifndef {abi.ONE_SIGNATURE}\n"
-        'extern "C" {\n\n' + "\n".join(entry_points) + '\n}  // extern "C"\n'
+        'extern "C" {\n\n' + _exports_comment() + "\n".join(entry_points) + '\n}  // extern "C"\n'
         "#endif",
     ]
     return "\n\n".join(parts) + "\n"
@@ -882,6 +882,16 @@ class _RowKernel:
 _ENOUGH_ROWS = "n_rows > 1 && n_rows * R >= parallel_grain"
 
 
+def _exports_comment() -> str:
+    """Above the exports, once: what each kernel's four exports are (each kernel's own comment names it)."""
+    return (
+        "// Per kernel: the element type of each tensor input and output (T...: see the kernel), the values of\n"
+        "// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'\n"
+        "// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls\n"
+        f"// whose floating inputs are all {_enumeration(list(ENTRY_DTYPES), 'or')}, in this order.\n\n"
+    )
+
+
 def _enumeration(items: list[str], conjunction: str = "and") -> str:
     """`a`, `a and b`, `a, b and c`."""
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
@@ -983,10 +993,7 @@ def _entry_points(
         wide = "float64" in (*(c.uniform[k] for _, c in names.classes), *names.fixed.values())
         instances.append(f"transpile::{template}<{', '.join([*bound, 'double' if wide else 'float'])}>")
     externs = (
-        f"// {region.name}: the element type of each tensor input and output (T...: see the kernel), the values of\n"
-        "// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'\n"
-        "// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls\n"
-        f"// whose floating inputs are all {_enumeration(list(ENTRY_DTYPES), 'or')}, in this order.\n"
+        f"// {region.name}\n"
         f'extern const char {region.name}{abi.KINDS_SUFFIX}[] = "{kinds_signature(region, names)}";\n'
         f'extern const char {region.name}{abi.TYPES_SUFFIX}[] = "{types_signature(names, refusals)}";\n'
         f'extern const char {region.name}{abi.PARAMETERS_SUFFIX}[] = "{", ".join(parameters)}";\n'

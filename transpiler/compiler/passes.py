@@ -26,7 +26,6 @@ from transpiler.compiler.hoisting import Hoisting, hoist_regions
 from transpiler.compiler.ir import Epilogue, Origin, Region, format_region
 from transpiler.compiler.linears import epilogue_sites
 from transpiler.compiler.lowering import NotLowerable, has_reductions, kernel_view, lower
-from transpiler.compiler.regions import find_regions
 from transpiler.compiler.tails import copy_tails
 
 
@@ -53,10 +52,8 @@ class Unit:
     def hoisted(self, text: str) -> Hoisting:
         """The statements of `text` split where that fuses them, and the regions then (memoised per text)."""
         if text not in self._hoisted:
-            compiled = set(self.compiled) if self.compiled is not None else None
-            tensor_params = dict(self.tensor_params) if self.tensor_params else None
             self._hoisted[text] = hoist_regions(
-                ast.parse(text), self.path, self.module, self.is_package, text, compiled, tensor_params
+                ast.parse(text), self.path, self.module, self.is_package, text, self.compiled, self.tensor_params
             )
         return self._hoisted[text]
 
@@ -123,23 +120,18 @@ def _split_statements(unit: Unit) -> Unit:
 
 
 def _regions(unit: Unit) -> Unit:
-    found = unit._hoisted.get(unit.text)
-    if found is not None and found.text == unit.text:  # found while splitting (always, in PASSES' order)
-        regions = found.regions
-    else:
-        compiled = set(unit.compiled) if unit.compiled is not None else None
-        params = dict(unit.tensor_params) if unit.tensor_params else None
-        tree = ast.parse(unit.text)
-        regions = find_regions(tree, unit.path, unit.module, unit.is_package, unit.text, compiled, params)
-    return replace(unit, regions=tuple(regions))
+    # The regions of the split text, found while splitting it (the hoisted temporaries typed as tensors).
+    found = unit.hoisted(unit.text)
+    if found.text != unit.text:
+        raise ValueError("the regions pass runs on split text: after split_statements")
+    return replace(unit, regions=tuple(found.regions))
 
 
 def _linear_sites(unit: Unit) -> Unit:
     if not unit.regions:
         return unit  # a file without regions is not compiled at all
-    compiled = set(unit.compiled) if unit.compiled is not None else None
     tree = ast.parse(unit.text)
-    sites = epilogue_sites(tree, unit.module, unit.is_package, unit.text, compiled, list(unit.regions))
+    sites = epilogue_sites(tree, unit.module, unit.is_package, unit.text, unit.compiled, list(unit.regions))
     return replace(unit, epilogues=tuple(sites))
 
 

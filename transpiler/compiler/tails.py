@@ -35,8 +35,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from transpiler.compiler.hoisting import Hoisting, alone_on_its_lines, hoist_regions
-from transpiler.compiler.ir import Origin
+from transpiler.compiler.hoisting import Hoisting, alone_on_its_lines
 from transpiler.compiler.ir import Region
 
 # Statements that may be copied: straight-line code (which ones fuse, the regions found decide).
@@ -76,27 +75,6 @@ def copy_tails(
             return moved, tuple(ranges)
         tails = kept  # dropped or narrowed to the region: copy less, and look again
     return text, tuple((n, n) for n in range(1, len(lines) + 1))
-
-
-def fuse_across_ifs(
-    tree: ast.Module,
-    path: str,
-    module: str,
-    is_package: bool,
-    text: str,
-    compiled: set[str] | None = None,
-    tensor_params: dict[str, frozenset[str]] | None = None,
-) -> Hoisting:
-    """`copy_tails` then `hoist_regions` on one text, as the build's first two passes run them (for tests of
-    this module; the build runs transpiler/compiler/passes.py)."""
-
-    def hoisted(moved: str) -> Hoisting:
-        return hoist_regions(ast.parse(moved), path, module, is_package, moved, compiled, tensor_params)
-
-    moved, ranges = copy_tails(tree, text, hoisted)
-    split = hoisted(moved)
-    origin = Origin(text, tuple((ranges[a - 1][0], ranges[b - 1][1]) for a, b in split.origin.ranges))
-    return Hoisting(split.text, split.regions, origin, split.splits)
 
 
 def _fused(tail: _Tail, copies: list[tuple[int, int]], regions: list[Region]) -> _Tail | None:

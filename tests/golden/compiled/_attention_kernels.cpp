@@ -78,10 +78,12 @@ static void fused_mul_add_entry(
 #ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_mul_add: the element type of each tensor input and output (T...: see the kernel), the values of
+// Per kernel: the element type of each tensor input and output (T...: see the kernel), the values of
 // each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
 // parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
 // whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+
+// fused_mul_add
 extern const char fused_mul_add_kinds[] = "_rotate_half:T q:T1 -> q_1:T2";
 extern const char fused_mul_add_types[] = "T:float32,float64,float16,bfloat16=_rotate_half,t0 T1:float32,float64,float16,bfloat16:int=q T2:float32,float64,float16,bfloat16=q_1";
 extern const char fused_mul_add_parameters[] = "const void* _rotate_half, const void* q, void* q_1, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";

@@ -235,10 +235,12 @@ static void fused_amax_eq_entry(
 #ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_batch_norm_relu: the element type of each tensor input and output (T...: see the kernel), the values of
+// Per kernel: the element type of each tensor input and output (T...: see the kernel), the values of
 // each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
 // parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
 // whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+
+// fused_batch_norm_relu
 extern const char fused_batch_norm_relu_kinds[] = "_conv1:T bn1_running_mean:T1 bn1_running_var:T2 bn1_weight:T3 bn1_bias:T4 -> out:T5";
 extern const char fused_batch_norm_relu_types[] = "T:float32,float64,float16,bfloat16:int=_conv1 T1:float32,float64,float16,bfloat16:int=bn1_running_mean T2:float32,float64,float16,bfloat16:int=bn1_running_var T3:float32,float64,float16,bfloat16:int=bn1_weight T4:float32,float64,float16,bfloat16:int=bn1_bias T5:float32,float64,float16,bfloat16=t0,out";
 extern const char fused_batch_norm_relu_parameters[] = "const void* _conv1, const void* bn1_running_mean, const void* bn1_running_var, const void* bn1_weight, const void* bn1_bias, double bn1_eps, void* out, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
@@ -249,10 +251,7 @@ extern decltype(&transpile::fused_batch_norm_relu_entry<float, float, float, flo
     transpile::fused_batch_norm_relu_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
 };
 
-// fused_relu: the element type of each tensor input and output (T...: see the kernel), the values of
-// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
-// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
-// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+// fused_relu
 extern const char fused_relu_kinds[] = "out:T _shortcut:T1 -> t1:T2";
 extern const char fused_relu_types[] = "T:float32,float64,float16,bfloat16:int=out T1:float32,float64,float16,bfloat16:int=_shortcut T2:float32,float64,float16,bfloat16=t0,t1";
 extern const char fused_relu_parameters[] = "const void* out, const void* _shortcut, void* t1, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
@@ -263,10 +262,7 @@ extern decltype(&transpile::fused_relu_entry<float, float, float, float>) const 
     transpile::fused_relu_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
 };
 
-// fused_amax_eq: the element type of each tensor input and output (T...: see the kernel), the values of
-// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
-// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
-// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+// fused_amax_eq
 extern const char fused_amax_eq_kinds[] = "pooled:T -> _amax_eq:bool";
 extern const char fused_amax_eq_types[] = "T:float32,float64,float16,bfloat16:row_max=pooled,t0 bool=_amax_eq";
 extern const char fused_amax_eq_parameters[] = "const void* pooled, void* _amax_eq, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous";

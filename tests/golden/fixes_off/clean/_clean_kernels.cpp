@@ -403,10 +403,12 @@ static void fused_layer_norm_entry(
 #ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_silu: the element type of each tensor input and output (T...: see the kernel), the values of
+// Per kernel: the element type of each tensor input and output (T...: see the kernel), the values of
 // each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
 // parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
 // whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+
+// fused_silu
 extern const char fused_silu_kinds[] = "gate:T up:T1 -> h:T2";
 extern const char fused_silu_types[] = "T:float32,float64,float16,bfloat16:silu=gate,t0 T1:float32,float64,float16,bfloat16:int=up T2:float32,float64,float16,bfloat16=h";
 extern const char fused_silu_parameters[] = "const void* gate, const void* up, void* h, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
@@ -417,10 +419,7 @@ extern decltype(&transpile::fused_silu_entry<float, float, float, float>) const 
     transpile::fused_silu_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
 };
 
-// fused_sum_clamp_min: the element type of each tensor input and output (T...: see the kernel), the values of
-// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
-// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
-// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+// fused_sum_clamp_min
 extern const char fused_sum_clamp_min_kinds[] = "x:T weights:T1 -> t3:T4";
 extern const char fused_sum_clamp_min_types[] = "T:float32,float64,float16,bfloat16:int=x T1:float32,float64,float16,bfloat16:row_sum=weights,t1 T2:float32,float64,float16,bfloat16=t0,total T3:float32,float64,float16,bfloat16=t2 T4:float32,float64,float16,bfloat16=t3";
 extern const char fused_sum_clamp_min_parameters[] = "const void* x, const void* weights, void* t3, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous";
@@ -431,10 +430,7 @@ extern decltype(&transpile::fused_sum_clamp_min_entry<float, float, float, float
     transpile::fused_sum_clamp_min_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
 };
 
-// fused_rotary: the element type of each tensor input and output (T...: see the kernel), the values of
-// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
-// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
-// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+// fused_rotary
 extern const char fused_rotary_kinds[] = "q:T cos:T1 sin:T2 -> q_1:T5";
 extern const char fused_rotary_types[] = "T:float32,float64,float16,bfloat16=q,t1 T1:float32,float64,float16,bfloat16:int=cos T2:float32,float64,float16,bfloat16:int=sin T3:float32,float64,float16,bfloat16=t0 T4:float32,float64,float16,bfloat16=t2 T5:float32,float64,float16,bfloat16=q_1";
 extern const char fused_rotary_parameters[] = "const void* q, const void* cos, const void* sin, double q_half, void* q_1, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
@@ -445,10 +441,7 @@ extern decltype(&transpile::fused_rotary_entry<float, float, float, float, float
     transpile::fused_rotary_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
 };
 
-// fused_layer_norm: the element type of each tensor input and output (T...: see the kernel), the values of
-// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
-// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
-// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+// fused_layer_norm
 extern const char fused_layer_norm_kinds[] = "attn:T x:T1 ln_2_weight:T2 ln_2_bias:T3 -> h_1:T4 h:T4";
 extern const char fused_layer_norm_types[] = "T:float32,float64,float16,bfloat16:int=attn T1:float32,float64,float16,bfloat16:int=x T2:float32,float64,float16,bfloat16:int=ln_2_weight T3:float32,float64,float16,bfloat16:int=ln_2_bias T4:float32,float64,float16,bfloat16=h,h_1 bool=isinf0";
 extern const char fused_layer_norm_parameters[] = "const void* attn, const void* x, const void* ln_2_weight, const void* ln_2_bias, double ln_2_eps, void* h_1, void* h, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous";

@@ -159,10 +159,12 @@ static void fused_activation_2_entry(
 #ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_activation: the element type of each tensor input and output (T...: see the kernel), the values of
+// Per kernel: the element type of each tensor input and output (T...: see the kernel), the values of
 // each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
 // parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
 // whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+
+// fused_activation
 extern const char fused_activation_kinds[] = "_gate_proj:T _up_proj:T1 -> _act_mul:T2";
 extern const char fused_activation_types[] = "T:float32,float64,float16,bfloat16:int=_gate_proj T1:float32,float64,float16,bfloat16:int=_up_proj T2:float32,float64,float16,bfloat16=_act_mul";
 extern const char fused_activation_parameters[] = "const void* _gate_proj, const void* _up_proj, double act_fn, void* _act_mul, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
@@ -173,10 +175,7 @@ extern decltype(&transpile::fused_activation_entry<float, float, float, float>) 
     transpile::fused_activation_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
 };
 
-// fused_activation_2: the element type of each tensor input and output (T...: see the kernel), the values of
-// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
-// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
-// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+// fused_activation_2
 extern const char fused_activation_2_kinds[] = "_wi_0:T -> hidden_gelu:T1";
 extern const char fused_activation_2_types[] = "T:float32,float64,float16,bfloat16:int=_wi_0 T1:float32,float64,float16,bfloat16=hidden_gelu";
 extern const char fused_activation_2_parameters[] = "const void* _wi_0, double act, void* hidden_gelu, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";

@@ -176,10 +176,12 @@ static void fused_rms_norm_entry(
 #ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_tanh: the element type of each tensor input and output (T...: see the kernel), the values of
+// Per kernel: the element type of each tensor input and output (T...: see the kernel), the values of
 // each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
 // parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
 // whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+
+// fused_tanh
 extern const char fused_tanh_kinds[] = "x:T -> t7:T";
 extern const char fused_tanh_types[] = "T:float32,float64,float16,bfloat16=x,t0,t2,t3,t4,t5,t6,t7 T1:float32,float64,float16,bfloat16:pow=t1";
 extern const char fused_tanh_parameters[] = "const void* x, void* t7, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
@@ -190,10 +192,7 @@ extern decltype(&transpile::fused_tanh_entry<float, float, float>) const fused_t
     transpile::fused_tanh_entry<transpile::bfloat16, transpile::bfloat16, float>,
 };
 
-// fused_rms_norm: the element type of each tensor input and output (T...: see the kernel), the values of
-// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
-// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
-// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+// fused_rms_norm
 extern const char fused_rms_norm_kinds[] = "x:T weight:T1 -> t4:T3";
 extern const char fused_rms_norm_types[] = "T:float32,float64,float16,bfloat16:div=x,variance,t1,t2,t3 T1:float32,float64,float16,bfloat16:int=weight T2:float32,float64,float16,bfloat16:pow=t0 T3:float32,float64,float16,bfloat16=t4";
 extern const char fused_rms_norm_parameters[] = "const void* x, const void* weight, double eps, void* t4, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous";

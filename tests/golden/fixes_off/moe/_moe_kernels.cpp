@@ -162,10 +162,12 @@ static void fused_lt_entry(
 #ifndef TRANSPILE_ONE_SIGNATURE
 extern "C" {
 
-// fused_sum: the element type of each tensor input and output (T...: see the kernel), the values of
+// Per kernel: the element type of each tensor input and output (T...: see the kernel), the values of
 // each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
 // parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
 // whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+
+// fused_sum
 extern const char fused_sum_kinds[] = "weights:T -> _sum_div:T1";
 extern const char fused_sum_types[] = "T:float32,float64,float16,bfloat16:row_sum=weights,t0 T1:float32,float64,float16,bfloat16=_sum_div";
 extern const char fused_sum_parameters[] = "const void* weights, void* _sum_div, int64_t n_rows, int64_t row_size, const int64_t* outer_sizes, const int64_t* strides, int contiguous";
@@ -176,10 +178,7 @@ extern decltype(&transpile::fused_sum_entry<float, float, float>) const fused_su
     transpile::fused_sum_entry<transpile::bfloat16, transpile::bfloat16, float>,
 };
 
-// fused_lt: the element type of each tensor input and output (T...: see the kernel), the values of
-// each type parameter and fixed dtype with each parameter's dtype in the entry points, the entry points'
-// parameters (the runtime declares them to ctypes), and the entry points: the entry template for calls
-// whose floating inputs are all float32, float64, float16 or bfloat16, in this order.
+// fused_lt
 extern const char fused_lt_kinds[] = "_slot_positions:T weights:T1 -> weights_1:T1";
 extern const char fused_lt_types[] = "T:float32,float64,float16,bfloat16:int=_slot_positions T1:float32,float64,float16,bfloat16:int=weights,weights_1 bool=t0";
 extern const char fused_lt_parameters[] = "const void* _slot_positions, const void* weights, double capacity, void* weights_1, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
