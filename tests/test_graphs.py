@@ -7,6 +7,7 @@ with its reason); the `gpu` tests record and replay, against eager on random inp
 from __future__ import annotations
 
 import copy
+import inspect
 
 import pytest
 import torch
@@ -254,3 +255,160 @@ def test_block_graphs_replay_the_blocks_and_leave_the_glue_eager():
             x = torch.randn(8, 16, device="cuda")
             torch.testing.assert_close(model(x), eager(x))
     assert blocks.counts["graph replay"] == 9 + 6 and blocks.pool.handle() != recorded_into
+
+
+# -- the default replay of the forwards the build marked `graphed` ---------------------------------------
+from emit.runtime import graphs as graphs_module  # noqa: E402
+from emit.runtime.graphs import default_graph_counts, graphed, set_default_graphs  # noqa: E402
+
+
+class Scaled(nn.Module):
+    """A block as the build emits it: the source's forward under `graphed`, reading `self.scale`."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+        self.scale = 2.0
+
+    @graphed(reads=("scale", "linear.weight.shape", "missing.attribute"))
+    def forward(self, x, bias=None):
+        h = torch.nn.functional.gelu(self.linear(x)) * self.scale
+        return h if bias is None else h + bias
+
+
+def test_graphed_forward_runs_as_it_is_off_cuda_and_keeps_its_signature():
+    block = Scaled().eval()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        expected = torch.nn.functional.gelu(block.linear(x)) * 2.0
+        torch.testing.assert_close(block(x), expected, rtol=0, atol=0)
+    assert block not in graphs_module._REPLAYERS  # nothing recorded, nothing kept for a CPU call
+    assert list(inspect.signature(Scaled.forward).parameters) == ["self", "x", "bias"]
+    assert Scaled.forward.__transpile_reads__ == ("scale", "linear.weight.shape", "missing.attribute")
+
+
+def test_snapshot_guards_the_reads_by_value_and_skips_tensor_attributes():
+    block = Scaled().eval()
+    snapshot = _Snapshot(block, Scaled.forward.__transpile_reads__)
+    assert [get.__reduce__()[1] for get, _, _ in snapshot.reads] == [("scale",), ("missing.attribute",)]
+    assert snapshot.holds()
+    block.scale = 2  # an int equal to the float: a different value for the forward's arithmetic
+    assert not snapshot.holds()
+    block.scale = 2.0
+    assert snapshot.holds()
+    block.missing = nn.Module()
+    block.missing.attribute = 1  # appears: the forward would read it now
+    assert not snapshot.holds()
+
+
+class Writes(nn.Module):
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+        self.linear = nn.Linear(8, 8)
+        self.calls = 0
+
+    @graphed()
+    def forward(self, x, items=None):
+        if self.what == "input":
+            x.add_(1)
+        elif self.what == "attribute":
+            self.calls += 1
+        elif self.what == "argument":
+            items.append(x)
+        elif self.what == "alias":
+            return x[0]
+        return self.linear(x)
+
+
+class Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([Scaled(), Scaled()])
+
+    @graphed()
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def _calls(model, *args, n: int = 4, **kwargs):
+    with torch.no_grad():
+        return [model(*args, **kwargs) for _ in range(n)]
+
+
+@cuda
+@pytest.mark.gpu
+def test_graphed_blocks_replay_and_match_eager_on_fresh_inputs():
+    torch.manual_seed(0)
+    model = nn.Sequential(Scaled(), Scaled()).cuda().eval()
+    before = default_graph_counts()["graph replay"]
+    for _ in range(4):
+        x, bias = torch.randn(8, 16, device="cuda"), torch.randn(16, device="cuda")
+        with torch.no_grad():
+            got = model[1](model[0](x), bias=bias)
+            h = model[0].linear(x)
+            h = torch.nn.functional.gelu(model[1].linear(torch.nn.functional.gelu(h) * 2.0)) * 2.0 + bias
+        torch.testing.assert_close(got, h)
+    assert default_graph_counts()["graph replay"] - before >= 4  # two blocks, calls 3 and 4 replay
+    # A read attribute changed: the block records again, and computes with the new value.
+    model[0].scale = 3.0
+    x = torch.randn(8, 16, device="cuda")
+    for got in _calls(model[0], x):
+        torch.testing.assert_close(got, torch.nn.functional.gelu(model[0].linear(x)) * 3.0)
+
+
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("what", "reason"),
+    [
+        ("input", "the forward writes into an input tensor"),
+        ("attribute", "the forward sets Python attributes of its modules"),
+        ("argument", "the forward changes its arguments"),
+        ("alias", "an output is an input or a parameter"),
+    ],
+)
+def test_what_a_replay_would_not_reproduce_runs_the_original_forward(what, reason):
+    block = Writes(what).cuda().eval()
+    x = torch.randn(4, 8, device="cuda")
+    eager_x = x.clone()
+    outs = _calls(block, x, items=[] if what == "argument" else None)
+    counts = graphs_module._REPLAYERS[block].counts
+    assert any(reason in key for key in counts), counts
+    assert counts["graph replay"] == 0
+    if what == "input":
+        torch.testing.assert_close(x, eager_x + 4)  # every call wrote into the caller's tensor, as eager
+    if what == "attribute":
+        assert block.calls == 4 + 1  # and the recording's warm-up call
+    if what == "alias":
+        assert all(out.data_ptr() == x.data_ptr() for out in outs)
+
+
+@cuda
+@pytest.mark.gpu
+def test_a_graphed_forward_inside_a_recording_runs_as_it_is():
+    model = Outer().cuda().eval()
+    x = torch.randn(4, 16, device="cuda")
+    outs = _calls(model, x)
+    assert graphs_module._REPLAYERS[model].counts["graph replay"] == 2
+    assert all(
+        block not in graphs_module._REPLAYERS or not graphs_module._REPLAYERS[block].counts["graph replay"]
+        for block in model.blocks
+    )
+    for out in outs:
+        torch.testing.assert_close(out, outs[0])
+
+
+@cuda
+@pytest.mark.gpu
+def test_default_graphs_can_be_turned_off():
+    block = Scaled().cuda().eval()
+    x = torch.randn(4, 16, device="cuda")
+    set_default_graphs(False)
+    try:
+        _calls(block, x)
+        assert block not in graphs_module._REPLAYERS
+    finally:
+        set_default_graphs(True)

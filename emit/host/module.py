@@ -229,6 +229,12 @@ def _module_text(
         "# Triton on CUDA tensors and C++ on CPU tensors, with the original code as the fallback.\n",
         "# Edit the source, not this file.\n",
     ]
+    return prepend_header("".join(lines), header)
+
+
+def prepend_header(text: str, header: list[str]) -> str:
+    """`text` with the generated `header` lines first, after a shebang or coding cookie that must stay first."""
+    lines = text.splitlines(keepends=True)
     preamble = _preamble(lines)
     return "".join(lines[:preamble] + header + lines[preamble:])
 

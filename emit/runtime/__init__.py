@@ -43,6 +43,8 @@ from .abi import RANK as RANK
 from .activations import Activation as Activation, Activations as Activations
 from .graphs import CudaGraphs as CudaGraphs, GraphedBlocks as GraphedBlocks
 from .graphs import cuda_graph_blocks as cuda_graph_blocks, cuda_graphs as cuda_graphs
+from .graphs import default_graph_counts as default_graph_counts, graphed as graphed
+from .graphs import set_default_graphs as set_default_graphs
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _SCALARS = (bool, int, float)

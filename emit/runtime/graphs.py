@@ -1,5 +1,6 @@
-"""Opt-in CUDA graphs: replay a whole forward as one launch (`cuda_graphs`), or each block of a model's
-layer lists as one (`cuda_graph_blocks`, at the end of this file).
+"""CUDA graphs: the default replay of the forwards the build proved safe (`graphed`, emitted above them),
+and the opt-in replay of a whole forward as one launch (`cuda_graphs`) or of each block of a model's layer
+lists as one (`cuda_graph_blocks`), at the end of this file.
 
 A transpiled model keeps its source's Python: the module calls, the mask set-up and the
 ops left in eager run on every forward, and a batch-size-1-ish bf16 transformer spends
@@ -33,6 +34,11 @@ copy per output.
 from __future__ import annotations
 
 import collections
+import functools
+import operator
+import os
+import threading
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -53,7 +59,7 @@ def _describe(value: Any, tensors: list) -> Any:
         if type(value) not in (torch.Tensor, torch.nn.Parameter):
             raise _Unsupported("an argument is a tensor subclass")
         tensors.append(value)
-        return (torch.Tensor, value.shape, value.stride(), value.dtype, value.device)
+        return (torch.Tensor, value.shape, value.stride(), value.dtype, value.device, value.requires_grad)
     if isinstance(value, (tuple, list)):
         return (type(value), tuple(_describe(item, tensors) for item in value))
     if isinstance(value, dict):
@@ -74,36 +80,63 @@ def _rebuild(value: Any, tensors) -> Any:
     return value
 
 
-class _Graph:
-    """One recorded forward: the static inputs it reads, the graph, and the outputs it writes."""
+_RECORDING = threading.local()  # `depth` > 0 while this thread warms up or records a graph
 
-    def __init__(self, function: Callable, args: tuple, kwargs: dict, tensors: list, pool) -> None:
+
+def recording() -> bool:
+    """Whether this thread is warming up or recording a graph: a graphed forward called inside runs as it is."""
+    return getattr(_RECORDING, "depth", 0) > 0
+
+
+class _Graph:
+    """One recorded forward: the static inputs it reads, the graph, and the outputs it writes.
+
+    The recording refuses (`_Unsupported`) what a replay would not reproduce: a forward that writes
+    into its inputs (the replay writes into the graph's copies), changes its argument containers or
+    its modules' Python attributes (the replay runs no Python), or returns an input or a parameter
+    (the replay's copy would no longer be that tensor).
+    """
+
+    def __init__(self, function: Callable, args: tuple, kwargs: dict, tensors: list, pool, module=None) -> None:
         self.inputs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in tensors]
         for static, tensor in zip(self.inputs, tensors):
             static.copy_(tensor)
         static_args, static_kwargs = _rebuild((args, kwargs), iter(self.inputs))
-        # Warm up on a side stream, as the recording will run on one: libraries set up per-stream
-        # state (cuBLAS workspaces) on their first call there, which must not happen while recording.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            function(*static_args, **static_kwargs)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        # A forward that waits on the device (`.item()`, data-dependent shapes) cannot be recorded. torch's
-        # sync check raises before the wait, which ends the recording cleanly; CUDA's own refusal would
-        # leave torch's CUDA generator unusable. thread_local: a background compile's work is not refused.
-        debug_mode = torch.cuda.get_sync_debug_mode()
-        torch.cuda.set_sync_debug_mode("error")
+        before = _describe((static_args, static_kwargs), [])
+        versions = [t._version for t in self.inputs]
+        attributes = _attributes(module)
+        _RECORDING.depth = getattr(_RECORDING, "depth", 0) + 1
         try:
-            with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
-                output = function(*static_args, **static_kwargs)
+            # Warm up on a side stream, as the recording will run on one: libraries set up per-stream
+            # state (cuBLAS workspaces) on their first call there, which must not happen while recording.
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                function(*static_args, **static_kwargs)
+            torch.cuda.current_stream().wait_stream(side)
+            _check_unchanged(before, (static_args, static_kwargs), versions, self.inputs, attributes, module)
+            self.graph = torch.cuda.CUDAGraph()
+            # A forward that waits on the device (`.item()`, data-dependent shapes) cannot be recorded. torch's
+            # sync check raises before the wait, which ends the recording cleanly; CUDA's own refusal would
+            # leave torch's CUDA generator unusable. thread_local: a background compile's work is not refused.
+            debug_mode = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
+                    output = function(*static_args, **static_kwargs)
+            finally:
+                torch.cuda.set_sync_debug_mode(debug_mode)
         finally:
-            torch.cuda.set_sync_debug_mode(debug_mode)
+            _RECORDING.depth -= 1
         self.outputs, self.spec = pytree.tree_flatten(output)
         for leaf in self.outputs:
             if not isinstance(leaf, (torch.Tensor, *_PLAIN)):
                 raise _Unsupported(f"an output of type {type(leaf).__name__} (not a tensor or a plain value)")
+        held = {t.untyped_storage().data_ptr() for t in self.inputs}
+        if module is not None:
+            held |= {t.untyped_storage().data_ptr() for t in (*module.parameters(), *module.buffers())}
+        if any(isinstance(leaf, torch.Tensor) and leaf.untyped_storage().data_ptr() in held for leaf in self.outputs):
+            raise _Unsupported("an output is an input or a parameter, or a view of one")
 
     def replay(self, tensors: list, copy_outputs: bool) -> Any:
         # One call for all inputs: one dispatch, and one kernel for tensors of one dtype and layout.
@@ -111,6 +144,28 @@ class _Graph:
         self.graph.replay()
         outputs = [leaf.clone() if copy_outputs and isinstance(leaf, torch.Tensor) else leaf for leaf in self.outputs]
         return pytree.tree_unflatten(outputs, self.spec)
+
+
+def _attributes(module) -> list[tuple[dict, str, object]]:
+    """The Python attributes of `module`'s tree that are plain values, to see whether a forward changes them."""
+    if module is None:
+        return []
+    return [(vars(m), k, v) for m in module.modules() for k, v in vars(m).items() if isinstance(v, _PLAIN)]
+
+
+def _check_unchanged(before, arguments, versions, inputs, attributes, module) -> None:
+    """Raise `_Unsupported` where the warm-up call changed what a replay would leave unchanged."""
+    if any(t._version != v for t, v in zip(inputs, versions)):
+        raise _Unsupported("the forward writes into an input tensor")
+    if _describe(arguments, []) != before:
+        raise _Unsupported("the forward changes its arguments (a list or dict it was given)")
+    if any(table.get(name, _MISSING) != value for table, name, value in attributes) or len(attributes) != len(
+        _attributes(module)
+    ):
+        raise _Unsupported("the forward sets Python attributes of its modules")
+
+
+_MISSING = object()
 
 
 class _Snapshot:
@@ -122,8 +177,18 @@ class _Snapshot:
     replacing anything in the tree changes an entry of one of those dicts.
     """
 
-    def __init__(self, module: torch.nn.Module) -> None:
+    def __init__(self, module: torch.nn.Module, reads: tuple[str, ...] = ()) -> None:
         modules = list(module.modules())
+        # The attributes the build found the forward reading (`reads`): their values at recording.
+        self.reads = []
+        for path in reads:
+            value = _read_path(path, module)
+            if value is _THROUGH_TENSOR:
+                continue  # a tensor's own attributes (`weight.shape`) change only with the tensor, guarded above
+            plain = isinstance(value, _PLAIN) or (
+                isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value)
+            )
+            self.reads.append((operator.attrgetter(path), value, plain))
         self.entries = [
             (table, name, value)
             for m in modules
@@ -132,13 +197,43 @@ class _Snapshot:
         ]
         self.memory = [(t, t.data_ptr()) for _, _, t in self.entries if isinstance(t, torch.Tensor)]
         self.flags = [(m, m.training) for m in modules]
+        self.root = module
 
     def holds(self) -> bool:
         return (
             all(table.get(name) is value for table, name, value in self.entries)
             and all(t.data_ptr() == pointer for t, pointer in self.memory)  # `.data = ...`, `.to()` in place
             and all(m.training is flag for m, flag in self.flags)
+            and all(_same(_read(get, self.root), value, plain) for get, value, plain in self.reads)
         )
+
+
+def _same(value: object, recorded: object, plain: bool) -> bool:
+    """Whether an attribute read still has its recorded value: equal plain values, else the same object."""
+    return value is recorded or (plain and type(value) is type(recorded) and value == recorded)
+
+
+def _read(get: Callable, module) -> object:
+    try:
+        return get(module)
+    except AttributeError:
+        return _MISSING
+
+
+_THROUGH_TENSOR = object()
+
+
+def _read_path(path: str, module) -> object:
+    """The value at `path` from `module`, `_MISSING` where an attribute is missing, `_THROUGH_TENSOR` where the
+    path passes through a tensor."""
+    value = module
+    for name in path.split("."):
+        if isinstance(value, torch.Tensor):
+            return _THROUGH_TENSOR
+        value = getattr(value, name, _MISSING)
+        if value is _MISSING:
+            return _MISSING
+    return _THROUGH_TENSOR if isinstance(value, torch.Tensor) else value
 
 
 class _Pool:
@@ -165,7 +260,12 @@ class CudaGraphs:
     """A callable that runs `function` (a module or a module's bound forward) through CUDA graphs."""
 
     def __init__(
-        self, function: Callable, copy_outputs: bool = True, max_graphs: int = 16, pool: _Pool | None = None
+        self,
+        function: Callable,
+        copy_outputs: bool = True,
+        max_graphs: int = 16,
+        pool: _Pool | None = None,
+        reads: tuple[str, ...] = (),
     ) -> None:
         module = function if isinstance(function, torch.nn.Module) else getattr(function, "__self__", None)
         if not isinstance(module, torch.nn.Module):
@@ -174,6 +274,7 @@ class CudaGraphs:
         self.module = module
         self.copy_outputs = copy_outputs
         self.max_graphs = max_graphs
+        self.reads = reads  # attributes of the module the forward reads (the build's list): a change records again
         self._pool = pool or _Pool()  # one pool: the graphs of one callable never overlap
         self.counts: collections.Counter[str] = collections.Counter()
         self.reset()
@@ -222,7 +323,7 @@ class CudaGraphs:
         if not self._unchanged():  # parameters replaced, moved or cast, or train()/eval(): record again
             self._graphs.clear()
             self._seen.clear()
-            self._state = _Snapshot(self.module)
+            self._state = _Snapshot(self.module, self.reads)
         return description, tensors
 
     def _unchanged(self) -> bool:
@@ -235,7 +336,7 @@ class CudaGraphs:
 
         wait_for_kernels()
         try:
-            graph: _Graph | str = _Graph(self.function, args, kwargs, tensors, self._pool.handle())
+            graph: _Graph | str = _Graph(self.function, args, kwargs, tensors, self._pool.handle(), self.module)
         except _Unsupported as error:
             graph = f"original forward: {error}"
         except RuntimeError as error:  # the forward waits on the device, or CUDA refused an operation while recording
@@ -248,6 +349,91 @@ class CudaGraphs:
 def cuda_graphs(function: Callable, copy_outputs: bool = True, max_graphs: int = 16) -> CudaGraphs:
     """`function` (a module, or a module's bound forward) replayed through CUDA graphs; see the module docstring."""
     return CudaGraphs(function, copy_outputs=copy_outputs, max_graphs=max_graphs)
+
+
+# -- by default: the forwards the build proved safe ------------------------------------------------------
+# `TRANSPILE_CUDA_GRAPHS=0` (read at import) or `set_default_graphs(False)` turns the default replay off.
+_DEFAULT_ON = os.environ.get("TRANSPILE_CUDA_GRAPHS", "1") != "0"
+MAX_DEFAULT_GRAPHS = 256  # recordings held at once by every default replay together: their memory stays bounded
+_REPLAYERS: "weakref.WeakKeyDictionary[torch.nn.Module, CudaGraphs]" = weakref.WeakKeyDictionary()
+_POOLS: dict[tuple, _Pool] = {}  # per device and stream: graphs that never run at once share memory
+
+
+def set_default_graphs(enabled: bool) -> None:
+    """Turn the default replay of graphed forwards on or off for this process (forgets every recording when off)."""
+    global _DEFAULT_ON
+    _DEFAULT_ON = enabled
+    if not enabled:
+        for replayer in list(_REPLAYERS.values()):
+            replayer.reset()
+        _REPLAYERS.clear()
+
+
+def default_graph_counts() -> collections.Counter[str]:
+    """What the calls of every graphed forward ran: replays, warm-ups, and why the original forward."""
+    return sum((r.counts for r in list(_REPLAYERS.values())), collections.Counter())
+
+
+def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return value
+    return None
+
+
+class _DefaultGraphs(CudaGraphs):
+    """`CudaGraphs` for one module whose forward the build marked `graphed`: graphs share the pool of their
+    device and stream, and count against MAX_DEFAULT_GRAPHS."""
+
+    recorded = 0  # graphs held by every instance
+
+    def _record(self, key: tuple, args: tuple, kwargs: dict, tensors: list) -> _Graph | str:
+        if _DefaultGraphs.recorded >= MAX_DEFAULT_GRAPHS:
+            return "original forward: MAX_DEFAULT_GRAPHS recordings held already"
+        stream = torch.cuda.current_stream()
+        self._pool = _POOLS.setdefault((stream.device, stream.stream_id), _Pool())
+        graph = super()._record(key, args, kwargs, tensors)
+        if not isinstance(graph, str):
+            _DefaultGraphs.recorded += 1
+            weakref.finalize(graph, _forget)
+        return graph
+
+    def _why_not(self, args: tuple, kwargs: dict) -> tuple[tuple, list] | str:
+        reason = super()._why_not(args, kwargs)
+        if isinstance(reason, str):
+            return reason
+        key, tensors = reason
+        return (key, torch.cuda.current_stream().stream_id), tensors  # a graph replays on the stream it was made on
+
+
+def _forget() -> None:
+    _DefaultGraphs.recorded -= 1
+
+
+def graphed(reads: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+    """Decorate a forward the build proved free of host syncs, data-dependent branches and Python side
+    effects: in eval mode, without autograd, on CUDA inputs, each call signature is recorded once as a CUDA
+    graph and replayed (the `cuda_graphs` rules: warm-up, guards, outputs copied out). `reads`: the
+    attributes of the module (dotted paths) the forward and the modules it calls read; a change to one
+    records again. Anywhere else, and inside another graphed forward, the forward runs as it is."""
+
+    def decorate(forward: Callable) -> Callable:
+        @functools.wraps(forward)
+        def replayed(self, *args, **kwargs):
+            if not _DEFAULT_ON or self.training or torch.is_grad_enabled() or recording():
+                return forward(self, *args, **kwargs)
+            first = _first_tensor(args, kwargs)
+            if first is None or not first.is_cuda or torch.compiler.is_compiling():
+                return forward(self, *args, **kwargs)
+            replayer = _REPLAYERS.get(self)
+            if replayer is None:
+                replayer = _REPLAYERS[self] = _DefaultGraphs(forward.__get__(self), reads=reads)
+            return replayer(*args, **kwargs)
+
+        replayed.__transpile_reads__ = reads
+        return replayed
+
+    return decorate
 
 
 class GraphedBlocks:

@@ -102,6 +102,7 @@ RETURN = "return"  # the target of a fusible `return expr`: the region's last st
 
 # Names the emitted module gives the runtime's linear layer entry points (emit/runtime/linear.py): the compiler
 # leaves sites alone where a module already uses them.
+GRAPHED = "_transpile_graphed"  # the runtime's `graphed`: a forward replayed as a CUDA graph (compiler/graphing.py)
 LINEAR = "_transpile_linear"  # `linear`: pads unaligned layers on CUDA
 EPILOGUE = "_transpile_linear_activation"  # the kernel file's `LinearActivation`: layer and activation in one matmul
 
@@ -140,3 +141,21 @@ class Origin:
         nodes = tuple(replace(n, line=self.ranges[n.line - 1][0]) for n in region.nodes)
         first, last = self.ranges[region.first_line - 1][0], self.ranges[region.last_line - 1][1]
         return replace(region, first_line=first, last_line=last, nodes=nodes)
+
+
+@dataclass(frozen=True)
+class GraphSite:
+    """A class whose forward replays as a CUDA graph (compiler/graphing.py), and the attributes (paths from
+    `self`) it and its callees read."""
+
+    cls: str
+    reads: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NotGraphed:
+    """A block whose forward is not replayed, and why: `reason` at `line`."""
+
+    cls: str
+    line: int
+    reason: str

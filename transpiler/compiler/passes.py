@@ -6,7 +6,7 @@ unit with a name; `PASSES` is the list the build runs (transpiler/pipeline/compi
 `transpile explain --passes` prints after each pass. Then the emitters write the host module and the
 kernels (emit/), running `KERNEL_PASSES` on each region.
 
-    provenance -> fuse_across_ifs -> split_statements -> regions -> linear_sites   (this module)
+    provenance -> graph_sites -> fuse_across_ifs -> split_statements -> regions -> linear_sites   (this module)
     per region:   legalize -> lowering                                              (the emitters)
 
 The two source passes are speculative: a statement is copied across an `if` or split only where
@@ -22,8 +22,9 @@ import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from transpiler.compiler.graphing import Hazard, graph_sites
 from transpiler.compiler.hoisting import Hoisting, hoist_regions
-from transpiler.compiler.ir import Epilogue, Origin, Region, format_region
+from transpiler.compiler.ir import Epilogue, GraphSite, NotGraphed, Origin, Region, format_region
 from transpiler.compiler.linears import epilogue_sites
 from transpiler.compiler.lowering import NotLowerable, has_reductions, kernel_view, lower
 from transpiler.compiler.tails import copy_tails
@@ -43,6 +44,9 @@ class Unit:
     regions: tuple[Region, ...] = ()  # on the lines of `text`
     epilogues: tuple[Epilogue, ...] = ()
     splits: int = 0  # statements split
+    hazards: Mapping[str, Hazard] = field(default_factory=dict)  # per function, a graph break the fixes left in it
+    graphs: tuple[GraphSite, ...] = ()  # blocks whose forward replays as a CUDA graph
+    not_graphed: tuple[NotGraphed, ...] = ()  # blocks whose forward does not, and why
     _hoisted: dict[str, Hoisting] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -77,9 +81,12 @@ def start(
     text: str,
     compiled: frozenset[str] | None = None,
     tensor_params: Mapping[str, frozenset[str]] | None = None,
+    hazards: Mapping[str, Hazard] | None = None,
 ) -> Unit:
-    """The unit of a file whose text on disk is `disk` and which the build compiles as `text`."""
-    return Unit(path, module, is_package, compiled, tensor_params or None, text, Origin(disk, provenance(disk, text)))
+    """The unit of a file whose text on disk is `disk` and which the build compiles as `text`; `hazards`: per
+    function (`Class.method`), a graph-break finding the lint's fixes left in it."""
+    origin = Origin(disk, provenance(disk, text))
+    return Unit(path, module, is_package, compiled, tensor_params or None, text, origin, hazards=dict(hazards or {}))
 
 
 def provenance(disk: str, text: str) -> tuple[tuple[int, int], ...]:
@@ -105,6 +112,13 @@ def _composed(origin: Origin, ranges: tuple[tuple[int, int], ...]) -> Origin:
     """`origin` after a pass rewrote the text, `ranges` giving each new line's lines in the text before."""
     before = origin.ranges
     return Origin(origin.source, tuple((before[a - 1][0], before[b - 1][1]) for a, b in ranges))
+
+
+def _graph_sites(unit: Unit) -> Unit:
+    # On the text before the compiler's own passes: the hazards name its functions, which no pass renames.
+    sites, refused = graph_sites(ast.parse(unit.text), unit.hazards)
+    on_disk = tuple(replace(n, line=unit.origin.ranges[n.line - 1][0]) for n in refused)
+    return replace(unit, graphs=tuple(sites), not_graphed=on_disk)
 
 
 def _fuse_across_ifs(unit: Unit) -> Unit:
@@ -136,6 +150,7 @@ def _linear_sites(unit: Unit) -> Unit:
 
 
 PASSES = (
+    Pass("graph_sites", "blocks whose forward replays as a CUDA graph, and the attributes it reads", _graph_sites),
     Pass(
         "fuse_across_ifs", "statements around an `if` copied into both branches where that fuses them", _fuse_across_ifs
     ),
@@ -190,6 +205,11 @@ def explain(unit: Unit) -> list[str]:
             if changed:
                 out.extend(_diff(previous[0], result.text))
             previous[0] = result.text
+        elif step.name == "graph_sites":
+            for g in result.graphs:
+                out.append(f"   {g.cls}.forward: replayed, reads {', '.join(g.reads) or 'nothing'}")
+            for n in result.not_graphed:
+                out.append(f"   {n.cls}.forward: not replayed: {n.reason} ({result.path}:{n.line})")
         elif step.name == "regions":
             out.extend(format_region(result.shown(r)) for r in result.regions)
             out.append(f"   ({len(result.regions)} region{'s' * (len(result.regions) != 1)})")

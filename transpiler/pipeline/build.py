@@ -200,7 +200,8 @@ def build(
         rel = dst.relative_to(layout.out).as_posix()
         written.update((r, signature) for r, signature in previous.items() if r == rel or r.startswith(f"{rel}/"))
     lines: dict[Path, dict[int, str]] = {}  # per compiled file, the lines its regions span (for the report)
-    for src, outcome in _compile(layout, sources, facts, jobs, progress) if kernels else ():
+    hazards = _graph_hazards(fixed.remaining, fixed.sources)
+    for src, outcome in _compile(layout, sources, hazards, facts, jobs, progress) if kernels else ():
         dst = layout.destinations[src]
         if isinstance(outcome, Failed):
             errors.append(outcome.diagnostic)
@@ -263,8 +264,36 @@ def build(
     return result
 
 
+def _graph_hazards(remaining: list[Diagnostic], texts: Mapping[Path, str]) -> dict[Path, dict[str, tuple[int, str]]]:
+    """Per file, per function (`Class.method`), the first graph-break finding the fixes left in it: such a
+    function does not replay as a CUDA graph (transpiler/compiler/graphing.py). Performance findings
+    (TP7xx) and file diagnostics (TP9xx) say nothing about what a replay would skip."""
+    import ast
+
+    from transpiler.compiler.graphing import hazards_by_function
+    from transpiler.source.reading import read_source
+
+    findings: dict[Path, list[tuple[int, str]]] = {}
+    for d in remaining:
+        if d.code[:3] in ("TP1", "TP2", "TP3", "TP4", "TP5", "TP6"):
+            findings.setdefault(Path(d.path), []).append((d.line, f"{d.code} {d.message}"))
+    hazards = {}
+    for path, found in findings.items():
+        try:
+            tree = ast.parse(texts[path] if path in texts else read_source(path))
+        except (OSError, SyntaxError, ValueError, UnicodeDecodeError, RecursionError):
+            continue  # not compiled either
+        hazards[path] = hazards_by_function(tree, found)
+    return hazards
+
+
 def _compile(
-    layout: Plan, fixed: Mapping[Path, str], facts: Facts | None, jobs: int | None, progress: Callable[..., None] | None
+    layout: Plan,
+    fixed: Mapping[Path, str],
+    hazards: Mapping[Path, Mapping[str, tuple[int, str]]],
+    facts: Facts | None,
+    jobs: int | None,
+    progress: Callable[..., None] | None,
 ) -> Iterator[tuple[Path, Compiled | Failed]]:
     """Per Python source with regions (or whose compile failed), in the order they finish: what to write."""
     from emit.host.module import kernel_stems
@@ -283,9 +312,9 @@ def _compile(
                 progress(1, "compiling")
             continue
         dst = layout.destinations[src]
-        todo.append(
-            Job(src, fixed.get(src), shown_path(src, dst, layout.out), module_name(src), depths[src], stems[dst])
-        )
+        shown = shown_path(src, dst, layout.out)
+        left = tuple(sorted(hazards.get(src, {}).items()))
+        todo.append(Job(src, fixed.get(src), shown, module_name(src), depths[src], stems[dst], left))
     tick = (lambda n: progress(n, "compiling")) if progress else None
     for job, outcome in compile_files(todo, found, jobs or os.cpu_count() or 1, tick):
         if outcome is not None:

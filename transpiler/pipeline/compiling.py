@@ -43,6 +43,7 @@ class Job:
     module: str
     depth: int  # directories between the output root and the module
     stem: str  # of its kernel files' names (emit.host.module.kernel_stems)
+    hazards: tuple[tuple[str, tuple[int, str]], ...] = ()  # (function, (line, graph break the fixes left in it))
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class Compiled:
     regions: tuple[Region, ...]  # on the lines of the file on disk
     files: tuple[tuple[str, str], ...]  # (name, text): the module first, then its kernel files
     lines: dict[int, str]  # the lines of the text that the regions span
+    graphed: tuple[str, ...] = ()  # classes whose forward replays as a CUDA graph
+    not_graphed: tuple[tuple[str, int, str], ...] = ()  # blocks that do not: (class, line, why)
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,7 @@ def _failed(job: Job, why: str) -> Failed:
 
 
 def _compile(job: Job, text: str, tree: ast.Module, facts: ProjectFacts) -> Compiled | None:
+    from emit.host.graphs import graph_forwards
     from emit.host.linears import route_linears
     from emit.host.module import emit, is_generated, newlines_like
     from emit.host.twins import twins
@@ -184,21 +188,27 @@ def _compile(job: Job, text: str, tree: ast.Module, facts: ProjectFacts) -> Comp
     typed = {q: p for q, p in facts.tensor_params.items() if q.startswith(f"{job.module}.")} or None
     # Generated comments quote the file as it is on disk, not the text the lint's fixes made of it.
     disk = text if job.text is None else read_source(job.src)
-    unit = start(job.shown, job.module, is_package, disk, text, frozenset(facts.compiled), typed)
+    unit = start(job.shown, job.module, is_package, disk, text, frozenset(facts.compiled), typed, dict(job.hazards))
     unit = compile_unit(unit)  # the passes in order (transpiler/compiler/passes.py)
+    not_graphed = tuple((n.cls, n.line, n.reason) for n in unit.not_graphed)
+    graphed = tuple(site.cls for site in unit.graphs)
     if not unit.regions:
-        return None
+        if not unit.graphs:
+            return None
+        module = graph_forwards(text, list(unit.graphs), job.depth, job.shown)
+        return Compiled(job.src, (), ((job.src.name, newlines_like(module, text)),), {}, graphed, not_graphed)
     regions = list(unit.regions)
     emitted = emit(unit.text, regions, job.shown, job.depth, unit.origin, unit.epilogues, job.stem)
     # Unaligned linear layers' calls in the emitted module, routed through the runtime's `linear`.
     sites = linear_sites(emitted[0].text, job.module, is_package, set(facts.compiled))
     module = route_linears(emitted[0].text, sites, job.depth)
     module = twins(module, job.module, job.depth)  # classes that stand in for the original's: Auto classes, names
+    module = graph_forwards(module, list(unit.graphs), job.depth, job.shown)
     emitted[0] = replace(emitted[0], text=newlines_like(module, text))  # the source's line endings
     shown = tuple(unit.shown(r) for r in regions)
     numbered = disk.splitlines()
     lines = {n: numbered[n - 1] for r in shown for n in range(r.first_line, r.last_line + 1) if n <= len(numbered)}
-    return Compiled(job.src, shown, tuple((f.name, f.text) for f in emitted), lines)
+    return Compiled(job.src, shown, tuple((f.name, f.text) for f in emitted), lines, graphed, not_graphed)
 
 
 def compiled_modules(facts: ProjectFacts) -> frozenset[str]:
