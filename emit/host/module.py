@@ -23,7 +23,7 @@ from emit.cpp.kernels import render_cpp_file
 from emit.layout import LINE_LENGTH, double_quoted, hug_powers, layout_text
 from emit.triton.kernels import render_triton_file
 from transpiler.compiler.dtypes import bool_hazards, stored_constants
-from transpiler.compiler.ir import EPILOGUE, RETURN, Epilogue, Input, Origin, Output, Region
+from transpiler.compiler.ir import EPILOGUE, RETURN, ConvSite, Epilogue, Input, Origin, Output, Region
 from transpiler.compiler.lowering import Level, has_reductions, kernel_view, lower, reduction_dim, reduction_keepdim
 from transpiler.compiler.ops import ACTIVATION, ACTIVATION_OPS, ACTIVATIONS, BY_NAME, CAST, EPILOGUE_OPS, OpKind
 
@@ -65,19 +65,21 @@ def emit(
     origin: Origin | None = None,
     epilogues: Sequence[Epilogue] = (),
     stem: str | None = None,
+    convs: Sequence[ConvSite] = (),
 ) -> list[EmittedFile]:
     """The module (first) and its kernel files. `depth`: directories between the output root and the module.
     `stem`: of the kernel files' names (`_{stem}_kernels.py`), from `kernel_stems` (default: the module's).
 
     `origin`: where the lines of `text` come from when statements were split (hoisting.py); the
     comments and docstrings then name the lines of the source before the split. `epilogues`: linear
-    layers and their activations to run as one matmul (transpiler/compiler/linears.py)."""
+    layers and their activations to run as one matmul (transpiler/compiler/linears.py). `convs`: convolutions
+    and their batch norms to fold in eval (transpiler/compiler/convs.py)."""
     stem = stem or kernel_stem(Path(source_path).stem)
     kernels_module = f"_{stem}_kernels"
     lines = (origin.source if origin else text).splitlines(keepends=True)
     source_lines = {n: line.rstrip("\r\n") for n, line in enumerate(lines, 1)}
     shown = [origin.region(r) for r in regions] if origin else regions
-    module = _module_text(text, list(zip(regions, shown)), source_path, kernels_module, epilogues)
+    module = _module_text(text, list(zip(regions, shown)), source_path, kernels_module, epilogues, convs, depth)
     kernels = [stored_constants(kernel_view(r)[0]) for r in shown]
     shared = shared_kernels(kernels)
     kernels = [k for k in kernels if k.name not in shared]  # a kernel computing what an earlier one does is not written
@@ -197,18 +199,24 @@ def _module_text(
     source_path: str,
     kernels_module: str,
     epilogues: Sequence[Epilogue],
+    convs: Sequence[ConvSite] = (),
+    depth: int = 0,
 ) -> str:
-    """`text` with each region replaced by its guarded call and each epilogue's statements by theirs.
+    """`text` with each region replaced by its guarded call and each epilogue's and conv site's statements by theirs.
     `regions`: each with its lines in `text`, and with the lines its comment shows."""
+    from emit.host.convs import conv_import, folded_conv  # it imports this module's layout helpers
+
     lines = text.splitlines(keepends=True)
     tree = ast.parse(text)
     taken = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     result_name = next(n for n in ("fused", "fused_out", "_fused") if n not in taken)
     # Bottom up, so that the lines above stay valid. An epilogue encloses the region of its activation's
-    # statement where there is one (linears.epilogue_sites), replaced first: `added` holds the lines each
-    # region's replacement added, so that the epilogue takes all of it.
+    # statement where there is one (linears.epilogue_sites), a conv site the region of its norm and
+    # activation (convs.conv_sites), replaced first: `added` holds the lines each region's replacement
+    # added, so that the enclosing site takes all of it.
     added: dict[int, int] = {}
     changes = [(r.first_line, 1, r, shown) for r, shown in regions] + [(e.first, 0, e, None) for e in epilogues]
+    changes += [(c.first, 0, c, None) for c in convs]
     for first, _, change, shown in sorted(changes, key=lambda c: c[:2], reverse=True):
         if isinstance(change, Region):
             original = lines[change.first_line - 1 : change.last_line]
@@ -217,10 +225,12 @@ def _module_text(
             added[first] = len(replacement) - len(original)
         else:
             end = change.last + sum(n for line, n in added.items() if first <= line <= change.last)
-            lines[first - 1 : end] = _epilogue(change, lines[first - 1 : end], result_name)
+            write = folded_conv if isinstance(change, ConvSite) else _epilogue
+            lines[first - 1 : end] = write(change, lines[first - 1 : end], result_name)
     insert_at = after_imports(tree)
     names = ", ".join(sorted(r.name for r, _ in regions) + [EPILOGUE] * bool(epilogues))
     imports = fallback_import(1, kernels_module, names, "the output directory itself")
+    imports += conv_import(depth) if convs else []
     if not _imports_torch(tree):
         imports.insert(0, "import torch\n")
     lines[insert_at:insert_at] = ["\n", *imports, *blank_unless_blank(lines, insert_at)]

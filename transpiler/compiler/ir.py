@@ -129,6 +129,26 @@ class Epilogue:
     argument: str  # Python source
 
 
+# The name the emitted module gives the runtime's folded convolution (emit/runtime/conv.py `conv_bn`).
+CONV_BN = "_transpile_conv_bn"
+
+
+@dataclass(frozen=True)
+class ConvSite:
+    """`target = self.<norm>(self.<conv>(argument))`, then maybe `self.<activation>(...)` of it, on lines
+    first..last of the source, in one statement or a chain of them: an `nn.Conv2d` whose result goes
+    straight into an `nn.BatchNorm2d` (transpiler/compiler/convs.py); the runtime folds the norm into
+    the convolution in eval."""
+
+    first: int
+    last: int
+    target: str
+    conv: str
+    norm: str
+    activation: str | None
+    argument: str  # a name
+
+
 @dataclass(frozen=True)
 class Origin:
     """Where the lines of a text with split statements come from: lines of the text before."""

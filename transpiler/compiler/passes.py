@@ -6,7 +6,8 @@ unit with a name; `PASSES` is the list the build runs (transpiler/pipeline/compi
 `transpile explain --passes` prints after each pass. Then the emitters write the host module and the
 kernels (emit/), running `KERNEL_PASSES` on each region.
 
-    provenance -> graph_sites -> fuse_across_ifs -> split_statements -> regions -> linear_sites   (this module)
+    provenance -> graph_sites -> fuse_across_ifs -> split_statements -> regions -> linear_sites
+               -> conv_sites                                                   (this module)
     per region:   legalize -> lowering                                              (the emitters)
 
 The two source passes are speculative: a statement is copied across an `if` or split only where
@@ -24,7 +25,8 @@ from dataclasses import dataclass, field, replace
 
 from transpiler.compiler.graphing import Hazard, graph_sites
 from transpiler.compiler.hoisting import Hoisting, hoist_regions
-from transpiler.compiler.ir import Epilogue, GraphSite, NotGraphed, Origin, Region, format_region
+from transpiler.compiler.convs import conv_sites
+from transpiler.compiler.ir import ConvSite, Epilogue, GraphSite, NotGraphed, Origin, Region, format_region
 from transpiler.compiler.linears import epilogue_sites
 from transpiler.compiler.lowering import NotLowerable, has_reductions, kernel_view, lower
 from transpiler.compiler.tails import copy_tails
@@ -43,6 +45,7 @@ class Unit:
     origin: Origin  # per line of `text`, its lines in the file on disk (`origin.source`)
     regions: tuple[Region, ...] = ()  # on the lines of `text`
     epilogues: tuple[Epilogue, ...] = ()
+    convs: tuple[ConvSite, ...] = ()
     splits: int = 0  # statements split
     hazards: Mapping[str, Hazard] = field(default_factory=dict)  # per function, a graph break the fixes left in it
     graphs: tuple[GraphSite, ...] = ()  # blocks whose forward replays as a CUDA graph
@@ -149,6 +152,14 @@ def _linear_sites(unit: Unit) -> Unit:
     return replace(unit, epilogues=tuple(sites))
 
 
+def _conv_sites(unit: Unit) -> Unit:
+    if not unit.regions:
+        return unit  # a file without regions is not compiled at all
+    tree = ast.parse(unit.text)
+    sites = conv_sites(tree, unit.module, unit.is_package, unit.text, unit.compiled, list(unit.regions))
+    return replace(unit, convs=tuple(sites))
+
+
 PASSES = (
     Pass("graph_sites", "blocks whose forward replays as a CUDA graph, and the attributes it reads", _graph_sites),
     Pass(
@@ -157,6 +168,7 @@ PASSES = (
     Pass("split_statements", "statements split so that their pointwise part joins a region", _split_statements),
     Pass("regions", "fusible runs of statements as IR, callees inlined, typed by the walker", _regions),
     Pass("linear_sites", "linear layers followed by an activation: one matmul with the activation", _linear_sites),
+    Pass("conv_sites", "a convolution feeding a batch norm: one folded convolution in eval", _conv_sites),
 )
 
 
@@ -220,6 +232,13 @@ def explain(unit: Unit) -> list[str]:
                     f"   {site.target} = self.{site.activation}(self.{site.layer}({site.argument}))  ({result.path}:{first}-{last})"
                 )
             out.append(f"   ({len(result.epilogues)} site{'s' * (len(result.epilogues) != 1)})")
+        elif step.name == "conv_sites":
+            for site in result.convs:
+                first, last = result.origin.ranges[site.first - 1][0], result.origin.ranges[site.last - 1][1]
+                call = f"self.{site.norm}(self.{site.conv}({site.argument}))"
+                call = f"self.{site.activation}({call})" if site.activation else call
+                out.append(f"   {site.target} = {call}  ({result.path}:{first}{f'-{last}' * (last != first)})")
+            out.append(f"   ({len(result.convs)} site{'s' * (len(result.convs) != 1)})")
 
     previous = [unit.text]
     unit = compile_unit(unit, show)

@@ -198,7 +198,7 @@ def _compile(job: Job, text: str, tree: ast.Module, facts: ProjectFacts) -> Comp
         module = graph_forwards(text, list(unit.graphs), job.depth, job.shown)
         return Compiled(job.src, (), ((job.src.name, newlines_like(module, text)),), {}, graphed, not_graphed)
     regions = list(unit.regions)
-    emitted = emit(unit.text, regions, job.shown, job.depth, unit.origin, unit.epilogues, job.stem)
+    emitted = emit(unit.text, regions, job.shown, job.depth, unit.origin, unit.epilogues, job.stem, unit.convs)
     # Unaligned linear layers' calls in the emitted module, routed through the runtime's `linear`.
     sites = linear_sites(emitted[0].text, job.module, is_package, set(facts.compiled))
     module = route_linears(emitted[0].text, sites, job.depth)

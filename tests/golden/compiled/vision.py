@@ -23,6 +23,11 @@ try:  # the output tree imported as a package
     from ._vision_kernels import fused_amax_eq, fused_batch_norm_relu, fused_relu
 except ImportError:  # the output directory itself on sys.path
     from _vision_kernels import fused_amax_eq, fused_batch_norm_relu, fused_relu
+# Convolutions followed by a batch norm: folded in eval (docs/compiler.md, "Convolutions and batch norms")
+try:  # the output tree imported as a package
+    from ._transpile_runtime.conv import conv_bn as _transpile_conv_bn
+except ImportError:  # the output root on sys.path
+    from _transpile_runtime.conv import conv_bn as _transpile_conv_bn
 
 
 class ConvBlock(nn.Module):
@@ -64,7 +69,14 @@ class ConvBlock(nn.Module):
             (out,) = fused
         else:
             out = F.relu(self.bn1(_conv1))
-        out = self.bn2(self.conv2(out))
+        # transpile: in eval, the batch norm folded into the convolution (one convolution), else the statements below
+        if (
+            not torch.compiler.is_compiling()
+            and (fused := _transpile_conv_bn(self.conv2, self.bn2, None, out)) is not None
+        ):
+            out = fused
+        else:
+            out = self.bn2(self.conv2(out))
         _shortcut = self.shortcut(x)
         # models/vision.py:28
         #     return F.relu(out + _shortcut)
