@@ -106,6 +106,7 @@ def _refusal(conv: torch.nn.Module, norm: torch.nn.Module, input: torch.Tensor) 
         and input.dtype in _FLOATS
         and type(weight) in _PLAIN
         and weight.dtype == input.dtype
+        and (conv.bias is None or conv.bias.dtype == weight.dtype)
         and weight.device == input.device
         and input.shape[1] == conv.in_channels
         and norm.num_features == conv.out_channels
