@@ -38,6 +38,7 @@ import functools
 import operator
 import os
 import threading
+import types
 import weakref
 from typing import Any, Callable
 
@@ -181,13 +182,19 @@ class _Snapshot:
         modules = list(module.modules())
         # The attributes the build found the forward reading (`reads`): their values at recording.
         self.reads = []
+        self.unstable = ""  # a read whose value is a new object each time, if any
         for path in reads:
             value = _read_path(path, module)
             if value is _THROUGH_TENSOR:
                 continue  # a tensor's own attributes (`weight.shape`) change only with the tensor, guarded above
-            plain = isinstance(value, _PLAIN) or (
+            # Compared by value: plain values, their tuples and lists, and bound methods (a new object at
+            # each read, equal while they bind the same function to the same object).
+            plain = isinstance(value, (*_PLAIN, types.MethodType)) or (
                 isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value)
             )
+            if not _same(_read_path(path, module), value, plain):
+                self.unstable = self.unstable or path  # a property that builds a new object: no guard can hold
+                continue
             self.reads.append((operator.attrgetter(path), value, plain))
         self.entries = [
             (table, name, value)
@@ -324,6 +331,8 @@ class CudaGraphs:
             self._graphs.clear()
             self._seen.clear()
             self._state = _Snapshot(self.module, self.reads)
+        if self._state.unstable:
+            return f"original forward: `{self._state.unstable}` is a new object at each read (it cannot be guarded)"
         return description, tensors
 
     def _unchanged(self) -> bool:
