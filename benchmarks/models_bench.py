@@ -34,7 +34,11 @@ median; CUDA events), the peak memory one forward needs above what is live befor
 one forward under torch.profiler: on CUDA the device kernels it launched (Memcpy/Memset
 counted apart); on CPU the aten ops called from Python (views included) plus the
 transpiled C++ kernel calls, and n/a for torch.compile, whose C++ kernels the profiler
-does not see.
+does not see. The same profiled forward gives its reach: how many of its ops ran in
+generated kernels (the transpiled runtime's counters around it; torch.compile's Triton
+kernels on CUDA), in library calls (the classes of `LIBRARY_OPS`: matmuls, attention,
+convolutions, embeddings, normalizations, pooling) and as leftover eager ops that launch
+work, views and allocations counted apart (`reach`), with the leftover ops by name.
 
 First call, per model (first dtype) and variant, in a fresh process: the time from the
 parent starting the child to the first result (interpreter start, imports of torch,
@@ -258,26 +262,31 @@ def kernel_calls(delta: dict[str, dict[str, int]]) -> int:
     return sum(n for paths in delta.values() for path, n in paths.items() if not path.startswith("fallback"))
 
 
-def profiled_counts(call: Callable[[], object], device: str) -> dict:
-    """What one forward launches: CUDA kernels (and copies/sets apart), or on CPU the aten ops called from Python."""
+def profiled_counts(call: Callable[[], object], variant: str, counters: Callable[[], dict], device: str) -> dict:
+    """What one forward launches: CUDA kernels (and copies/sets apart), or on CPU the aten ops called from Python;
+    and its reach (`reach`), the generated kernels read from `counters` (the runtime's) around the same call."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
+    before = counters()
     with torch.profiler.profile(activities=activities) as profile:
         call()
         synchronize(device)
+    delta = counters_delta(before, counters())
     events = profile.events()
+    counts = {"reach": reach(events, generated_kernels(variant, events, delta, device))}
     if device == "cuda":
         device_events = [e for e in events if e.device_type == DeviceType.CUDA]
         kinds = [_device_activity(e) for e in device_events]
         return {
+            **counts,
             "device_kernels": kinds.count("kernel"),
             "device_copies_and_sets": kinds.count("copy or set"),
             # Summed durations: against the timed milliseconds, how launch-bound the forward is.
             "device_busy_ms": sum(e.time_range.elapsed_us() for e in device_events) / 1e3,
             "top_kernels": top_kernels(device_events),
         }
-    return {"aten_ops": sum(1 for e in events if e.name.startswith("aten::") and not _under_aten_op(e))}
+    return {**counts, "aten_ops": sum(1 for e in events if e.name.startswith("aten::") and not _under_aten_op(e))}
 
 
 def top_kernels(events, count: int = 8) -> list[dict]:
@@ -308,6 +317,120 @@ def _under_aten_op(event) -> bool:
             return True
         parent = parent.cpu_parent
     return False
+
+
+# -- reach: where the ops of one forward run ----------------------------------------------
+# Library calls: aten ops that eager runs as one tuned library kernel (BLAS, oneDNN, cuDNN, a
+# fused native kernel), which a generated pointwise or row kernel would not beat and does not
+# try to replace. The class is the table's key; an op under another aten op counts once, at the top.
+LIBRARY_OPS = {
+    # matmuls: BLAS / cuBLAS (linear and matmul dispatch to one of the others)
+    "matmul": (
+        "aten::linear",
+        "aten::matmul",
+        "aten::mm",
+        "aten::addmm",
+        "aten::_addmm_activation",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::mv",
+        "aten::addmv",
+        "aten::dot",
+    ),
+    # attention: one fused (flash, memory-efficient or math-CPU) kernel
+    "attention": (
+        "aten::scaled_dot_product_attention",
+        "aten::_scaled_dot_product_flash_attention",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_cudnn_attention",
+    ),
+    # convolutions: oneDNN / cuDNN
+    "convolution": ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"),
+    # embedding lookups: one gather kernel
+    "embedding": ("aten::embedding",),
+    # normalizations: one native kernel each in eager (a generated kernel pays only where it fuses neighbours)
+    "normalization": (
+        "aten::layer_norm",
+        "aten::native_layer_norm",
+        "aten::rms_norm",
+        "aten::_fused_rms_norm",
+        "aten::group_norm",
+        "aten::native_group_norm",
+        "aten::batch_norm",
+        "aten::_batch_norm_impl_index",
+        "aten::native_batch_norm",
+        "aten::_native_batch_norm_legit_no_training",
+    ),
+    # pooling over windows: one native kernel, outside what pointwise and row kernels compute
+    "pooling": (
+        "aten::max_pool2d",
+        "aten::max_pool2d_with_indices",
+        "aten::adaptive_avg_pool2d",
+        "aten::_adaptive_avg_pool2d",
+        "aten::avg_pool2d",
+    ),
+}
+LIBRARY_CLASS = {op: cls for cls, ops in LIBRARY_OPS.items() for op in ops}
+# Ops that launch no work by themselves: views and allocations, and ops that only dispatch to others (`to` of
+# the same dtype, `reshape` of a viewable tensor, `dropout` in eval return their input or a view). One of them
+# counts as work where an aten op under it does (`contiguous` that copies, `to` that converts).
+NO_WORK_OPS = frozenset(
+    "aten::" + name
+    for name in (
+        "view _unsafe_view _reshape_alias reshape view_as as_strided alias t transpose permute expand expand_as "
+        "unsqueeze squeeze slice select narrow split split_with_sizes chunk unbind unflatten flatten movedim "
+        "diagonal unfold detach lift_fresh numpy_T contiguous to type_as dropout feature_dropout identity "
+        "empty empty_strided empty_like new_empty new_empty_strided resolve_conj resolve_neg"
+    ).split()
+)
+
+
+def reach(events, generated: int | None) -> dict:
+    """Where one forward's ops ran: generated kernels (given), library calls by class, leftover eager ops that
+    launch work (by name), and views and other ops that launch none. Counted over the aten ops called from
+    Python: those under no other aten op."""
+    library: dict[str, int] = {}
+    leftover: dict[str, int] = {}
+    no_work = 0
+    for event in events:
+        if not event.name.startswith("aten::") or _under_aten_op(event):
+            continue
+        cls = LIBRARY_CLASS.get(event.name)
+        if cls is not None:
+            library[cls] = library.get(cls, 0) + 1
+        elif _launches_work(event):
+            leftover[event.name] = leftover.get(event.name, 0) + 1
+        else:
+            no_work += 1
+    return {
+        "generated": generated,
+        "library": sum(library.values()),
+        "library_by_class": library,
+        "leftover": sum(leftover.values()),
+        "leftover_by_op": dict(sorted(leftover.items(), key=lambda item: -item[1])),
+        "views": no_work,
+    }
+
+
+def _launches_work(event) -> bool:
+    """Whether an aten op computes something: an op not in NO_WORK_OPS, or one with such an op under it."""
+    if event.name.startswith("aten::") and event.name not in NO_WORK_OPS:
+        return True
+    return any(_launches_work(child) for child in event.cpu_children)
+
+
+def generated_kernels(variant: str, events, delta: dict, device: str) -> int | None:
+    """Generated kernels one forward ran: the transpiled runtime's kernel calls (its counters); torch.compile's
+    Triton kernels on CUDA (the profiler's device rows named triton_*); None for Inductor's C++ kernels, which
+    the profiler does not see; 0 for eager."""
+    if variant.startswith("transpiled"):
+        return kernel_calls(delta)
+    if variant.startswith("compile"):
+        if device != "cuda":
+            return None
+        return sum(1 for e in events if e.device_type == DeviceType.CUDA and e.name.startswith("triton_"))
+    return 0
 
 
 def ops_per_forward(variant: str, counts: dict, delta: dict, device: str) -> int | None:
@@ -373,7 +496,8 @@ def steady_state(model: Model, args: argparse.Namespace) -> dict:
     for variant, call in calls.items():
         result = row["variants"][variant]
         result["peak_extra_bytes"] = peak_extra_bytes(call, args.device)
-        counts = profiled_counts(call, args.device)
+        counters = (lambda: kernel_counters(model, args.compiled)) if variant.startswith("transpiled") else dict
+        counts = profiled_counts(call, variant, counters, args.device)
         result["profile"] = counts
         result["ops_per_forward"] = ops_per_forward(variant, counts, result.get("kernels", {}), args.device)
         if call.graphs is not None:
@@ -487,7 +611,13 @@ def first_calls(model: Model, args: argparse.Namespace) -> list[dict]:
 
 # -- report --------------------------------------------------------------------------------
 def markdown(report: dict) -> str:
-    tables = (_steady_table(report), _graphs_table(report), _first_call_table(report), _kernels_table(report))
+    tables = (
+        _steady_table(report),
+        _reach_table(report),
+        _graphs_table(report),
+        _first_call_table(report),
+        _kernels_table(report),
+    )
     return "\n\n".join(table for table in tables if table)
 
 
@@ -544,6 +674,30 @@ def _steady_table(report: dict) -> str:
         cells.append(f"{max(busy):.2f}" if busy else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _reach_table(report: dict, top: int = 6) -> str:
+    """Per model, dtype and variant: how many ops of one forward ran in generated kernels, in library calls and
+    as leftover eager ops (`reach`), and the leftover ops called most."""
+    lines = []
+    for row in report["steady_state"]:
+        for variant, result in row["variants"].items():
+            found = result.get("profile", {}).get("reach")
+            if found is None:
+                continue
+            generated = "n/a" if found["generated"] is None else str(found["generated"])
+            classes = ", ".join(f"{cls} {n}" for cls, n in sorted(found["library_by_class"].items()))
+            ops = ", ".join(f"{op.removeprefix('aten::')} {n}" for op, n in list(found["leftover_by_op"].items())[:top])
+            cells = [row["model"], row["dtype"], variant, generated, f"{found['library']} ({classes or 'none'})"]
+            cells += [str(found["leftover"]), str(found["views"]), ops or "-"]
+            lines.append("| " + " | ".join(cells) + " |")
+    if not lines:
+        return ""
+    header = (
+        "| model | dtype | variant | generated kernels | library calls (by class) | leftover eager ops "
+        f"| views, allocations (no work) | leftover ops, the {top} most called |"
+    )
+    return "\n".join([header, "|---|---|---|---|---|---|---|---|", *lines])
 
 
 def _graphs_table(report: dict) -> str:
@@ -652,7 +806,7 @@ def merged(paths: list[Path]) -> dict:
 # -- command line --------------------------------------------------------------------------
 def transpile_command() -> list[str]:
     """This repository's transpiler (what the benchmark measures), else `transpile` on PATH."""
-    if importlib.util.find_spec("transpiler") is not None or (REPO / "transpiler" / "cli.py").is_file():
+    if importlib.util.find_spec("transpiler") is not None or (REPO / "transpiler" / "cli" / "main.py").is_file():
         return [sys.executable, "-m", "transpiler.cli.main", "build"]
     found = shutil.which("transpile")
     if found is None:
