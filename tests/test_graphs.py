@@ -409,7 +409,7 @@ def test_a_graphed_forward_inside_a_recording_runs_as_it_is():
     model = Outer().cuda().eval()
     x = torch.randn(4, 16, device="cuda")
     outs = _calls(model, x)
-    assert graphs_module._REPLAYERS[model].counts["graph replay"] == 2
+    assert graphs_module._REPLAYERS[model].counts["graph replay"] == 3  # the recording call replays too
     assert all(
         block not in graphs_module._REPLAYERS or not graphs_module._REPLAYERS[block].counts["graph replay"]
         for block in model.blocks

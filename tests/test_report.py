@@ -129,6 +129,7 @@ def test_summary_and_files_are_sorted(result):
         "rewrites": 1,
         "remaining": 1,
         "regions": 2,
+        "cuda_graph_forwards": 0,
         "kernel_files": 8,
     }
     assert [f["path"] for f in data["files"]] == ["src/pkg/layers.py", "src/pkg/sub/layers.py"]
@@ -271,9 +272,9 @@ def test_html_escapes_and_structure(result):
     assert "`print()` <b>breaks</b> the graph & more" in "".join(parsed.text)
     assert "pkg.layers.scaled.<locals>.<lambda>" in "".join(parsed.text)
     assert not {"b", "script", "lambda", "locals"} & {tag for tag, _ in parsed.tags}
-    # Every table has header cells: the summary's 6 row headers, 4 column headers for each of the 4 diagnostics tables.
+    # Every table has header cells: the summary's 7 row headers, 4 column headers for each of the 4 diagnostics tables.
     tags = [tag for tag, _ in parsed.tags]
-    assert tags.count("table") == 5 and tags.count("th") == 6 + 4 * 4
+    assert tags.count("table") == 5 and tags.count("th") == 7 + 4 * 4
 
 
 def test_links_are_relative_and_resolve(result):
@@ -326,4 +327,4 @@ def test_page_in_headless_chromium(result, tmp_path):
     assert "script" not in tags
     (body,) = [attrs for tag, attrs in parsed.tags if tag == "body"]
     assert "data-pwned" not in body
-    assert tags.count("th") == 6 + 4 * 4
+    assert tags.count("th") == 7 + 4 * 4

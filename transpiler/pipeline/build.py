@@ -148,6 +148,9 @@ class BuildResult:
     applied: list[Diagnostic] = field(default_factory=list)
     remaining: list[Diagnostic] = field(default_factory=list)
     regions: dict[Path, list[Region]] = field(default_factory=dict)  # by source file, those compiled
+    # By source file: classes whose forward replays as a CUDA graph, and blocks that do not (class, line, why).
+    graphed: dict[Path, tuple[str, ...]] = field(default_factory=dict)
+    not_graphed: dict[Path, tuple[tuple[str, int, str], ...]] = field(default_factory=dict)
     kernel_files: list[Path] = field(default_factory=list)  # generated beside the modules, and the runtime
     kernels: dict[Path, list[Path]] = field(default_factory=dict)  # by source file, the kernel files beside its module
     imports: list[ImportRewrite] = field(default_factory=list)  # relative imports leaving `out`, made absolute
@@ -209,6 +212,8 @@ def build(
         if not result.kernel_files:  # first: a run interrupted while writing modules leaves the runtime they import
             _write_runtime(layout.out, written, result)
         result.regions[src], lines[src] = list(outcome.regions), outcome.lines
+        if outcome.graphed or outcome.not_graphed:
+            result.graphed[src], result.not_graphed[src] = outcome.graphed, outcome.not_graphed
         for name, text in outcome.files:
             target = dst.with_name(name)
             _write_if_changed(target, encode_source(src, text) if target == dst else text.encode(), like=src)

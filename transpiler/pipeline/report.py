@@ -95,6 +95,13 @@ def report_data(
                 "applied": _diagnostics((d for d in result.applied if Path(d.path) == src), shown),
                 "remaining": _diagnostics(remaining.get(src, ())),
                 "regions": _regions(result.regions.get(src, []), src, lines, kernel_files),
+                "cuda_graphs": {
+                    "replayed": list(result.graphed.get(src, ())),
+                    "not_replayed": [
+                        {"class": cls, "line": line, "reason": why}
+                        for cls, line, why in result.not_graphed.get(src, ())
+                    ],
+                },
                 "kernel_files": [k.as_posix() for k in kernel_files],
             }
         )
@@ -109,6 +116,7 @@ def report_data(
             "rewrites": len(result.applied),
             "remaining": len(result.remaining),
             "regions": regions,
+            "cuda_graph_forwards": sum(len(f["cuda_graphs"]["replayed"]) for f in files),
             "kernel_files": len(result.kernel_files),
         },
         "files": files,
@@ -241,6 +249,7 @@ def _summary(data: dict) -> str:
         ("Rewrites applied", summary["rewrites"]),
         ("Findings left in the output", summary["remaining"]),
         ("Regions compiled into kernels", summary["regions"]),
+        ("Forwards replayed as CUDA graphs", summary["cuda_graph_forwards"]),
         ("Kernel and runtime files written", summary["kernel_files"]),
     ]
     table = "".join(
@@ -289,8 +298,19 @@ def _file_section(entry: dict, index: int, out: str) -> str:
     ]
     if not entry["regions"]:
         parts.append('<p class="none">No regions.</p>')
+    parts += ["<h3>Forwards replayed as CUDA graphs</h3>", _graphs(entry["cuda_graphs"])]
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _graphs(graphs: dict) -> str:
+    """Which blocks replay as CUDA graphs by default (eval, no autograd, CUDA), and why the others do not."""
+    items = [f"<li><code>{_e(cls)}.forward</code>: replayed</li>" for cls in graphs["replayed"]]
+    items += [
+        f'<li><code>{_e(n["class"])}.forward</code>: not replayed (line {n["line"]}): {_e(n["reason"])}</li>'
+        for n in graphs["not_replayed"]
+    ]
+    return f"<ul>{''.join(items)}</ul>" if items else '<p class="none">No block forwards.</p>'
 
 
 def _diagnostic_table(diagnostics: list[dict], empty: str) -> str:
