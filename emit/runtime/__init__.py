@@ -48,12 +48,14 @@ from .graphs import set_default_graphs as set_default_graphs
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _SCALARS = (bool, int, float)
+_INTEGRAL = (int, bool)
 # `TRANSPILE_BACKEND=triton` sends CPU tensors to Triton too (with TRITON_INTERPRET=1:
 # how the Triton kernels are tested without a GPU); `eager` turns every kernel off.
 _FORCED = os.environ.get("TRANSPILE_BACKEND", "")
 # `TRANSPILE_COMPILE=sync`: a Triton kernel compiles on its signature's first call, which waits for it.
 _BACKGROUND = os.environ.get("TRANSPILE_COMPILE", "background") != "sync"
 COMPILING = "fallback: compiling in the background"
+EMPTY = "empty: no element to compute"
 
 KERNELS: list["Kernel"] = []
 MAX_PLANS = 256  # call signatures remembered per kernel
@@ -69,7 +71,7 @@ class Plan(NamedTuple):
     outputs: tuple[tuple[torch.Size, tuple[int, ...], torch.dtype], ...]  # shape, strides and dtype per output
     device: torch.device
     launch: Callable[[tuple, tuple, tuple], None]  # (tensors, scalars, outputs): fills the outputs
-    path: str  # the backend's name, for the counters
+    path: str  # what the counters count its calls as: the backend's name, or EMPTY (nothing to launch)
     # Per output, the shape eager gives it where that is smaller than the kernel's (a value computed
     # before a larger input broadcasts in): the kernel fills all of its shape, the call returns a copy
     # of the part at index 0 along the broadcast dims. Empty: every output as allocated.
@@ -179,12 +181,15 @@ def _signature(tensors: tuple, scalars: tuple) -> tuple | None:
     Layout: type, shape, strides, dtype and device. Triton specialises a compiled kernel
     on data pointers being 16-byte aligned and on integer argument values, so those
     are in the key too; float scalars only by type (promotion depends on nothing else).
+    A list built in place, not a generator: this runs on every call.
     """
     try:
-        key = tuple((type(t), t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16) for t in tensors)
+        key = [(type(t), t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16) for t in tensors]
     except (AttributeError, RuntimeError, TypeError):  # not a tensor, or one without storage
         return None
-    return key + tuple(s if type(s) in (int, bool) else type(s) for s in scalars)
+    if scalars:
+        key += [s if type(s) in _INTEGRAL else type(s) for s in scalars]
+    return tuple(key)
 
 
 def _activation_codes(scalars: tuple, table: Activations, positions: tuple[int, ...], alone: bool) -> tuple | str:
@@ -286,39 +291,53 @@ class Kernel:
         return f"<kernel {self.name} for {self.source}>"
 
     def __call__(self, *args):
-        """The region's outputs computed by a kernel, or None to run the original code."""
-        tensors, modules = args[: self.tensor_inputs], args[self.tensor_inputs :]
-        scalars = modules if self.activations is None else _activation_codes(modules, *self.activations)
-        plan = scalars if isinstance(scalars, str) else self._plan_for(tensors, scalars, modules)
-        if isinstance(plan, str):
+        """The region's outputs computed by a kernel, or None to run the original code.
+
+        The path of a call whose signature was seen before is kept short (it runs on every call of a
+        forward, between library calls): a signature, a dict lookup, the outputs and the launch. A
+        signature refused once is refused by the same lookup.
+        """
+        tensors, scalars = args[: self.tensor_inputs], args[self.tensor_inputs :]
+        modules = scalars
+        if self.activations is not None:
+            scalars = _activation_codes(modules, *self.activations)
+            if type(scalars) is str:
+                self.counts[scalars] += 1
+                return None
+        key = _signature(tensors, scalars)
+        if key is None:
+            plan = "fallback: an input is not a plain tensor"
+        elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            plan = "fallback: autograd needs the original code"
+        else:
+            plan = self._plans.get(key)
+            if plan is None or type(plan) is _Compiling:
+                plan = self._settled_plan(key, plan, tensors, scalars, modules)
+        if type(plan) is str:
             self.counts[plan] += 1
             return None
+        device = plan.device
         outputs = tuple(
-            torch.empty_strided(shape, strides, dtype=dtype, device=plan.device)
-            for shape, strides, dtype in plan.outputs
+            [torch.empty_strided(size, strides, dtype=dtype, device=device) for size, strides, dtype in plan.outputs]
         )
         try:
             plan.launch(tensors, scalars, outputs)
         except Exception as error:  # a kernel that does not compile here (its first launch compiles it)
             warnings.warn(f"{self!r}: the kernel failed, the original code runs: {error}", RuntimeWarning, stacklevel=2)
             reason = f"fallback: the kernel failed to compile ({type(error).__name__})"
-            self._plans[_signature(tensors, scalars)] = reason  # and keeps running, for this signature
+            self._plans[key] = reason  # and keeps running, for this signature
             self.counts[reason] += 1
             return None
-        self.counts[plan.path if plan.launch is not _nothing else "empty: no element to compute"] += 1
+        self.counts[plan.path] += 1
         if plan.narrow:
             outputs = tuple(o if shape is None else _narrowed(o, shape) for o, shape in zip(outputs, plan.narrow))
         return outputs
 
     # -- planning, once per input signature -----------------------------------------------
-    def _plan_for(self, tensors: tuple, scalars: tuple, modules: tuple) -> Plan | str:
-        """The call's plan: the one kept for its signature, made on the signature's first call."""
-        key = _signature(tensors, scalars)
-        if key is None:
-            return "fallback: an input is not a plain tensor"
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            return "fallback: autograd needs the original code"
-        plan = self._plans.get(key)
+    def _settled_plan(
+        self, key: tuple, plan: "_Compiling | None", tensors: tuple, scalars: tuple, modules: tuple
+    ) -> Plan | str:
+        """The plan of a signature seen for the first time (`plan` None: made now), or whose kernel was compiling."""
         if plan is None:
             if len(self._plans) >= MAX_PLANS:  # shapes that keep changing: keep the cache bounded
                 self._plans.clear()
@@ -388,7 +407,8 @@ class Kernel:
             launch = backend.pointwise(self, typing, len(scalars), n_elements, sizes, strides, contiguous)
             if isinstance(launch, str):
                 return f"fallback: {launch}"
-        return Plan(tuple((shape, dense, dtype) for dtype in dtypes), device, launch, backend.name, narrow)
+        path = backend.name if n_elements else EMPTY
+        return Plan(tuple((shape, dense, dtype) for dtype in dtypes), device, launch, path, narrow)
 
     def _plan_rows(self, backend, tensors, scalars, shape, values, dtypes, typing) -> Plan | str:
         """A kernel with reductions: the rows of the iteration space `shape` along the reduced dim.
@@ -449,7 +469,8 @@ class Kernel:
             launch = backend.rows(self, typing, len(scalars), n_rows, row_size, outer_sizes, strides, contiguous)
             if isinstance(launch, str):
                 return f"fallback: {launch}"
-        return Plan(outputs, device=tensors[0].device, launch=launch, path=backend.name, narrow=narrow)
+        path = backend.name if n_rows else EMPTY
+        return Plan(outputs, device=tensors[0].device, launch=launch, path=path, narrow=narrow)
 
     def _rounds_integers(self, value_dtypes: dict[str, torch.dtype]) -> bool:
         """Whether an op meets an integer with a half or bfloat16 value: eager rounds the integer to that dtype

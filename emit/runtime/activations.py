@@ -39,7 +39,11 @@ class Activations:
         self._by_type: dict[type, list[Activation]] = {}  # the same, by class object: it runs on every call
 
     def entry(self, module: object) -> Activation | None:
-        """`module`'s table entry, or None when the kernel must not compute it."""
+        """`module`'s table entry, or None when the kernel must not compute it.
+
+        It runs on every call of a kernel that takes an activation module: loops written out, no
+        generator, and the agreement with the op checked once per class (`_VERIFIED`).
+        """
         cls = type(module)
         entries = self._by_type.get(cls)
         if entries is None:
@@ -47,11 +51,14 @@ class Activations:
         if not entries or _hooked(module):
             return None
         for entry in entries:
-            if all(_same(getattr(module, name, _MISSING), value) for name, value in entry.attributes.items()):
-                key = (cls, entry.code)
-                if key not in _VERIFIED:
-                    _VERIFIED[key] = _agrees(module, entry.op)
-                return entry if _VERIFIED[key] else None
+            for name, value in entry.attributes.items():
+                if not _same(getattr(module, name, _MISSING), value):
+                    break
+            else:
+                verified = _VERIFIED.get((cls, entry.code))
+                if verified is None:
+                    verified = _VERIFIED[cls, entry.code] = _agrees(module, entry.op)
+                return entry if verified else None
         return None
 
 
@@ -70,12 +77,16 @@ def _same(value: object, expected: object) -> bool:
     return type(value) is type(expected) and value == expected
 
 
+_MODULES = torch.nn.modules.module  # holds the global forward hooks
+
+
 def _hooked(module: object) -> bool:
-    """Hooks run around forward: the kernel would skip them."""
-    hooks = ("_forward_hooks", "_forward_pre_hooks")
-    modules = torch.nn.modules.module
-    return any(getattr(module, name, None) for name in hooks) or bool(
-        modules._global_forward_hooks or modules._global_forward_pre_hooks
+    """Hooks run around forward: the kernel would skip them. (Runs on every call: no generator.)"""
+    return bool(
+        getattr(module, "_forward_hooks", None)
+        or getattr(module, "_forward_pre_hooks", None)
+        or _MODULES._global_forward_hooks
+        or _MODULES._global_forward_pre_hooks
     )
 
 
