@@ -125,6 +125,15 @@ def test_the_input_is_a_tensor_the_region_reads_not_one_it_computes():
 
 
 # -- the emitted code, run -----------------------------------------------------------------------
+@pytest.fixture(scope="module", autouse=True)
+def norms_as_kernels():
+    """In eval, a convolution's norm is folded into it (emit/runtime/conv.py) and the norm's kernel is the fold's
+    fallback: these tests turn the fold off (read when each transpiled tree's runtime is imported, in this module)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TRANSPILE_CONV_FOLD", "0")
+        yield
+
+
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("batchnorm")

@@ -34,7 +34,10 @@ import torch
 
 from .activations import _hooked
 
-_OFF = os.environ.get("TRANSPILE_BACKEND", "") == "eager"  # every transpile kernel off, this one too
+_OFF = (
+    os.environ.get("TRANSPILE_BACKEND", "") == "eager"  # every transpile kernel off, this one too
+    or os.environ.get("TRANSPILE_CONV_FOLD", "1") == "0"  # the fold alone off: the norms' kernels run
+)
 CHANNELS_LAST = os.environ.get("TRANSPILE_CHANNELS_LAST", "1") != "0"
 # `TRANSPILE_CONV_RELU=cudnn`: on CUDA a following nn.ReLU runs in cuDNN's fused convolution + bias + ReLU
 # (torch.cudnn_convolution_relu) instead of an in-place ReLU after the convolution; benchmarks/conv_nets.py
