@@ -114,6 +114,29 @@ def quietest_timing(call: Callable[[], object], args: argparse.Namespace) -> dic
     return {**best, "attempts": len(attempts)}
 
 
+def alternating_seconds(
+    calls: dict[str, Callable[[], object]], device: str, rounds: int = 9, per_round: int = 1000
+) -> dict[str, float]:
+    """Seconds per call of each of `calls`, compared in one process: `rounds` rounds, each timing `per_round`
+    calls of every one in turn (the order reversed every other round), the median over rounds. On a shared
+    machine whatever slows one round slows its neighbours too, so the ratios hold where the times drift."""
+    for call in calls.values():  # warm-up: plans, kernel loading, allocator pools
+        for _ in range(min(per_round, 50)):
+            call()
+    synchronize(device)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    order = list(calls)
+    for round_ in range(rounds):
+        for name in order if round_ % 2 == 0 else order[::-1]:
+            call = calls[name]
+            start = time.perf_counter()
+            for _ in range(per_round):
+                call()
+            synchronize(device)
+            times[name].append((time.perf_counter() - start) / per_round)
+    return {name: statistics.median(seconds) for name, seconds in times.items()}
+
+
 def pick(parser: argparse.ArgumentParser, names: str, table: dict, noun: str) -> list:
     """The entries of `table` that `names` lists (comma-separated, `all` or `none`); an unknown name is a usage error."""
     if names in ("all", "none"):

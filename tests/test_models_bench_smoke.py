@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -69,6 +70,13 @@ def test_the_transpiled_model_matches_eager_on_the_kernel_path(run):
     # the fused regions replaced aten ops: fewer of them, even counting each kernel call as one
     assert transpiled["ops_per_forward"] < eager["ops_per_forward"]
     assert eager["seconds"] > 0 and transpiled["seconds"] > 0
+    # reach: the kernel calls of the profiled forward are its generated kernels; the layer norms they fused
+    # leave the library calls, the residual adds the leftover eager ops
+    reach, eager_reach = transpiled["profile"]["reach"], eager["profile"]["reach"]
+    assert reach["generated"] == cpp_calls and eager_reach["generated"] == 0
+    assert reach["library_by_class"]["matmul"] == eager_reach["library_by_class"]["matmul"]
+    assert reach["library_by_class"].get("normalization", 0) < eager_reach["library_by_class"]["normalization"]
+    assert reach["leftover_by_op"].get("aten::add", 0) < eager_reach["leftover_by_op"]["aten::add"]
     assert report["versions"]["transformers"] == report["prepared"]["transformers"]
 
 
@@ -103,3 +111,18 @@ def test_counters_delta_keeps_what_ran_between_snapshots(bench):
     before = {"fused_a (m.py:1)": {"cpp": 3}, "fused_b (m.py:9)": {"cpp": 1}}
     after = {"fused_a (m.py:1)": {"cpp": 5, "fallback: autograd": 1}, "fused_b (m.py:9)": {"cpp": 1}}
     assert bench.counters_delta(before, after) == {"fused_a (m.py:1)": {"cpp": 2, "fallback: autograd": 1}}
+
+
+def test_reach_counts_library_calls_leftover_ops_and_views_apart(bench):
+    """One profiled forward of a small module: each aten op called from Python lands in one class."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Dropout(0.5)).eval()
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad(), torch.profiler.profile() as profile:
+        y = model(x)  # linear (matmul), layer_norm (normalization), dropout in eval (returns its input: no work)
+        z = (y + 1).relu().reshape(6, 8)  # add and relu: leftover; reshape of a contiguous tensor: a view
+        z.t().contiguous()  # t: a view; contiguous of a transposed tensor copies: leftover
+    found = bench.reach(profile.events(), generated=3)
+    assert found["generated"] == 3
+    assert found["library_by_class"] == {"matmul": 1, "normalization": 1}
+    assert found["leftover_by_op"] == {"aten::add": 1, "aten::relu": 1, "aten::contiguous": 1}
+    assert found["views"] == 3  # dropout, reshape, t

@@ -198,15 +198,17 @@ def _activation_codes(scalars: tuple, table: Activations, positions: tuple[int, 
     `alone`: the region is the activation and nothing else, worth a kernel only where the
     module's own forward launches several.
     """
-    codes = list(scalars)
+    codes = None  # made once a module is taken: most calls of an activation alone are refused
     for position in positions:
         entry = table.entry(scalars[position])
         if entry is None:
             return "fallback: an activation module the kernels do not compute"
         if alone and entry.eager_kernels <= 1:
             return "fallback: the activation alone is one eager kernel already"
+        if codes is None:
+            codes = list(scalars)
         codes[position] = entry.code
-    return tuple(codes)
+    return scalars if codes is None else tuple(codes)
 
 
 def _rounds_zero_dim(tensors) -> bool:
