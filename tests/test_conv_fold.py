@@ -478,6 +478,7 @@ def test_transformers_resnet_transpiled(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_on_cuda_the_fold_runs_channels_last(dtype, monkeypatch):
+    monkeypatch.setattr(runtime, "CHANNELS_LAST", True)  # the opt-in
     monkeypatch.setattr(runtime, "counts", runtime.counts.__class__())
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # float32 products, as the bound counts them
     conv, norm = pair(dtype=dtype)

@@ -13,8 +13,8 @@ convert the layout around every convolution. Pointwise kernels and in-place adds
 inputs' layout, so the feature maps of a ResNet stay NHWC from the stem to the head. The tensors
 a model returns then have channels_last strides where eager's are NCHW-contiguous: the same
 values and shape, `.contiguous()` gives eager's layout, and a `.view` that merges the channel
-dim with the spatial ones raises (`.reshape` copies). `TRANSPILE_CHANNELS_LAST=0` keeps the
-input's layout, as eager does. On CPU the input's layout is kept.
+dim with the spatial ones raises (`.reshape` copies). Opt-in (`TRANSPILE_CHANNELS_LAST=1`): by default
+the input's layout is kept, as eager keeps it. On CPU the input's layout is always kept.
 
 The folded weight and bias are cached per module pair and made again when any tensor they come
 from is replaced, moved or updated in place (identity, data pointer and version counter):
@@ -38,7 +38,10 @@ _OFF = (
     os.environ.get("TRANSPILE_BACKEND", "") == "eager"  # every transpile kernel off, this one too
     or os.environ.get("TRANSPILE_CONV_FOLD", "1") == "0"  # the fold alone off: the norms' kernels run
 )
-CHANNELS_LAST = os.environ.get("TRANSPILE_CHANNELS_LAST", "1") != "0"
+# Opt-in: measured on the H100 (benchmarks/RESULTS.md, issue 17), it speeds up transformers' ResNet-50, whose
+# every convolution folds (2.96 against 3.91 ms), and slows a torchvision-style one whose unfolded
+# downsample convolutions and fused residual kernels then mix layouts (8.47 against 5.54 ms).
+CHANNELS_LAST = os.environ.get("TRANSPILE_CHANNELS_LAST", "0") == "1"
 # `TRANSPILE_CONV_RELU=cudnn`: on CUDA a following nn.ReLU runs in cuDNN's fused convolution + bias + ReLU
 # (torch.cudnn_convolution_relu) instead of an in-place ReLU after the convolution; benchmarks/conv_nets.py
 # times both on the GPU before either becomes the default.
