@@ -74,6 +74,8 @@ def compare(model: Model, args: argparse.Namespace) -> list[str]:
     """Table rows for one model and dtype: forwards, then kernel calls."""
     torch.manual_seed(0)
     eager = build(model_class(model, "eager", None), model, args)
+    # The baseline imported first: a runtime older than its package-relative imports reaches its own modules
+    # through the `_transpile_runtime` alias, which names the first runtime imported.
     trees = {"baseline": args.baseline, "transpiled": args.compiled}
     forwards = {"eager": forward(model, None, eager, args)}
     forwards.update({name: forward(model, tree, eager, args) for name, tree in trees.items()})

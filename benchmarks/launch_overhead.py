@@ -60,8 +60,10 @@ def main() -> None:
     print("|---|" + "---|" * (len(columns) + 1))
     for name, (cls, arguments, n_inputs) in CASES.items():
         original = getattr(importlib.import_module(f"models.{name}"), cls)(*arguments)
-        compiled = transpiled(package, name, cls, arguments, original)
+        # The baseline first: a runtime older than its package-relative imports reaches its own modules through
+        # the `_transpile_runtime` alias, which names the first runtime imported.
         baseline = transpiled(args.baseline.name, name, cls, arguments, original) if args.baseline else None
+        compiled = transpiled(package, name, cls, arguments, original)
         original, compiled = (m.to(args.device, dtype).eval() for m in (original, compiled))
         inputs = [torch.randn(8, 1024, device=args.device, dtype=dtype) for _ in range(n_inputs)]
         runtime = importlib.import_module(f"{package}._transpile_runtime")

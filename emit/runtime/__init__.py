@@ -521,7 +521,7 @@ class Kernel:
     @functools.cached_property
     def cpp_library(self):
         """The kernel file's CppLibrary, or why its kernels fall back (warned once, never built again)."""
-        from _transpile_runtime.cpp_support import CppLibrary
+        from .cpp_support import CppLibrary
 
         return CppLibrary.for_file(self._cpp_file)
 
@@ -782,7 +782,7 @@ class _Triton(_Backend):
     name = "triton"
 
     def __init__(self) -> None:
-        from _transpile_runtime import triton_support
+        from . import triton_support
 
         self.support = triton_support
 
@@ -832,7 +832,7 @@ class _Cpp(_Backend):
     name = "cpp"
 
     def __init__(self) -> None:
-        from _transpile_runtime import cpp_support
+        from . import cpp_support
 
         self.support = cpp_support
 

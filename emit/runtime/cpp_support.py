@@ -502,14 +502,25 @@ class CppLibrary:
                 return address
         function = abi.prototype(self._string(f"{entry}{abi.PARAMETERS_SUFFIX}"))(address)
         set_threads = self._set_threads
+        # Whether every tensor has the binding's dtype, so that the data pointers go to C as they are: decided on
+        # the first call, since the calls of a launcher share one signature (a Plan's), dtypes included.
+        direct: list[bool] = []
 
         def launch(tensors, scalars, outputs) -> None:
+            if not direct:
+                direct.append(
+                    all(t.dtype == dtype for t, dtype in zip(tensors, binding.inputs))
+                    and all(o.dtype == dtype for o, dtype in zip(outputs, binding.outputs))
+                )
+            set_threads(torch.get_num_threads())  # a fair comparison with eager: the same threads
+            if direct[0]:  # the path of every call of most plans: no conversion, no staging, no generator
+                function(*[t.data_ptr() for t in tensors], *scalars, *[o.data_ptr() for o in outputs], *arguments)
+                return
             inputs = [_conform(t, dtype) for t, dtype in zip(tensors, binding.inputs)]
             staged = [
                 o if o.dtype == dtype else torch.empty_like(o, dtype=dtype)
                 for o, dtype in zip(outputs, binding.outputs)
             ]
-            set_threads(torch.get_num_threads())  # a fair comparison with eager: the same threads
             function(*(t.data_ptr() for t in inputs), *scalars, *(o.data_ptr() for o in staged), *arguments)
             for output, result in zip(outputs, staged):
                 if result is not output:
