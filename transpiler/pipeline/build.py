@@ -540,9 +540,16 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
     lines = [f"Transpiled {_plural(result.files, 'file')} into {result.out}: {counts}."]
     regions = [r for found in result.regions.values() for r in found]
     if regions:
+        files = sum(1 for found in result.regions.values() if found)
         lines.append(
-            f"Compiled {_plural(len(regions), 'region')} of {_plural(len(result.regions), 'file')} into fused kernels"
+            f"Compiled {_plural(len(regions), 'region')} of {_plural(files, 'file')} into fused kernels"
             f" (Triton on CUDA, C++ on CPU): {', '.join(r.name for r in regions)}."
+        )
+    graphed = [cls for classes in result.graphed.values() for cls in classes]
+    if graphed:
+        lines.append(
+            f"Replaying as CUDA graphs by default (eval mode, no autograd, on CUDA) the forward of "
+            f"{len(graphed)} block class{'' if len(graphed) == 1 else 'es'}: {', '.join(graphed)}."
         )
     if result.imports:
         first, files = result.imports[0], len({r.path for r in result.imports})
