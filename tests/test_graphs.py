@@ -7,7 +7,9 @@ with its reason); the `gpu` tests record and replay, against eager on random inp
 from __future__ import annotations
 
 import copy
+import gc
 import inspect
+import weakref
 
 import pytest
 import torch
@@ -258,8 +260,7 @@ def test_block_graphs_replay_the_blocks_and_leave_the_glue_eager():
 
 
 # -- the default replay of the forwards the build marked `graphed` ---------------------------------------
-from emit.runtime import graphs as graphs_module  # noqa: E402
-from emit.runtime.graphs import default_graph_counts, graphed, set_default_graphs  # noqa: E402
+from emit.runtime.graphs import default_graph_counts, graphed, replayer, set_default_graphs  # noqa: E402
 
 
 class Scaled(nn.Module):
@@ -282,7 +283,7 @@ def test_graphed_forward_runs_as_it_is_off_cuda_and_keeps_its_signature():
     with torch.no_grad():
         expected = torch.nn.functional.gelu(block.linear(x)) * 2.0
         torch.testing.assert_close(block(x), expected, rtol=0, atol=0)
-    assert block not in graphs_module._REPLAYERS  # nothing recorded, nothing kept for a CPU call
+    assert replayer(block) is None  # nothing recorded, nothing kept for a CPU call
     assert list(inspect.signature(Scaled.forward).parameters) == ["self", "x", "bias"]
     assert Scaled.forward.__transpile_reads__ == ("scale", "linear.weight.shape", "missing.attribute")
 
@@ -392,7 +393,7 @@ def test_what_a_replay_would_not_reproduce_runs_the_original_forward(what, reaso
     eager_x = x.clone()
     with torch.no_grad():  # a fresh list each call: one signature, recorded at the second call
         outs = [block(x, items=[] if what == "argument" else None) for _ in range(4)]
-    counts = graphs_module._REPLAYERS[block].counts
+    counts = replayer(block).counts
     assert any(reason in key for key in counts), counts
     assert counts["graph replay"] == 0
     if what == "input":
@@ -409,11 +410,8 @@ def test_a_graphed_forward_inside_a_recording_runs_as_it_is():
     model = Outer().cuda().eval()
     x = torch.randn(4, 16, device="cuda")
     outs = _calls(model, x)
-    assert graphs_module._REPLAYERS[model].counts["graph replay"] == 3  # the recording call replays too
-    assert all(
-        block not in graphs_module._REPLAYERS or not graphs_module._REPLAYERS[block].counts["graph replay"]
-        for block in model.blocks
-    )
+    assert replayer(model).counts["graph replay"] == 3  # the recording call replays too
+    assert all(replayer(block) is None or not replayer(block).counts["graph replay"] for block in model.blocks)
     for out in outs:
         torch.testing.assert_close(out, outs[0])
 
@@ -426,6 +424,26 @@ def test_default_graphs_can_be_turned_off():
     set_default_graphs(False)
     try:
         _calls(block, x)
-        assert block not in graphs_module._REPLAYERS
+        assert replayer(block) is None
     finally:
         set_default_graphs(True)
+
+
+@cuda
+@pytest.mark.gpu
+def test_a_graphed_module_is_freed_with_its_recordings_and_copies_record_their_own():
+    block = Scaled().cuda().eval()
+    x = torch.randn(4, 16, device="cuda")
+    first = _calls(block, x)[-1]
+    assert replayer(block).counts["graph replay"] == 3
+    twin = copy.deepcopy(block)  # the copy has no recordings: graphs are not copied
+    assert replayer(twin) is None
+    twin.scale = 5.0
+    torch.testing.assert_close(_calls(twin, x)[-1], first / 2.0 * 5.0)
+    assert replayer(twin).counts["graph replay"] == 3 and replayer(block).counts["graph replay"] == 3
+    shallow = copy.copy(block)  # shares the original's attributes: must not run the original's replayer
+    assert replayer(shallow) is None
+    gone = weakref.ref(block)
+    del block, shallow
+    gc.collect()
+    assert gone() is None  # the replayer, its graphs and guards do not keep the module alive

@@ -364,7 +364,10 @@ def cuda_graphs(function: Callable, copy_outputs: bool = True, max_graphs: int =
 # `TRANSPILE_CUDA_GRAPHS=0` (read at import) or `set_default_graphs(False)` turns the default replay off.
 _DEFAULT_ON = os.environ.get("TRANSPILE_CUDA_GRAPHS", "1") != "0"
 MAX_DEFAULT_GRAPHS = 256  # recordings held at once by every default replay together: their memory stays bounded
-_REPLAYERS: "weakref.WeakKeyDictionary[torch.nn.Module, CudaGraphs]" = weakref.WeakKeyDictionary()
+# Every module's replayer, for the switch and the counts. A replayer holds its module (the bound forward, the
+# guards), so it lives on the module (`_Recordings`) and goes with it; this set holds it weakly.
+_REPLAYERS: "weakref.WeakSet[_DefaultGraphs]" = weakref.WeakSet()
+_KEY = "_transpile_graphs"  # the instance attribute holding a module's `_Recordings`
 _POOLS: dict[tuple, _Pool] = {}  # per device and stream: graphs that never run at once share memory
 
 
@@ -373,14 +376,37 @@ def set_default_graphs(enabled: bool) -> None:
     global _DEFAULT_ON
     _DEFAULT_ON = enabled
     if not enabled:
-        for replayer in list(_REPLAYERS.values()):
+        for replayer in list(_REPLAYERS):
             replayer.reset()
+            vars(replayer.module).pop(_KEY, None)
         _REPLAYERS.clear()
 
 
 def default_graph_counts() -> collections.Counter[str]:
     """What the calls of every graphed forward ran: replays, warm-ups, and why the original forward."""
-    return sum((r.counts for r in list(_REPLAYERS.values())), collections.Counter())
+    return sum((r.counts for r in list(_REPLAYERS)), collections.Counter())
+
+
+def replayer(module: torch.nn.Module) -> "_DefaultGraphs | None":
+    """The replayer of `module`'s graphed forward, once a call on CUDA made one."""
+    kept = vars(module).get(_KEY)
+    return kept.replayer if isinstance(kept, _Recordings) and kept.replayer.module is module else None
+
+
+class _Recordings:
+    """A module's replayer, as an attribute of the module: freed with it. A copy or a pickle of the module
+    starts without recordings (graphs cannot be copied, and a copy's forward must not run the original's)."""
+
+    __slots__ = ("replayer",)
+
+    def __init__(self, replayer: "_DefaultGraphs | None" = None) -> None:
+        self.replayer = replayer
+
+    def __deepcopy__(self, memo: dict) -> None:
+        return None
+
+    def __reduce__(self):
+        return (type(None), ())
 
 
 def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
@@ -434,10 +460,12 @@ def graphed(reads: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
             first = _first_tensor(args, kwargs)
             if first is None or not first.is_cuda or torch.compiler.is_compiling():
                 return forward(self, *args, **kwargs)
-            replayer = _REPLAYERS.get(self)
-            if replayer is None:
-                replayer = _REPLAYERS[self] = _DefaultGraphs(forward.__get__(self), reads=reads)
-            return replayer(*args, **kwargs)
+            kept = replayer(self)  # None also for a shallow copy, which shares the original's attribute
+            if kept is None:
+                kept = _DefaultGraphs(forward.__get__(self), reads=reads)
+                vars(self)[_KEY] = _Recordings(kept)
+                _REPLAYERS.add(kept)
+            return kept(*args, **kwargs)
 
         replayed.__transpile_reads__ = reads
         return replayed
