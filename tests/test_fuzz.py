@@ -19,7 +19,8 @@ import torch.nn as nn
 from tests import fuzzing
 from tests.fuzzing import InputSpec, Program, Stmt, compare
 
-SEEDS = {"cpp": range(0, 56), "triton": range(0, 32)}
+# 9810: a half sum read by the next op of its row kernel, which C++ used unrounded (found by the long run).
+SEEDS = {"cpp": [*range(0, 56), 9810], "triton": range(0, 32)}
 # seed -> the class of issue 15 ("Wrong results found") it reproduces, per backend (none left).
 KNOWN: dict[str, dict[int, str]] = {"cpp": {}, "triton": {}}
 

@@ -784,7 +784,10 @@ class _RowKernel:
                 lines.append(f"double {total} = 0;")
                 partials.append(f"C {partial} = {reduction.identity};")
                 totals.append(f"{total} += {partial};")
-                results.append(f"const C {accumulator} = C({total});")
+                result = f"C({total})"
+                if self.names.types.get(node.out, "double") != "double":  # rounded to its dtype, as render_node does
+                    result = f"rounded<{self.names.types[node.out]}, C>({result})"
+                results.append(f"const C {accumulator} = {result};")
                 accumulator = partial
             else:
                 lines.append(f"C {accumulator} = {reduction.identity};")

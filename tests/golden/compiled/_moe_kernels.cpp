@@ -40,7 +40,7 @@ static void fused_sum(
       }
       t0_total += t0_block;
     }
-    const C t0 = C(t0_total);
+    const C t0 = rounded<T, C>(C(t0_total));
     // Pass 2: compute and store the element outputs.
 #pragma omp simd
     for (int64_t col = 0; col < R; ++col) {

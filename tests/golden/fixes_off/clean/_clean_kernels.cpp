@@ -111,8 +111,8 @@ static void fused_sum_clamp_min(
       total_total += total_block;
       t1_total += t1_block;
     }
-    const C total = C(total_total);
-    const C t1 = C(t1_total);
+    const C total = rounded<T2, C>(C(total_total));
+    const C t1 = rounded<T1, C>(C(t1_total));
     // line 63: return total / weights.sum(dim=1).clamp(min=1.0)
     const C t2 = rounded<T3, C>(clamp_min(C(t1), C(1.0)));
     const C t3 = rounded<T4, C>(total / t2);
