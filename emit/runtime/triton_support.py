@@ -296,7 +296,7 @@ def expm1(x):
         u = tl.exp(x)
         kahan = _div_rn((u - 1.0) * x, tl.log(u))
         result = tl.where((u == 1.0) | (x != x), x, tl.where(u - 1.0 == -1.0, -1.0, kahan))
-        return tl.where(x == float("inf"), float("inf"), result)
+        return tl.where(u == float("inf"), float("inf"), result)  # exp overflowed: inf * x / inf is no answer
     else:
         return libdevice.expm1(x)
 
