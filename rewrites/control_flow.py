@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from rewrites import branches
+from rewrites import branches, where_proof
 from transpiler.analysis.walker import Context
-from transpiler.lint.rule import Fix
+from transpiler.lint.rule import Fix, FixApplicability
 from transpiler.analysis.kinds import Kind
 from transpiler.lint.rule import Rule
 
@@ -162,8 +162,9 @@ class DataDependentIf(Rule):
         skip = branches.static_prefix(node, ctx) if elif_of is None else 0
         where = branches.where_plan(node, ctx, skip)
         if isinstance(where, tuple):
-            title = "replace the branches with `torch.where`"
-            return self.make_fix(title, "If", node, safety="unsafe", data=("where", elif_of is False, skip, where))
+            unproven = where_proof.where_unproven(node, ctx, skip, where[3])
+            title, safety = _where_title(unproven)
+            return self.make_fix(title, "If", node, safety=safety, data=("where", elif_of is False, skip, where))
         if elif_of is not None:
             return {"no_fix": where}
         _, bodies = branches.if_chain(node)
@@ -396,7 +397,8 @@ class DataDependentTernary(Rule):
                 return {"no_fix": f"`torch.where` would evaluate both sides, and {reason}"}
             if not ctx.kind(side).is_tensor:
                 return {"no_fix": f"`{ast.unparse(side)}` is not known to be a tensor"}
-        return self.make_fix("replace with `torch.where`", "IfExp", node, safety="unsafe", data=(recipe,))
+        title, safety = _where_title(where_proof.ternary_unproven(node, ctx))
+        return self.make_fix(title, "IfExp", node, safety=safety, data=(recipe,))
 
     def apply_fix(self, node: "cst.IfExp", fix: Fix, edit: "Edit") -> "cst.CSTNode":
         import libcst as cst
@@ -647,6 +649,13 @@ class DataDependentAssert(Rule):
                 assert x.shape[0] == 8, f"expected 8 rows, got {x.shape[0]}"
                 return y * 2
         """]
+
+
+def _where_title(unproven: str | None) -> tuple[str, FixApplicability]:
+    """The title and safety of a `torch.where` fix: safe when proven equal, else unsafe saying why."""
+    if unproven is None:
+        return "replace with `torch.where` (proven equal)", "safe"
+    return f"replace with `torch.where` (not proven equal: {unproven})", "unsafe"
 
 
 def _simple(function: ast.AST) -> list[ast.stmt]:

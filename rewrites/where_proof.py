@@ -1,0 +1,322 @@
+"""Static proof that `torch.where` over the arms of a data-dependent `if` (or ternary) computes what
+the `if` computes, for every input: what makes the TP201/TP203 `torch.where` fix safe.
+
+`torch.where(c, a, b)` equals `a if c else b` bit for bit, with the same gradients, when
+1. `c` has one element (a 0-d tensor: `x.sum() > 0`, `mask.any()`); otherwise `if` raises
+   and `torch.where` broadcasts;
+2. `a` and `b` have the same shape and dtype (otherwise `torch.where` broadcasts and promotes);
+3. evaluating the untaken arm cannot raise, and the zero gradient `torch.where` sends into it
+   stays zero through every operation of the arm: constant derivatives (`+`, `-`, `*` or `/`
+   by a finite literal), masks (`relu`), or no gradient at all (`zeros_like`). `exp`, `sqrt`,
+   `abs` or a product of two tensors turn `0 * inf` or `0 * nan` into NaN;
+4. the arms draw gradients from the same tensors (a leaf reached only through the untaken arm
+   would get a zero gradient where the `if` gave it none).
+Shapes and dtypes are symbolic tokens (`shape(y)`, `dtype(y)`, `float(dtype(y))` for
+`y * 0.5`) built from the values the names hold before the `if`; two arms are proven equal when
+their tokens are. Aliasing is not kept: the result is always a new tensor (`y = x` in an arm
+made an alias), devices are assumed to be one.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rewrites import branches
+from transpiler.analysis.kinds import Kind
+from transpiler.analysis.typer import Typer
+
+if TYPE_CHECKING:
+    from transpiler.analysis.walker import Context
+
+SCALAR = "()"  # the shape token of a one-element 0-d tensor
+_MODULES = ("torch.", "torch.nn.functional.")
+# Operations whose result keeps the operand's shape, dtype and gradient sources, whose derivative
+# is a mask (0 or 1): a zero gradient stays zero.
+_KEEPING = frozenset({"relu", "clone"})
+_NO_GRAD_LIKE = frozenset({"zeros_like", "ones_like"})
+_CASTS = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16"}
+# Reductions to one element without arguments; "total" ones never raise (the others raise on an
+# empty tensor, or on integers for `mean`/`norm`).
+_TOTAL_REDUCTIONS = {"sum": None, "any": "bool", "all": "bool"}
+_PARTIAL_REDUCTIONS = frozenset({"mean", "max", "min", "amax", "amin", "norm", "prod"})
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What is statically known of a tensor value: symbolic shape and dtype, and the tensors whose
+    gradients flow into it."""
+
+    shape: str
+    dtype: str
+    grads: frozenset[str]
+
+
+class Prover:
+    """Metadata of pure expressions in one function, from the kinds the typer knows at the `if`."""
+
+    def __init__(self, function: ast.AST, typer: Typer) -> None:
+        self.function = function
+        self.typer = typer
+        self._scalar_names: dict[str, bool] = {}
+
+    # -- expressions -------------------------------------------------------------------------------------
+
+    def meta(self, expr: ast.expr, env: dict[str, Meta | str], total: bool = True) -> Meta | str:
+        """The metadata of `expr`, or why it is not known. Names take their metadata from `env` (names
+        assigned in the arm so far) or else from their value before the `if`. With `total`, only
+        operations that cannot raise are accepted."""
+        if isinstance(expr, ast.Name) and expr.id in env:
+            return env[expr.id]
+        if isinstance(expr, (ast.Name, ast.Attribute)) and self._is_variable(expr):
+            return self._base(expr)
+        if isinstance(expr, ast.UnaryOp):
+            return self._unary(expr, env, total)
+        if isinstance(expr, ast.BinOp):
+            return self._binary(expr, env, total)
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
+            parts = [self._operand(e, env, total) for e in (expr.left, expr.comparators[0])]
+            return self._broadcast(parts, "bool", frozenset(), expr)
+        if isinstance(expr, ast.Call):
+            return self._call(expr, env, total)
+        return f"`{_short(expr)}` is not among the operations whose shape, dtype and gradient are known"
+
+    def _is_variable(self, expr: ast.expr) -> bool:
+        if isinstance(expr, ast.Attribute) and self.typer.self_attr(expr) is None:
+            return False
+        return self.typer.kind(expr).is_tensor
+
+    def _base(self, expr: ast.Name | ast.Attribute) -> Meta:
+        """The metadata of a variable's value before the `if`."""
+        name = ast.unparse(expr)
+        shape = SCALAR if isinstance(expr, ast.Name) and self._is_scalar_name(expr.id) else f"shape({name})"
+        if self.typer.kind(expr) is Kind.BOOL_TENSOR:
+            return Meta(shape, "bool", frozenset())
+        return Meta(shape, f"dtype({name})", frozenset({name}))
+
+    def _is_scalar_name(self, name: str) -> bool:
+        """Whether every binding of `name` in the function is `name = <one-element tensor>`."""
+        if name not in self._scalar_names:
+            self._scalar_names[name] = False  # a name defined from itself is not proven
+            self._scalar_names[name] = self._bindings_are_scalar(name)
+        return self._scalar_names[name]
+
+    def _bindings_are_scalar(self, name: str) -> bool:
+        values = []
+        for node in ast.walk(self.function):
+            if isinstance(node, ast.arg) and node.arg == name:
+                return False
+            if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+                values.append(node)
+        assigned = [
+            n.value
+            for n in ast.walk(self.function)
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+            if n.targets[0].id == name
+        ]
+        if not values or len(assigned) != len(values):
+            return False  # bound by a loop, `with`, unpacking or an augmented assignment too
+        return all(_is_meta(m := self.meta(v, {}, total=False)) and m.shape == SCALAR for v in assigned)
+
+    def _operand(self, expr: ast.expr, env: dict[str, Meta | str], total: bool) -> Meta | str | float:
+        """A finite number literal (`2`, `-0.5`) as itself, anything else as its metadata."""
+        value = _literal(expr)
+        return value if value is not None else self.meta(expr, env, total)
+
+    def _unary(self, expr: ast.UnaryOp, env: dict[str, Meta | str], total: bool) -> Meta | str:
+        inner = self.meta(expr.operand, env, total)
+        if not _is_meta(inner):
+            return inner
+        if isinstance(expr.op, ast.Invert) and inner.dtype == "bool":
+            return inner
+        if isinstance(expr.op, (ast.USub, ast.UAdd)) and inner.dtype != "bool":
+            return inner
+        return f"`{_short(expr)}` on a {'boolean' if inner.dtype == 'bool' else 'numeric'} tensor"
+
+    def _binary(self, expr: ast.BinOp, env: dict[str, Meta | str], total: bool) -> Meta | str:
+        left, right = (self._operand(e, env, total) for e in (expr.left, expr.right))
+        for side in (left, right):
+            if isinstance(side, str):
+                return side
+        op = type(expr.op)
+        if not (_is_meta(left) and _is_meta(right)):
+            return self._with_number(expr, left, right, op)
+        if op in (ast.Add, ast.Sub) and "bool" not in (left.dtype, right.dtype):
+            return self._broadcast([left, right], _promote(left.dtype, right.dtype), left.grads | right.grads, expr)
+        if op in (ast.BitAnd, ast.BitOr) and left.dtype == right.dtype == "bool":
+            return self._broadcast([left, right], "bool", frozenset(), expr)
+        if op is ast.Mult:
+            return f"`{_short(expr)}` multiplies two tensors: the untaken arm's gradient may become NaN"
+        return f"`{_short(expr)}` is not among the operations whose shape, dtype and gradient are known"
+
+    @staticmethod
+    def _with_number(expr: ast.BinOp, left: Meta | float, right: Meta | float, op: type) -> Meta | str:
+        """`t op c` or `c op t` with a finite literal `c`: the tensor's shape and gradient sources; its
+        dtype, or the floating dtype an integer tensor becomes (Python numbers never widen a dtype)."""
+        tensor_first = _is_meta(left)
+        tensor, number = (left, right) if tensor_first else (right, left)
+        if not _is_meta(tensor):
+            return f"`{_short(expr)}` is arithmetic on numbers"
+        if tensor.dtype == "bool":
+            return f"`{_short(expr)}` turns a boolean tensor into a number"
+        if op is ast.Div and (not tensor_first or number == 0):
+            return f"`{_short(expr)}` divides by a tensor or by zero"
+        if op not in (ast.Add, ast.Sub, ast.Mult, ast.Div):
+            return f"`{_short(expr)}` may raise or have an unbounded derivative"
+        floating = op is ast.Div or isinstance(number, float)
+        return Meta(tensor.shape, _floating(tensor.dtype) if floating else tensor.dtype, tensor.grads)
+
+    @staticmethod
+    def _broadcast(parts: list, dtype: str, grads: frozenset[str], expr: ast.expr) -> Meta | str:
+        """The result of an elementwise operation on `parts` (metadata or numbers): one shape, or one
+        operand's shape when the others have one element (broadcasting that cannot raise)."""
+        for part in parts:
+            if isinstance(part, str):
+                return part
+        shapes = {p.shape for p in parts if isinstance(p, Meta)} - {SCALAR} or {SCALAR}
+        if len(shapes) > 1:
+            return f"the shapes in `{_short(expr)}` are not proven equal"
+        return Meta(shapes.pop(), dtype, grads)
+
+    def _call(self, expr: ast.Call, env: dict[str, Meta | str], total: bool) -> Meta | str:
+        func = expr.func
+        qualname = self.typer.qualname(func) or ""
+        if isinstance(func, ast.Attribute) and not qualname and not expr.keywords:
+            receiver, args, name = func.value, expr.args, func.attr
+        elif qualname.startswith(_MODULES) and expr.args and not expr.keywords:
+            receiver, args, name = expr.args[0], expr.args[1:], qualname.rpartition(".")[2]
+        else:
+            return f"`{_short(func)}()` is not among the operations whose shape, dtype and gradient are known"
+        if name == "where" and qualname and len(args) == 2:
+            parts = [self.meta(e, env, total) for e in (receiver, *args)]
+            if all(_is_meta(p) for p in parts) and parts[0].dtype == "bool":
+                dtype = _promote(parts[1].dtype, parts[2].dtype)
+                return self._broadcast(parts, dtype, parts[1].grads | parts[2].grads, expr)
+            return next((p for p in parts if isinstance(p, str)), f"`{_short(expr)}` has a condition not boolean")
+        inner = self.meta(receiver, env, total)
+        if not _is_meta(inner) or args:
+            return inner if not _is_meta(inner) else f"`{_short(expr)}` takes arguments whose effect is not known"
+        if name in _KEEPING and inner.dtype != "bool":
+            return inner
+        if name in _NO_GRAD_LIKE:
+            return Meta(inner.shape, inner.dtype, frozenset())
+        if name == "detach":
+            return Meta(inner.shape, inner.dtype, frozenset())
+        if name in _CASTS and isinstance(func, ast.Attribute) and not qualname:
+            return Meta(inner.shape, _CASTS[name], inner.grads)
+        if name in _TOTAL_REDUCTIONS:
+            dtype = _TOTAL_REDUCTIONS[name] or f"sum({inner.dtype})"
+            return Meta(SCALAR, dtype, frozenset() if dtype == "bool" else inner.grads)
+        if name in _PARTIAL_REDUCTIONS:
+            if total:
+                return f"`{_short(expr)}` raises on some inputs (empty or integer tensors)"
+            return Meta(SCALAR, f"{name}({inner.dtype})", inner.grads)
+        return f"`{_short(func)}()` is not among the operations whose shape, dtype and gradient are known"
+
+    # -- conditions --------------------------------------------------------------------------------------
+
+    def condition(self, test: ast.expr, total: bool) -> str | None:
+        """Why `test` is not proven a one-element tensor (that cannot raise, with `total`), or None."""
+        parts = test.values if isinstance(test, ast.BoolOp) else [test]
+        for part in parts:
+            while isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not):
+                part = part.operand
+            if isinstance(part, ast.BoolOp):
+                reason = self.condition(part, total)
+                if reason is not None:
+                    return reason
+                continue
+            if isinstance(part, ast.Compare) and len(part.ops) > 1:
+                return f"the chained comparison `{_short(part)}` is evaluated differently"
+            meta = self.meta(part, {}, total)
+            if isinstance(meta, str):
+                return meta
+            if meta.shape != SCALAR:
+                return f"the condition `{_short(part)}` is not proven to have one element"
+        return None
+
+
+def arms_differ(prover: Prover, bodies: list[list[ast.stmt]], outputs: tuple[str, ...]) -> str | None:
+    """Why the final values of `outputs` after each branch body (pure assignments of names) are
+    not proven to have equal metadata, or None when they are."""
+    finals = []
+    for body in bodies:
+        env: dict[str, Meta | str] = {}
+        for statement in body:
+            env[statement.targets[0].id] = prover.meta(statement.value, env)
+        finals.append(env)
+    for name in outputs:
+        metas = [final.get(name) or prover.meta(ast.Name(name, ast.Load()), {}) for final in finals]
+        reason = next((m for m in metas if isinstance(m, str)), None)
+        if reason is not None:
+            return reason
+        if len({m.shape for m in metas}) > 1:
+            return f"the shapes of `{name}` in the branches are not proven equal"
+        if len({m.dtype for m in metas}) > 1:
+            return f"the dtypes of `{name}` in the branches are not proven equal"
+        if len({m.grads for m in metas}) > 1:
+            return f"the branches' values of `{name}` take gradients from different tensors"
+    return None
+
+
+def _is_meta(value: object) -> bool:
+    return isinstance(value, Meta)
+
+
+def _literal(expr: ast.expr) -> int | float | None:
+    """The value of a finite int or float literal, possibly negated (booleans are not numbers here)."""
+    sign = 1
+    while isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+        sign, expr = (-sign if isinstance(expr.op, ast.USub) else sign), expr.operand
+    if isinstance(expr, ast.Constant) and type(expr.value) in (int, float) and math.isfinite(expr.value):
+        return sign * expr.value
+    return None
+
+
+def _floating(dtype: str) -> str:
+    """The dtype of an operation with a Python float: floating dtypes stay, integers become the default."""
+    if dtype.startswith("float") or dtype in ("bfloat16",):
+        return dtype
+    return f"float({dtype})"
+
+
+def _promote(a: str, b: str) -> str:
+    return a if a == b else f"promote({min(a, b)}, {max(a, b)})"
+
+
+def _short(node: ast.AST, limit: int = 40) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def where_unproven(node: ast.If, ctx: "Context", skip: int, outputs: tuple[str, ...]) -> str | None:
+    """Why the `torch.where` rewrite of the `if` chain at `node` (see `branches.where_plan`) is not
+    proven equal to it, or None when it is; `skip` leading operands of the test stay a Python `if`."""
+    prover = Prover(ctx.node, branches.branch_typer(ctx))
+    tests, bodies = branches.if_chain(node)
+    for index, test in enumerate(tests):
+        # An `elif` condition now always runs: it must not raise where the `if` skipped it.
+        for part in test.values[skip:] if index == 0 and skip else [test]:
+            reason = prover.condition(part, total=index > 0)
+            if reason is not None:
+                return reason
+    return arms_differ(prover, bodies, outputs)
+
+
+def ternary_unproven(node: ast.IfExp, ctx: "Context") -> str | None:
+    """Why `torch.where(c, a, b)` is not proven equal to `a if c else b`, or None when it is."""
+    prover = Prover(ctx.node, branches.branch_typer(ctx))
+    reason = prover.condition(node.test, total=False)
+    if reason is not None:
+        return reason
+    metas = [prover.meta(side, {}) for side in (node.body, node.orelse)]
+    reason = next((m for m in metas if isinstance(m, str)), None)
+    if reason is not None:
+        return reason
+    if metas[0] != metas[1]:
+        what = "shapes" if metas[0].shape != metas[1].shape else "dtypes"
+        what = what if metas[0].grads == metas[1].grads else "gradient sources"
+        return f"the {what} of the two sides are not proven equal"
+    return None
