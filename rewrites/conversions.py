@@ -53,7 +53,9 @@ def flow_problem(node: ast.expr, ctx: Context, parents: dict[int, ast.AST], step
         elif not verdict:
             if isinstance(parent, ast.Expr):
                 return f"its value is never used (line {current.lineno})"
-            use = ast.unparse(parent) if parent is not None else ast.unparse(current)
+            use = ast.unparse(parent) if isinstance(parent, ast.expr) else ast.unparse(current)
+            if isinstance(parent, (ast.If, ast.While, ast.Assert)) and parent.test is current:
+                use = f"{type(parent).__name__.lower()} {use}"  # the test, not the whole block
             use = use if len(use) <= 50 else use[:47] + "..."
             return f"its value is used at line {current.lineno} in `{use}`, not only in tensor arithmetic"
     return None
@@ -80,27 +82,59 @@ def _uses_of_binding(assign: ast.Assign, function: ast.AST) -> list[ast.Name] | 
     return loads
 
 
-_ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+# Operators whose result with a 0-d tensor operand is a tensor computed as with a number: the
+# 0-d tensor takes part in type promotion like a number of its category (`x_int % s` and
+# `x // s` round toward -inf like Python's, `%` takes the divisor's sign like Python's).
+_ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
+_COMPARISONS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
+# `mask & flag`: with a tensor on the other side only (two Python bools follow as arithmetic).
+_BITWISE = (ast.BitAnd, ast.BitOr, ast.BitXor)
 # Arguments that take a 0-d tensor wherever they take a number: method -> positions and keywords.
 _TENSOR_ARGUMENTS = {
     "add": {0, "other"},
     "sub": {0, "other"},
     "mul": {0, "other"},
     "div": {0, "other"},
+    "true_divide": {0, "other"},
+    "floor_divide": {0, "other"},
+    "remainder": {0, "other"},
+    "fmod": {0, "other"},
+    "pow": {0, "exponent"},
     "clamp": {0, 1, "min", "max"},
     "clamp_min": {0, "min"},
     "clamp_max": {0, "max"},
     "masked_fill": {1, "value"},
+    "eq": {0, "other"},
+    "ne": {0, "other"},
+    "lt": {0, "other"},
+    "le": {0, "other"},
+    "gt": {0, "other"},
+    "ge": {0, "other"},
+}
+# In-place forms: a 0-d tensor is cast into the receiver's dtype as the number was (`fill_` too).
+_TENSOR_ARGUMENTS.update({f"{m}_": slots for m, slots in _TENSOR_ARGUMENTS.items()} | {"fill_": {0, "value"}})
+# `torch.<function>(tensor, ...)` spellings: the same slots, counted after the tensor.
+_TORCH_FUNCTIONS = {
+    f"torch.{m}": {(s + 1 if isinstance(s, int) else s) for s in slots}
+    for m, slots in _TENSOR_ARGUMENTS.items()
+    if not m.endswith("_") and m != "masked_fill"
 }
 
 
 def tensor_arithmetic_step(
     node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]
 ) -> bool | ast.expr:
-    """Accepts a number used as an operand of `+ - * /` with a tensor, or as an argument of a
-    tensor method that takes a 0-d tensor there; follows arithmetic with other numbers."""
-    if isinstance(parent, ast.BinOp) and isinstance(parent.op, _ARITHMETIC):
+    """Accepts a number used as an operand of arithmetic or a comparison with a tensor, or as an
+    argument of a tensor function or method that takes a 0-d tensor there; follows arithmetic
+    and comparisons with other numbers, `abs()`, and unary minus."""
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, _ARITHMETIC + _BITWISE):
         other = ctx.kind(parent.right if parent.left is node else parent.left)
+        if other.is_tensor:
+            return True
+        return parent if other in (Kind.SCALAR, Kind.DATA_SCALAR) and isinstance(parent.op, _ARITHMETIC) else False
+    if isinstance(parent, ast.Compare) and len(parent.ops) == 1 and isinstance(parent.ops[0], _COMPARISONS):
+        # `x > s` is a boolean tensor either way; `s > 0.5` is a bool that becomes a 0-d bool tensor.
+        other = ctx.kind(parent.comparators[0] if parent.left is node else parent.left)
         if other.is_tensor:
             return True
         return parent if other in (Kind.SCALAR, Kind.DATA_SCALAR) else False
@@ -109,16 +143,21 @@ def tensor_arithmetic_step(
     keyword = None
     if isinstance(parent, ast.keyword):
         keyword, parent = parent.arg, parents.get(id(parent))
-    if not isinstance(parent, ast.Call):
+    if not isinstance(parent, ast.Call) or node is parent.func:
         return False
     func = parent.func
-    if ctx.qualname(func) == "torch.where" and len(parent.args) == 3 and keyword is None:
+    name = ctx.qualname(func)
+    if name == "builtins.abs" and len(parent.args) == 1:
+        return parent
+    if name == "torch.where" and len(parent.args) == 3 and keyword is None:
         # `where(c, s, t)` with a tensor `t`: a 0-d `s` promotes like a number beside it.
         if node in parent.args[1:]:
             return ctx.kind(parent.args[3 - parent.args.index(node)]).is_tensor
         return False
-    if isinstance(func, ast.Attribute) and func.attr in _TENSOR_ARGUMENTS and ctx.qualname(func) is None:
-        slot = keyword if keyword is not None else next((i for i, a in enumerate(parent.args) if a is node), None)
+    slot = keyword if keyword is not None else next((i for i, a in enumerate(parent.args) if a is node), None)
+    if name in _TORCH_FUNCTIONS:
+        return slot in _TORCH_FUNCTIONS[name] and bool(parent.args) and ctx.kind(parent.args[0]).is_tensor
+    if isinstance(func, ast.Attribute) and func.attr in _TENSOR_ARGUMENTS and name is None:
         return slot in _TENSOR_ARGUMENTS[func.attr] and ctx.kind(func.value).is_tensor
     return False
 
@@ -271,12 +310,18 @@ class TensorItemCall(ScalarConversionRule, TensorMethodRule):
     GPU, waits for the device.
 
     ## Fix safety
-    When every use of the number is tensor arithmetic (`+ - * /` with a tensor,
-    possibly after arithmetic with other numbers, or the `value`/`min`/`max`
-    argument of `masked_fill`, `clamp`, `torch.where`, ...), `t.item()` becomes
-    `t.detach()`: a 0-d tensor promotes like the number did (`x * s` keeps the
-    dtype of a floating `x`), and the `detach` keeps gradients from flowing
-    through it, as they did not through the number. A receiver that is not a
+    When every use of the number is tensor arithmetic, `t.item()` becomes
+    `t.detach()`. Tensor arithmetic is: `+ - * / // % **` or a comparison with
+    a tensor (`x > s` is a boolean tensor either way); the number argument of a
+    tensor function or method that takes a 0-d tensor there (`torch.where`'s
+    values, `clamp`'s and `torch.clamp`'s `min`/`max`, `masked_fill`'s value,
+    `add`/`sub`/`mul`/`div`/`pow`/`remainder`/`eq`/`gt`/... and their `torch.`
+    and in-place forms, `fill_`); and, followed in turn, arithmetic or a
+    comparison with other numbers, `abs()`, unary minus, and local names bound
+    once. A 0-d tensor promotes like the number did (`x * s` keeps the dtype of
+    a floating `x`; a bool `s > 0.5` times `x` is `x` or zeros either way), and
+    the `detach` keeps gradients from flowing through it, as they did not
+    through the number. A receiver that is not a
     full reduction (`x.sum()`, `x.max()`, ...) gets `.reshape(())` so that a
     `(1,)`-shaped tensor neither broadcasts nor promotes. `max(t.item(), eps)`
     becomes `t.detach().clamp(min=eps)` (`min` → `clamp(max=)`).
@@ -284,9 +329,15 @@ class TensorItemCall(ScalarConversionRule, TensorMethodRule):
     tensor's dtype instead of float64; an integer tensor times a floating
     `.item()` takes the 0-d tensor's floating dtype instead of the default one;
     `max(eps, nan)` was `eps` and the clamp gives NaN; a tensor with more than
-    one element fails in `reshape` instead of in `.item()`.
-    No fix when the number is used any other way (returned, stored, compared,
-    formatted, as a size or index, passed to other code), when the name it is
+    one element fails in `reshape` instead of in `.item()`; an integer beside a
+    floating `.item()` is compared in the 0-d tensor's dtype (float16 rounds
+    2049 to 2048); integer arithmetic wraps at int64 where Python's does not,
+    and raises on a negative power where Python gives a float; division by zero
+    gives inf or NaN where Python raised.
+    No fix when the number is used any other way (returned, stored, tested by
+    `if`/`while`/`and`/`not`, inverted with `~`, in a chained comparison,
+    formatted, as a size or index, passed to other code such as
+    `torch.full_like`, which reads it as a Python number), when the name it is
     bound to is assigned more than once, or when the receiver is not known to
     be a tensor.
     """

@@ -70,6 +70,31 @@ CASES = {
         "return torch.where(x > 0, x.amax().item(), x)",
         "return torch.where(x > 0, x.amax().detach(), x)",
     ),
+    "item-compared-with-tensor": (
+        "s = x.mean().item()\nreturn torch.where(x > s, x, -x), s <= x",
+        "s = x.mean().detach()\nreturn torch.where(x > s, x, -x), s <= x",
+    ),
+    "item-comparison-as-factor": (
+        "s = x.sum().item()\nflag = s > 0.5\nreturn x * flag + (s != 0) * x",
+        "s = x.sum().detach()\nflag = s > 0.5\nreturn x * flag + (s != 0) * x",
+    ),
+    "item-power-floordiv-mod": (
+        "s = x.abs().max().item() + 1\nreturn x ** 2 / s, x.detach() // s, x % s, 2 ** -s * x",
+        "s = x.abs().max().detach() + 1\nreturn x ** 2 / s, x.detach() // s, x % s, 2 ** -s * x",
+    ),
+    "item-abs": ("s = abs(x.sum().item())\nreturn x / (s + 1)", "s = abs(x.sum().detach())\nreturn x / (s + 1)"),
+    "item-torch-functions": (
+        "lo = x.mean().item()\nreturn torch.clamp(x, min=lo), torch.add(x, lo), torch.pow(x.abs(), lo)",
+        "lo = x.mean().detach()\nreturn torch.clamp(x, min=lo), torch.add(x, lo), torch.pow(x.abs(), lo)",
+    ),
+    "item-in-place": (
+        "y = x * 2\ny.mul_(x.sum().item())\ny.masked_fill_(y > 1, x.max().item())\nreturn y",
+        "y = x * 2\ny.mul_(x.sum().detach())\ny.masked_fill_(y > 1, x.max().detach())\nreturn y",
+    ),
+    "int-compared": (
+        "k = int(x.sum())\nreturn x.gt(k), x * (k > 1)",
+        "k = x.sum().detach().long()\nreturn x.gt(k), x * (k > 1)",
+    ),
     "float": ("y = x / float(x.abs().max())\nreturn y", "y = x / x.abs().max().detach().mul(1.0)\nreturn y"),
     "float-of-expression": (
         "return x / float(x.max() + 1)",
@@ -100,7 +125,7 @@ CASES = {
     ),
 }
 # Cases whose original raises on NaN (`int(nan)`), or differs there by design (documented).
-NO_NAN = {"int"}
+NO_NAN = {"int", "int-compared"}
 # Cases valid on empty inputs (a reduction to one number of an empty tensor raises).
 EMPTY_OK = {"mask-sum", "mask-bound-then-summed", "masked-select", "masked-select-method", "id-comparison"}
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -141,7 +166,7 @@ def test_comments_and_formatting_are_kept():
 
 NO_FIX = {
     "returned": ("s = x.sum().item()\nreturn x * s, s", "TP301", "used at line 11 in `(x * s, s)`"),
-    "compared": ("s = x.sum().item()\nif s > 0:\n    x = x * 2\nreturn x * s", "TP301", "in `s > 0`"),
+    "compared": ("s = x.sum().item()\nif s > 0:\n    x = x * 2\nreturn x * s", "TP301", "in `if s > 0`"),
     "range": ("n = int(x.sum())\nfor i in range(n):\n    x = x + i\nreturn x", "TP303", "in `range(n)`"),
     "stored": ("self.total = float(x.sum())\nreturn x", "TP303", "stored somewhere other than a local name"),
     "reassigned": ("s = x.sum().item()\ns = s + 1\nreturn x * s", "TP301", "`s` is assigned more than once"),
@@ -150,7 +175,9 @@ NO_FIX = {
     "bool": ("b = bool(x.sum())\nreturn x * b", "TP303", "`bool()` has no tensor form"),
     "math-floor": ("return x * math.floor(x.sum())", "TP304", "`math.floor`"),
     "math-two-args": ("return x * math.log(x.sum(), 2)", "TP304", "`math.log` with these arguments"),
-    "power": ("return x ** x.sum().item()", "TP301", "in `x ** x.sum().item()`"),
+    "inverted": ("s = x.sum().item() > 0\nreturn x * ~s", "TP301", "in `~s`"),
+    "chained-comparison": ("s = x.sum().item()\nreturn x * (0 < s < 1)", "TP301", "in `0 < s < 1`"),
+    "full-like": ("return torch.full_like(x, x.sum().item())", "TP301", "torch.full_like"),
     "mask-of-other-shape": ("m = x.sum(-1) > 0\nreturn x[m].sum()", "TP402", "may select rows"),
     "mask-selection-used": ("sel = x[x > 0]\nreturn sel * 2", "TP402", "not only summed"),
     "id-order": ("return x, id(x) < id(x * 2)", "TP503", "only a single `==` or `!=`"),
