@@ -79,9 +79,78 @@ class Model(nn.Module):
 def test_blocks_of_a_module_list_are_sites_with_the_attributes_they_and_their_callees_read():
     found, refused = sites(MODEL)
     assert refused == {}
-    # Model is not in a ModuleList, Mlp is not either: only the block replays.
-    assert set(found) == {"Block"}
+    # The block, and the model that builds its list; Mlp, inside the block, is not a candidate.
+    assert set(found) == {"Block", "Model"}
     assert found["Block"] == ("config.double", "config.use_mlp", "mlp.scale", "norm.eps")
+    # The model's own reads; its blocks' reads are added at run time under each block's name.
+    assert found["Model"] == ("layers",)
+
+
+def test_a_sequential_of_a_local_list_and_the_classes_holding_a_model_are_sites():
+    found, refused = sites("""
+        import torch
+        from torch import nn
+        from elsewhere import Imported
+        class Bottleneck(nn.Module):
+            def forward(self, x):
+                return torch.relu(x) + x
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer1 = self._layer(3)
+                self.stem = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())
+            def _layer(self, blocks):
+                layers = [Bottleneck()]
+                layers += [Bottleneck() for _ in range(1, blocks)]
+                return nn.Sequential(*layers)
+            def forward(self, x):
+                return self.layer1(self.stem(x))
+        class Classifier(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = Net()
+                self.head = nn.Linear(8, 2)
+            def forward(self, x):
+                return self.head(self.net(x).mean((2, 3)))
+        class Other(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList([Imported() for _ in range(2)])
+            def forward(self, x):
+                return x
+        """)
+    # Other's list holds a class of another file: nothing here can be checked, so it is no candidate.
+    assert refused == {} and set(found) == {"Bottleneck", "Net", "Classifier"}
+
+
+def test_a_model_whose_block_is_refused_is_refused_with_the_blocks_reason():
+    found, refused = sites("""
+        from torch import nn
+        class Block(nn.Module):
+            def forward(self, x):
+                self.last = x
+                return x
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.ModuleList([Block()])
+            def forward(self, x):
+                for block in self.blocks:
+                    x = block(x)
+                return x
+        class Head(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = Model()
+            def forward(self, x):
+                return self.model(x)
+        """)
+    assert found == {}
+    assert refused == {
+        "Block": (5, "stores into `self.last`"),
+        "Model": (5, "in Block.forward: stores into `self.last`"),
+        "Head": (5, "in Block.forward: stores into `self.last`"),
+    }
 
 
 def test_blocks_appended_to_a_module_list_are_sites():
@@ -99,7 +168,7 @@ def test_blocks_appended_to_a_module_list_are_sites():
             def forward(self, x):
                 return x
         """)
-    assert set(found) == {"Stage"}
+    assert set(found) == {"Stage", "Encoder"}
 
 
 @pytest.mark.parametrize(
@@ -125,7 +194,7 @@ class Model(nn.Module):
 """
     found, refused = sites(source)
     assert found == {}
-    assert refused["Block"] == (5, reason)
+    assert refused == {"Block": (5, reason)}  # Model, a candidate, has no forward of its own
 
 
 def test_a_store_into_an_argument_or_a_local_is_left_to_the_runtime():
@@ -153,7 +222,8 @@ def test_a_hazard_in_a_callee_refuses_the_block_naming_the_callee():
     found, refused = graph_sites(tree, hazards)
     assert [s.cls for s in found] == []
     assert [(n.cls, n.line, n.reason) for n in refused] == [
-        ("Block", line, "in Mlp.config_scale: TP301 `.item()` call")
+        ("Block", line, "in Mlp.config_scale: TP301 `.item()` call"),
+        ("Model", line, "in Mlp.config_scale: TP301 `.item()` call"),
     ]
 
 
@@ -174,10 +244,11 @@ def test_the_build_decorates_block_forwards_and_the_output_runs_as_the_source(tm
     out = build(tmp_path, MODEL, out_name=f"graphed_{tmp_path.name}".replace("-", "_"))
     (out / "__init__.py").write_text("")
     text = (out / "models" / "net.py").read_text()
-    assert text.count("@_transpile_graphed(") == 1
+    assert text.count("@_transpile_graphed(") == 2  # Block's forward and Model's
     decorated = text[text.index("@_transpile_graphed(") :]
-    assert decorated.split("def ", 1)[1].startswith("forward(self, x, mask=None)")  # Block's, not Model's
+    assert decorated.split("def ", 1)[1].startswith("forward(self, x, mask=None)")  # Block's first
     assert '"config.use_mlp"' in decorated.split("def ", 1)[0]
+    assert '@_transpile_graphed(reads=("layers",))\n    def forward(self, x):' in text  # Model's
     ast.parse(text)
 
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
@@ -236,12 +307,15 @@ def test_the_report_says_which_forwards_replay_and_why_the_others_do_not(tmp_pat
     line = 1 + MODEL.splitlines().index("        return self.scale")  # the store, inserted above it
     assert entry["cuda_graphs"] == {
         "replayed": [],
-        "not_replayed": [{"class": "Block", "line": line, "reason": "in Mlp.config_scale: stores into `self.scale`"}],
+        "not_replayed": [
+            {"class": "Block", "line": line, "reason": "in Mlp.config_scale: stores into `self.scale`"},
+            {"class": "Model", "line": line, "reason": "in Mlp.config_scale: stores into `self.scale`"},
+        ],
     }
     html = (out / "transpile-report.html").read_text()
     assert "<code>Block.forward</code>: not replayed (line" in html
     report = json.loads((build(tmp_path / "again", MODEL) / "transpile-report.json").read_text())
-    assert report["summary"]["cuda_graph_forwards"] == 1
+    assert report["summary"]["cuda_graph_forwards"] == 2
 
 
 def test_explain_passes_names_replayed_and_refused_blocks(tmp_path):

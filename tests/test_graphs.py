@@ -79,7 +79,7 @@ def test_cpu_calls_run_the_original_forward_with_the_reason():
     with torch.no_grad():
         out = forward(x, scale=0.5)
     assert torch.equal(out["out"], model(x, scale=0.5)["out"])
-    assert forward.counts == {"original forward: no CUDA tensor among the inputs": 1}
+    assert forward.counts == {"original forward: an input is not a CUDA tensor, or none is a tensor": 1}
     forward(x)
     assert forward.counts["original forward: autograd is on (graphs are for inference: use torch.no_grad())"] == 1
 
@@ -107,7 +107,7 @@ def test_a_bound_forward_can_replace_the_module_forward():
     with torch.no_grad():
         out = model(torch.randn(3, 16))["out"]  # through nn.Module.__call__, hooks included
     assert out.shape == (3, 16)
-    assert set(model.forward.counts) == {"original forward: no CUDA tensor among the inputs"}
+    assert set(model.forward.counts) == {"original forward: an input is not a CUDA tensor, or none is a tensor"}
     with pytest.raises(TypeError, match="module"):
         CudaGraphs(lambda x: x)
 
@@ -220,7 +220,7 @@ def test_block_graphs_wrap_the_outermost_list_and_come_off_again():
     with torch.no_grad():
         x = torch.randn(2, 16)
         out = model(x)
-        assert blocks.counts == {"original forward: no CUDA tensor among the inputs": 3}
+        assert blocks.counts == {"original forward: an input is not a CUDA tensor, or none is a tensor": 3}
         with pytest.raises(ValueError, match="layers.0 has its own forward already"):
             cuda_graph_blocks(model)
         blocks.remove()
@@ -288,10 +288,12 @@ def test_graphed_forward_runs_as_it_is_off_cuda_and_keeps_its_signature():
     assert Scaled.forward.__transpile_reads__ == ("scale", "linear.weight.shape", "missing.attribute")
 
 
-def test_snapshot_guards_the_reads_by_value_and_skips_tensor_attributes():
+def test_snapshot_guards_the_reads_by_value_and_tensor_attributes_by_identity_and_memory():
     block = Scaled().eval()
     snapshot = _Snapshot(block, Scaled.forward.__transpile_reads__)
-    assert [get.__reduce__()[1] for get, _, _ in snapshot.reads] == [("scale",), ("missing.attribute",)]
+    # `linear.weight.shape`: the path up to the tensor, whose attributes change only with it.
+    paths = ["scale", "linear.weight", "linear.weight.data_ptr()", "missing.attribute"]
+    assert [path for path, *_ in snapshot.reads] == paths
     assert snapshot.holds()
     block.scale = 2  # an int equal to the float: a different value for the forward's arithmetic
     assert not snapshot.holds()
@@ -314,7 +316,7 @@ class Chunked(nn.Module):
 def test_bound_methods_are_guarded_by_value_and_properties_that_build_objects_are_not_guarded():
     module = Chunked()
     snapshot = _Snapshot(module, ("forward", "fresh"))
-    assert [get.__reduce__()[1] for get, _, _ in snapshot.reads] == [("forward",)]  # equal at every read
+    assert [path for path, *_ in snapshot.reads] == ["forward"]  # equal at every read
     assert snapshot.holds() and snapshot.unstable == "fresh"  # CudaGraphs then runs the original forward
 
 
@@ -447,3 +449,110 @@ def test_a_graphed_module_is_freed_with_its_recordings_and_copies_record_their_o
     del block, shallow
     gc.collect()
     assert gone() is None  # the replayer, its graphs and guards do not keep the module alive
+
+
+def test_snapshot_of_a_model_guards_its_blocks_reads_under_their_names():
+    model = Outer().eval()
+    snapshot = _Snapshot(model, ())
+    paths = [path for path, *_ in snapshot.reads]
+    assert {"blocks.0.scale", "blocks.1.scale", "blocks.1.linear.weight"} <= set(paths)
+    assert snapshot.holds()
+    model.blocks[1].scale = 3.0  # read by a block inside the model's graph: the model records again
+    assert not snapshot.holds()
+
+
+class Config:
+    def __init__(self) -> None:
+        self.hidden, self.output_hidden_states, self.name = 16, False, "tiny"
+
+
+class Configured(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = Config()
+        self.table = torch.randn(16)  # a plain tensor attribute, not a buffer
+
+    @graphed(reads=("config.hidden", "table"))
+    def forward(self, x):
+        return x * self.table[: self.config.hidden]
+
+
+def test_snapshot_guards_every_plain_field_of_an_object_read_and_plain_tensor_attributes():
+    module = Configured()
+    snapshot = _Snapshot(module, Configured.forward.__transpile_reads__)
+    assert snapshot.holds()
+    module.config.output_hidden_states = True  # not read by the file: a library around the forward may
+    assert not snapshot.holds()
+    module.config.output_hidden_states = False
+    assert snapshot.holds()
+    del module.config.name
+    assert not snapshot.holds()
+    snapshot = _Snapshot(module, Configured.forward.__transpile_reads__)
+    module.table = torch.randn(16)  # replaced: the recorded kernels read the old tensor's memory
+    assert not snapshot.holds()
+    snapshot = _Snapshot(module, Configured.forward.__transpile_reads__)
+    module.table.data = torch.randn(16)  # the same tensor given new memory
+    assert not snapshot.holds()
+
+
+def test_handed_out_outputs_alias_the_graph_memory_until_it_is_written_again_while_they_live():
+    from emit.runtime.graphs import _Handout
+
+    static = torch.arange(12.0)
+    outputs = [static[:6].view(2, 3), 7, static[6:]]  # two tensors on one storage, and a plain value
+    handout = _Handout(outputs)
+    first = handout.hand_out()
+    assert first[1] == 7 and first[0].data_ptr() == static.data_ptr()  # no copy
+    assert torch.equal(first[0], static[:6].view(2, 3)) and first[2].stride() == (1,)
+    kept = first[2][1:]  # a view of a handed-out output, the output itself dropped
+    del first
+    handout.evict()  # the storage is still referenced (by `kept`): it gets memory of its own first
+    static.fill_(-1)  # the next replay writes the graph's memory
+    assert torch.equal(kept, torch.arange(7.0, 12.0)) and kept.data_ptr() != static.data_ptr() + 7 * 4
+    second = handout.hand_out()
+    assert second[0].data_ptr() == static.data_ptr()
+    del second
+    handout.evict()  # nothing referenced any more: nothing copied, nothing left to watch
+    assert handout.handed == []
+
+
+@cuda
+@pytest.mark.gpu
+def test_outputs_kept_across_replays_stay_valid_and_dropped_ones_are_not_copied():
+    torch.manual_seed(0)
+    block = Scaled().cuda().eval()
+    inputs = [torch.randn(4, 16, device="cuda") for _ in range(5)]
+    kept = _calls(block, inputs[0], n=1) + [_calls(block, x, n=1)[0] for x in inputs[1:]]
+    assert replayer(block).counts["graph replay"] == 4
+    with torch.no_grad():
+        for x, out in zip(inputs, kept):  # each replay wrote the graph's memory: the kept ones were moved first
+            torch.testing.assert_close(out, torch.nn.functional.gelu(block.linear(x)) * 2.0)
+        first = block(inputs[0]).data_ptr()
+        second = block(inputs[1])  # the first output was dropped: the replay wrote its memory, no copy
+        assert second.data_ptr() == first
+        view = second[1:]
+        del second
+        third = block(inputs[2])  # a view keeps the output alive: moved out before the replay
+        torch.testing.assert_close(view, (torch.nn.functional.gelu(block.linear(inputs[1])) * 2.0)[1:])
+        assert third.data_ptr() == first and view.data_ptr() != first + 16 * 4
+
+
+@cuda
+@pytest.mark.gpu
+def test_outputs_outlive_their_graph_and_cpu_tensor_arguments_run_the_original_forward():
+    block = Scaled().cuda().eval()
+    x = torch.randn(4, 16, device="cuda")
+    out = _calls(block, x)[-1]
+    expected = out.clone()
+    replayer(block).reset()  # the graph and its memory go: the output still referenced gets its own
+    gc.collect()
+    noise = [torch.randn(4, 16, device="cuda") for _ in range(64)]
+    _calls(block, x * 3)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    del noise
+    with torch.no_grad():  # a CPU tensor's values would reach the graph as recorded: never replayed
+        for scale in (1.0, 2.0, 3.0):
+            torch.testing.assert_close(
+                block(x, bias=torch.tensor(scale)), torch.nn.functional.gelu(block.linear(x)) * 2.0 + scale
+            )
+    assert "original forward: an input is not a CUDA tensor, or none is a tensor" in replayer(block).counts

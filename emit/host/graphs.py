@@ -42,7 +42,7 @@ def graph_forwards(text: str, sites: list[GraphSite], depth: int, source_path: s
         lines[first - 1 : first - 1] = [*(indent + line for line in _COMMENT), *_decorator(indent, reads)]
     insert_at = after_imports(ast.parse("".join(lines)))
     imports = [
-        "# blocks whose forward replays as a CUDA graph by default (docs/compiler.md)\n",
+        "# models and blocks whose forward replays as a CUDA graph by default (docs/compiler.md)\n",
         *runtime_import(depth, "graphs", f"graphed as {GRAPHED}"),
     ]
     lines[insert_at:insert_at] = ["\n", *imports, *blank_unless_blank(lines, insert_at)]
@@ -51,8 +51,8 @@ def graph_forwards(text: str, sites: list[GraphSite], depth: int, source_path: s
         out = prepend_header(
             out,
             [
-                f"{GENERATED_HEADER}{VERSION} from {source_path}: the forwards of its blocks replay as CUDA graphs\n",
-                "# (the original forward is the fallback). Edit the source, not this file.\n",
+                f"{GENERATED_HEADER}{VERSION} from {source_path}: its models' and blocks' forwards replay as\n",
+                "# CUDA graphs (the original forward is the fallback). Edit the source, not this file.\n",
             ],
         )
     return out

@@ -25,10 +25,14 @@ autograd on, no CUDA tensor among the inputs, an argument that is not a tensor o
 plain value, an output that is neither (a cache object), or a forward that synchronises
 with the host (`.item()`, data-dependent shapes), which fails the recording.
 
-The outputs of a replay are copied out of the graph's memory by default, so results of
-earlier calls stay valid; `copy_outputs=False` returns the graph's own tensors, which the
-next replay of the same signature overwrites (reduce-overhead's contract), and saves one
-copy per output.
+The outputs of a replay are handed out without a copy: tensors that alias the graph's memory
+without owning it. Results of earlier calls stay valid all the same: before a graph replays
+again, any output of its previous replay still referenced (by the caller, or a view of it) is
+moved to memory of its own (its storage gets a copy), and so is every output still referenced
+when the graph is forgotten. A block's output, consumed by the next block and dropped, is never
+copied; a model's logits kept across calls are copied once, at the next call. `copy_outputs=False`
+returns the graph's own tensors, which the next replay of the same signature overwrites
+(reduce-overhead's contract), and saves even that check.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import weakref
 from typing import Any, Callable
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout)
@@ -138,13 +143,63 @@ class _Graph:
             held |= {t.untyped_storage().data_ptr() for t in (*module.parameters(), *module.buffers())}
         if any(isinstance(leaf, torch.Tensor) and leaf.untyped_storage().data_ptr() in held for leaf in self.outputs):
             raise _Unsupported("an output is an input or a parameter, or a view of one")
+        self._handout = _Handout(self.outputs)
+        finalizer = weakref.finalize(self, self._handout.evict)  # outputs still referenced outlive the graph
+        finalizer.atexit = False
 
     def replay(self, tensors: list, copy_outputs: bool) -> Any:
+        if copy_outputs:
+            self._handout.evict()  # the previous replay's outputs still referenced: to their own memory first
         # One call for all inputs: one dispatch, and one kernel for tensors of one dtype and layout.
         torch._foreach_copy_(self.inputs, tensors)
         self.graph.replay()
-        outputs = [leaf.clone() if copy_outputs and isinstance(leaf, torch.Tensor) else leaf for leaf in self.outputs]
+        outputs = self._handout.hand_out() if copy_outputs else self.outputs
         return pytree.tree_unflatten(outputs, self.spec)
+
+
+class _Handout:
+    """A graph's outputs as handed out: tensors on storages that alias the graph's output memory without
+    owning it, watched through weak references, so that the ones still referenced when that memory is
+    about to be written again (or freed) can be given memory of their own first.
+
+    Moving a storage (`_swap_data_ptr_` with a copy) moves every tensor on it, views included, and
+    keeps the caller's objects: nothing the caller holds changes but the address of its memory."""
+
+    def __init__(self, outputs: list) -> None:
+        self.static = outputs  # the graph's own output tensors: they keep its output memory allocated
+        storages: dict[int, int] = {}  # data pointer of an output's storage -> index among `self.memory`
+        self.memory: list[tuple[int, torch.device, int]] = []  # (data pointer, device, bytes) per storage
+        self.leaves: list[tuple[int, int, tuple, tuple, torch.dtype] | None] = []
+        for leaf in outputs:
+            if not isinstance(leaf, torch.Tensor):
+                self.leaves.append(None)
+                continue
+            storage = leaf.untyped_storage()
+            index = storages.setdefault(storage.data_ptr(), len(self.memory))
+            if index == len(self.memory):
+                self.memory.append((storage.data_ptr(), storage.device, storage.nbytes()))
+            self.leaves.append((index, leaf.storage_offset(), tuple(leaf.shape), leaf.stride(), leaf.dtype))
+        self.handed: list[StorageWeakRef] = []
+
+    def hand_out(self) -> list:
+        storages = [torch._C._construct_storage_from_data_pointer(*memory) for memory in self.memory]
+        self.handed = [StorageWeakRef(storage) for storage in storages]
+        return [
+            static if leaf is None else _on_storage(storages[leaf[0]], *leaf[1:], static.device)
+            for static, leaf in zip(self.static, self.leaves)
+        ]
+
+    def evict(self) -> None:
+        """Give the handed-out storages still referenced memory of their own, holding their values."""
+        for weak in self.handed:
+            storage = None if weak.expired() else torch.UntypedStorage._new_with_weak_ptr(weak.cdata)
+            if storage is not None:
+                storage._swap_data_ptr_(storage.clone())
+        self.handed = []
+
+
+def _on_storage(storage, offset: int, size: tuple, stride: tuple, dtype: torch.dtype, device) -> torch.Tensor:
+    return torch.empty(0, dtype=dtype, device=device).set_(storage, offset, size, stride)
 
 
 def _attributes(module) -> list[tuple[dict, str, object]]:
@@ -180,22 +235,36 @@ class _Snapshot:
 
     def __init__(self, module: torch.nn.Module, reads: tuple[str, ...] = ()) -> None:
         modules = list(module.modules())
-        # The attributes the build found the forward reading (`reads`): their values at recording.
+        # The attributes the build found the forward reading (`reads`), and those of the graphed forwards of the
+        # modules it holds (a model's blocks, read through a list the build cannot index): their values now.
+        for name, inner in module.named_modules(remove_duplicate=False):
+            inner_reads = getattr(type(inner).forward, "__transpile_reads__", ()) if name else ()
+            reads = (*reads, *(f"{name}.{read}" for read in inner_reads))
         self.reads = []
         self.unstable = ""  # a read whose value is a new object each time, if any
-        for path in reads:
-            value = _read_path(path, module)
-            if value is _THROUGH_TENSOR:
-                continue  # a tensor's own attributes (`weight.shape`) change only with the tensor, guarded above
+        self.objects: dict[int, tuple[dict, Callable, tuple]] = {}  # plain fields of objects read (a config)
+        for path in dict.fromkeys(reads):
+            path, value = _read_path(path, module)
             # Compared by value: plain values, their tuples and lists, and bound methods (a new object at
-            # each read, equal while they bind the same function to the same object).
+            # each read, equal while they bind the same function to the same object). By identity: the rest,
+            # tensors with their memory (a tensor attribute replaced, or given new memory, records again).
             plain = isinstance(value, (*_PLAIN, types.MethodType)) or (
                 isinstance(value, (tuple, list)) and all(isinstance(v, _PLAIN) for v in value)
             )
-            if not _same(_read_path(path, module), value, plain):
+            if not _same(_read_path(path, module)[1], value, plain):
                 self.unstable = self.unstable or path  # a property that builds a new object: no guard can hold
                 continue
-            self.reads.append((operator.attrgetter(path), value, plain))
+            get = operator.attrgetter(path)
+            self.reads.append((path, get, value, plain))
+            if isinstance(value, torch.Tensor):
+                pointer = f"{path}.data_ptr()"
+                self.reads.append((pointer, lambda root, get=get: get(root).data_ptr(), value.data_ptr(), True))
+            owner = module
+            for name in path.split(".")[:-1]:  # the objects the path passes through: a config read in part
+                owner = getattr(owner, name, _MISSING)
+                self._watch(owner)
+            if not plain:
+                self._watch(value)
         self.entries = [
             (table, name, value)
             for m in modules
@@ -206,12 +275,31 @@ class _Snapshot:
         self.flags = [(m, m.training) for m in modules]
         self.root = module
 
+    def _watch(self, value: object) -> None:
+        """Guard every plain field of an object the forward reads (a model's config): libraries around the
+        forward (transformers' decorators, mask helpers) read fields of it the build does not see."""
+        table = getattr(value, "__dict__", None)
+        if (
+            not isinstance(table, dict)
+            or isinstance(value, (torch.nn.Module, torch.Tensor))
+            or id(table) in self.objects
+        ):
+            return  # a module's fields are guarded through its tables and flags, a tensor's with its memory
+        keys = tuple(key for key, field in table.items() if isinstance(field, _PLAIN))
+        if keys:
+            fields = operator.itemgetter(*keys)
+            self.objects[id(table)] = (table, fields, fields(table), len(table))
+
     def holds(self) -> bool:
         return (
             all(table.get(name) is value for table, name, value in self.entries)
             and all(t.data_ptr() == pointer for t, pointer in self.memory)  # `.data = ...`, `.to()` in place
             and all(m.training is flag for m, flag in self.flags)
-            and all(_same(_read(get, self.root), value, plain) for get, value, plain in self.reads)
+            and all(_same(_read(get, self.root), value, plain) for _, get, value, plain in self.reads)
+            and all(
+                _fields(table, fields) == values and len(table) == size
+                for table, fields, values, size in self.objects.values()
+            )
         )
 
 
@@ -227,20 +315,24 @@ def _read(get: Callable, module) -> object:
         return _MISSING
 
 
-_THROUGH_TENSOR = object()
+def _fields(table: dict, fields: Callable) -> object:
+    try:
+        return fields(table)
+    except KeyError:
+        return _MISSING
 
 
-def _read_path(path: str, module) -> object:
-    """The value at `path` from `module`, `_MISSING` where an attribute is missing, `_THROUGH_TENSOR` where the
-    path passes through a tensor."""
-    value = module
-    for name in path.split("."):
+def _read_path(path: str, module) -> tuple[str, object]:
+    """The path up to the first tensor on it (a tensor's own attributes, `weight.shape`, change only with the
+    tensor), and the value there from `module`: `_MISSING` where an attribute is missing."""
+    value, names = module, path.split(".")
+    for index, name in enumerate(names):
         if isinstance(value, torch.Tensor):
-            return _THROUGH_TENSOR
+            return ".".join(names[:index]), value
         value = getattr(value, name, _MISSING)
         if value is _MISSING:
-            return _MISSING
-    return _THROUGH_TENSOR if isinstance(value, torch.Tensor) else value
+            return path, _MISSING
+    return path, value
 
 
 class _Pool:
@@ -323,8 +415,9 @@ class CudaGraphs:
             description = _describe((args, kwargs), tensors)
         except _Unsupported as error:
             return f"original forward: {error}"
-        if not any(t.is_cuda for t in tensors):
-            return "original forward: no CUDA tensor among the inputs"
+        if not tensors or not all(t.is_cuda for t in tensors):
+            # A CPU tensor's values reach a graph only as they were when it was recorded (as kernel arguments).
+            return "original forward: an input is not a CUDA tensor, or none is a tensor"
         if torch.cuda.is_current_stream_capturing():
             return "original forward: called while another graph is being recorded"
         if not self._unchanged():  # parameters replaced, moved or cast, or train()/eval(): record again

@@ -6,11 +6,16 @@ launch work: no host sync, no data-dependent branch, no side effect. The lint fi
 (and what Dynamo breaks on generally); this pass adds the side effects it does not report, and
 picks the forwards worth a graph.
 
-- **Candidates** are the blocks of a model: classes of this file whose instances are put in an
-  `nn.ModuleList` (`nn.ModuleList([Block(...) for ...])`, `self.layers.append(Block(...))`).
-  A block is where a forward's Python costs most (one per layer) and where the code around it
-  (embeddings, mask set-up, the head), which libraries write to ask whether they are being
-  recorded or to read a padding mask on the host, stays outside the graph.
+- **Candidates** are the blocks of a model and the models that hold them. Blocks: classes of this
+  file whose instances are put in a layer list (`nn.ModuleList([Block(...) for ...])`,
+  `self.layers.append(Block(...))`, `nn.Sequential(*layers)` of a local list of them); a block is
+  where a forward's Python costs most (one per layer). Models: classes that build such a list, or
+  hold (`self.x = Model(...)` in `__init__`) a class that does. At run time the outermost graphed
+  forward called records the whole call, blocks included, so a model whose forward records (no host
+  sync, plain outputs) replays as one graph with none of its Python left; where it cannot (it returns
+  a cache object, a library helper waits on the device), its blocks replay each.
+  Other classes (an attention or an MLP inside a block, a norm) are not candidates: they run inside
+  their block's graph, and alone they are too small for a replay's guards to pay.
 - **Refused**, with the reason the report shows: a forward that, or whose callees in this file
   (its submodules' forwards, its methods, the file's functions), has a finding the build left
   (`hazards`: what Dynamo would break on), stores into `self` (an attribute, an item, a mutating
@@ -31,7 +36,7 @@ import ast
 from collections.abc import Mapping
 from transpiler.compiler.ir import GraphSite, NotGraphed
 
-_MODULE_LISTS = {"ModuleList"}
+_MODULE_LISTS = {"ModuleList", "Sequential"}
 # Methods that change the object they are called on: called on something reached from `self`, a side effect.
 _MUTATING = {
     "append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem", "add",
@@ -86,11 +91,12 @@ class _File:
         self.classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
         self.functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self._why: dict[str, Hazard | None] = {}
+        self._held = {name: self._layer_lists(node) for name, node in self.classes.items()}
         self._reads: dict[str, tuple[str, ...]] = {}
 
     def sites(self) -> tuple[list[GraphSite], list[NotGraphed]]:
         sites, refused = [], []
-        for name in sorted(self._blocks(), key=lambda n: self.classes[n].lineno):
+        for name in sorted(self._candidates(), key=lambda n: self.classes[n].lineno):
             forward = self._method(name, "forward")
             if forward is None:
                 continue
@@ -103,17 +109,32 @@ class _File:
 
     # -- candidates ------------------------------------------------------------------------------
     def _blocks(self) -> set[str]:
-        """Classes of this file put into an nn.ModuleList."""
-        blocks: set[str] = set()
-        for cls in self.classes.values():
-            lists = {
-                target.attr
-                for node in ast.walk(cls)
-                if isinstance(node, ast.Assign) and _is_module_list(node.value)
-                for target in node.targets
-                if _self_attribute(target)
-            }
-            for node in ast.walk(cls):
+        """Classes of this file put into a layer list."""
+        return {block for held in self._held.values() for block in held}
+
+    def _candidates(self) -> set[str]:
+        """The blocks, the classes that build their lists, and (transitively) the classes holding those."""
+        models = {name for name, held in self._held.items() if held}
+        grown = True
+        while grown:
+            holders = {name for name in self.classes if set(self._submodules(name).values()) & models}
+            grown = not holders <= models
+            models |= holders
+        return self._blocks() | models
+
+    def _layer_lists(self, cls: ast.ClassDef) -> set[str]:
+        """The classes of this file `cls` puts into layer lists, in any of its methods."""
+        lists = {
+            target.attr
+            for node in ast.walk(cls)
+            if isinstance(node, ast.Assign) and _is_module_list(node.value)
+            for target in node.targets
+            if _self_attribute(target)
+        }
+        held: set[str] = set()
+        for function in (n for n in ast.walk(cls) if isinstance(n, ast.FunctionDef)):
+            gathered = _local_lists(function)
+            for node in ast.walk(function):
                 if not isinstance(node, ast.Call):
                     continue
                 if _is_module_list(node) or (
@@ -122,8 +143,13 @@ class _File:
                     and _self_attribute(node.func.value)
                     and node.func.value.attr in lists
                 ):
-                    blocks |= {c.func.id for c in _calls(node.args) if c.func.id in self.classes}
-        return blocks
+                    calls = _calls(node.args)
+                    for arg in node.args:  # `nn.Sequential(*layers)`: the calls gathered in the local list
+                        name = arg.value if isinstance(arg, ast.Starred) else arg
+                        if isinstance(name, ast.Name):
+                            calls += gathered.get(name.id, [])
+                    held |= {c.func.id for c in calls if c.func.id in self.classes}
+        return held
 
     # -- what a function does --------------------------------------------------------------------
     def _method(self, cls: str, name: str) -> ast.FunctionDef | None:
@@ -156,10 +182,14 @@ class _File:
                         found[target.attr] = node.value.func.id
         return found
 
-    def _callees(self, cls: str | None, function: ast.FunctionDef) -> list[tuple[str, str]]:
-        """(prefix of the callee's `self` from ours, callee's qualified name) for the calls resolvable in this file."""
+    def _callees(self, cls: str | None, function: ast.FunctionDef) -> list[tuple[str | None, str]]:
+        """(prefix of the callee's `self` from ours, callee's qualified name) for the calls resolvable in this file.
+
+        The blocks `cls` puts into layer lists count as callees of each of its methods (called from a loop
+        over the list, which names no class): their hazards are the model's. Their prefix is None: which
+        element of the list is unknown here, and the runtime adds each block's reads under its name."""
         submodules = self._submodules(cls) if cls else {}
-        found = []
+        found: list[tuple[str | None, str]] = [(None, f"{block}.forward") for block in sorted(self._held.get(cls, ()))]
         for node in ast.walk(function):
             if not isinstance(node, ast.Call):
                 continue
@@ -213,7 +243,8 @@ class _File:
                 owner = _self_path(node.args[0])
                 reads.append(f"{owner}.{node.args[1].value}" if owner else node.args[1].value)
         for prefix, callee in self._callees(cls, function):
-            reads += [prefix + read for read in self._reads_of(callee, seen)]
+            if prefix is not None:
+                reads += [prefix + read for read in self._reads_of(callee, seen)]
         return reads
 
 
@@ -255,6 +286,28 @@ def _stores(targets: list[ast.expr]) -> list[ast.expr]:
         else:
             found.append(target)
     return found
+
+
+def _local_lists(function: ast.FunctionDef) -> dict[str, list[ast.Call]]:
+    """Per local name of `function`, the calls put into it (`layers = [Block()]`, `layers += [...]`,
+    `layers.append(Block())`): the elements of a list later given to a layer list."""
+    gathered: dict[str, list[ast.Call]] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, values = node.targets[0].id, [node.value]
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            name, values = node.target.id, [node.value]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("append", "extend", "insert")
+            and isinstance(node.func.value, ast.Name)
+        ):
+            name, values = node.func.value.id, node.args
+        else:
+            continue
+        gathered.setdefault(name, []).extend(_calls(values))
+    return gathered
 
 
 def _is_module_list(node: ast.AST) -> bool:

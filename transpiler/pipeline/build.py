@@ -549,7 +549,7 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
     if graphed:
         lines.append(
             f"Replaying as CUDA graphs by default (eval mode, no autograd, on CUDA) the forward of "
-            f"{len(graphed)} block class{'' if len(graphed) == 1 else 'es'}: {', '.join(graphed)}."
+            f"{len(graphed)} class{'' if len(graphed) == 1 else 'es'} (models and their blocks): {', '.join(graphed)}."
         )
     if result.imports:
         first, files = result.imports[0], len({r.path for r in result.imports})

@@ -304,13 +304,14 @@ def _file_section(entry: dict, index: int, out: str) -> str:
 
 
 def _graphs(graphs: dict) -> str:
-    """Which blocks replay as CUDA graphs by default (eval, no autograd, CUDA), and why the others do not."""
+    """Which models and blocks replay as CUDA graphs by default (eval, no autograd, CUDA), and why the others do
+    not."""
     items = [f"<li><code>{_e(cls)}.forward</code>: replayed</li>" for cls in graphs["replayed"]]
     items += [
         f'<li><code>{_e(n["class"])}.forward</code>: not replayed (line {n["line"]}): {_e(n["reason"])}</li>'
         for n in graphs["not_replayed"]
     ]
-    return f"<ul>{''.join(items)}</ul>" if items else '<p class="none">No block forwards.</p>'
+    return f"<ul>{''.join(items)}</ul>" if items else '<p class="none">No model or block forwards.</p>'
 
 
 def _diagnostic_table(diagnostics: list[dict], empty: str) -> str:

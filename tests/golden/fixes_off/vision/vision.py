@@ -13,6 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# models and blocks whose forward replays as a CUDA graph by default (docs/compiler.md)
+try:  # the output tree imported as a package
+    from ._transpile_runtime.graphs import graphed as _transpile_graphed
+except ImportError:  # the output root on sys.path
+    from _transpile_runtime.graphs import graphed as _transpile_graphed
+
 # nn.Linear layers whose output rows may not be 16-byte aligned: padded on CUDA (docs/compiler.md)
 try:  # the output tree imported as a package
     from ._transpile_runtime.linear import linear as _transpile_linear
@@ -41,6 +47,9 @@ class ConvBlock(nn.Module):
         if stride != 1 or cin != cout:
             self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
 
+    # transpile: in eval mode without autograd, on CUDA, each call signature is recorded once as a CUDA
+    # graph and replayed; this forward runs otherwise (docs/compiler.md, "CUDA graphs by default").
+    @_transpile_graphed()
     def forward(self, x):
         _conv1 = self.conv1(x)
         # models/vision.py:26
