@@ -709,3 +709,74 @@ def _clone_returned(line: "cst.SimpleStatementLine", clone: tuple[bool, ...]) ->
     elif clone[0]:
         value = cloned(value)
     return line.with_changes(body=[*line.body[:-1], returned.with_changes(value=value)])
+
+
+def while_plan(node: ast.While, ctx: "Context") -> tuple | str:
+    """The data of the `torch.while_loop` rewrite of a `while` on a tensor condition, or why there is
+    none: (condition recipe, carried names, per carried name whether it may alias another tensor and
+    is returned as a clone, names of the condition and body functions).
+
+    The body must be pure tensor assignments; the names it assigns are carried through the loop and
+    must be tensors before it (a name the loop only uses inside may stay local to the body function
+    when nothing reads it after the loop). Other tensors are read by the functions as closures.
+    """
+    if node.orelse:
+        return "the loop has an `else:`"
+    recipe = bool_recipe(node.test, ctx.typer)
+    if recipe is None:
+        return f"the condition `{_short(node.test)}` is not only tensors"
+    reason = impurity(node.test, ctx.typer)
+    if reason is not None:
+        return reason
+    typer = branch_typer(ctx)
+    before = ctx.typer.env
+    views = {name for name, kind in before.items() if kind.is_tensor}
+    for statement in node.body:
+        reason = statement_problem(statement, typer, allow_unpacking=True)
+        if reason is not None:
+            return reason
+        targets = set(_assigned(statement))
+        views = views | targets if aliasing(statement.value, views) else views - targets
+    assigned = list(dict.fromkeys(n for s in node.body for n in _assigned(s)))
+    inside = {id(n) for statement in node.body for n in ast.walk(statement)}
+    read_outside = {
+        n.id
+        for n in ast.walk(ctx.node)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in inside
+    }
+    free = set(_free_names(node.body))
+    carried = []
+    for name in assigned:
+        if before.get(name, Kind.UNKNOWN).is_tensor:
+            carried.append(name)
+        elif name in free or name in read_outside:
+            return f"`{name}` is assigned in the loop and is not known to be a tensor before it"
+    if not carried:
+        return "the loop assigns no tensor"
+    names = FreshNames(ctx.node)
+    functions = (names.fresh("loop_cond"), names.fresh("loop_body"))
+    return recipe, tuple(carried), tuple(n in views for n in carried), functions
+
+
+def while_statements(node: "cst.While", data: tuple, edit: "Edit") -> list["cst.BaseStatement"]:
+    """The two functions and the `torch.while_loop` call replacing a `while`, following `while_plan`."""
+    import libcst as cst
+
+    recipe, carried, clones, (cond_name, body_name) = data
+    params = cst.Parameters([cst.Param(cst.Name(n)) for n in carried])
+    test = cst.SimpleStatementLine([cst.Return(build_condition(node.test, recipe))])
+    returned = [
+        cst.Call(cst.Attribute(cst.Name(n), cst.Name("clone"))) if c else cst.Name(n) for n, c in zip(carried, clones)
+    ]
+    result = cst.Tuple([cst.Element(v) for v in returned])
+    body = [*_block_lines(node.body), cst.SimpleStatementLine([cst.Return(result)])]
+    functions = [
+        cst.FunctionDef(cst.Name(cond_name), params, cst.IndentedBlock([test])),
+        cst.FunctionDef(cst.Name(body_name), params, cst.IndentedBlock(body)),
+    ]
+    state = cst.Tuple([cst.Element(cst.Name(n)) for n in carried])
+    call = cst.Call(
+        edit.torch("while_loop"), [cst.Arg(cst.Name(cond_name)), cst.Arg(cst.Name(body_name)), cst.Arg(state)]
+    )
+    target = state.with_changes(lpar=[], rpar=[]) if len(carried) > 1 else state
+    return [*functions, cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], call)])]

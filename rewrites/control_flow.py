@@ -159,6 +159,8 @@ class DataDependentIf(Rule):
         if elif_of is None and not node.orelse and all(_reports_only(s, ctx) for s in node.body):
             title = "run the check only when not compiling"
             return self.make_fix(title, "If", node, safety="safe", data=("report",))
+        if elif_of is None and not node.orelse and len(node.body) == 1 and isinstance(node.body[0], ast.Raise):
+            return self._plan_raise(node, ctx)
         skip = branches.static_prefix(node, ctx) if elif_of is None else 0
         where = branches.where_plan(node, ctx, skip)
         if isinstance(where, tuple):
@@ -178,10 +180,24 @@ class DataDependentIf(Rule):
         target, kind = (node, "If") if cond[3] < 0 else (ctx.node, "FunctionDef")
         return self.make_fix(title, kind, target, safety="unsafe", data=("cond", cond))
 
+    def _plan_raise(self, node: ast.If, ctx: Context) -> dict:
+        """`if <tensor>: raise E(msg)`, a guard: `torch._assert_async(~<tensor>, msg)` stays in the graph."""
+        recipe = branches.bool_recipe(node.test, ctx.typer)
+        if recipe is None:
+            return {"no_fix": f"the condition `{ast.unparse(node.test)}` is not only tensors"}
+        exc = node.body[0].exc
+        message = exc.args[0] if isinstance(exc, ast.Call) and exc.args else None
+        how = "fstring" if isinstance(message, ast.JoinedStr) else "condition"
+        how = "keep" if isinstance(message, ast.Constant) and isinstance(message.value, str) else how
+        title = "replace the guard with `torch._assert_async`"
+        return self.make_fix(title, "If", node, safety="unsafe", data=("raise", ("not", recipe), how))
+
     def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode | cst.FlattenSentinel":
         how, *rest = fix.data
         if how == "report":
             return self._apply_report(node, edit)
+        if how == "raise":
+            return self._apply_raise(node, *rest, edit)
         return self._apply_where(node, *rest, edit) if how == "where" else self._apply_cond(node, *rest, edit)
 
     @staticmethod
@@ -207,6 +223,23 @@ class DataDependentIf(Rule):
                 body.append(statement)
         new_body = node.body.with_changes(body=body) if body else node.body
         return node.with_changes(test=cst.BooleanOperation(guard, cst.And(), test), body=new_body)
+
+    @staticmethod
+    def _apply_raise(node: "cst.If", recipe: branches.Recipe, how: str, edit: "Edit") -> "cst.SimpleStatementLine":
+        import libcst as cst
+
+        (raised,) = branches.small_statements(node.body)
+        exc = raised.exc
+        message = exc.args[0].value if isinstance(exc, cst.Call) and exc.args else None
+        condition = branches.build_condition(cst.UnaryOperation(cst.Not(), node.test), recipe)
+        if how == "condition":
+            name = _code(exc.func if isinstance(exc, cst.Call) else exc)
+            text = branches.string(f"{name} when {_code(node.test)}")
+        else:
+            text = _literal_message(message, node.test, how)
+        call = cst.Call(edit.torch("_assert_async"), [cst.Arg(condition), cst.Arg(text)])
+        lines = [*node.leading_lines, *branches.chain_comments(node)]
+        return cst.SimpleStatementLine([cst.Expr(call)], leading_lines=lines)
 
     @staticmethod
     def _apply_where(node: "cst.If", is_elif: bool, skip: int, data: tuple, edit: "Edit") -> "cst.CSTNode":
@@ -322,10 +355,25 @@ class DataDependentWhile(Rule):
     message = "`while` on a tensor value breaks the graph at every iteration; bound the loop by a Python int"
     dynamo_codes = ("GB0170",)
 
+    fix_safety = "unsafe"
+
     def visit_While(self, node: ast.While, ctx: Context) -> None:
         if data_dependent(node.test, ctx):
             claim(node.test, ctx)
-            self.report(ctx, node.test)
+            plan = branches.while_plan(node, ctx)
+            if isinstance(plan, str):
+                self.report(ctx, node.test, no_fix=plan)
+                return
+            title = "replace the loop with `torch.while_loop`"
+            self.report(ctx, node.test, **self.make_fix(title, "While", node, safety="unsafe", data=plan))
+
+    def apply_fix(self, node: "cst.While", fix: Fix, edit: "Edit") -> "cst.FlattenSentinel":
+        import libcst as cst
+
+        lines = branches.while_statements(node, fix.data, edit)
+        comments = branches.comment_lines(getattr(node.body, "header", None))
+        lines[0] = lines[0].with_changes(leading_lines=[*node.leading_lines, *comments])
+        return cst.FlattenSentinel(lines)
 
     INVALID = ["""
         import torch

@@ -42,6 +42,11 @@ _CASTS = {"float": "float32", "double": "float64", "half": "float16", "bfloat16"
 # empty tensor, or on integers for `mean`/`norm`).
 _TOTAL_REDUCTIONS = {"sum": None, "any": "bool", "all": "bool"}
 _PARTIAL_REDUCTIONS = frozenset({"mean", "max", "min", "amax", "amin", "norm", "prod"})
+# Elementwise predicates: a boolean tensor of the operand's shape, for any dtype.
+_PREDICATES = frozenset({"isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit", "logical_not"})
+# Elementwise functions that keep the shape, for conditions only: their derivatives are unbounded
+# or NaN at NaN, so in an arm the untaken side's zero gradient could become NaN.
+_ELEMENTWISE = frozenset("abs exp log sqrt sigmoid tanh square sin cos".split())
 
 
 @dataclass(frozen=True)
@@ -64,23 +69,24 @@ class Prover:
 
     # -- expressions -------------------------------------------------------------------------------------
 
-    def meta(self, expr: ast.expr, env: dict[str, Meta | str], total: bool = True) -> Meta | str:
+    def meta(self, expr: ast.expr, env: dict[str, Meta | str], mode: str = "arm") -> Meta | str:
         """The metadata of `expr`, or why it is not known. Names take their metadata from `env` (names
-        assigned in the arm so far) or else from their value before the `if`. With `total`, only
-        operations that cannot raise are accepted."""
+        assigned in the arm so far) or else from their value before the `if`. Mode "arm": operations
+        that cannot raise and keep a zero gradient zero; "elif": that cannot raise; "if": any whose
+        metadata is known (a condition evaluated exactly as the `if` evaluates it)."""
         if isinstance(expr, ast.Name) and expr.id in env:
             return env[expr.id]
         if isinstance(expr, (ast.Name, ast.Attribute)) and self._is_variable(expr):
             return self._base(expr)
         if isinstance(expr, ast.UnaryOp):
-            return self._unary(expr, env, total)
+            return self._unary(expr, env, mode)
         if isinstance(expr, ast.BinOp):
-            return self._binary(expr, env, total)
+            return self._binary(expr, env, mode)
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
-            parts = [self._operand(e, env, total) for e in (expr.left, expr.comparators[0])]
+            parts = [self._operand(e, env, mode) for e in (expr.left, expr.comparators[0])]
             return self._broadcast(parts, "bool", frozenset(), expr)
         if isinstance(expr, ast.Call):
-            return self._call(expr, env, total)
+            return self._call(expr, env, mode)
         return f"`{_short(expr)}` is not among the operations whose shape, dtype and gradient are known"
 
     def _is_variable(self, expr: ast.expr) -> bool:
@@ -118,15 +124,15 @@ class Prover:
         ]
         if not values or len(assigned) != len(values):
             return False  # bound by a loop, `with`, unpacking or an augmented assignment too
-        return all(_is_meta(m := self.meta(v, {}, total=False)) and m.shape == SCALAR for v in assigned)
+        return all(_is_meta(m := self.meta(v, {}, mode="if")) and m.shape == SCALAR for v in assigned)
 
-    def _operand(self, expr: ast.expr, env: dict[str, Meta | str], total: bool) -> Meta | str | float:
+    def _operand(self, expr: ast.expr, env: dict[str, Meta | str], mode: str) -> Meta | str | float:
         """A finite number literal (`2`, `-0.5`) as itself, anything else as its metadata."""
         value = _literal(expr)
-        return value if value is not None else self.meta(expr, env, total)
+        return value if value is not None else self.meta(expr, env, mode)
 
-    def _unary(self, expr: ast.UnaryOp, env: dict[str, Meta | str], total: bool) -> Meta | str:
-        inner = self.meta(expr.operand, env, total)
+    def _unary(self, expr: ast.UnaryOp, env: dict[str, Meta | str], mode: str) -> Meta | str:
+        inner = self.meta(expr.operand, env, mode)
         if not _is_meta(inner):
             return inner
         if isinstance(expr.op, ast.Invert) and inner.dtype == "bool":
@@ -135,8 +141,8 @@ class Prover:
             return inner
         return f"`{_short(expr)}` on a {'boolean' if inner.dtype == 'bool' else 'numeric'} tensor"
 
-    def _binary(self, expr: ast.BinOp, env: dict[str, Meta | str], total: bool) -> Meta | str:
-        left, right = (self._operand(e, env, total) for e in (expr.left, expr.right))
+    def _binary(self, expr: ast.BinOp, env: dict[str, Meta | str], mode: str) -> Meta | str:
+        left, right = (self._operand(e, env, mode) for e in (expr.left, expr.right))
         for side in (left, right):
             if isinstance(side, str):
                 return side
@@ -180,7 +186,7 @@ class Prover:
             return f"the shapes in `{_short(expr)}` are not proven equal"
         return Meta(shapes.pop(), dtype, grads)
 
-    def _call(self, expr: ast.Call, env: dict[str, Meta | str], total: bool) -> Meta | str:
+    def _call(self, expr: ast.Call, env: dict[str, Meta | str], mode: str) -> Meta | str:
         func = expr.func
         qualname = self.typer.qualname(func) or ""
         if isinstance(func, ast.Attribute) and not qualname and not expr.keywords:
@@ -190,12 +196,12 @@ class Prover:
         else:
             return f"`{_short(func)}()` is not among the operations whose shape, dtype and gradient are known"
         if name == "where" and qualname and len(args) == 2:
-            parts = [self.meta(e, env, total) for e in (receiver, *args)]
+            parts = [self.meta(e, env, mode) for e in (receiver, *args)]
             if all(_is_meta(p) for p in parts) and parts[0].dtype == "bool":
                 dtype = _promote(parts[1].dtype, parts[2].dtype)
                 return self._broadcast(parts, dtype, parts[1].grads | parts[2].grads, expr)
             return next((p for p in parts if isinstance(p, str)), f"`{_short(expr)}` has a condition not boolean")
-        inner = self.meta(receiver, env, total)
+        inner = self.meta(receiver, env, mode)
         if not _is_meta(inner) or args:
             return inner if not _is_meta(inner) else f"`{_short(expr)}` takes arguments whose effect is not known"
         if name in _KEEPING and inner.dtype != "bool":
@@ -206,31 +212,38 @@ class Prover:
             return Meta(inner.shape, inner.dtype, frozenset())
         if name in _CASTS and isinstance(func, ast.Attribute) and not qualname:
             return Meta(inner.shape, _CASTS[name], inner.grads)
+        if name in _PREDICATES:
+            return Meta(inner.shape, "bool", frozenset())
+        if name in _ELEMENTWISE and inner.dtype != "bool":
+            if mode == "arm":
+                return f"`{_short(expr)}` may turn the untaken arm's zero gradient into NaN"
+            return Meta(inner.shape, f"{name}({inner.dtype})", inner.grads)
         if name in _TOTAL_REDUCTIONS:
             dtype = _TOTAL_REDUCTIONS[name] or f"sum({inner.dtype})"
             return Meta(SCALAR, dtype, frozenset() if dtype == "bool" else inner.grads)
         if name in _PARTIAL_REDUCTIONS:
-            if total:
+            if mode != "if":
                 return f"`{_short(expr)}` raises on some inputs (empty or integer tensors)"
             return Meta(SCALAR, f"{name}({inner.dtype})", inner.grads)
         return f"`{_short(func)}()` is not among the operations whose shape, dtype and gradient are known"
 
     # -- conditions --------------------------------------------------------------------------------------
 
-    def condition(self, test: ast.expr, total: bool) -> str | None:
-        """Why `test` is not proven a one-element tensor (that cannot raise, with `total`), or None."""
+    def condition(self, test: ast.expr, mode: str) -> str | None:
+        """Why `test` is not proven a one-element tensor, or None; in mode "elif" it must not raise
+        either (mode "if": a raise is the same as the `if`'s)."""
         parts = test.values if isinstance(test, ast.BoolOp) else [test]
         for part in parts:
             while isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not):
                 part = part.operand
             if isinstance(part, ast.BoolOp):
-                reason = self.condition(part, total)
+                reason = self.condition(part, mode)
                 if reason is not None:
                     return reason
                 continue
             if isinstance(part, ast.Compare) and len(part.ops) > 1:
                 return f"the chained comparison `{_short(part)}` is evaluated differently"
-            meta = self.meta(part, {}, total)
+            meta = self.meta(part, {}, mode)
             if isinstance(meta, str):
                 return meta
             if meta.shape != SCALAR:
@@ -299,7 +312,7 @@ def where_unproven(node: ast.If, ctx: "Context", skip: int, outputs: tuple[str, 
     for index, test in enumerate(tests):
         # An `elif` condition now always runs: it must not raise where the `if` skipped it.
         for part in test.values[skip:] if index == 0 and skip else [test]:
-            reason = prover.condition(part, total=index > 0)
+            reason = prover.condition(part, mode="elif" if index else "if")
             if reason is not None:
                 return reason
     return arms_differ(prover, bodies, outputs)
@@ -308,7 +321,7 @@ def where_unproven(node: ast.If, ctx: "Context", skip: int, outputs: tuple[str, 
 def ternary_unproven(node: ast.IfExp, ctx: "Context") -> str | None:
     """Why `torch.where(c, a, b)` is not proven equal to `a if c else b`, or None when it is."""
     prover = Prover(ctx.node, branches.branch_typer(ctx))
-    reason = prover.condition(node.test, total=False)
+    reason = prover.condition(node.test, mode="if")
     if reason is not None:
         return reason
     metas = [prover.meta(side, {}) for side in (node.body, node.orelse)]
