@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import ast
 
+from typing import TYPE_CHECKING
+
 from rewrites.base import CallRule, GuardableCall
 from transpiler.analysis.walker import Context
 from transpiler.analysis.kinds import Kind
+from transpiler.lint.rule import Fix
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from transpiler.lint.rule import Edit
 
 _GUARD_HINT = "guard it with `if not torch.compiler.is_compiling():`"
 
@@ -199,11 +207,14 @@ class WarningsInCompiledCode(GuardableCall):
 
 class FileIoInCompiledCode(GuardableCall):
     """## What it does
-    Checks for file and stream I/O (`open()`, `sys.stdout.write()`) in compiled code.
+    Checks for file, stream and filesystem I/O (`open()`, `sys.stdout.write()`,
+    `pprint.pprint()`, `os.makedirs()`, `os.path.exists()`, `shutil.copy()`, ...)
+    in compiled code.
 
     ## Why is this bad?
-    Dynamo cannot trace `open` (GB0059) nor methods of C-level stream objects
-    (GB0156): each call is a graph break, and the I/O happens outside the graph.
+    Dynamo cannot trace `open` (GB0059), methods of C-level stream objects
+    (GB0156) nor the `os` functions behind the filesystem calls (GB0007): each
+    call is a graph break, and the I/O happens outside the graph.
 
     ## Fix safety
     Safe: a call that is a statement of its own is guarded with
@@ -222,6 +233,11 @@ class FileIoInCompiledCode(GuardableCall):
     dynamo_codes = ("GB0059", "GB0156")
     callees = frozenset(
         {"builtins.open", "sys.stdout.write", "sys.stderr.write", "sys.stdout.flush", "sys.stderr.flush"}
+        # Filesystem calls: C functions Dynamo skips (GB0007), or streams it cannot trace (GB0156).
+        | {f"os.{f}" for f in "makedirs mkdir remove unlink listdir getcwd".split()}
+        | {f"os.path.{f}" for f in "exists isfile isdir getsize".split()}
+        | {f"shutil.{f}" for f in "copy copyfile copytree rmtree move which".split()}
+        | {"pprint.pprint"}
     )
     INVALID = [
         """
@@ -390,7 +406,7 @@ class NumpyRandomInCompiledCode(CallRule):
 
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
         name = ctx.qualname(node.func) or ""
-        if name.startswith("numpy.random."):
+        if name.startswith("numpy.random.") and name != "numpy.random.seed":  # seeding is traced
             self.report(ctx, node, callee=ast.unparse(node.func))
 
     INVALID = ["""
@@ -405,7 +421,8 @@ class NumpyRandomInCompiledCode(CallRule):
                 scale = np.random.rand()
                 return y * scale
         """]
-    VALID = ["""
+    VALID = [
+        """
         import torch
         from torch import nn
 
@@ -415,7 +432,20 @@ class NumpyRandomInCompiledCode(CallRule):
                 y = x + 1
                 scale = torch.rand(())
                 return y * scale
-        """]
+        """,
+        """
+        import numpy as np
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                np.random.seed(0)
+                return y * 2
+        """,
+    ]
 
 
 class FrameInspectionInCompiledCode(CallRule):
@@ -697,3 +727,202 @@ class ProcessStateInCompiledCode(CallRule):
         def tagged(model, x):
             return model(x), uuid.uuid4()
         """]
+
+
+class NumpyIoInCompiledCode(GuardableCall):
+    """## What it does
+    Checks for NumPy calls that save arrays or format them for printing
+    (`np.save()`, `np.savez()`, `np.savetxt()`, `np.set_printoptions()`,
+    `np.array2string()`, ...) in compiled code.
+
+    ## Why is this bad?
+    Dynamo traces NumPy through `torch._numpy`, which has no counterpart for
+    these functions (GB0294); writing to a file object is an untraceable method
+    call besides (GB0156). Each call is a graph break, typically a debugging
+    dump left in `forward`. (Array math such as `np.mean` or `np.isnan` is
+    traced and not reported; so is `np.random.seed`.)
+
+    ## Fix safety
+    Safe: a call that is a statement of its own is guarded with
+    `if not torch.compiler.is_compiling():`, so eager runs save exactly as
+    before and compiled runs skip it. With `--side-effects remove` the statement
+    is deleted instead (eager runs change too: an explicit opt-in). A call whose
+    value is used is not fixed.
+    """
+
+    code = "TP112"
+    name = "numpy-io-in-compiled-code"
+    summary = "NumPy saving or array printing in compiled code"
+    message = f"`{{callee}}()` in compiled code breaks the graph; {_GUARD_HINT}"
+    dynamo_codes = ("GB0294", "GB0156")
+    # None of these has a `torch._numpy` counterpart (tests/test_rules_recall.py checks it).
+    callees = frozenset(
+        f"numpy.{f}"
+        for f in "save savez savez_compressed savetxt set_printoptions array2string array_repr array_str".split()
+    )
+    INVALID = ["""
+        import io
+
+        import numpy as np
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                np.save(io.BytesIO(), y.detach().numpy())
+                return y * 2
+        """]
+    VALID = [
+        """
+        import io
+
+        import numpy as np
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                if not torch.compiler.is_compiling():
+                    np.save(io.BytesIO(), y.detach().numpy())
+                return y * 2
+        """,
+        """
+        import numpy as np
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                spread = np.std(y.detach().numpy())
+                return y * 2, spread
+        """,
+    ]
+
+
+_TRANGES = frozenset(f"tqdm.{m}trange" for m in ("", "auto.", "notebook.", "std."))
+_TQDMS = frozenset(f"tqdm.{m}tqdm" for m in ("", "auto.", "notebook.", "std."))
+
+
+class ProgressBarInCompiledCode(GuardableCall):
+    """## What it does
+    Checks for `tqdm` progress bars (`tqdm(...)`, `trange(...)`, `tqdm.write()`)
+    in compiled code, such as a sampling loop `for t in tqdm(timesteps):`.
+
+    ## Why is this bad?
+    A progress bar reads the clock and writes to the terminal: Dynamo skips
+    the clock (GB0007) and cannot trace the bar's generator (GB0003). Around a
+    loop the break skips the whole function.
+
+    ## Fix safety
+    Safe. A bar that is only iterated (`for t in tqdm(xs, desc=...)`, also
+    inside `enumerate` or `zip`) becomes
+    `(xs if torch.compiler.is_compiling() else tqdm(xs, desc=...))`, and
+    `trange(n, ...)` becomes `range(n)` under compile: the loop sees the same
+    items, eager runs show the bar as before. A call that is a statement of its
+    own (`tqdm.write(...)`) is guarded with `if not torch.compiler.is_compiling():`.
+    With `--side-effects remove` the bar is dropped (`xs`, `range(n)`) or the
+    statement deleted, in eager runs too. A bar kept in a variable
+    (`bar = tqdm(total=n)`) is not fixed.
+    """
+
+    code = "TP113"
+    name = "progress-bar-in-compiled-code"
+    summary = "`tqdm` progress bar in compiled code"
+    message = "`{callee}()` in compiled code breaks the graph; iterate without the bar under compile"
+    dynamo_codes = ("GB0007", "GB0003", "GB0008")
+    callees = _TQDMS | _TRANGES | frozenset(f"{bar}.write" for bar in _TQDMS)
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+        from tqdm import tqdm
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                for scale in tqdm([1.0, 0.5], desc="denoise", disable=True):
+                    y = y * scale
+                return y * 2
+        """,
+        """
+        import torch
+        from torch import nn
+        from tqdm.auto import trange
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                for step, _ in enumerate(trange(3, disable=True)):
+                    y = y * 2 + step
+                return y
+        """,
+    ]
+    VALID = ["""
+        import torch
+        from torch import nn
+        from tqdm import tqdm
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                scales = [1.0, 0.5]
+                for scale in scales if torch.compiler.is_compiling() else tqdm(scales, disable=True):
+                    y = y * scale
+                return y * 2
+        """]
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        assert isinstance(node, ast.Call)
+        statement = ctx.statement
+        if isinstance(statement, ast.Expr) and statement.value is node:
+            return super().plan(node, ctx)
+        positional = [a for a in node.args if not isinstance(a, ast.Starred)]
+        if (
+            isinstance(statement, (ast.For, ast.AsyncFor))
+            and _iterated_by(node, statement.iter, ctx)
+            and positional
+            and len(positional) == len(node.args)
+            and not ctx.qualname(node.func).endswith(".write")
+        ):
+            iterated = "range" if ctx.qualname(node.func) in _TRANGES else "first"
+            return self.make_fix("iterate without the bar under compile", "Call", node, data=("iterable", iterated))
+        return {"no_fix": "only a bar that is iterated at once, or a statement of its own, can be skipped"}
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        if not fix.data:
+            return super().apply_fix(node, fix, edit)
+        import libcst as cst
+
+        assert isinstance(node, cst.Call)
+        positional = [a for a in node.args if a.keyword is None]
+        if fix.data[1] == "range":  # `trange(*args, **kw)` is `tqdm(range(*args), **kw)`
+            plain = cst.Call(cst.Name("range"), [cst.Arg(a.value) for a in positional])
+        else:
+            plain = positional[0].value
+        if edit.side_effects == "remove":
+            return plain
+        return cst.IfExp(
+            test=cst.Call(edit.torch("compiler.is_compiling")),
+            body=plain,
+            orelse=node,
+            lpar=[cst.LeftParen()],
+            rpar=[cst.RightParen()],
+        )
+
+
+def _iterated_by(call: ast.Call, iterable: ast.expr, ctx: Context) -> bool:
+    """`call` is the loop's iterable, or an argument of `enumerate`/`zip` that is."""
+    if iterable is call:
+        return True
+    if isinstance(iterable, ast.Call) and ctx.qualname(iterable.func) in ("builtins.enumerate", "builtins.zip"):
+        return any(arg is call for arg in iterable.args)
+    return False

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import atom, with_parens_of
+from transpiler.analysis.symbols import DISABLE_DECORATORS
 from transpiler.analysis.walker import Context
 from transpiler.lint.rule import Fix
 from transpiler.lint.rule import REGISTRY, Finding, Rule
@@ -628,11 +629,19 @@ class CopyModuleOnTensor(Rule):
     `deepcopy`, GB0208 for `copy`).
 
     ## Fix safety
-    No automatic fix. `t.detach().clone()` copies the values, but a deep copy
-    of a tensor that requires grad is a new leaf that requires grad itself (and
-    of a tensor with autograd history, an error), which no traceable call
-    reproduces; tensor subclasses would also lose their Python state.
-    `copy.copy(t)` shares the storage of `t`.
+    Safe: `copy.deepcopy(t)` of a tensor `t` computed in the function becomes
+    `(t.detach().clone() if not t.requires_grad else copy.deepcopy(t))`. A
+    tensor that does not require grad is a leaf without autograd history, whose
+    deep copy is a copy of its values that does not require grad: that is what
+    `t.detach().clone()` returns, and Dynamo traces it (`requires_grad` is known
+    while tracing, so only that arm is compiled). A tensor that requires grad
+    still takes `copy.deepcopy`, which raises for one with autograd history
+    exactly as before. Only the memory layout may differ: a deep copy keeps the
+    strides and storage offset of a view, `clone()` of a view that is not
+    dense is contiguous. Inputs and attributes of the module are not fixed (a
+    parameter's deep copy is an `nn.Parameter`; an input may be a subclass or
+    carry a `.grad`, which a deep copy keeps), nor `deepcopy(t, memo)`, nor
+    `copy.copy(t)`, which shares the storage of `t`.
     """
 
     code = "TP511"
@@ -641,10 +650,46 @@ class CopyModuleOnTensor(Rule):
     message = "`{callee}()` of a tensor breaks the graph; use `.clone()`"
     dynamo_codes = ("GB4198", "GB0208")
 
+    fix_safety = "safe"
+
+    def visit_IfExp(self, node: ast.IfExp, ctx: Context) -> None:
+        # The fixed form: its `deepcopy` arm only runs for tensors that require grad, whose deep
+        # copy raises in eager when they have autograd history; it is not a new finding.
+        if _is_fixed_deepcopy(node):
+            ctx.claimed.add(id(node.orelse))
+
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
         name = ctx.qualname(node.func)
         if name in ("copy.deepcopy", "copy.copy") and node.args and ctx.kind(node.args[0]).is_tensor:
-            self.report(ctx, node, callee=name)
+            if id(node) not in ctx.claimed:
+                self.report(ctx, node, callee=name)
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        assert isinstance(node, ast.Call)
+        if ctx.qualname(node.func) != "copy.deepcopy" or len(node.args) != 1 or node.keywords:
+            return {"no_fix": "only `copy.deepcopy(t)` with one argument has a `clone()` form"}
+        arg = node.args[0]
+        parameters = {a.arg for a in ctx.node.args.args + ctx.node.args.kwonlyargs}
+        if not isinstance(arg, ast.Name) or arg.id in parameters:
+            return {
+                "no_fix": "only a tensor computed in the function has a known type: an input or attribute "
+                "may be a parameter or subclass whose deep copy keeps its class and `.grad`"
+            }
+        return self.make_fix("copy with `detach().clone()` where no grad is required", "Call", node)
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        tensor = node.args[0].value
+        clone = cst.parse_expression(f"{tensor.value}.detach().clone()")
+        requires_grad = cst.Attribute(tensor, cst.Name("requires_grad"))
+        return cst.IfExp(
+            test=cst.UnaryOperation(cst.Not(), requires_grad),
+            body=clone,
+            orelse=node,
+            lpar=[cst.LeftParen()],
+            rpar=[cst.RightParen()],
+        )
 
     INVALID = [
         """
@@ -685,6 +730,24 @@ class CopyModuleOnTensor(Rule):
                 z = y.clone()
                 return z * 2
         """]
+
+
+def _is_fixed_deepcopy(node: ast.IfExp) -> bool:
+    """`t.detach().clone() if not t.requires_grad else copy.deepcopy(t)`, as TP511's fix writes it."""
+    test, orelse = node.test, node.orelse
+    return (
+        isinstance(test, ast.UnaryOp)
+        and isinstance(test.op, ast.Not)
+        and isinstance(test.operand, ast.Attribute)
+        and test.operand.attr == "requires_grad"
+        and isinstance(test.operand.value, ast.Name)
+        and isinstance(orelse, ast.Call)
+        and len(orelse.args) == 1
+        and isinstance(orelse.args[0], ast.Name)
+        and orelse.args[0].id == test.operand.value.id
+        and isinstance(orelse.func, ast.Attribute)
+        and orelse.func.attr == "deepcopy"
+    )
 
 
 class RecurrentModuleCall(Rule):
@@ -798,7 +861,9 @@ class RequiresGradMutation(Rule):
 
     ## Why is this bad?
     Making a tensor created inside the graph into an autograd leaf cannot be
-    traced (GB0206 for the attribute, GB8985 when the tensor leaves the graph).
+    traced (GB0206 for the attribute, GB8985 when the new leaf is used
+    afterwards, GB0125 for an input). `requires_grad_(False)`, and a new leaf
+    that nothing reads, are traced and not reported.
 
     ## Fix safety
     No automatic fix; create leaves outside the compiled function.
@@ -822,8 +887,9 @@ class RequiresGradMutation(Rule):
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr == "requires_grad_" and ctx.qualname(func) is None:
-            if ctx.self_attr(func.value) is None and ctx.kind(func.value).is_tensor:
-                self.report(ctx, node)
+            if ctx.self_attr(func.value) is None and ctx.kind(func.value).is_tensor and not _switches_off(node):
+                if _is_parameter(func.value, ctx) or _leaf_is_read(node, ctx):
+                    self.report(ctx, node)
 
     INVALID = [
         """
@@ -850,7 +916,8 @@ class RequiresGradMutation(Rule):
                 return z * 2
         """,
     ]
-    VALID = ["""
+    VALID = [
+        """
         import torch
         from torch import nn
 
@@ -860,13 +927,59 @@ class RequiresGradMutation(Rule):
                 y = x + 1
                 z = y.detach()
                 return z * 2
-        """]
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                z = y.detach().requires_grad_(False)
+                return z * 2
+        """,
+    ]
+
+
+def _switches_off(call: ast.Call) -> bool:
+    """`requires_grad_(False)`: turning tracking off is traced."""
+    values = [*call.args, *(k.value for k in call.keywords if k.arg == "requires_grad")]
+    return bool(values) and isinstance(values[0], ast.Constant) and values[0].value is False
+
+
+def _is_parameter(node: ast.expr, ctx: Context) -> bool:
+    return isinstance(node, ast.Name) and node.id in {a.arg for a in ctx.node.args.args + ctx.node.args.kwonlyargs}
+
+
+def _leaf_is_read(call: ast.Call, ctx: Context) -> bool:
+    """Whether the new leaf is used after the call: Dynamo breaks (GB8985) only when it is.
+
+    `z = t.requires_grad_()` and `t.requires_grad_()` leave it in a name, read anywhere else in
+    the function (a loop may read it above); any other position uses the value at once.
+    """
+    statement = ctx.statement
+    if isinstance(statement, ast.Assign) and statement.value is call and len(statement.targets) == 1:
+        target = statement.targets[0]
+    elif isinstance(statement, ast.Expr) and statement.value is call:
+        target = call.func.value
+    else:
+        return True
+    if not isinstance(target, ast.Name):
+        return True
+    inside = {id(n) for n in ast.walk(statement)}
+    return any(
+        isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load) and id(n) not in inside
+        for n in ast.walk(ctx.node)
+    )
 
 
 class CallToDisabledFunction(Rule):
     """## What it does
     Checks for calls from compiled code to functions of the same file decorated
-    with `torch.compiler.disable` (or `torch._dynamo.disable`).
+    with `torch.compiler.disable` (or `torch._dynamo.disable`), wrapped by it at
+    module level (`fn = torch.compiler.disable(impl)`), or wrapped at the call
+    (`torch.compiler.disable(fn)(x)`).
 
     ## Why is this bad?
     Disabling works by breaking the graph at the call (GB0098): the function
@@ -893,8 +1006,11 @@ class CallToDisabledFunction(Rule):
                 self.report(ctx, node, callee=f"self.{attr}")
         elif isinstance(func, ast.Name) and func.id in ctx.names.disabled and ctx.qualname(func) is not None:
             self.report(ctx, node, callee=func.id)
+        elif isinstance(func, ast.Call) and ctx.qualname(func.func) in DISABLE_DECORATORS:
+            self.report(ctx, node, callee=ast.unparse(func))
 
-    INVALID = ["""
+    INVALID = [
+        """
         import torch
         from torch import nn
 
@@ -909,7 +1025,41 @@ class CallToDisabledFunction(Rule):
                 y = x + 1
                 log_stats(y)
                 return y * 2
-        """]
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        def _stats(y):
+            return y.mean().item()
+
+
+        stats = torch.compiler.disable(_stats)
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                mean = stats(y)
+                return y * mean
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        def _shift(y):
+            return y - y.mean().item()
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                y = torch.compiler.disable(_shift)(y)
+                return y * 2
+        """,
+    ]
     VALID = ["""
         import torch
         from torch import nn
@@ -923,4 +1073,178 @@ class CallToDisabledFunction(Rule):
             def forward(self, x):
                 y = x + 1
                 return scale(y)
+        """]
+
+
+class ExplicitGraphBreak(CallRule):
+    """## What it does
+    Checks for `torch._dynamo.graph_break()` and `torch._dynamo.skip_frame()`
+    in compiled code.
+
+    ## Why is this bad?
+    They break the graph on purpose (GB0025), or skip the whole function
+    (GB4297): often a workaround for a compiler bug that has since been fixed,
+    or a debugging aid that stayed.
+
+    ## Fix safety
+    Unsafe: the statement is deleted. Both calls do nothing in eager, so eager
+    runs are unchanged; compiled runs trace through where the code asked them
+    not to, which is the point but undoes the author's explicit choice.
+    """
+
+    code = "TP517"
+    name = "explicit-graph-break"
+    summary = "explicit `torch._dynamo.graph_break()`"
+    message = "`{callee}()` breaks the graph on purpose; remove it once the code it guards traces"
+    dynamo_codes = ("GB0025", "GB4297")
+    callees = frozenset({"torch._dynamo.graph_break", "torch._dynamo.skip_frame"})
+    fix_safety = "unsafe"
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        statement = ctx.statement
+        if not (isinstance(statement, ast.Expr) and statement.value is node):
+            return {"no_fix": "only a call that is a statement of its own can be deleted"}
+        return self.make_fix("delete the explicit break", "SimpleStatementLine", statement, "unsafe")
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.RemovalSentinel":
+        import libcst as cst
+
+        return cst.RemovalSentinel.REMOVE
+
+    INVALID = ["""
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                torch._dynamo.graph_break()
+                return y * 2
+        """]
+    VALID = ["""
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                return y * 2
+        """]
+
+
+class GeneratorInCompiledCode(CallRule):
+    """## What it does
+    Checks for `torch.Generator(...)` objects created in compiled code.
+
+    ## Why is this bad?
+    A generator is opaque state Dynamo cannot create while tracing (GB0363),
+    call methods of (`manual_seed`, GB7650) nor pass to an operator
+    (`torch.randn(..., generator=g)`, GB0055): each use is one more break.
+
+    ## Fix safety
+    No automatic fix: a fresh generator seeded per call is a stream no traced
+    operation reproduces. Create the generator once in `__init__` (or the
+    noise outside the compiled function) and pass it in.
+    """
+
+    code = "TP518"
+    name = "generator-in-compiled-code"
+    summary = "`torch.Generator` created in compiled code"
+    message = "creating a `torch.Generator` in compiled code breaks the graph; create it outside and pass it in"
+    dynamo_codes = ("GB0363",)
+    callees = frozenset({"torch.Generator", "torch._C.Generator"})
+    INVALID = ["""
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                generator = torch.Generator()
+                return y * 2, generator
+        """]
+    VALID = ["""
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                return y * 2
+
+
+        def noisy(model, x, seed):
+            generator = torch.Generator().manual_seed(seed)
+            return model(x + torch.randn(x.shape, generator=generator))
+        """]
+
+
+class BuiltinIterationOverTensor(Rule):
+    """## What it does
+    Checks for the builtins `any()` and `all()` applied to a tensor, and
+    `range()` given a tensor.
+
+    ## Why is this bad?
+    `any(t)` and `all(t)` iterate over the tensor and take the truth value of
+    each element, a data-dependent branch (GB0170); `range(t)` needs a Python
+    integer out of tensor data, and Dynamo fails to trace the builtin (GB0059).
+    (`any()` over Python values, such as sizes, is traced and not reported.)
+
+    ## Fix safety
+    No automatic fix: `t.any()` and `t.all()` return tensors, which differ from
+    the builtins' Python `bool` (and for several dimensions the builtin raises);
+    write the test on tensors and keep it in the graph.
+    """
+
+    code = "TP519"
+    name = "builtin-iteration-over-tensor"
+    summary = "`any()`/`all()`/`range()` of a tensor"
+    message = "`{callee}()` of a tensor reads tensor data into Python and breaks the graph; use tensor operations"
+    dynamo_codes = ("GB0170", "GB0059")
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        name = ctx.qualname(node.func)
+        if name in ("builtins.any", "builtins.all", "builtins.range"):
+            if any(ctx.kind(arg).may_be_tensor for arg in node.args):
+                self.report(ctx, node, callee=name[9:])
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                positive = all(y > -10)
+                return y * 2, positive
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                steps = list(range(y.argmax()))
+                return y * 2, steps
+        """,
+    ]
+    VALID = ["""
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                positive = (y > -10).all()
+                big = any(size > 4 for size in y.shape)
+                return y * 2, positive, big
         """]

@@ -136,6 +136,8 @@ class Names:
                         self.defined.add(target.id)
                         if node.value is not None and self.is_logger_factory(node.value):
                             self.loggers.add(target.id)
+                        if isinstance(node.value, ast.Call) and self.resolve(node.value.func) in DISABLE_DECORATORS:
+                            self.disabled.add(target.id)  # `fn = torch.compiler.disable(impl)`
 
     def resolve(self, node: ast.expr) -> str | None:
         """Qualified name of a dotted name expression, or None."""

@@ -325,6 +325,8 @@ class Typer:
     def _call_kind(self, qualname: str, node: ast.Call) -> Kind:
         if qualname.startswith("builtins."):
             return self._builtin_kind(qualname[9:], node)
+        if self.names.is_logger_factory(node):  # `self.logger = logging.getLogger(...)` in __init__
+            return Kind.LOGGER
         if qualname.startswith("math."):
             args = [self.kind(a) for a in node.args]
             return Kind.DATA_SCALAR if any(a.may_be_tensor or a is Kind.DATA_SCALAR for a in args) else Kind.SCALAR

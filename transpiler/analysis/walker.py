@@ -293,6 +293,11 @@ class _Walker:
                     self.expr(child)
 
     def expr(self, node: ast.expr) -> None:
+        if isinstance(node, ast.IfExp):
+            taken = _branch_under_compile(node.test, self.typer)
+            if taken is not None:  # `a if torch.compiler.is_compiling() else b`: Dynamo traces one arm
+                self.expr(node.body if taken else node.orelse)
+                return
         self.dispatch(node)
         if isinstance(node, ast.Call):
             self._record_call(node)
