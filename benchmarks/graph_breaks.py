@@ -525,6 +525,77 @@ def kind(reason: str) -> tuple[str, str]:
     return f"other: {'GB' + code.group(1) + ' ' if code else ''}{first[:80]}", "?"
 
 
+# The categories of issue 18's list, by Dynamo's graph-break code (the registry shipped with torch,
+# torch/_dynamo/graph_break_registry.json, names each code's `Gb_type`). A reason whose code is in no
+# group keeps its own `Gb_type` as its category.
+CATEGORIES: list[tuple[str, frozenset[str]]] = [
+    (".item()", frozenset({"GB0124"})),
+    (".tolist() or a Python scalar of a tensor", frozenset({"GB0109"})),
+    ("dynamic-shape operators", frozenset({"GB0036", "GB0037", "GB0038"})),
+    ("data-dependent operators", frozenset({"GB0033"})),
+    ("skipped functions", frozenset({"GB0007", "GB0008", "GB0009", "GB0098", "GB0099", "GB4297"})),
+    ("breaks in loops", frozenset({"GB7000"})),
+    ("data-dependent branching", frozenset({"GB0170"})),
+    ("builtin operators on unsupported values", frozenset({"GB0059", "GB0193", "GB0213", "GB0215"})),
+    ("RNN/GRU/LSTM modules", frozenset({"GB0014"})),
+    ("unsupported method calls", frozenset({"GB0156", "GB0117", "GB6270", "GB7489"})),
+    ("unsupported function calls", frozenset({"GB0147", "GB0148"})),
+    ("arguments Dynamo cannot convert to proxies", frozenset({"GB0055", "GB0047"})),
+    ("repr() of a tensor", frozenset({"GB0569"})),
+    ("copy.deepcopy", frozenset({"GB4198", "GB0179"})),
+    ("numpy", frozenset({"GB0105", "GB0231", "GB0290", "GB0293", "GB0294"})),
+    ("torch.Generator", frozenset({"GB7650"})),
+    ("logging", frozenset({"GB0291"})),
+    ("python_type() of a tensor", frozenset({"GB4841"})),
+    ("one_hot without num_classes", frozenset({"GB0246"})),
+    ("torch._dynamo.graph_break()", frozenset({"GB0025"})),
+    ("generator objects", frozenset({"GB0003", "GB0253", "GB8335"})),
+    ("requires_grad_()", frozenset({"GB0125", "GB0206", "GB8985", "GB7324"})),
+    ("torch.autograd.grad", frozenset({"GB9186", "GB0371", "GB0372", "GB6663"})),
+    ("unsupported context managers", frozenset({"GB0142", "GB0066"})),
+]
+_GROUP_OF = {code: name for name, codes in CATEGORIES for code in codes}
+# Reasons Dynamo gives without a code (2.13 words a data-dependent jump as `generic_jump TensorVariable()`).
+_UNCODED = [(re.compile(r"generic_jump TensorVariable|Data-dependent branching"), "GB0170")]
+
+
+def _registry() -> dict[str, str]:
+    """Dynamo's graph-break codes by their `Gb_type` (the first line of a reason)."""
+    path = Path(torch._dynamo.__file__).parent / "graph_break_registry.json"
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {entry[0]["Gb_type"]: code for code, entry in entries.items() if entry}
+
+
+_BY_TYPE: dict[str, str] = {}
+
+
+def break_code(reason: str) -> str | None:
+    """Dynamo's `GBxxxx` code of a break reason: its help link, its first line's `Gb_type`, or a known wording."""
+    found = _GB.search(reason)
+    if found:
+        return "GB" + found.group(1).zfill(4)
+    if not _BY_TYPE:
+        _BY_TYPE.update(_registry())
+    first = next((line.strip() for line in reason.splitlines() if line.strip()), "")
+    if first in _BY_TYPE:
+        return _BY_TYPE[first]
+    return next((code for pattern, code in _UNCODED if pattern.search(reason)), None)
+
+
+def category(reason: str) -> str:
+    """Issue 18's category of a break reason (a print is told apart from other builtins by name)."""
+    code = break_code(reason)
+    if code == "GB0059" and re.search(r"\bprint\b", reason):
+        return "print"
+    if code in _GROUP_OF:
+        return _GROUP_OF[code]
+    first = next((line.strip() for line in reason.splitlines() if line.strip()), "?")
+    return f"other: {code + ' ' if code else ''}{first[:80]}"
+
+
 def kinds(run: Run) -> Counter:
     """Breaks of a run by (kind, rewrite); explain may count more breaks than it gives reasons for."""
     found = Counter(kind(reason) for reason in run.reasons)
