@@ -53,6 +53,8 @@ def flow_problem(node: ast.expr, ctx: Context, parents: dict[int, ast.AST], step
         elif not verdict:
             if isinstance(parent, ast.Expr):
                 return f"its value is never used (line {current.lineno})"
+            if isinstance(parent, ast.Return):
+                return f"its value is returned (line {current.lineno})"
             use = ast.unparse(parent) if isinstance(parent, ast.expr) else ast.unparse(current)
             if isinstance(parent, (ast.If, ast.While, ast.Assert)) and parent.test is current:
                 use = f"{type(parent).__name__.lower()} {use}"  # the test, not the whole block

@@ -6,7 +6,7 @@ import ast
 from typing import TYPE_CHECKING, ClassVar
 
 from rewrites.base import TensorMethodRule
-from rewrites.conversions import flow_problem, parent_map, with_parens_of
+from rewrites.conversions import atom, flow_problem, keyword_arg, parent_map, tensor_arithmetic_step, with_parens_of
 from transpiler.analysis.walker import Context
 from transpiler.lint.rule import Fix
 from transpiler.analysis.kinds import Kind
@@ -25,36 +25,164 @@ _SHAPE_WHY = """The number of output elements depends on the values, so Dynamo c
 
 def _summed(node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]) -> bool:
     """Whether this use of a value is `value.sum()` or `torch.sum(value)`, with no other argument."""
-    if isinstance(parent, ast.Attribute) and parent.attr == "sum":
-        call = parents.get(id(parent))
-        return isinstance(call, ast.Call) and call.func is parent and not call.args and not call.keywords
-    is_call = isinstance(parent, ast.Call) and parent.args == [node] and not parent.keywords
-    return is_call and ctx.qualname(parent.func) == "torch.sum"
+    return _reduction(node, parent, ctx, parents)[0] == "sum"
 
 
-class SummedSelection(Rule):
-    """A selection of the elements under a mask that is only ever summed: summing
-    `torch.where(mask, x, 0)` gives the same total with a static shape."""
+def _reduction(
+    node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]
+) -> tuple[str, ast.expr | None]:
+    """How this use reduces the selection `node`, and the node of the use: ("sum"|"mean"|"numel"
+    for `sel.f()` and `torch.f(sel)` without arguments, "count" for `len(sel)`, `sel.shape[0]`
+    and `sel.size(0)`), or ("", None)."""
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        use = parents.get(id(parent))
+        if isinstance(use, ast.Call) and use.func is parent and not use.keywords:
+            if parent.attr in ("sum", "mean", "numel") and not use.args:
+                return parent.attr, use
+            if parent.attr == "size" and _is_zero(use.args):
+                return "count", use
+        if parent.attr == "shape" and isinstance(use, ast.Subscript) and _is_zero([use.slice]):
+            return "count", use
+        return "", None
+    if isinstance(parent, ast.Call) and parent.args == [node] and not parent.keywords:
+        name = ctx.qualname(parent.func)
+        if name in ("torch.sum", "torch.mean", "torch.numel"):
+            return name[6:], parent
+        if name == "builtins.len":
+            return "count", parent
+    return "", None
+
+
+def _is_zero(args: list[ast.expr]) -> bool:
+    return len(args) == 1 and isinstance(args[0], ast.Constant) and args[0].value == 0
+
+
+# Methods and torch functions that compute a value from their operands alone (no randomness, no
+# state): an expression made of them may be evaluated twice by a rewrite with the same result.
+_PURE_CALLS = frozenset(
+    "bool float long int half double to detach isnan isinf isfinite isneginf isposinf signbit logical_not "
+    "logical_and logical_or logical_xor eq ne lt le gt ge abs squeeze unsqueeze view reshape flatten any all "
+    "sum expand expand_as contiguous".split()
+)
+
+
+def _pure(node: ast.AST | None, ctx: Context) -> bool:
+    """Whether evaluating `node` twice gives the same value and does nothing else."""
+    if node is None or isinstance(node, (ast.Name, ast.Constant)):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _pure(node.value, ctx)
+    if isinstance(node, ast.Call):
+        name = ctx.qualname(node.func)
+        if name is not None:
+            callee_ok = name.startswith("torch.") and name[6:] in _PURE_CALLS
+        else:
+            callee_ok = isinstance(node.func, ast.Attribute) and node.func.attr in _PURE_CALLS
+            callee_ok = callee_ok and _pure(node.func.value, ctx)
+        return callee_ok and all(_pure(a, ctx) for a in [*node.args, *(k.value for k in node.keywords)])
+    if isinstance(node, (ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Subscript, ast.Slice, ast.Tuple)):
+        return all(_pure(child, ctx) for child in ast.iter_child_nodes(node) if isinstance(child, ast.expr))
+    return False
+
+
+class ReducedSelection(Rule):
+    """A selection of the elements under a mask whose size is not needed: one that is only
+    summed, or reduced right away by `mean()`, `numel()`, `len()`, `shape[0]` or `size(0)`.
+
+    `x[mask].sum()` is `torch.where(mask, x, 0).sum()`; `.mean()` that sum over the count
+    `mask.sum()` (0/0 is NaN, as the mean of nothing); the count alone needs no `x`. A mask
+    that is not an elementwise test of `x` selects along its leading dimensions
+    (`x[mask]` requires `mask.shape == x.shape[:mask.dim()]`): it is reshaped to broadcast
+    over the rest, and the count of elements is multiplied by the size of the rest.
+    """
 
     fix_safety = "unsafe"
     cst_node: ClassVar[str]  # the libcst class of the selection: "Subscript" or "Call"
+    # Whether the mask may select leading dimensions only (indexing), or broadcasts (masked_select).
+    prefix_masks: ClassVar[bool]
 
-    def plan_where(self, node: ast.expr, ctx: Context) -> dict:
-        problem = flow_problem(node, ctx, parent_map(ctx.node), _summed)
-        if problem:
-            return {"no_fix": problem.replace("not only in tensor arithmetic", "not only summed")}
-        return self.make_fix("sum `torch.where(mask, x, 0)` instead", self.cst_node, node, safety="unsafe")
+    def plan_selection(self, node: ast.expr, values: ast.expr, mask: ast.expr, ctx: Context) -> dict:
+        parents = parent_map(ctx.node)
+        use, use_node = _reduction(node, parents.get(id(node)), ctx, parents)
+        same_shape = _elementwise_test_of(mask, values, ctx)
+        if not same_shape and not self.prefix_masks and use != "sum":
+            return {"no_fix": "the mask is not an elementwise test of the selected tensor, so its count may differ"}
+        if use in ("", "sum"):  # summed here, or bound to a name: every use must be a sum
+            problem = flow_problem(node, ctx, parents, _summed)
+            if problem:
+                return {"no_fix": problem.replace("not only in tensor arithmetic", "not only summed or counted")}
+            use_node, use = node, "sum"
+        if use in ("numel", "count"):
+            # The count is a tensor where it was a Python int: it may only feed tensor arithmetic.
+            problem = flow_problem(use_node, ctx, parents, tensor_arithmetic_step)
+            if problem:
+                return {"no_fix": f"the count is a Python int; {problem}"}
+        form = "same" if same_shape or not self.prefix_masks else "prefix"
+        # Expressions the static form repeats (or drops, for a count) must be free of effects.
+        repeated = {
+            ("sum", "same"): [],
+            ("mean", "same"): [mask],
+            ("numel", "same"): [values],
+            ("sum", "prefix"): [mask, values],
+            ("mean", "prefix"): [mask, values],
+            ("numel", "prefix"): [mask],
+        }.get((use, form), [values])
+        if not all(_pure(e, ctx) for e in repeated):
+            return {
+                "no_fix": "the static form evaluates the mask or the values twice (or not at all), "
+                "and they are not plain reads"
+            }
+        title = {
+            "sum": "sum `torch.where(mask, x, 0)` instead",
+            "mean": "`torch.where(mask, x, 0).sum()` over the count `mask.sum()`",
+            "numel": "count with `mask.sum()`",
+            "count": "count with `mask.sum()`",
+        }[use]
+        cst_node = self.cst_node if use_node is node else type(use_node).__name__
+        data = (use, form, _path_to(node, use_node))
+        return self.make_fix(title, cst_node, use_node, safety="unsafe", data=data)
 
     def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
         import libcst as cst
 
-        values, mask = self.operands(node)
-        where = cst.Call(edit.torch("where"), [cst.Arg(mask), cst.Arg(values), cst.Arg(cst.Integer("0"))])
-        return with_parens_of(node, where)
+        use, form, path = fix.data
+        selection = {
+            (): lambda: node,
+            ("method",): lambda: node.func.value,
+            ("arg",): lambda: node.args[0].value,
+            ("shape",): lambda: node.value.value,
+        }[path]()
+        values, mask = self.operands(selection)
+        x, m = _code(atom(values)), _code(atom(mask))  # as receivers of methods
+        if form == "prefix":
+            broadcast = f"{m}.reshape({m}.shape + (1,) * ({x}.dim() - {m}.dim()))"
+            count = f"({m}.sum() * {x}.shape[{m}.dim():].numel())"
+        else:
+            broadcast, count = _code(mask), f"{m}.sum()"
+        where = f"{_code(edit.torch())}.where({broadcast}, {_code(values)}, 0)"
+        text = {"sum": where, "mean": f"({where}.sum() / {count})", "numel": count, "count": f"{m}.sum()"}[use]
+        new = cst.parse_expression(text)
+        return with_parens_of(node, new) if node.lpar else new
 
     def operands(self, node: "cst.CSTNode") -> tuple["cst.BaseExpression", "cst.BaseExpression"]:
         """The libcst nodes of the selected values and of the mask."""
         raise NotImplementedError
+
+
+def _path_to(selection: ast.expr, use: ast.expr) -> tuple[str, ...]:
+    """How `ReducedSelection.apply_fix` finds the selection inside the use."""
+    if use is selection:
+        return ()
+    if isinstance(use, ast.Subscript):  # sel.shape[0]
+        return ("shape",)
+    return ("method",) if isinstance(use.func, ast.Attribute) and use.func.value is selection else ("arg",)
+
+
+def _code(node: "cst.CSTNode") -> str:
+    """The source of a libcst expression."""
+    import libcst as cst
+
+    return cst.Module([]).code_for_node(node)
 
 
 class NonzeroCall(TensorMethodRule):
@@ -79,11 +207,34 @@ class NonzeroCall(TensorMethodRule):
     methods = frozenset({"nonzero", "argwhere"})
     functions = frozenset({"torch.nonzero", "torch.argwhere"})
 
+    fix_safety = "unsafe"
+
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
         if ctx.qualname(node.func) == "torch.where" and len(node.args) == 1 and not node.keywords:
             self.report(ctx, node, method="where")
         else:
             super().visit_Call(node, ctx)
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        assert isinstance(node, ast.Call)
+        mask = _nonzero_tuple_of(node, ctx)
+        if mask is None:
+            return {"no_fix": "only `nonzero(as_tuple=True)` and one-argument `where` index like a mask"}
+        problem = flow_problem(node, ctx, parent_map(ctx.node), _whole_index)
+        if problem:
+            return {"no_fix": problem.replace("not only in tensor arithmetic", "not only as the index of a tensor")}
+        boolean = ctx.kind(mask) is Kind.BOOL_TENSOR
+        title = "index with the mask itself" + ("" if boolean else " (`m != 0`)")
+        return self.make_fix(title, "Call", node, safety="unsafe", data=(boolean,))
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        mask = node.func.value if len(node.args) == 1 and node.args[0].keyword else node.args[0].value
+        if not fix.data[0]:  # nonzero elements: those that are not 0 (NaN included)
+            mask = cst.Comparison(atom(mask), [cst.ComparisonTarget(cst.NotEqual(), cst.Integer("0"))])
+        # The value only ever stands alone as an index or an assigned value: no parentheses needed.
+        return with_parens_of(node, mask)
 
     INVALID = ["""
         import torch
@@ -109,7 +260,29 @@ class NonzeroCall(TensorMethodRule):
         """]
 
 
-class BooleanMaskIndex(SummedSelection):
+def _nonzero_tuple_of(node: ast.Call, ctx: Context) -> ast.expr | None:
+    """`m` for `m.nonzero(as_tuple=True)`, `torch.nonzero(m, as_tuple=True)` or `torch.where(m)` on a tensor `m`."""
+    name = ctx.qualname(node.func)
+    as_tuple = [k for k in node.keywords if k.arg == "as_tuple"]
+    tuple_flag = len(node.keywords) == 1 and as_tuple and isinstance(as_tuple[0].value, ast.Constant)
+    tuple_flag = tuple_flag and as_tuple[0].value.value is True
+    if name == "torch.where":
+        mask = node.args[0]
+    elif name == "torch.nonzero" and len(node.args) == 1 and tuple_flag:
+        mask = node.args[0]
+    elif name is None and isinstance(node.func, ast.Attribute) and not node.args and tuple_flag:
+        mask = node.func.value
+    else:
+        return None
+    return mask if ctx.kind(mask).is_tensor else None
+
+
+def _whole_index(node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]) -> bool:
+    """Whether this use of a value is the whole index of a tensor: `x[value]`, read or written."""
+    return isinstance(parent, ast.Subscript) and parent.slice is node and ctx.kind(parent.value).is_tensor
+
+
+class BooleanMaskIndex(ReducedSelection):
     __doc__ = f"""## What it does
     Checks for reading a tensor through a boolean mask: `x[mask]` where `mask`
     holds booleans (a comparison, `isnan`, `~m`, ...).
@@ -143,14 +316,13 @@ class BooleanMaskIndex(SummedSelection):
                 self.report(ctx, node)
 
     cst_node = "Subscript"
+    prefix_masks = True
 
     def plan(self, node: ast.AST, ctx: Context) -> dict:
         assert isinstance(node, ast.Subscript)
         if not ctx.kind(node.value).is_tensor:
             return {"no_fix": "the indexed value is not known to be a tensor"}
-        if not _elementwise_test_of(node.slice, node.value, ctx):
-            return {"no_fix": "the mask is not an elementwise test of the indexed tensor, so it may select rows"}
-        return self.plan_where(node, ctx)
+        return self.plan_selection(node, node.value, node.slice, ctx)
 
     def operands(self, node: "cst.CSTNode") -> tuple["cst.BaseExpression", "cst.BaseExpression"]:
         return node.value, node.slice[0].slice.value  # `x[mask]`: one plain index (planned from ast)
@@ -206,7 +378,7 @@ def _elementwise_test_of(mask: ast.expr, x: ast.expr, ctx: Context) -> bool:
     return False
 
 
-class MaskedSelectCall(SummedSelection, TensorMethodRule):
+class MaskedSelectCall(ReducedSelection, TensorMethodRule):
     __doc__ = f"""## What it does
     Checks for `torch.masked_select` and `Tensor.masked_select`.
 
@@ -230,6 +402,7 @@ class MaskedSelectCall(SummedSelection, TensorMethodRule):
     methods = frozenset({"masked_select"})
     functions = frozenset({"torch.masked_select"})
     cst_node = "Call"
+    prefix_masks = False
 
     def plan(self, node: ast.AST, ctx: Context) -> dict:
         assert isinstance(node, ast.Call)
@@ -239,7 +412,7 @@ class MaskedSelectCall(SummedSelection, TensorMethodRule):
             return {"no_fix": "`masked_select` is called with keywords or an unexpected number of arguments"}
         if not ctx.kind(operands[0]).is_tensor:
             return {"no_fix": "the selected value is not known to be a tensor"}
-        return self.plan_where(node, ctx)
+        return self.plan_selection(node, operands[0], operands[1], ctx)
 
     def operands(self, node: "cst.CSTNode") -> tuple["cst.BaseExpression", "cst.BaseExpression"]:
         if len(node.args) == 1:  # x.masked_select(mask)
@@ -400,6 +573,29 @@ class OneHotWithoutNumClasses(Rule):
         ):
             self.report(ctx, node)
 
+    fix_safety = "unsafe"
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        assert isinstance(node, ast.Call)
+        if len(node.args) != 1 or node.keywords and [k.arg for k in node.keywords] != ["num_classes"]:
+            return {"no_fix": "`one_hot` is called with other arguments than the labels and `num_classes=-1`"}
+        sizes: set[str] = set()
+        problem = flow_problem(node, ctx, parent_map(ctx.node), _class_width_step(sizes))
+        if problem or len(sizes) != 1:
+            return {
+                "no_fix": "the width `labels.max() + 1` is not known to equal a size of the module: "
+                + (problem or "the one-hot value feeds layers of different widths").replace(
+                    "not only in tensor arithmetic", "not only as the input of a layer of fixed width"
+                )
+            }
+        (size,) = sizes
+        return self.make_fix(f"pass `num_classes={size}`", "Call", node, safety="unsafe", data=(size,))
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        return node.with_changes(args=[node.args[0], keyword_arg("num_classes", cst.parse_expression(fix.data[0]))])
+
     INVALID = ["""
         import torch
         import torch.nn.functional as F
@@ -424,6 +620,44 @@ class OneHotWithoutNumClasses(Rule):
         """]
 
 
+# Conversions that keep a one-hot tensor's width.
+_WIDTH_KEEPING = frozenset("float double half bfloat16 long int to type_as".split())
+
+
+def _class_width_step(sizes: set[str]):
+    """A flow step that accepts a one-hot value used where its last dimension must equal a size the
+    module holds, and records that size: the input of an `nn.Linear` submodule (`in_features`),
+    the left side of a product with an `nn.Embedding`'s weight (`num_embeddings`). Matrix
+    products never broadcast the contracted dimension, so a run that did not raise had that width."""
+
+    def step(node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]) -> bool | ast.expr:
+        if isinstance(parent, ast.Attribute) and parent.attr in _WIDTH_KEEPING:
+            call = parents.get(id(parent))
+            return call if isinstance(call, ast.Call) and call.func is parent else False
+        if isinstance(parent, ast.Call) and parent.args == [node] and not parent.keywords:
+            submodule = ctx.self_attr(parent.func)
+            if submodule is not None and _constructor(ctx, submodule) == "torch.nn.Linear":
+                sizes.add(f"self.{submodule}.in_features")
+                return True
+        product = isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.MatMult) and parent.left is node
+        if product or isinstance(parent, ast.Call) and ctx.qualname(parent.func) == "torch.matmul":
+            other = parent.right if product else (parent.args[1:] or [None])[0]
+            if not product and (parent.args[:1] != [node] or len(parent.args) != 2 or parent.keywords):
+                return False
+            if isinstance(other, ast.Attribute) and other.attr == "weight":
+                submodule = ctx.self_attr(other.value)
+                if submodule is not None and _constructor(ctx, submodule) == "torch.nn.Embedding":
+                    sizes.add(f"self.{submodule}.num_embeddings")
+                    return True
+        return False
+
+    return step
+
+
+def _constructor(ctx: Context, attribute: str) -> str | None:
+    return ctx.cls.attr_ctors.get(attribute) if ctx.cls is not None else None
+
+
 class BincountCall(TensorMethodRule):
     __doc__ = f"""## What it does
     Checks for `torch.bincount` and `Tensor.bincount`.
@@ -445,6 +679,48 @@ class BincountCall(TensorMethodRule):
     dynamo_codes = ("GB0036",)
     methods = frozenset({"bincount"})
     functions = frozenset({"torch.bincount"})
+    fix_safety = "unsafe"
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        assert isinstance(node, ast.Call)
+        is_method = ctx.qualname(node.func) is None
+        values = node.func.value if is_method else (node.args or [None])[0]
+        named = dict(zip(("weights", "minlength"), node.args[0 if is_method else 1 :]))
+        named.update((k.arg, k.value) for k in node.keywords)
+        if (
+            values is None
+            or set(named) - {"weights", "minlength"}
+            or any(isinstance(a, ast.Starred) for a in node.args)
+        ):
+            return {"no_fix": "`bincount` is called with unexpected arguments"}
+        weights, size = named.get("weights"), named.get("minlength")
+        if weights is not None and not (isinstance(weights, ast.Constant) and weights.value is None):
+            return {"no_fix": "weighted counts are left alone (their sums would be added in another order)"}
+        if size is None:
+            return {
+                "no_fix": "without `minlength` the number of bins is `x.max() + 1`, read from the data; "
+                "pass `minlength=` the number of classes and the fix applies"
+            }
+        if ctx.kind(size).is_tensor or ctx.kind(size) is Kind.DATA_SCALAR:
+            return {"no_fix": "`minlength` is read from tensor data"}
+        if not _pure(values, ctx):
+            return {"no_fix": "the static form reads the counted tensor three times, and it is not a plain read"}
+        return self.make_fix(
+            "count into `minlength` bins with `index_add_`", "Call", node, safety="unsafe", data=(is_method,)
+        )
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        (is_method,) = fix.data
+        values = node.func.value if is_method else node.args[0].value
+        size = next((a.value for a in node.args if a.keyword and a.keyword.value == "minlength"), None)
+        size = size if size is not None else node.args[1 if is_method else 2].value
+        x, n, long = _code(atom(values)), _code(size), _code(edit.torch("long"))
+        text = f"{_code(edit.torch('zeros'))}({n}, dtype={long}, device={x}.device).index_add_(0, {_code(values)}, "
+        text += f"{_code(edit.torch('ones_like'))}({_code(values)}, dtype={long}))"
+        return with_parens_of(node, cst.parse_expression(text))
+
     INVALID = ["""
         import torch
         from torch import nn
