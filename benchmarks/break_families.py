@@ -454,7 +454,7 @@ def run_one(family: str, args: argparse.Namespace, env: dict) -> dict:
         return row
 
 
-COUNTS = ("breaks", "logged", "statements", "counter", "graphs")  # per version, summed in the totals
+COUNTS = ("statements", "logged", "breaks", "counter", "graphs")  # per version, summed in the totals
 
 
 def totals(rows: list[dict]) -> dict:
@@ -495,8 +495,8 @@ def _categories(run: dict) -> collections.Counter:
 
 def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str:
     versions = ("before", *VERSIONS)
-    head = ["family"] + [f"explain {v}" for v in versions] + [f"logged {v}" for v in versions]
-    head += [f"lines {v}" for v in versions] + [f"output {v}" for v in VERSIONS] + ["lint P", "lint R", "note"]
+    head = ["family"] + [f"statements {v}" for v in versions] + [f"logged {v}" for v in versions]
+    head += [f"explain {v}" for v in versions] + [f"output {v}" for v in VERSIONS] + ["lint P", "lint R", "note"]
     lines = [f"Command: `{command}`", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if "before" not in r:
@@ -504,7 +504,7 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
             lines.append("| " + " | ".join(cells).replace("\n", " ") + " |")
             continue
         cells = [r["family"]]
-        for key in ("breaks", "logged", "statements"):
+        for key in ("statements", "logged", "breaks"):
             cells += ["error" if r.get(v, {}).get("error") else str(r.get(v, {}).get(key)) for v in versions]
         cells += [r.get(v, {}).get("output", "n/a") for v in VERSIONS]
         lint = r.get("lint", {})
@@ -524,9 +524,9 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
     for version in VERSIONS:
         v, b, gone = s[version], s["before"], s[version]["removed"]
         lines.append(
-            f"- {version}: explain's breaks {b['breaks']} -> {v['breaks']} ({_pct(gone['breaks'])} removed); "
-            f"logged breaks {b['logged']} -> {v['logged']} ({_pct(gone['logged'])}); break statements "
-            f"{b['statements']} -> {v['statements']} ({_pct(gone['statements'])}); Dynamo's graph_break counter "
+            f"- {version}: break statements {b['statements']} -> {v['statements']} ({_pct(gone['statements'])} "
+            f"removed); logged breaks {b['logged']} -> {v['logged']} ({_pct(gone['logged'])}); explain's breaks "
+            f"{b['breaks']} -> {v['breaks']} ({_pct(gone['breaks'])}); Dynamo's graph_break counter "
             f"{b['counter']} -> {v['counter']}; graphs {b['graphs']} -> {v['graphs']}; outputs "
             + ", ".join(f"{k} {n}" for k, n in v["outputs"].items())
         )
@@ -613,6 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every family's row and the totals here")
     parser.add_argument("--markdown", type=Path, help="write the report here too")
     parser.add_argument("--tools", type=Path, default=DEFAULT_TOOLS, help="the directory of hf_families.py")
+    parser.add_argument("--from-json", type=Path, help="render the report of a saved --json run instead of running")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -620,6 +621,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure_family(args.child, args.tools, args.work, args.kernels)))
         return 0
 
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        report = render(saved["families"], totals(saved["families"]), saved["seconds"], saved["command"])
+        print(report + f", transpile at {saved.get('commit', 'unknown')}")
+        if args.markdown:
+            args.markdown.write_text(report + f", transpile at {saved.get('commit', 'unknown')}\n")
+        return 0
     sys.path.insert(0, str(args.tools))
     import hf_families as hff
 
@@ -640,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
         for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
             row = future.result()
             rows.append(row)
-            brief = {v: row[v]["breaks"] for v in ("before", *VERSIONS)} if row["status"] == "ok" else row.get("error")
+            brief = {v: row[v]["logged"] for v in ("before", *VERSIONS)} if row["status"] == "ok" else row.get("error")
             print(f"[{done}/{len(families)}] {row['family']}: {row['status']} {brief}", file=sys.stderr, flush=True)
     rows.sort(key=lambda r: r["family"])
     summary = totals(rows)
