@@ -1,8 +1,9 @@
 """Dynamo's graph breaks in the transformers families, before and after `transpile`, and the lint against them.
 
-    nice python benchmarks/break_families.py [--families bert,mixtral] [--limit N] [--jobs 1]
+    nice python benchmarks/break_families.py [--families bert,mixtral] [--every N] [--limit N] [--jobs 1]
                                              [--timeout 300] [--kernels] [--json out.json] [--markdown out.md]
                                              [--tools ../shared/tools]
+    python benchmarks/break_families.py --from-json out.json [--markdown out.md]   # the report of a saved run
 
 For each family that `hf_families.py` (the shared tool that builds a tiny random model of a
 transformers family and its inputs; `--tools` says where it is, it is imported from there) can
@@ -12,9 +13,16 @@ build, a child process (own interpreter, `--timeout` seconds)
    (`torch.manual_seed(hff.SEED)` before each forward; two runs that differ mark the family
    `nondeterministic`), recording which lines of the family's folder the forward executed;
 2. runs `torch._dynamo.explain` on it (after `torch._dynamo.reset()`, under `no_grad`, the same
-   inputs): explain's graph and break counts, every break reason with its user stack, and
-   Dynamo's own `graph_break` counter (it sees breaks explain does not attribute, and the other
-   way round: both are kept, and the table says where they differ);
+   inputs) with Dynamo's `graph_breaks` log on, and keeps three counts (they differ, so all three
+   are reported):
+   - `statements`: the distinct statements of the family's code where a logged break happened
+     (the site, below) -- the headline figure, comparable to "lines where Dynamo breaks";
+   - `logged`: the breaks of the log, one record per break Dynamo hit, those that make it skip
+     the rest of a frame (a break in a loop, a `try`, a user context manager) included, and
+     the same site again when Dynamo traces it again (a layer, a restart, a recompile);
+   - `explain`: explain's `graph_break_count`, which misses the breaks of a frame Dynamo then
+     skips (the smoke test's toy: 4 logged, 0 in explain's count); and Dynamo's own
+     `graph_break` counter (`counter` in the JSON);
 3. runs `transpile lint --format json` on the family's folder (the rules users get by default);
 4. for each of `default` (`transpile build DIR -o OUT`) and `unsafe` (the same with
    `--unsafe-fixes`): transpiles the family's folder, imports the output's modeling file,
@@ -23,33 +31,38 @@ build, a child process (own interpreter, `--timeout` seconds)
    original's (`equal`: bit for bit; `within tolerance`: `hff.compare_outputs`, rtol 1e-4,
    atol 1e-5, or as accurate as the original against the original run in float64, see
    `hf_families_check._as_accurate`; `different` otherwise), then explains it as in 2.
+   A file the build leaves unchanged is an alias of the original module in the output, so a
+   break's site may lie in the original folder.
 
 `--no-kernels` is passed to `transpile build` unless `--kernels` is given: the emitted kernels
 run only when `not torch.compiler.is_compiling()` (emit/host), so Dynamo traces the eager
 reference either way; `--kernels` measures the default output tree itself (a C++ build per
 family: much slower).
 
-Categories: each break reason is sorted by Dynamo's graph-break code into issue 18's
-categories (`graph_breaks.CATEGORIES`; a code outside them keeps its own `Gb_type`). Breaks
-that explain counts without a reason are `unattributed`.
+Categories: each logged break is sorted by Dynamo's graph-break code (the first `gbNNNN` of
+its reason: the cause) into issue 18's categories (`graph_breaks.CATEGORIES`; a code outside
+them keeps its own `Gb_type`, as `other: GBNNNN <Gb_type>`); a break after which Dynamo skipped
+the frame is marked `(frame skipped)`.
 
 Lint against Dynamo (only for the original code, on the statements the forward executed):
 
-- A *break statement* is the statement holding the line of the innermost frame of a break
-  reason's user stack that lies in the family's folder (the line Dynamo reports in the
-  family's code; a break inside library code counts at the family's call into it; a break
-  with no frame in the family's folder is `outside the family`, left out of both figures).
+- A break's *site* is the innermost frame of its user stack that lies in the family's folder
+  (a break inside library code counts at the family's call into it; a break with no frame in
+  the family's folder is `outside the family`, left out of both figures). A *break statement*
+  is the statement holding a site.
 - A line's *statement* is the innermost `ast` statement whose header holds it: a simple
   statement spans all its lines; a compound one (`if`, `for`, `with`, `def`, ...) spans from
   its first line to the line before its body. Findings and breaks are compared by statement,
   so a multi-line call matches whichever of its lines either side names.
 - *Finding statements*: statements with a finding of a rule of the `break` family (the
   `Rule.family` of the registry; recompile / performance rules make no break claim) that the
-  eager forward executed. Findings in a function that holds a `graph break in loop` (GB7000)
-  break are `shadowed`: Dynamo skips that frame at its first break and never traces the rest,
-  so they can be neither confirmed nor refuted; they are left out of precision and counted.
+  eager forward executed (findings elsewhere are counted as `unexecuted`). A finding statement
+  that is no break statement, in a function where Dynamo logged a break that skipped the frame,
+  is `shadowed`: Dynamo never traced the rest of that frame, so it can be neither confirmed nor
+  refuted; shadowed statements are left out of precision and counted.
 - precision = |finding statements that are break statements| / |finding statements|;
-  recall = |break statements with a finding statement| / |break statements|.
+  recall = |break statements that are finding statements| / |break statements|.
+  Totals sum the numerators and denominators over the families (not an average of ratios).
 
 Families that fail to build or run (original or transpiled) are listed with the stage and
 the error; they never stop the run, and a version that did not run under Dynamo is never
