@@ -194,7 +194,17 @@ class NonzeroCall(TensorMethodRule):
     {_SHAPE_WHY}
 
     ## Fix safety
-    No automatic fix. Keep shapes static with masks: `torch.where(cond, x, 0)`.
+    When the indices are only ever used as the whole index of a tensor
+    (`x[torch.where(m)]`, `x[idx] = v` with `idx = m.nonzero(as_tuple=True)`),
+    they become the mask itself: `x[m]` (`x[m != 0]` when `m` is not known to
+    be boolean: `nonzero` keeps NaN and every value but 0). Indexing with a
+    boolean mask is defined as indexing with its `nonzero` tuple, so the values
+    and the order of the selected elements agree; writes through the mask
+    (`x[m] = 0.0`) then keep a static shape, and reads reduced later are fixed
+    by TP402. Unsafe: where `m`'s shape is not the leading shape of `x` (or `m`
+    is 0-d), `x[m]` raises or adds a dimension where the indices indexed.
+    `nonzero()` without `as_tuple=True`, `argwhere` and indices used any other
+    way (gathered, offset, returned) are left alone.
     """
 
     code = "TP401"
@@ -236,7 +246,8 @@ class NonzeroCall(TensorMethodRule):
         # The value only ever stands alone as an index or an assigned value: no parentheses needed.
         return with_parens_of(node, mask)
 
-    INVALID = ["""
+    INVALID = [
+        """
         import torch
         from torch import nn
 
@@ -246,7 +257,19 @@ class NonzeroCall(TensorMethodRule):
                 y = x + 1
                 positive = torch.nonzero(y > 0)
                 return y * 2, positive
-        """]
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                y[torch.nonzero(y > 2, as_tuple=True)] = 0.0
+                return y * 2
+        """,
+    ]
     VALID = ["""
         import torch
         from torch import nn
@@ -292,14 +315,25 @@ class BooleanMaskIndex(ReducedSelection):
     (Writing through a mask, `x[mask] = 0`, keeps the shape and is fine.)
 
     ## Fix safety
-    When the selection is only ever summed (`x[mask].sum()`, or `sel =
-    x[mask]` whose every use is `sel.sum()`) and the mask is an elementwise
-    test of `x` itself (`x > 0`, `~torch.isnan(x)`, ...), so that it has the
-    shape of `x`, `x[mask]` becomes `torch.where(mask, x, 0)`: the same total,
-    dtype and gradients with a static shape. Unsafe: the sum adds the elements
-    in another order (floating-point rounding may differ). Other masks (which
-    may select whole rows of `x`) and other uses of the selection are left
-    alone.
+    When the selection is only summed (`x[m].sum()`, or `sel = x[m]` whose
+    every use is `sel.sum()`), `x[m]` becomes `torch.where(m, x, 0)`: the same
+    total, dtype (`where` with 0 keeps `x`'s dtype; bools sum to int64 either
+    way) and gradients with a static shape. `x[m].mean()` becomes
+    `(torch.where(m, x, 0).sum() / m.sum())` (an empty selection gives 0/0 =
+    NaN, as eager's mean of nothing); `x[m].numel()` becomes `m.sum()`, and so
+    do `len(x[m])`, `x[m].shape[0]` and `x[m].size(0)`, when the count only
+    feeds tensor arithmetic (it is a 0-d tensor where it was an int).
+    When `m` is not an elementwise test of `x` (`x > 0`, `~x.isnan()`, ...)
+    it may select along the leading dimensions only: indexing requires
+    `m.shape == x.shape[:m.dim()]`, so `m.reshape(m.shape + (1,) * (x.dim() -
+    m.dim()))` broadcasts it over the rest exactly, and the count of elements
+    is `m.sum() * x.shape[m.dim():].numel()`. The mask and values must be
+    plain reads wherever the static form evaluates them twice (or drops them).
+    Unsafe: sums add in another order (rounding may differ; a float16 mean
+    rounds its sum before dividing, so it can overflow where the mean did
+    not); an integer mean, which raised, now divides; a mask of the wrong
+    shape broadcasts or raises another error instead of `IndexError`.
+    Other uses of the selection are left alone.
     """
 
     code = "TP402"
@@ -389,9 +423,11 @@ class MaskedSelectCall(ReducedSelection, TensorMethodRule):
     When the selection is only ever summed (`torch.masked_select(x,
     mask).sum()`, or a name bound to it whose every use is `.sum()`), it
     becomes `torch.where(mask, x, 0)`: `masked_select` broadcasts `x` and
-    `mask` as `where` does, so the total, dtype and gradients agree. Unsafe:
-    the elements are added in another order (floating-point rounding may
-    differ). Other uses of the selection are left alone.
+    `mask` as `where` does, so the total, dtype and gradients agree. With a
+    mask that is an elementwise test of `x` (same shape), `.mean()` and the
+    counts (`numel()`, `len()`, ...) are rewritten as for TP402. Unsafe: the
+    elements are added in another order (floating-point rounding may differ).
+    Other uses of the selection are left alone.
     """
 
     code = "TP403"
@@ -550,8 +586,18 @@ class OneHotWithoutNumClasses(Rule):
     the data: Dynamo breaks the graph (GB0246).
 
     ## Fix safety
-    Passing `num_classes=` is equivalent only if it equals `x.max() + 1` for
-    every input; not automatic.
+    Passing `num_classes=n` is equivalent only if `n` equals `x.max() + 1`
+    for every input. That is proven when the one-hot value (through dtype
+    conversions and local names) only feeds layers whose width is fixed: the
+    input of an `nn.Linear` submodule (`n = self.lin.in_features`) or the left
+    side of a product with an `nn.Embedding`'s weight (`n =
+    self.emb.num_embeddings`). Matrix products never broadcast the contracted
+    dimension, so every run that did not raise had exactly that width, and the
+    output is the same. Unsafe only because a run that raised (a width
+    mismatch in the layer) may now compute or raise in `one_hot`. A config
+    size (`config.num_labels`) is not passed: when the labels do not reach it
+    the width differs (and a width of 1 broadcasts silently), so those stay
+    findings.
     """
 
     code = "TP406"
@@ -577,7 +623,7 @@ class OneHotWithoutNumClasses(Rule):
 
     def plan(self, node: ast.AST, ctx: Context) -> dict:
         assert isinstance(node, ast.Call)
-        if len(node.args) != 1 or node.keywords and [k.arg for k in node.keywords] != ["num_classes"]:
+        if len(node.args) + len(node.keywords) > 2 or any(k.arg != "num_classes" for k in node.keywords):
             return {"no_fix": "`one_hot` is called with other arguments than the labels and `num_classes=-1`"}
         sizes: set[str] = set()
         problem = flow_problem(node, ctx, parent_map(ctx.node), _class_width_step(sizes))
@@ -596,7 +642,8 @@ class OneHotWithoutNumClasses(Rule):
 
         return node.with_changes(args=[node.args[0], keyword_arg("num_classes", cst.parse_expression(fix.data[0]))])
 
-    INVALID = ["""
+    INVALID = [
+        """
         import torch
         import torch.nn.functional as F
         from torch import nn
@@ -606,7 +653,23 @@ class OneHotWithoutNumClasses(Rule):
             def forward(self, x):
                 labels = x.abs().long() % 4
                 return F.one_hot(labels).float() * 2
-        """]
+        """,
+        """
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(4, 2)
+
+            def forward(self, x):
+                labels = torch.arange(x.numel() + 4) % 4
+                return self.proj(F.one_hot(labels).float()).sum() * x
+        """,
+    ]
     VALID = ["""
         import torch
         import torch.nn.functional as F
@@ -667,9 +730,14 @@ class BincountCall(TensorMethodRule):
     data. {_SHAPE_WHY}
 
     ## Fix safety
-    No automatic fix. With a known number of classes `n`, a one-hot sum
-    (`F.one_hot(x, n).sum(0)`) or `torch.zeros(n).scatter_add_(0, x, ones)` keeps
-    the shape static.
+    With `minlength=n` (a number, not tensor data) and no weights, the counts
+    become `torch.zeros(n, dtype=torch.long, device=x.device).index_add_(0, x,
+    torch.ones_like(x, dtype=torch.long))`: the same int64 counts of every
+    value below `n`, exactly (integer sums do not depend on their order), an
+    empty `x` included. Unsafe: a value `>= n`, for which `bincount` returned
+    more bins, raises in `index_add_`; a uint8 `x` raises (`index_add_` takes
+    int32/int64 indices). Without `minlength` the number of bins is read from
+    the data and nothing static equals it; weighted counts are left alone.
     """
 
     code = "TP407"
