@@ -96,7 +96,7 @@ class ReducedSelection(Rule):
     over the rest, and the count of elements is multiplied by the size of the rest.
     """
 
-    fix_safety = "unsafe"
+    fix_safety = "safe or unsafe"
     cst_node: ClassVar[str]  # the libcst class of the selection: "Subscript" or "Call"
     # Whether the mask may select leading dimensions only (indexing), or broadcasts (masked_select).
     prefix_masks: ClassVar[bool]
@@ -140,7 +140,12 @@ class ReducedSelection(Rule):
         }[use]
         cst_node = self.cst_node if use_node is node else type(use_node).__name__
         data = (use, form, _path_to(node, use_node))
-        return self.make_fix(title, cst_node, use_node, safety="unsafe", data=data)
+        # A count of an elementwise selection is exact, and beside a tensor an int64 0-d tensor
+        # promotes and divides as the int did: safe when it meets tensors directly (no `**`,
+        # whose number exponent takes other kernels, and no arithmetic among numbers).
+        exact = use in ("numel", "count") and same_shape
+        safe = exact and not flow_problem(use_node, ctx, parents, _beside_tensor)
+        return self.make_fix(title, cst_node, use_node, safety="safe" if safe else "unsafe", data=data)
 
     def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
         import libcst as cst
@@ -167,6 +172,13 @@ class ReducedSelection(Rule):
     def operands(self, node: "cst.CSTNode") -> tuple["cst.BaseExpression", "cst.BaseExpression"]:
         """The libcst nodes of the selected values and of the mask."""
         raise NotImplementedError
+
+
+def _beside_tensor(node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]) -> bool:
+    """A use of a number as an operand of `+ - * /` or a comparison whose other operand is a tensor."""
+    direct = isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub, ast.Mult, ast.Div))
+    direct = direct or isinstance(parent, ast.Compare) and len(parent.ops) == 1
+    return direct and tensor_arithmetic_step(node, parent, ctx, parents) is True
 
 
 def _path_to(selection: ast.expr, use: ast.expr) -> tuple[str, ...]:

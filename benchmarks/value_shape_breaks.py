@@ -1,0 +1,210 @@
+"""Dynamo's graph breaks of the value and shape families (`.item()` and conversions, dynamic-shape
+operators, `one_hot`/`bincount` sizes) before and after the fixes, default and `--unsafe-fixes`.
+
+Each program is a small module written in the styles these breaks take in model code (losses,
+metrics, routing, normalisation); it is fixed by the same fixer `transpile` runs, run by
+`torch._dynamo.explain` on its inputs, and its outputs compared with the original's in eager.
+
+    python benchmarks/value_shape_breaks.py          # the table, and totals per build
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import torch
+import torch._dynamo
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.rule_examples import fix_snippet  # noqa: E402
+
+HEADER = """
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+        self.classes = nn.Linear(4, 3)
+        self.table = nn.Embedding(6, 3)
+        self.eps = 1e-6
+
+    def forward(self, x):
+"""
+
+PROGRAMS = {
+    "loss-normalised-by-item": """
+        total = x.abs().sum().item()
+        return x / (total + self.eps)
+    """,
+    "max-scale-clamped": """
+        scale = max(x.abs().amax().item(), 1e-3)
+        return self.proj(x / scale) * scale
+    """,
+    "float-mean-threshold": """
+        mean = float(x.mean())
+        return torch.where(x > mean, x, x * 0.1)
+    """,
+    "item-compared-as-factor": """
+        peak = x.amax().item()
+        return x * (peak > 0.5) + (x - peak) ** 2
+    """,
+    "int-count-divides": """
+        n = int((x > 0).sum())
+        return x.sum(-1) / (n + 1)
+    """,
+    "math-sqrt-of-energy": """
+        norm = math.sqrt(x.pow(2).sum())
+        return x / (norm + self.eps)
+    """,
+    "item-in-place-update": """
+        y = self.proj(x)
+        y.mul_(x.std().item())
+        y.clamp_(min=-x.abs().mean().item())
+        return y
+    """,
+    "item-returned-metric": """
+        loss = x.pow(2).mean()
+        return loss, loss.item()
+    """,
+    "item-in-branch": """
+        if x.sum().item() > 0:
+            x = x * 2
+        return x
+    """,
+    "masked-mean-loss": """
+        per_token = self.proj(x).pow(2).sum(-1)
+        valid = per_token > 1.0
+        return per_token[per_token > 1.0].mean() + valid.float().mean()
+    """,
+    "masked-sum-over-rows": """
+        keep = x.amax(-1) > 0
+        return x[keep].sum() * x
+    """,
+    "masked-count-normaliser": """
+        y = self.proj(x)
+        return y.sum() / y[y > 0].numel()
+    """,
+    "masked-select-mean": """
+        y = self.proj(x)
+        return torch.masked_select(y, y > 0).mean() * y
+    """,
+    "nan-filtered-sum": """
+        y = torch.log(self.proj(x))
+        return y[~torch.isnan(y)].sum() + x
+    """,
+    "nonzero-scatter-back": """
+        y = self.proj(x)
+        y[torch.where(y < 0)] = 0.0
+        return y
+    """,
+    "nonzero-indices-gathered": """
+        idx = (x > 0).nonzero(as_tuple=True)
+        return x[idx].sum() * x
+    """,
+    "masked-values-copied": """
+        y = self.proj(x)
+        y[y > 0] = x[y > 0]
+        return y
+    """,
+    "selection-returned": """
+        return x[x > 0] * 2
+    """,
+    "bincount-minlength": """
+        labels = (x.abs() * 2).long().clamp(max=3).flatten()
+        counts = torch.bincount(labels, minlength=4)
+        return x * counts.float().mean()
+    """,
+    "bincount-no-minlength": """
+        labels = (x.abs() * 2).long().clamp(max=3).flatten()
+        return x * torch.bincount(labels).float().max()
+    """,
+    "one-hot-into-linear": """
+        labels = torch.arange(x.shape[0] + 4) % 4
+        return self.classes(F.one_hot(labels).float()).sum() + x
+    """,
+    "one-hot-into-embedding": """
+        labels = torch.arange(x.numel() + 6).view(-1) % 6
+        codes = F.one_hot(labels).to(x.dtype)
+        return (codes @ self.table.weight).sum() * x
+    """,
+    "one-hot-as-target": """
+        labels = (x.abs() * 2).long().clamp(max=5)
+        target = F.one_hot(labels).float()
+        return (target * x.unsqueeze(-1)).sum(-1)
+    """,
+    "unique-count": """
+        values = torch.unique((x * 2).round())
+        return x * values.numel()
+    """,
+}
+
+
+def source(body: str) -> str:
+    return textwrap.dedent(HEADER).lstrip() + textwrap.indent(textwrap.dedent(body).strip() + "\n", " " * 8)
+
+
+def _model(text: str):
+    namespace: dict = {}
+    exec(compile(text, "<program>", "exec"), namespace)
+    torch.manual_seed(0)
+    return namespace["Model"]().eval()
+
+
+def breaks(text: str, x: torch.Tensor) -> int:
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(_model(text).forward)(x.clone())
+    torch._dynamo.reset()
+    return explained.graph_break_count
+
+
+def same_outputs(original: str, fixed: str, x: torch.Tensor) -> bool:
+    with torch.no_grad():
+        expected, actual = _model(original)(x.clone()), _model(fixed)(x.clone())
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    for e, a in zip(expected, actual):
+        if not (torch.is_tensor(e) and torch.is_tensor(a)):
+            e, a = torch.as_tensor(e), torch.as_tensor(a)  # numbers, or a number kept as a 0-d tensor
+        if e.dtype != a.dtype and e.dim() > 0 or not torch.allclose(e.double(), a.double(), equal_nan=True):
+            return False
+    return len(expected) == len(actual)
+
+
+def main() -> None:
+    warnings.filterwarnings("ignore")
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(0))
+    totals = {"before": 0, "default": 0, "unsafe": 0}
+    changed = []
+    print(f"{'program':28} before default unsafe  same")
+    for name, body in PROGRAMS.items():
+        original = source(body)
+        row = {"before": breaks(original, x)}
+        same = True
+        for build, unsafe in (("default", False), ("unsafe", True)):
+            _, fixed = fix_snippet(original, unsafe=unsafe)
+            row[build] = breaks(fixed, x)
+            same = same and same_outputs(original, fixed, x)
+        if not same:
+            changed.append(name)
+        for key in totals:
+            totals[key] += row[key]
+        print(f"{name:28} {row['before']:6} {row['default']:7} {row['unsafe']:6}  {'yes' if same else 'NO'}")
+    removed = {b: totals["before"] - totals[b] for b in ("default", "unsafe")}
+    print(
+        f"\n{len(PROGRAMS)} programs, {totals['before']} breaks; removed by default fixes: {removed['default']} "
+        f"({removed['default'] / totals['before']:.0%}), with --unsafe-fixes: {removed['unsafe']} "
+        f"({removed['unsafe'] / totals['before']:.0%}); outputs changed: {len(changed)} {changed}"
+    )
+
+
+if __name__ == "__main__":
+    main()
