@@ -341,7 +341,10 @@ class BooleanMaskIndex(ReducedSelection):
     m.dim()))` broadcasts it over the rest exactly, and the count of elements
     is `m.sum() * x.shape[m.dim():].numel()`. The mask and values must be
     plain reads wherever the static form evaluates them twice (or drops them).
-    Unsafe: sums add in another order (rounding may differ; a float16 mean
+    Safe (applied by default): a count of a selection by an elementwise test
+    of `x` whose every use is `+ - * /` or a comparison with a tensor: the
+    count is exact and an int64 0-d tensor promotes and divides as the int
+    did. Unsafe otherwise: sums add in another order (rounding may differ; a float16 mean
     rounds its sum before dividing, so it can overflow where the mean did
     not); an integer mean, which raised, now divides; a mask of the wrong
     shape broadcasts or raises another error instead of `IndexError`.
