@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import atom, with_parens_of
 from transpiler.analysis.symbols import DISABLE_DECORATORS
+from transpiler.analysis.kinds import Kind
 from transpiler.analysis.walker import Context
 from transpiler.lint.rule import Fix
 from transpiler.lint.rule import REGISTRY, Finding, Rule
@@ -1136,26 +1137,40 @@ class ExplicitGraphBreak(CallRule):
 
 class GeneratorInCompiledCode(CallRule):
     """## What it does
-    Checks for `torch.Generator(...)` objects created in compiled code.
+    Checks for `torch.Generator(...)` objects created in compiled code, and for
+    generators passed to operators there (`torch.randn(..., generator=g)` with
+    `g` a module attribute or a local name; a `generator` parameter, often
+    `None`, is not reported).
 
     ## Why is this bad?
-    A generator is opaque state Dynamo cannot create while tracing (GB0363),
-    call methods of (`manual_seed`, GB7650) nor pass to an operator
-    (`torch.randn(..., generator=g)`, GB0055): each use is one more break.
+    A generator is opaque state: Dynamo cannot create one while tracing
+    (GB0363), call its methods (`manual_seed`, GB7650) nor turn it into a graph
+    argument of an operator (GB0055), whether it was made in `forward` or in
+    `__init__`. Each use is one more break.
 
     ## Fix safety
-    No automatic fix: a fresh generator seeded per call is a stream no traced
-    operation reproduces. Create the generator once in `__init__` (or the
-    noise outside the compiled function) and pass it in.
+    No automatic fix: a seeded stream of its own has no traced equivalent.
+    Draw the random numbers outside the compiled function and pass them in,
+    or use the global generator (`torch.manual_seed` outside).
     """
 
     code = "TP518"
     name = "generator-in-compiled-code"
-    summary = "`torch.Generator` created in compiled code"
-    message = "creating a `torch.Generator` in compiled code breaks the graph; create it outside and pass it in"
-    dynamo_codes = ("GB0363",)
+    summary = "`torch.Generator` created or used in compiled code"
+    message = "{what} a `torch.Generator` in compiled code breaks the graph; draw the numbers outside and pass them in"
+    dynamo_codes = ("GB0363", "GB0055")
     callees = frozenset({"torch.Generator", "torch._C.Generator"})
-    INVALID = ["""
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        if ctx.qualname(node.func) in self.callees:
+            self.report(ctx, node, what="creating")
+            return
+        for keyword in node.keywords:
+            if keyword.arg == "generator" and _bound_generator(keyword.value, ctx):
+                self.report(ctx, keyword.value, what="passing")
+
+    INVALID = [
+        """
         import torch
         from torch import nn
 
@@ -1165,22 +1180,58 @@ class GeneratorInCompiledCode(CallRule):
                 y = x + 1
                 generator = torch.Generator()
                 return y * 2, generator
-        """]
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.generator = torch.Generator().manual_seed(0)
+
+            def forward(self, x):
+                y = x + 1
+                noise = torch.rand(8, generator=self.generator)
+                return y * noise
+        """,
+    ]
     VALID = ["""
         import torch
         from torch import nn
 
 
         class Model(nn.Module):
-            def forward(self, x):
+            def forward(self, x, generator=None):
                 y = x + 1
-                return y * 2
+                noise = torch.rand(8, generator=generator)
+                return y * noise
 
 
         def noisy(model, x, seed):
             generator = torch.Generator().manual_seed(seed)
             return model(x + torch.randn(x.shape, generator=generator))
         """]
+
+
+def _bound_generator(value: ast.expr, ctx: Context) -> bool:
+    """A `generator=` argument known to hold a generator: a module attribute not set to `None`, or
+    a name the function binds to `torch.Generator(...)` (parameters are often `None`: not reported)."""
+    attr = ctx.self_attr(value)
+    if attr is not None:
+        return ctx.cls is not None and ctx.cls.attrs.get(attr) not in (None, Kind.NONE)
+    if not isinstance(value, ast.Name):
+        return False
+    return any(
+        isinstance(statement, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == value.id for t in statement.targets)
+        and any(
+            isinstance(call, ast.Call) and ctx.qualname(call.func) in GeneratorInCompiledCode.callees
+            for call in ast.walk(statement.value)
+        )
+        for statement in ast.walk(ctx.node)
+    )
 
 
 class BuiltinIterationOverTensor(Rule):

@@ -93,6 +93,22 @@ class Model(nn.Module):
         generator = torch.Generator()  # break
         return h * 2, generator
 """,
+    "noise-from-module-generator": """
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(8, 8)
+        self.generator = torch.Generator().manual_seed(0)
+
+    def forward(self, x, generator=None):
+        h = self.head(x)
+        h = h + torch.rand(8, generator=generator)
+        return h * torch.rand(8, generator=self.generator)  # break
+""",
     "explicit-breaks-and-disabled-helpers": """
 import torch
 from torch import nn
