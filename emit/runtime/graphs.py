@@ -30,7 +30,9 @@ without owning it. Results of earlier calls stay valid all the same: before a gr
 again, any output of its previous replay still referenced (by the caller, or a view of it) is
 moved to memory of its own (its storage gets a copy), and so is every output still referenced
 when the graph is forgotten. A block's output, consumed by the next block and dropped, is never
-copied; a model's logits kept across calls are copied once, at the next call. `copy_outputs=False`
+copied; a model's logits kept across calls are copied once, at the next call. (Before torch 2.12 a
+view of an output cannot be moved: while one lives its graph is not replayed, and that graph's
+outputs are copies from then on.) `copy_outputs=False`
 returns the graph's own tensors, which the next replay of the same signature overwrites
 (reduce-overhead's contract), and saves even that check.
 """
@@ -42,6 +44,7 @@ import functools
 import operator
 import os
 import threading
+import time
 import types
 import weakref
 from typing import Any, Callable
@@ -144,12 +147,13 @@ class _Graph:
         if any(isinstance(leaf, torch.Tensor) and leaf.untyped_storage().data_ptr() in held for leaf in self.outputs):
             raise _Unsupported("an output is an input or a parameter, or a view of one")
         self._handout = _Handout(self.outputs)
-        finalizer = weakref.finalize(self, self._handout.evict)  # outputs still referenced outlive the graph
+        finalizer = weakref.finalize(self, self._handout.release)  # outputs still referenced outlive the graph
         finalizer.atexit = False
 
     def replay(self, tensors: list, copy_outputs: bool) -> Any:
-        if copy_outputs:
-            self._handout.evict()  # the previous replay's outputs still referenced: to their own memory first
+        """The outputs of one replay on `tensors`; `_STUCK` where an earlier output holds the graph's memory."""
+        if copy_outputs and not self._handout.evict():  # earlier outputs still referenced: to memory of their own
+            return _STUCK
         # One call for all inputs: one dispatch, and one kernel for tensors of one dtype and layout.
         torch._foreach_copy_(self.inputs, tensors)
         self.graph.replay()
@@ -160,10 +164,13 @@ class _Graph:
 class _Handout:
     """A graph's outputs as handed out: tensors on storages that alias the graph's output memory without
     owning it, watched through weak references, so that the ones still referenced when that memory is
-    about to be written again (or freed) can be given memory of their own first.
+    about to be written again (or freed) are given memory of their own first, holding their values.
 
-    Moving a storage (`_swap_data_ptr_` with a copy) moves every tensor on it, views included, and
-    keeps the caller's objects: nothing the caller holds changes but the address of its memory."""
+    Moving a storage (torch >= 2.12's `_swap_data_ptr_` with a copy) moves every tensor on it, views
+    included, and keeps the caller's objects. Older torch can only point tensors at a copy one by one
+    (`set_`): that moves the outputs handed out when nothing else holds their storage (use count), and
+    not a view of one; such an output is `stuck`: the graph is not replayed while it lives (its replayer
+    runs the original forward), and its outputs are copies from then on."""
 
     def __init__(self, outputs: list) -> None:
         self.static = outputs  # the graph's own output tensors: they keep its output memory allocated
@@ -179,23 +186,58 @@ class _Handout:
             if index == len(self.memory):
                 self.memory.append((storage.data_ptr(), storage.device, storage.nbytes()))
             self.leaves.append((index, leaf.storage_offset(), tuple(leaf.shape), leaf.stride(), leaf.dtype))
-        self.handed: list[StorageWeakRef] = []
+        self.handed: list[tuple[StorageWeakRef, list[weakref.ref]]] = []  # per storage: it, and its tensors
+        self.copies = False  # hand out copies (after an output got stuck)
 
     def hand_out(self) -> list:
+        if self.copies:
+            return [leaf.clone() if isinstance(leaf, torch.Tensor) else leaf for leaf in self.static]
         storages = [torch._C._construct_storage_from_data_pointer(*memory) for memory in self.memory]
-        self.handed = [StorageWeakRef(storage) for storage in storages]
-        return [
+        outputs = [
             static if leaf is None else _on_storage(storages[leaf[0]], *leaf[1:], static.device)
             for static, leaf in zip(self.static, self.leaves)
         ]
+        tensors: list[list[weakref.ref]] = [[] for _ in storages]
+        for output, leaf in zip(outputs, self.leaves):
+            if leaf is not None:
+                tensors[leaf[0]].append(weakref.ref(output))
+        self.handed = [(StorageWeakRef(storage), refs) for storage, refs in zip(storages, tensors)]
+        return outputs
 
-    def evict(self) -> None:
-        """Give the handed-out storages still referenced memory of their own, holding their values."""
-        for weak in self.handed:
-            storage = None if weak.expired() else torch.UntypedStorage._new_with_weak_ptr(weak.cdata)
-            if storage is not None:
-                storage._swap_data_ptr_(storage.clone())
-        self.handed = []
+    def evict(self) -> bool:
+        """Move the outputs still referenced to memory of their own; False while one cannot be (stuck)."""
+        stuck = [handed for handed in self.handed if not _move(*handed)]
+        self.handed = stuck
+        self.copies = self.copies or bool(stuck)
+        return not stuck
+
+    def release(self) -> None:
+        """The graph goes: move what can be moved, and keep the memory of what cannot until it is dropped."""
+        _STRANDED[:] = [(h, kept) for h, kept in _STRANDED if any(not ref.expired() for ref, _ in h)]
+        if not self.evict():
+            _STRANDED.append((self.handed, self.static))
+
+
+_SWAP = hasattr(torch.UntypedStorage, "_swap_data_ptr_")  # torch >= 2.12
+# The output memory of graphs gone while a view of one of their outputs lived (older torch): freed with the views.
+_STRANDED: list[tuple[list, list]] = []
+
+
+def _move(storage_ref: StorageWeakRef, tensor_refs: list[weakref.ref]) -> bool:
+    """Give a handed-out storage, if still referenced, memory of its own; False if it cannot be moved."""
+    storage = None if storage_ref.expired() else torch.UntypedStorage._new_with_weak_ptr(storage_ref.cdata)
+    if storage is None:
+        return True
+    if _SWAP:
+        storage._swap_data_ptr_(storage.clone())
+        return True
+    alive = [t for t in (ref() for ref in tensor_refs) if t is not None]
+    if torch._C._storage_Use_Count(storage._cdata) != len(alive) + 1:  # held by a view, or by C++ code
+        return False
+    copy = storage.clone()
+    for tensor in alive:
+        tensor.set_(copy, tensor.storage_offset(), tensor.shape, tensor.stride())
+    return True
 
 
 def _on_storage(storage, offset: int, size: tuple, stride: tuple, dtype: torch.dtype, device) -> torch.Tensor:
@@ -222,6 +264,7 @@ def _check_unchanged(before, arguments, versions, inputs, attributes, module) ->
 
 
 _MISSING = object()
+_STUCK = object()
 
 
 class _Snapshot:
@@ -403,8 +446,12 @@ class CudaGraphs:
         if isinstance(graph, str):
             self.counts[graph] += 1
             return self.function(*args, **kwargs)
+        outputs = graph.replay(tensors, self.copy_outputs)
+        if outputs is _STUCK:
+            self.counts["original forward: a view of an earlier output holds the graph's memory"] += 1
+            return self.function(*args, **kwargs)
         self.counts["graph replay"] += 1
-        return graph.replay(tensors, self.copy_outputs)
+        return outputs
 
     def _why_not(self, args: tuple, kwargs: dict) -> tuple[tuple, list] | str:
         """The call's key and tensors, or why it runs the original forward."""
@@ -524,7 +571,30 @@ class _DefaultGraphs(CudaGraphs):
         if not isinstance(graph, str):
             _DefaultGraphs.recorded += 1
             weakref.finalize(graph, _forget)
+            inner = [r for m in self.module.modules() if m is not self.module and (r := replayer(m)) is not None]
+            if inner:
+                graph = self._graphs[key] = self._faster(graph, inner, args, kwargs, tensors)
         return graph
+
+    def _faster(self, graph: _Graph, inner: list, args: tuple, kwargs: dict, tensors: list) -> _Graph | str:
+        """A model over graphed blocks: its one graph, or its blocks' graphs, whichever runs the call faster.
+
+        One graph has none of the model's Python left, but libraries record a different forward than
+        they run: under a capture they cannot read a tensor on the host, so they take their general path
+        (transformers keeps an all-ones attention mask, which sends attention to a slower kernel). The
+        blocks' graphs leave that code to run eagerly. Timed once per signature, synchronised, best of
+        TRIALS each: the blocks record at the first run of the original forward, and replay after."""
+        self.function(*args, **kwargs)
+        blocks = _best_seconds(lambda: self.function(*args, **kwargs))
+        whole = _best_seconds(lambda: graph.replay(tensors, copy_outputs=False))
+        if whole <= blocks:
+            for kept in inner:  # never called outside this graph now: their recordings go
+                kept.reset()
+            return graph
+        return (
+            f"original forward: its blocks' graphs run it faster ({blocks * 1e3:.2f} ms against "
+            f"{whole * 1e3:.2f} ms as one graph)"
+        )
 
     def _why_not(self, args: tuple, kwargs: dict) -> tuple[tuple, list] | str:
         reason = super()._why_not(args, kwargs)
@@ -536,6 +606,20 @@ class _DefaultGraphs(CudaGraphs):
 
 def _forget() -> None:
     _DefaultGraphs.recorded -= 1
+
+
+TRIALS = 2
+
+
+def _best_seconds(call: Callable[[], object]) -> float:
+    best = float("inf")
+    for _ in range(TRIALS):
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - began)
+    return best
 
 
 def graphed(reads: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
