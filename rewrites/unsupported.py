@@ -1260,7 +1260,7 @@ class BuiltinIterationOverTensor(Rule):
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
         name = ctx.qualname(node.func)
         if name in ("builtins.any", "builtins.all", "builtins.range"):
-            if any(ctx.kind(arg).may_be_tensor for arg in node.args):
+            if any(ctx.kind(arg).is_tensor for arg in node.args):  # not `steps=None` parameters
                 self.report(ctx, node, callee=name[9:])
 
     INVALID = [
