@@ -1,6 +1,6 @@
 """Dynamo's graph breaks in the transformers families, before and after `transpile`, and the lint against them.
 
-    nice python benchmarks/break_families.py [--families bert,mixtral] [--every N] [--limit N] [--jobs 1]
+    nice python benchmarks/break_families.py [--families bert,mixtral] [--every N] [--limit N] [--jobs 1] [--before-only]
                                              [--timeout 300] [--kernels] [--json out.json] [--markdown out.md]
                                              [--tools ../shared/tools]
     python benchmarks/break_families.py --from-json out.json [--markdown out.md]   # the report of a saved run
@@ -115,8 +115,8 @@ def _benchmarks() -> tuple[Any, Any]:
     return graph_breaks, hf_families_check
 
 
-def measure_family(family: str, tools: Path, work: Path, kernels: bool) -> dict:
-    """Everything about one family, in this process. A JSON-able row."""
+def measure_family(family: str, tools: Path, work: Path, kernels: bool, versions: tuple[str, ...] = VERSIONS) -> dict:
+    """Everything about one family, in this process (the transpiled `versions` only). A JSON-able row."""
     sys.path.insert(0, str(tools))
     import hf_families as hff
     import torch
@@ -137,12 +137,12 @@ def measure_family(family: str, tools: Path, work: Path, kernels: bool) -> dict:
     row["nondeterministic"] = not hff.compare_outputs(first, expected, atol=0, rtol=0)[0]
     row["before"] = explain(original, inputs, [folder])
     row["lint"] = lint_against_dynamo(folder, row["before"], executed)
-    for version in VERSIONS:
+    for version in versions:
         row[version] = transpiled(hff, family, folder, work, version, kernels, expected, inputs)
-    done = all(row[v].get("error") is None for v in ("before", *VERSIONS))
-    row["status"] = "ok" if done else "error"
+    done = all(row[v].get("error") is None for v in ("before", *versions))
+    row["status"] = ("ok" if versions == VERSIONS else "screened") if done else "error"
     if not done:
-        row["stage"], row["error"] = next((v, row[v]["error"]) for v in ("before", *VERSIONS) if row[v].get("error"))
+        row["stage"], row["error"] = next((v, row[v]["error"]) for v in ("before", *versions) if row[v].get("error"))
     return row
 
 
@@ -453,6 +453,7 @@ def run_one(family: str, args: argparse.Namespace, env: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"breaks_{family}_") as work:
         command = [sys.executable, __file__, "--child", family, "--tools", str(args.tools), "--work", work]
         command += ["--kernels"] if args.kernels else []
+        command += ["--before-only"] if args.before_only else []
         began = time.monotonic()
         try:
             run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
@@ -473,7 +474,8 @@ COUNTS = ("statements", "logged", "breaks", "counter", "graphs")  # per version,
 def totals(rows: list[dict]) -> dict:
     """Sums over the families whose three versions all ran under Dynamo."""
     ok = [r for r in rows if r["status"] == "ok"]
-    out: dict = {"families": len(rows), "measured": len(ok), "failed": len(rows) - len(ok)}
+    failed = sum(r["status"] == "error" for r in rows)
+    out: dict = {"families": len(rows), "measured": len(ok), "failed": failed, "screened": len(rows) - len(ok) - failed}
     for version in ("before", *VERSIONS):
         out[version] = {key: sum(r[version][key] for r in ok) for key in COUNTS}
         out[version]["categories"] = dict(
@@ -482,7 +484,7 @@ def totals(rows: list[dict]) -> dict:
     for version in VERSIONS:
         out[version]["removed"] = {key: _removed(out["before"][key], out[version][key]) for key in COUNTS[:3]}
         out[version]["outputs"] = dict(collections.Counter(r[version]["output"] for r in ok))
-    lints = [r["lint"] for r in ok if "precision" in r.get("lint", {})]
+    lints = [r["lint"] for r in rows if "precision" in r.get("lint", {})]  # screened families too
     keys = ("break_statements", "finding_statements", "true_positives", "shadowed", "unexecuted_findings")
     lint = {key: sum(one[key] for one in lints) for key in (*keys, "outside_family")}
     lint["precision"] = _ratio(lint["true_positives"], lint["finding_statements"])
@@ -518,8 +520,8 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
             continue
         cells = [r["family"]]
         for key in ("statements", "logged", "breaks"):
-            cells += ["error" if r.get(v, {}).get("error") else str(r.get(v, {}).get(key)) for v in versions]
-        cells += [r.get(v, {}).get("output", "n/a") for v in VERSIONS]
+            cells += ["error" if r.get(v, {}).get("error") else str(r.get(v, {}).get(key, "")) for v in versions]
+        cells += [r.get(v, {}).get("output", "") for v in VERSIONS]
         lint = r.get("lint", {})
         cells += [_num(lint.get("precision")), _num(lint.get("recall"))]
         notes = [f"{v}: counter {r[v]['counter']}" for v in versions if _differs(r.get(v, {}))]
@@ -531,7 +533,8 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
     lines += [
         "",
         f"Totals over the {s['measured']} families whose three versions ran under Dynamo "
-        f"({s['failed']} of {s['families']} failed somewhere, listed above):",
+        f"({s['failed']} of {s['families']} failed somewhere, listed above; {s['screened']} only screened "
+        "with --before-only):",
         "",
     ]
     for version in VERSIONS:
@@ -545,7 +548,7 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
         )
     lint = s["lint"]
     lines.append(
-        f"- lint (original code, statements the forward executed): precision {_num(lint['precision'])} "
+        f"- lint (original code, statements the forward executed, every family whose original ran): precision {_num(lint['precision'])} "
         f"({lint['true_positives']}/{lint['finding_statements']} finding statements), recall {_num(lint['recall'])} "
         f"({lint['true_positives']}/{lint['break_statements']} break statements); shadowed {lint['shadowed']}, "
         f"findings on statements not executed {lint['unexecuted_findings']}, breaks outside the family's code "
@@ -626,12 +629,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every family's row and the totals here")
     parser.add_argument("--markdown", type=Path, help="write the report here too")
     parser.add_argument("--tools", type=Path, default=DEFAULT_TOOLS, help="the directory of hf_families.py")
+    parser.add_argument(
+        "--before-only", action="store_true", help="screen: the original's breaks and the lint only, no transpile"
+    )
     parser.add_argument("--from-json", type=Path, help="render the report of a saved --json run instead of running")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure_family(args.child, args.tools, args.work, args.kernels)))
+        versions = () if args.before_only else VERSIONS
+        print(json.dumps(measure_family(args.child, args.tools, args.work, args.kernels, versions)))
         return 0
 
     if args.from_json:
@@ -661,7 +668,11 @@ def main(argv: list[str] | None = None) -> int:
         for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
             row = future.result()
             rows.append(row)
-            brief = {v: row[v]["logged"] for v in ("before", *VERSIONS)} if row["status"] == "ok" else row.get("error")
+            brief = (
+                {v: row[v]["logged"] for v in ("before", *VERSIONS) if v in row}
+                if "before" in row
+                else row.get("error")
+            )
             print(f"[{done}/{len(families)}] {row['family']}: {row['status']} {brief}", file=sys.stderr, flush=True)
     rows.sort(key=lambda r: r["family"])
     summary = totals(rows)
