@@ -135,10 +135,11 @@ def measure_family(family: str, tools: Path, work: Path, kernels: bool, versions
         return {**row, "status": "error", "stage": "original", "error": _short(error)}
     row["model_class"] = type(original).__name__
     row["nondeterministic"] = not hff.compare_outputs(first, expected, atol=0, rtol=0)[0]
+    state = {name: value.clone() for name, value in original.state_dict().items()}  # what `expected` ran with
     row["before"] = explain(original, inputs, [folder])
     row["lint"] = lint_against_dynamo(folder, row["before"], executed)
     for version in versions:
-        row[version] = transpiled(hff, family, folder, work, version, kernels, expected, inputs)
+        row[version] = transpiled(hff, family, folder, work, version, kernels, expected, state)
     done = all(row[v].get("error") is None for v in ("before", *versions))
     row["status"] = ("ok" if versions == VERSIONS else "screened") if done else "error"
     if not done:
@@ -290,9 +291,13 @@ def _inside(filename: str, folder: Path) -> bool:
 
 
 def transpiled(
-    hff: Any, family: str, folder: Path, work: Path, version: str, kernels: bool, expected: Any, inputs: dict
+    hff: Any, family: str, folder: Path, work: Path, version: str, kernels: bool, expected: Any, state: dict
 ) -> dict:
-    """`transpile build` of the family's folder with `version`'s flags; its outputs and its breaks."""
+    """`transpile build` of the family's folder with `version`'s flags; its outputs and its breaks.
+
+    The model gets the original's `state_dict`: transformers initialises some weights differently when the
+    same classes come from a copy of the package (GPT-2's scaled `c_proj` init; a verbatim copy, untranspiled,
+    differs too), which is no effect of transpile; `init_differs` records where that happened."""
     from click.testing import CliRunner
 
     from transpiler.cli.main import main
@@ -321,6 +326,10 @@ def transpiled(
         module = importlib.import_module(f"{package}.{family}.{hff._modeling_files(family)[0][:-3]}")
         stage = "build"
         model, copied = hff.tiny_model(family, module=module)
+        stage = "weights"
+        own = model.state_dict()
+        result["init_differs"] = own.keys() != state.keys() or any(not own[k].equal(state[k]) for k in state)
+        model.load_state_dict(state)
         stage = "forward"
         actual = _forward(hff, model, copied)
     except Exception as error:
@@ -527,6 +536,11 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
         notes = [f"{v}: counter {r[v]['counter']}" for v in versions if _differs(r.get(v, {}))]
         notes += [f"{v}: {r[v]['error'][:120]}" for v in versions if r.get(v, {}).get("error")]
         notes += ["nondeterministic original"] if r.get("nondeterministic") else []
+        notes += (
+            ["a copy initialises other weights (the original's loaded)"]
+            if r.get("default", {}).get("init_differs")
+            else []
+        )
         cells.append("; ".join(notes).replace("|", "/"))
         lines.append("| " + " | ".join(cells) + " |")
     s = summary
