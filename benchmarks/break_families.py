@@ -428,6 +428,7 @@ def lint_against_dynamo(folder: Path, before: dict, executed: dict[str, set[int]
         else:
             claims[key].add(finding["code"])
     hits = breaks & set(claims)
+    own = {(b["file"], b["statement"]) for b in before["detail"] if b["file"] and b["via"] is None}
     return {
         "seconds": seconds,
         "break_statements": len(breaks),
@@ -438,6 +439,9 @@ def lint_against_dynamo(folder: Path, before: dict, executed: dict[str, set[int]
         "unexecuted_findings": unexecuted,
         "precision": round(len(hits) / len(claims), 3) if claims else None,
         "recall": round(len(hits) / len(breaks), 3) if breaks else None,
+        # statements where the break is the family's own code, not a library function it calls
+        "own_break_statements": len(own),
+        "own_true_positives": len(hits & own),
         "false_positives": sorted(
             f"{f}:{n} {','.join(sorted(c))}" for (f, n), c in claims.items() if (f, n) not in hits
         ),
@@ -495,9 +499,11 @@ def totals(rows: list[dict]) -> dict:
         out[version]["outputs"] = dict(collections.Counter(r[version]["output"] for r in ok))
     lints = [r["lint"] for r in rows if "precision" in r.get("lint", {})]  # screened families too
     keys = ("break_statements", "finding_statements", "true_positives", "shadowed", "unexecuted_findings")
-    lint = {key: sum(one[key] for one in lints) for key in (*keys, "outside_family")}
+    keys += ("own_break_statements", "own_true_positives")
+    lint = {key: sum(one.get(key, 0) for one in lints) for key in (*keys, "outside_family")}  # .get: older runs
     lint["precision"] = _ratio(lint["true_positives"], lint["finding_statements"])
     lint["recall"] = _ratio(lint["true_positives"], lint["break_statements"])
+    lint["own_recall"] = _ratio(lint["own_true_positives"], lint["own_break_statements"])
     out["lint"] = lint
     return out
 
@@ -564,7 +570,9 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
     lines.append(
         f"- lint (original code, statements the forward executed, every family whose original ran): precision {_num(lint['precision'])} "
         f"({lint['true_positives']}/{lint['finding_statements']} finding statements), recall {_num(lint['recall'])} "
-        f"({lint['true_positives']}/{lint['break_statements']} break statements); shadowed {lint['shadowed']}, "
+        f"({lint['true_positives']}/{lint['break_statements']} break statements; {_num(lint['own_recall'])}, "
+        f"{lint['own_true_positives']}/{lint['own_break_statements']}, over those where the break is in the family's "
+        f"own code, not in a library function it calls); shadowed {lint['shadowed']}, "
         f"findings on statements not executed {lint['unexecuted_findings']}, breaks outside the family's code "
         f"{lint['outside_family']}"
     )
