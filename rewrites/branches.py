@@ -237,7 +237,8 @@ def where_plan(node: ast.If, ctx: "Context", skip: int = 0) -> tuple | str:
     Data: (condition recipes, condition temporaries, per-branch statement temporaries, outputs).
     A statement gets a temporary (`y_then`) when a later statement of its branch reads it or it
     is not the name's last assignment there, or when it reads another output that an earlier
-    `torch.where` may already have replaced; otherwise its value goes into the `where` itself.
+    `torch.where` may already have replaced, or when its name is local to the branch (unbound
+    before, read nowhere else: not an output); otherwise its value goes into the `where` itself.
     """
     tests, bodies = if_chain(node)
     recipes = []
@@ -261,6 +262,12 @@ def where_plan(node: ast.If, ctx: "Context", skip: int = 0) -> tuple | str:
             if reason is not None:
                 return reason
             outputs.setdefault(statement.targets[0].id)
+    # A name one branch assigns only for its own use (unbound before, read nowhere else) stays local.
+    inside = {id(n) for n in ast.walk(node)}
+    outside = {n.id for n in ast.walk(ctx.node) if isinstance(n, ast.Name) and id(n) not in inside}
+    for name in list(outputs):
+        if name not in before and name not in outside and any(not _assigns(body, name) for body in bodies):
+            del outputs[name]
     if not outputs:
         return "the branches assign nothing"
     for name in outputs:
@@ -289,7 +296,7 @@ def where_plan(node: ast.If, ctx: "Context", skip: int = 0) -> tuple | str:
             name = statement.targets[0].id
             later = body[index + 1 :]
             reads = set(loaded_names([statement.value])) - renamed - {name}
-            if _assigns(later, name) or name in loaded_names(later) or reads & set(outputs):
+            if name not in outputs or _assigns(later, name) or name in loaded_names(later) or reads & set(outputs):
                 temps.append(names.fresh(f"{name}_{label}"))
                 renamed.add(name)
             else:

@@ -364,7 +364,9 @@ class DataDependentWhile(Rule):
             if isinstance(plan, str):
                 self.report(ctx, node.test, no_fix=plan)
                 return
+            unproven = where_proof.carried_unproven(node, ctx, plan[1])
             title = "replace the loop with `torch.while_loop`"
+            title += f" (carried shapes not proven constant: {unproven})" if unproven else ""
             self.report(ctx, node.test, **self.make_fix(title, "While", node, safety="unsafe", data=plan))
 
     def apply_fix(self, node: "cst.While", fix: Fix, edit: "Edit") -> "cst.FlattenSentinel":

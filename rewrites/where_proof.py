@@ -41,6 +41,8 @@ _CASTS = {"float": "float32", "double": "float64", "half": "float16", "bfloat16"
 # Reductions to one element without arguments; "total" ones never raise (the others raise on an
 # empty tensor, or on integers for `mean`/`norm`).
 _TOTAL_REDUCTIONS = {"sum": None, "any": "bool", "all": "bool"}
+_DTYPE_KEEPING = frozenset({"mean", "max", "min", "amax", "amin"})
+_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match)
 _PARTIAL_REDUCTIONS = frozenset({"mean", "max", "min", "amax", "amin", "norm", "prod"})
 # Elementwise predicates: a boolean tensor of the operand's shape, for any dtype.
 _PREDICATES = frozenset({"isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit", "logical_not"})
@@ -62,10 +64,18 @@ class Meta:
 class Prover:
     """Metadata of pure expressions in one function, from the kinds the typer knows at the `if`."""
 
-    def __init__(self, function: ast.AST, typer: Typer) -> None:
+    def __init__(self, function: ast.AST, typer: Typer, at: ast.AST) -> None:
         self.function = function
         self.typer = typer
+        # The top-level statements before the one holding `at`, and that one when it is a block
+        # around `at` (a loop whose earlier iterations may rebind names).
+        body = function.body if isinstance(getattr(function, "body", None), list) else []  # not a lambda
+        index = next((i for i, s in enumerate(body) if s.lineno <= at.lineno <= s.end_lineno), None)
+        self._before = body[:index] if index is not None else []
+        holder = body[index] if index is not None else at
+        self._container = [] if holder is at or not isinstance(holder, _BLOCKS) else [holder]
         self._scalar_names: dict[str, bool] = {}
+        self._resolving: dict[str, Meta | None] = {}
 
     # -- expressions -------------------------------------------------------------------------------------
 
@@ -95,12 +105,40 @@ class Prover:
         return self.typer.kind(expr).is_tensor
 
     def _base(self, expr: ast.Name | ast.Attribute) -> Meta:
-        """The metadata of a variable's value before the `if`."""
+        """The metadata of a variable's value before the `if`: that of its only assignment when the
+        names this reads never change (so `y = x * 1` has the shape of `x`), else its own tokens."""
+        if isinstance(expr, ast.Name):
+            resolved = self._resolved(expr.id)
+            if resolved is not None:
+                return resolved
         name = ast.unparse(expr)
         shape = SCALAR if isinstance(expr, ast.Name) and self._is_scalar_name(expr.id) else f"shape({name})"
         if self.typer.kind(expr) is Kind.BOOL_TENSOR:
             return Meta(shape, "bool", frozenset())
         return Meta(shape, f"dtype({name})", frozenset({name}))
+
+    def _resolved(self, name: str) -> Meta | None:
+        if name not in self._resolving:
+            self._resolving[name] = None  # a name defined from itself stays unresolved
+            value = self._reaching_value(name)
+            if value is not None:
+                meta = self.meta(value, {}, mode="if")
+                self._resolving[name] = meta if _is_meta(meta) else None
+        return self._resolving[name]
+
+    def _reaching_value(self, name: str) -> ast.expr | None:
+        """The value of the top-level `name = value` that reaches the `if` when nothing rebinds `name`
+        or a name `value` reads before the `if` (its tokens then mean the same there)."""
+        for index in reversed(range(len(self._before))):
+            statement = self._before[index]
+            if name not in _bound(statement):
+                continue
+            if not (isinstance(statement, ast.Assign) and [ast.unparse(t) for t in statement.targets] == [name]):
+                return None
+            later = [*self._before[index + 1 :], *self._container]
+            changed = set().union(*(_bound(s) for s in later)) if later else set()
+            return None if _loads(statement.value) & changed else statement.value
+        return None
 
     def _is_scalar_name(self, name: str) -> bool:
         """Whether every binding of `name` in the function is `name = <one-element tensor>`."""
@@ -224,7 +262,9 @@ class Prover:
         if name in _PARTIAL_REDUCTIONS:
             if mode != "if":
                 return f"`{_short(expr)}` raises on some inputs (empty or integer tensors)"
-            return Meta(SCALAR, f"{name}({inner.dtype})", inner.grads)
+            # These keep the dtype (`mean` raises on integers); `sum` of integers gives int64.
+            dtype = inner.dtype if name in _DTYPE_KEEPING else f"{name}({inner.dtype})"
+            return Meta(SCALAR, dtype, inner.grads)
         return f"`{_short(func)}()` is not among the operations whose shape, dtype and gradient are known"
 
     # -- conditions --------------------------------------------------------------------------------------
@@ -278,6 +318,21 @@ def _is_meta(value: object) -> bool:
     return isinstance(value, Meta)
 
 
+def _bound(statement: ast.stmt) -> set[str]:
+    """Names and `self.attr`s a statement (or a block, anywhere inside) binds."""
+    stores = (n for n in ast.walk(statement) if isinstance(n, (ast.Name, ast.Attribute)))
+    return {ast.unparse(n) for n in stores if not isinstance(n.ctx, ast.Load)}
+
+
+def _loads(expr: ast.expr) -> set[str]:
+    """The names and `self.attr` reads in `expr`."""
+    return {
+        ast.unparse(n)
+        for n in ast.walk(expr)
+        if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)
+    }
+
+
 def _literal(expr: ast.expr) -> int | float | None:
     """The value of a finite int or float literal, possibly negated (booleans are not numbers here)."""
     sign = 1
@@ -307,7 +362,7 @@ def _short(node: ast.AST, limit: int = 40) -> str:
 def where_unproven(node: ast.If, ctx: "Context", skip: int, outputs: tuple[str, ...]) -> str | None:
     """Why the `torch.where` rewrite of the `if` chain at `node` (see `branches.where_plan`) is not
     proven equal to it, or None when it is; `skip` leading operands of the test stay a Python `if`."""
-    prover = Prover(ctx.node, branches.branch_typer(ctx))
+    prover = Prover(ctx.node, branches.branch_typer(ctx), node)
     tests, bodies = branches.if_chain(node)
     for index, test in enumerate(tests):
         # An `elif` condition now always runs: it must not raise where the `if` skipped it.
@@ -320,7 +375,7 @@ def where_unproven(node: ast.If, ctx: "Context", skip: int, outputs: tuple[str, 
 
 def ternary_unproven(node: ast.IfExp, ctx: "Context") -> str | None:
     """Why `torch.where(c, a, b)` is not proven equal to `a if c else b`, or None when it is."""
-    prover = Prover(ctx.node, branches.branch_typer(ctx))
+    prover = Prover(ctx.node, branches.branch_typer(ctx), node)
     reason = prover.condition(node.test, mode="if")
     if reason is not None:
         return reason
@@ -333,3 +388,9 @@ def ternary_unproven(node: ast.IfExp, ctx: "Context") -> str | None:
         what = what if metas[0].grads == metas[1].grads else "gradient sources"
         return f"the {what} of the two sides are not proven equal"
     return None
+
+
+def carried_unproven(node: ast.While, ctx: "Context", carried: tuple[str, ...]) -> str | None:
+    """Why the loop body is not proven to keep the metadata of the `carried` names (which
+    `torch.while_loop` requires, raising otherwise), or None when it is."""
+    return arms_differ(Prover(ctx.node, branches.branch_typer(ctx), node), [node.body, []], carried)

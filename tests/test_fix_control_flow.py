@@ -263,10 +263,9 @@ LEFT_ALONE_IF = {
     "in-place method": ("y = y.add_(1)", "modifies a tensor in place"),
     "attribute": ("self.last = y", "changes an attribute"),
     "subscript": ("y[0] = 1", "writes into a tensor in place"),
-    "raise": ("raise ValueError('negative')", "raises"),
+    "raise": ("y = y * 2; raise ValueError('negative')", "raises"),
     "random": ("y = torch.randn(8)", "draws random numbers"),
     "non-tensor": ("y = y.sum().item()", "data-dependent scalar"),
-    "one branch only": ("q = y * 2", "assigned in one branch only"),
     "unknown call": ("y = helper(y)", "may have side effects"),
 }
 
