@@ -94,7 +94,7 @@ class DataDependentIf(Rule):
     `if not torch.compiler.is_compiling() and <cond>:`; eager runs evaluate the
     condition and report exactly as before, and compiled runs skip the check.
 
-    Unsafe otherwise. When every branch of the `if`/`elif`/`else` chain is a sequence of
+    Safe when proven equal (`rewrites/where_proof.py`), else unsafe. When every branch of the `if`/`elif`/`else` chain is a sequence of
     pure tensor assignments (`name = expr` calling only torch operators and tensor
     methods that are not in place and draw no random numbers), each assigned
     name becomes `name = torch.where(cond, then_value, else_value)` (nested for
@@ -109,7 +109,23 @@ class DataDependentIf(Rule):
     tensor (`y = x` in a branch made an alias); and gradients become NaN where
     the untaken branch is not finite (`torch.log` of a negative value). Python
     values leading an `and` (`if mask is not None and mask.any():` without
-    `else`) stay a Python `if` around the rewrite.
+    `else`) stay a Python `if` around the rewrite. A name one branch assigns for its own
+    use (unbound before, read nowhere else) becomes a temporary.
+
+    The `torch.where` rewrite is a safe fix, applied by default, when it is proven
+    equal: the condition is a one-element tensor (`x.sum() > 0`, `m.any()`, `not s`
+    with `s = x.amax()`); each assigned name has the same symbolic shape and dtype
+    and takes gradients from the same tensors in every branch; the arms use only
+    operations that cannot raise and keep a zero gradient zero (`+`, `-`, `*` or `/`
+    by a finite literal, `relu`, `clone`, `zeros_like`, `torch.where`); an `elif`
+    condition cannot raise (`sum`, `any`, `all`, comparisons). The title of an unsafe
+    one says what is not proven. The result is always a new tensor (an alias made
+    by `y = x` is not kept).
+
+    An `if` on a tensor whose body only raises (`if (x < 0).any(): raise
+    ValueError("...")`) becomes `torch._assert_async(~cond, "...")` (unsafe: it
+    raises `RuntimeError`; an f-string message keeps its text, its fields as
+    `{source}`).
 
     When a branch ends in `return` (`if c: return a` followed by the rest of the
     function), the two paths become nested functions `then_branch` and
@@ -133,7 +149,7 @@ class DataDependentIf(Rule):
     summary = "`if` on a tensor value"
     message = "`if` on a tensor value breaks the graph; use `torch.where` or `torch.cond`"
     dynamo_codes = ("GB0170",)
-    fix_safety = "unsafe"
+    fix_safety = "safe or unsafe"
 
     def visit_If(self, node: ast.If, ctx: Context) -> None:
         elifs = self._elifs_of(ctx)
@@ -345,8 +361,16 @@ class DataDependentWhile(Rule):
     give up on the whole function.
 
     ## Fix safety
-    No automatic fix. Bound the loop by a Python number, or use
-    `torch._higher_order_ops.while_loop`.
+    Unsafe. When the body is only pure tensor assignments, the loop becomes
+    `torch.while_loop(loop_cond, loop_body, (a, b))` over the names it assigns
+    (tensors before the loop; a name used only inside stays local to the body
+    function; other tensors are read as closures; values that may alias are
+    returned as `.clone()`). It runs the same iterations, but `torch.while_loop`
+    raises when an iteration changes a carried shape or dtype (the fix title says
+    when the analysis did not prove them constant), runs through Dynamo even in
+    eager mode, and on torch 2.13 its backward is wrong when the loop runs zero
+    times. Left alone: `break`/`continue`, `if` or calls in the body, Python
+    counters, `while ... else`, conditions mixing Python values.
     """
 
     code = "TP202"
@@ -413,7 +437,9 @@ class DataDependentTernary(Rule):
     Python: a graph break (GB0170).
 
     ## Fix safety
-    Unsafe. When both sides are pure tensor expressions (torch operators and
+    Safe when proven equal as for TP201 (one-element condition, sides of equal
+    symbolic shape, dtype and gradient sources, total operations with bounded
+    derivatives), else unsafe. When both sides are pure tensor expressions (torch operators and
     tensor methods, nothing in place or random), the expression becomes
     `torch.where(cond, a, b)`, with a numeric condition `t` written `t != 0`.
     `torch.where` evaluates both sides and broadcasts and type-promotes them: the
@@ -430,7 +456,7 @@ class DataDependentTernary(Rule):
     message = "conditional expression on a tensor value breaks the graph; use `torch.where`"
     dynamo_codes = ("GB0170",)
 
-    fix_safety = "unsafe"
+    fix_safety = "safe or unsafe"
 
     def visit_IfExp(self, node: ast.IfExp, ctx: Context) -> None:
         if data_dependent(node.test, ctx):
