@@ -691,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
             row = future.result()
             rows.append(row)
             brief = (
-                {v: row[v]["logged"] for v in ("before", *VERSIONS) if v in row}
+                {v: row[v].get("logged", "error") for v in ("before", *VERSIONS) if v in row}
                 if "before" in row
                 else row.get("error")
             )
