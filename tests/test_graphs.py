@@ -607,3 +607,19 @@ def test_outputs_outlive_their_graph_and_cpu_tensor_arguments_run_the_original_f
                 block(x, bias=torch.tensor(scale)), torch.nn.functional.gelu(block.linear(x)) * 2.0 + scale
             )
     assert "original forward: an input is not a CUDA tensor, or none is a tensor" in replayer(block).counts
+
+
+@cuda
+@pytest.mark.gpu
+def test_an_output_kept_is_not_overwritten_by_another_graph_of_its_pool():
+    # The second block records after the first into the shared pool, possibly into memory the first freed:
+    # the first block's next replay must move the second's output the caller kept before writing there.
+    torch.manual_seed(0)
+    model = nn.Sequential(Scaled(), Scaled()).cuda().eval()
+    inputs = [torch.randn(64, 16, device="cuda") for _ in range(5)]
+    with torch.no_grad():
+        kept = [model(x) for x in inputs]
+        for x, out in zip(inputs, kept):
+            h = torch.nn.functional.gelu(model[0].linear(x)) * 2.0
+            torch.testing.assert_close(out, torch.nn.functional.gelu(model[1].linear(h)) * 2.0)
+    assert replayer(model[1]).counts["graph replay"] == 4

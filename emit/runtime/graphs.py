@@ -106,7 +106,9 @@ class _Graph:
     (the replay's copy would no longer be that tensor).
     """
 
-    def __init__(self, function: Callable, args: tuple, kwargs: dict, tensors: list, pool, module=None) -> None:
+    def __init__(
+        self, function: Callable, args: tuple, kwargs: dict, tensors: list, pool: "_Pool", module=None
+    ) -> None:
         self.inputs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in tensors]
         for static, tensor in zip(self.inputs, tensors):
             static.copy_(tensor)
@@ -131,7 +133,7 @@ class _Graph:
             debug_mode = torch.cuda.get_sync_debug_mode()
             torch.cuda.set_sync_debug_mode("error")
             try:
-                with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
+                with torch.cuda.graph(self.graph, pool=pool.handle(), capture_error_mode="thread_local"):
                     output = function(*static_args, **static_kwargs)
             finally:
                 torch.cuda.set_sync_debug_mode(debug_mode)
@@ -147,12 +149,16 @@ class _Graph:
         if any(isinstance(leaf, torch.Tensor) and leaf.untyped_storage().data_ptr() in held for leaf in self.outputs):
             raise _Unsupported("an output is an input or a parameter, or a view of one")
         self._handout = _Handout(self.outputs)
+        # A replay writes its intermediates into memory of the pool that later recordings may have used for
+        # their outputs: every output handed out from the pool still referenced moves out first.
+        self._neighbours = pool.handouts
+        self._neighbours.add(self._handout)
         finalizer = weakref.finalize(self, self._handout.release)  # outputs still referenced outlive the graph
         finalizer.atexit = False
 
     def replay(self, tensors: list, copy_outputs: bool) -> Any:
-        """The outputs of one replay on `tensors`; `_STUCK` where an earlier output holds the graph's memory."""
-        if copy_outputs and not self._handout.evict():  # earlier outputs still referenced: to memory of their own
+        """The outputs of one replay on `tensors`; `_STUCK` where an earlier output holds the pool's memory."""
+        if not all([handout.evict() for handout in list(self._neighbours)]):  # a list: every one evicts
             return _STUCK
         # One call for all inputs: one dispatch, and one kernel for tensors of one dtype and layout.
         torch._foreach_copy_(self.inputs, tensors)
@@ -387,6 +393,7 @@ class _Pool:
 
     def __init__(self) -> None:
         self._handle = None
+        self.handouts: weakref.WeakSet[_Handout] = weakref.WeakSet()  # the outputs handed out by its graphs
 
     def handle(self):
         if self._handle is None:
@@ -396,6 +403,7 @@ class _Pool:
     def release(self) -> None:
         """Record into a new pool from now on; the old one is freed with the last graph that holds it."""
         self._handle = None
+        self.handouts = weakref.WeakSet()
 
 
 class CudaGraphs:
@@ -485,7 +493,7 @@ class CudaGraphs:
 
         wait_for_kernels()
         try:
-            graph: _Graph | str = _Graph(self.function, args, kwargs, tensors, self._pool.handle(), self.module)
+            graph: _Graph | str = _Graph(self.function, args, kwargs, tensors, self._pool, self.module)
         except _Unsupported as error:
             graph = f"original forward: {error}"
         except RuntimeError as error:  # the forward waits on the device, or CUDA refused an operation while recording
