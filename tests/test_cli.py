@@ -153,16 +153,16 @@ def test_text_output_plural_and_sorted(project):
     project.write("a.py", PRINT_MODEL)
     result = project.lint(".")
     assert result.code == 1
-    # The TP201 and TP301 fixes are unsafe: not marked without --unsafe-fixes.
+    # TP201's `torch.where` is proven equal here (a safe fix); TP301's fix is unsafe: not marked.
     assert result.out.splitlines()[:6] == [
         f"a.py:8:9: TP101 [*] {msg('TP101')}",
         f"b.py:7:9: TP101 [*] {msg('TP101')}",
-        f"b.py:8:12: TP201 {REGISTRY['TP201'].message}",
+        f"b.py:8:12: TP201 [*] {REGISTRY['TP201'].message}",
         f"b.py:10:13: TP301 {REGISTRY['TP301'].message}",
         "",
         "Found 4 problems.",
     ]
-    assert result.out.splitlines()[6].startswith("[*] 2 fixable with the `--fix` option")
+    assert result.out.splitlines()[6].startswith("[*] 3 fixable with the `--fix` option")
 
 
 def test_clean_run_says_all_checks_passed(project):
@@ -419,7 +419,7 @@ def test_statistics(project):
     assert result.code == 1
     assert result.out.startswith(
         "2  TP101  [*] print-in-compiled-code\n"
-        "1  TP201      data-dependent-if\n"
+        "1  TP201  [*] data-dependent-if\n"
         "1  TP301      tensor-item-call\n"
         "\n"
         "Found 4 problems.\n"
@@ -962,8 +962,8 @@ def test_show_fixes_lists_fixed_and_left(project):
     result = project.lint("--fix", "--show-fixes", "model.py")
     assert result.code == 1
     assert (
-        "Fixed 1 problem:\n  model.py:7:9: TP101 guard with `if not torch.compiler.is_compiling():` (safe)\n"
-        in result.out
+        "Fixed 2 problems:\n  model.py:7:9: TP101 guard with `if not torch.compiler.is_compiling():` (safe)\n"
+        "  model.py:8:12: TP201 replace with `torch.where` (proven equal) (safe)\n" in result.out
     )
     assert "Not fixed:\n" in result.out
 
