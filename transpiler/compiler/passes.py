@@ -161,7 +161,11 @@ def _conv_sites(unit: Unit) -> Unit:
 
 
 PASSES = (
-    Pass("graph_sites", "models and blocks whose forward replays as a CUDA graph, and the attributes it reads", _graph_sites),
+    Pass(
+        "graph_sites",
+        "models and blocks whose forward replays as a CUDA graph, and the attributes it reads",
+        _graph_sites,
+    ),
     Pass(
         "fuse_across_ifs", "statements around an `if` copied into both branches where that fuses them", _fuse_across_ifs
     ),
