@@ -754,7 +754,7 @@ def _literal_message(
 
     if how == "keep":
         return message
-    if how == "fstring":
+    if how == "fstring" and isinstance(message, cst.FormattedString):  # not `f"a" f"b"`: its condition below
         text = "".join(
             (
                 p.value.replace("{{", "{").replace("}}", "}")

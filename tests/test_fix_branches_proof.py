@@ -256,6 +256,23 @@ def test_a_guard_that_raises_becomes_assert_async(tmp_path):
     assert_no_break(result.text, torch.rand(8))
 
 
+def test_a_guard_raising_with_concatenated_f_strings_gets_its_condition_as_message(tmp_path):
+    # `f"a" f"b"` is one JoinedStr for ast but a ConcatenatedString for libcst (a crash on minicpmv4_7).
+    source = model("""
+        def forward(self, x):
+            if torch.isnan(x).any():
+                raise ValueError(f"NaN in {x.shape} " f"of {x.dtype}")
+            return x * 2
+        """)
+    result = fix(source, tmp_path, unsafe=True)
+    expected = """
+        def forward(self, x):
+            torch._assert_async(~torch.isnan(x).any(), "assert torch.isnan(x).any()")
+            return x * 2
+        """
+    assert result.text == model(expected)
+
+
 # -- while loops ----------------------------------------------------------------------------------------
 
 WHILE = model("""
