@@ -721,7 +721,8 @@ def _clone_returned(line: "cst.SimpleStatementLine", clone: tuple[bool, ...]) ->
 def while_plan(node: ast.While, ctx: "Context") -> tuple | str:
     """The data of the `torch.while_loop` rewrite of a `while` on a tensor condition, or why there is
     none: (condition recipe, carried names, per carried name whether it may alias another tensor and
-    is returned as a clone, names of the condition and body functions).
+    is returned as a clone, names of the condition and body functions and of the condition's first
+    value, names of the loop's results).
 
     The body must be pure tensor assignments; the names it assigns are carried through the loop and
     must be tensors before it (a name the loop only uses inside may stay local to the body function
@@ -761,15 +762,20 @@ def while_plan(node: ast.While, ctx: "Context") -> tuple | str:
     if not carried:
         return "the loop assigns no tensor"
     names = FreshNames(ctx.node)
-    functions = (names.fresh("loop_cond"), names.fresh("loop_body"))
-    return recipe, tuple(carried), tuple(n in views for n in carried), functions
+    functions = (names.fresh("loop_cond"), names.fresh("loop_body"), names.fresh("loop_entered"))
+    looped = tuple(names.fresh(f"{n}_looped") for n in carried)
+    return recipe, tuple(carried), tuple(n in views for n in carried), functions, looped
 
 
 def while_statements(node: "cst.While", data: tuple, edit: "Edit") -> list["cst.BaseStatement"]:
-    """The two functions and the `torch.while_loop` call replacing a `while`, following `while_plan`."""
+    """The two functions and the `torch.while_loop` call replacing a `while`, following `while_plan`.
+
+    The loop's results replace the carried names through `torch.where` on the condition's first value:
+    `torch.while_loop`'s backward gives no gradient to the inputs of a loop that runs zero times (torch
+    2.13), and `torch.where` passes them through then, values and gradients unchanged."""
     import libcst as cst
 
-    recipe, carried, clones, (cond_name, body_name) = data
+    recipe, carried, clones, (cond_name, body_name, entered), looped = data
     params = cst.Parameters([cst.Param(cst.Name(n)) for n in carried])
     test = cst.SimpleStatementLine([cst.Return(build_condition(node.test, recipe))])
     returned = [
@@ -781,9 +787,31 @@ def while_statements(node: "cst.While", data: tuple, edit: "Edit") -> list["cst.
         cst.FunctionDef(cst.Name(cond_name), params, cst.IndentedBlock([test])),
         cst.FunctionDef(cst.Name(body_name), params, cst.IndentedBlock(body)),
     ]
-    state = cst.Tuple([cst.Element(cst.Name(n)) for n in carried])
+
+    def names(items: tuple) -> "cst.Tuple":
+        return cst.Tuple([cst.Element(cst.Name(n)) for n in items])
+
+    first = cst.Call(cst.Name(cond_name), [cst.Arg(cst.Name(n)) for n in carried])
     call = cst.Call(
-        edit.torch("while_loop"), [cst.Arg(cst.Name(cond_name)), cst.Arg(cst.Name(body_name)), cst.Arg(state)]
+        edit.torch("while_loop"), [cst.Arg(cst.Name(cond_name)), cst.Arg(cst.Name(body_name)), cst.Arg(names(carried))]
     )
-    target = state.with_changes(lpar=[], rpar=[]) if len(carried) > 1 else state
-    return [*functions, cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], call)])]
+    target = names(looped).with_changes(lpar=[], rpar=[]) if len(carried) > 1 else names(looped)
+    why = cst.EmptyLine(comment=cst.Comment("# a loop that runs zero times keeps its inputs and their gradients"))
+    picks = [
+        cst.SimpleStatementLine(
+            [
+                cst.Assign(
+                    [cst.AssignTarget(cst.Name(n))],
+                    cst.Call(edit.torch("where"), [cst.Arg(cst.Name(a)) for a in (entered, out, n)]),
+                )
+            ],
+            leading_lines=[why] if index == 0 else [],
+        )
+        for index, (n, out) in enumerate(zip(carried, looped))
+    ]
+    return [
+        *functions,
+        cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(entered))], first)]),
+        cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], call)]),
+        *picks,
+    ]

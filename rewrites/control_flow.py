@@ -365,11 +365,12 @@ class DataDependentWhile(Rule):
     `torch.while_loop(loop_cond, loop_body, (a, b))` over the names it assigns
     (tensors before the loop; a name used only inside stays local to the body
     function; other tensors are read as closures; values that may alias are
-    returned as `.clone()`). It runs the same iterations, but `torch.while_loop`
-    raises when an iteration changes a carried shape or dtype (the fix title says
-    when the analysis did not prove them constant), runs through Dynamo even in
-    eager mode, and on torch 2.13 its backward is wrong when the loop runs zero
-    times. Left alone: `break`/`continue`, `if` or calls in the body, Python
+    returned as `.clone()`), then `torch.where` on the condition's first value
+    keeps the inputs of a loop that runs zero times (whose gradient
+    `torch.while_loop`'s backward drops on torch 2.13). It runs the same
+    iterations, but `torch.while_loop` raises when an iteration changes a carried
+    shape or dtype (the fix title says when the analysis did not prove them
+    constant) and runs through Dynamo even in eager mode. Left alone: `break`/`continue`, `if` or calls in the body, Python
     counters, `while ... else`, conditions mixing Python values.
     """
 
@@ -409,7 +410,7 @@ class DataDependentWhile(Rule):
         class Model(nn.Module):
             def forward(self, x):
                 y = x.abs() + 1
-                while y.sum() < 100:
+                while y.mean() < 100:  # an empty or NaN input ends the loop at once: its mean is NaN
                     y = y * 2
                 return y
         """]

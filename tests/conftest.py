@@ -6,13 +6,20 @@ import importlib.resources
 import importlib.util
 import json
 import os
+import signal
 import sys
+import threading
 
 import pytest
 import torch
+from hypothesis import settings
 
 from tests.interpreter import convert_loop_bounds
 from transpiler.pipeline.rules import load_rules
+
+# The same examples on every run and machine: a property test that fails, fails every time, in CI and here.
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.load_profile("deterministic")
 
 load_rules()  # the command line registers the rules; tests that call the engine directly need them too
 
@@ -33,6 +40,29 @@ def interpreter_loop_bounds() -> None:
     decides nothing for them."""
     if importlib.util.find_spec("triton") is not None:
         convert_loop_bounds()
+
+
+TEST_TIME_LIMIT_S = 600
+
+
+@pytest.fixture(autouse=True)
+def time_limit():
+    """A test that hangs (a data-dependent loop that never ends on some drawn input) fails on its own, with
+    its traceback, instead of stalling the whole suite until CI gives up on it."""
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError(f"the test ran longer than {TEST_TIME_LIMIT_S} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(TEST_TIME_LIMIT_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="session")
