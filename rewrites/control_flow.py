@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from rewrites import branches, where_proof
+from rewrites import branches, sorting, where_proof
 from transpiler.analysis.walker import Context
 from transpiler.lint.rule import Fix, FixApplicability
 from transpiler.analysis.kinds import Kind
@@ -774,33 +774,65 @@ def _code(node: "cst.CSTNode") -> str:
     return cst.Module([]).code_for_node(node)
 
 
-class SortedOnTensors(Rule):
+class _SequenceRule(Rule):
+    """Keeps the function's names bound to lists of tensors (`sorting.Sequences`) for the rules below."""
+
+    def __init__(self) -> None:
+        self.sequences = sorting.Sequences()
+
+    def visit_Assign(self, node: ast.Assign, ctx: Context) -> None:
+        self.sequences.visit_assign(node, ctx)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign, ctx: Context) -> None:
+        self.sequences.visit_assign(node, ctx)
+
+    def visit_AugAssign(self, node: ast.AugAssign, ctx: Context) -> None:
+        self.sequences.visit_assign(node, ctx)
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        self.sequences.visit_call(node, ctx)
+        self.check_call(node, ctx)
+
+    def check_call(self, node: ast.Call, ctx: Context) -> None:
+        raise NotImplementedError
+
+
+class SortedOnTensors(_SequenceRule):
     """## What it does
-    Checks for the builtin `sorted()` applied to tensors or to lists of tensors.
+    Checks for `sorted()` and `list.sort()` whose keys are tensors: a list of tensors sorted
+    by value, or any list sorted with a `key` that returns a tensor (`key=lambda t: t.norm()`,
+    `key=lambda i: scores[i]`).
 
     ## Why is this bad?
-    Sorting Python objects compares their values in Python; with tensor keys
-    Dynamo cannot keep that in a graph (GB0207).
+    Sorting compares the keys in Python, which needs their values; Dynamo sorts only keys
+    that are constants to it (GB0207), so a key over shapes (`key=len`,
+    `key=lambda t: t.shape[0]`) is fine, a key over values breaks the graph.
 
     ## Fix safety
-    No automatic fix: `torch.sort` on a stacked tensor keeps it in the graph.
+    No automatic fix: `torch.sort` (or `torch.argsort`) of the stacked keys keeps it in
+    the graph when the elements have one shape.
     """
 
     code = "TP206"
     name = "sorted-on-tensors"
-    summary = "`sorted()` of tensors"
-    message = "`sorted()` of tensors breaks the graph; use `torch.sort` on a stacked tensor"
+    summary = "`sorted()` or `list.sort()` by tensor values"
+    message = "sorting by tensor values breaks the graph; use `torch.sort` on a stacked tensor"
     dynamo_codes = ("GB0207",)
 
-    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
-        if ctx.qualname(node.func) != "builtins.sorted" or not node.args:
+    def check_call(self, node: ast.Call, ctx: Context) -> None:
+        func = node.func
+        if ctx.qualname(func) == "builtins.sorted" and node.args:
+            items = node.args[0]
+        elif isinstance(func, ast.Attribute) and func.attr == "sort" and not ctx.kind(func.value).may_be_tensor:
+            items = func.value  # `parts.sort(key=...)`; `x.sort()` on a tensor is torch's
+        else:
             return
-        items = node.args[0]
-        elements = items.elts if isinstance(items, (ast.List, ast.Tuple, ast.Set)) else [items]
-        if any(ctx.kind(e).is_tensor for e in elements):
+        elements = self.sequences.elements(items, ctx)
+        if sorting.any_tensor(self.sequences.keys(elements, sorting.keyword(node, "key"), ctx)):
             self.report(ctx, node)
 
-    INVALID = ["""
+    INVALID = [
+        """
         import torch
         from torch import nn
 
@@ -810,8 +842,33 @@ class SortedOnTensors(Rule):
                 y = x + 1
                 low, high = sorted([y.sum(), y.mean()])
                 return y * low
-        """]
-    VALID = ["""
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                parts = []
+                for k in range(3):
+                    parts.append(x * k)
+                parts.sort(key=lambda t: t.norm(), reverse=True)
+                return parts[0]
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                order = sorted(range(4), key=lambda i: x[i])
+                return x * order[0]
+        """,
+    ]
+    VALID = [
+        """
         import torch
         from torch import nn
 
@@ -821,4 +878,92 @@ class SortedOnTensors(Rule):
                 y = x + 1
                 low = torch.sort(torch.stack([y.sum(), y.mean()])).values[0]
                 return y * low
-        """]
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                parts = [x, x[:3], x[:5]]
+                parts = sorted(parts, key=lambda t: t.shape[0])
+                parts.sort(key=len, reverse=True)
+                return parts[0] * 2
+        """,
+    ]
+
+
+class MinMaxKeyOnTensors(_SequenceRule):
+    """## What it does
+    Checks for `min()` and `max()` with `key=` or `default=` over tensors or modules (or with
+    a key that returns tensors).
+
+    ## Why is this bad?
+    Dynamo traces `max(a, b)` and `max([a, b])` of tensors as `torch.maximum`, but not the
+    forms with `key=` or `default=`: over tensors or modules it cannot call its handler for the
+    builtin and breaks the graph (GB0193), even when the key only reads shapes.
+
+    ## Fix safety
+    No automatic fix: pick with `torch.argmax`/`argmin` over the stacked keys, or compare
+    shapes with a key over a `range`.
+    """
+
+    code = "TP207"
+    name = "min-max-key-on-tensors"
+    summary = "`min()`/`max()` with `key=` over tensors"
+    message = "`{callee}()` with `{keyword}=` over tensors or modules breaks the graph; use `torch.arg{callee}`"
+    dynamo_codes = ("GB0193",)
+
+    def check_call(self, node: ast.Call, ctx: Context) -> None:
+        callee = ctx.qualname(node.func)
+        if callee not in ("builtins.min", "builtins.max") or not node.args:
+            return
+        given = [k.arg for k in node.keywords if k.arg in ("key", "default")]
+        if not given:
+            return
+        if len(node.args) == 1:
+            elements = self.sequences.elements(node.args[0], ctx)
+        else:
+            elements = self.sequences.elements(ast.Tuple(node.args, ast.Load()), ctx)
+        keys = self.sequences.keys(elements, sorting.keyword(node, "key"), ctx)
+        if (elements | keys) & sorting.ELEMENTS:
+            self.report(ctx, node, callee=callee[9:], keyword=given[0])
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                candidates = [x, x * 2, x - 1]
+                best = max(candidates, key=lambda t: t.abs().sum())
+                return best * 2
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                shortest = min(x, x[:3], key=len)
+                return shortest + 1
+        """,
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                candidates = torch.stack([x, x * 2, x - 1])
+                best = candidates.index_select(0, candidates.abs().sum(dim=1).argmax().view(1))[0]
+                widest = max(range(3), key=lambda i: -i)
+                return best * 2 + max(x.sum(), x.mean()) * widest
+        """,
+    ]

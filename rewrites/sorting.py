@@ -1,0 +1,141 @@
+"""What Python's sorting and `min`/`max` compare, for TP206 and TP207: the kinds of a sequence's
+elements and of its keys, as Dynamo sees them.
+
+Dynamo sorts a list (`sorted`, `list.sort`) only when the keys it compares are constants to it
+(ints, shapes, strings): a tensor key has to be read (GB0207). `min`/`max` with `key=` or
+`default=` it does not trace at all over tensors or modules, whatever the key (GB0193), while the
+plain forms over tensors become `torch.maximum`/`minimum` and stay in the graph.
+
+The typer has no kind for "a list of tensors", so the rules keep, per function, the names bound
+to such lists (`parts = [a, b]`, `parts.append(h)`, `parts = x.unbind(0)`): a name counts from its
+first such binding on, whatever the branch (lists built in loops are the common case).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+from transpiler.analysis.kinds import Kind
+from transpiler.analysis.typer import Typer
+from transpiler.analysis.walker import Context
+
+# Functions and tensor methods that return a sequence of tensors.
+_SPLITTING = frozenset({"unbind", "split", "chunk", "tensor_split", "split_with_sizes", "hsplit", "vsplit", "dsplit"})
+_PASSING = frozenset({"builtins.list", "builtins.tuple", "builtins.reversed", "builtins.sorted", "builtins.set"})
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp)
+ELEMENTS = frozenset({Kind.TENSOR, Kind.MODULE})  # the elements that make `min`/`max` with a key break
+
+
+class Sequences:
+    """Names of one function bound to sequences, with the kinds of their elements."""
+
+    def __init__(self) -> None:
+        self.node: ast.AST | None = None
+        self.names: dict[str, frozenset[Kind]] = {}
+
+    def enter(self, ctx: Context) -> None:
+        """Start afresh in a new function (the walker visits functions one after another)."""
+        if self.node is not ctx.node:
+            self.node, self.names = ctx.node, {}
+
+    def record(self, target: ast.expr, kinds: frozenset[Kind]) -> None:
+        if isinstance(target, ast.Name) and kinds:
+            self.names[target.id] = self.names.get(target.id, frozenset()) | kinds
+
+    def visit_assign(self, node: ast.Assign | ast.AnnAssign | ast.AugAssign, ctx: Context) -> None:
+        self.enter(ctx)
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if node.value is None or not any(isinstance(t, ast.Name) for t in targets):
+            return
+        kinds = self.elements(node.value, ctx, literal_only=isinstance(node, ast.AugAssign))
+        for target in targets:
+            self.record(target, kinds)
+
+    def visit_call(self, node: ast.Call, ctx: Context) -> None:
+        """`parts.append(h)`, `parts.extend(hs)`, `parts.insert(0, h)`."""
+        self.enter(ctx)
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and node.args):
+            return
+        if func.attr in ("append", "insert"):
+            kind = ctx.kind(node.args[-1])
+            self.record(func.value, frozenset({_element(kind)}) - {Kind.UNKNOWN})
+        elif func.attr == "extend":
+            self.record(func.value, self.elements(node.args[0], ctx))
+
+    def elements(self, seq: ast.expr, ctx: Context, literal_only: bool = False) -> frozenset[Kind]:
+        """Kinds of what iterating `seq` yields, as far as known (unknown elements are left out)."""
+        if isinstance(seq, (ast.List, ast.Tuple, ast.Set)):
+            kinds: set[Kind] = set()
+            for element in seq.elts:
+                if isinstance(element, ast.Starred):
+                    kinds |= self.elements(element.value, ctx)
+                else:
+                    kinds.add(_element(ctx.kind(element)))
+            return frozenset(kinds - {Kind.UNKNOWN})
+        if literal_only:
+            return frozenset()
+        if isinstance(seq, _COMPREHENSIONS):
+            typer = self.scratch(ctx)
+            for generator in seq.generators:
+                self.bind(typer, generator.target, generator.iter, ctx)
+            return frozenset({_element(typer.kind(seq.elt))} - {Kind.UNKNOWN})
+        if isinstance(seq, ast.Name) and seq.id in self.names:
+            return self.names[seq.id]
+        if isinstance(seq, ast.Call):
+            name = ctx.qualname(seq.func)
+            if name in _PASSING and seq.args:
+                return self.elements(seq.args[0], ctx)
+            func = seq.func
+            if name is not None and name.startswith("torch.") and name.rpartition(".")[2] in _SPLITTING:
+                return frozenset({Kind.TENSOR})
+            if isinstance(func, ast.Attribute) and func.attr in _SPLITTING and ctx.kind(func.value).may_be_tensor:
+                return frozenset({Kind.TENSOR})
+        kind = ctx.kind(seq)
+        if kind.is_tensor:
+            return frozenset({Kind.TENSOR})  # iterating a tensor yields tensors
+        return frozenset({Kind.MODULE}) if kind is Kind.MODULE else frozenset()  # an nn.ModuleList
+
+    def keys(self, elements: frozenset[Kind], key: ast.expr | None, ctx: Context) -> frozenset[Kind]:
+        """Kinds of the values `sorted`, `min` or `max` compare: the elements, or what `key` gives for them."""
+        if key is None or isinstance(key, ast.Constant) and key.value is None:
+            return elements
+        typer = self.scratch(ctx)
+        element = Kind.TENSOR if Kind.TENSOR in elements else next(iter(elements), Kind.UNKNOWN)
+        if isinstance(key, ast.Lambda):
+            args = key.args
+            if len(args.args) != 1 or args.vararg or args.kwonlyargs:
+                return frozenset()
+            typer.env[args.args[0].arg] = element
+            result = typer.kind(key.body)
+        else:  # `key=torch.norm`, `key=len`, `key=self.score`: typed as a call on one element
+            parameter = "_transpile_element"
+            typer.env[parameter] = element
+            call = ast.Call(func=key, args=[ast.Name(parameter, ast.Load())], keywords=[])
+            result = typer.kind(call)
+        return frozenset({_element(result)} - {Kind.UNKNOWN})
+
+    def scratch(self, ctx: Context) -> Typer:
+        """A typer with the function's environment and its own memo: lambda parameters and loop
+        variables bound here must not leave their kinds on the nodes the walker types later."""
+        return Typer(ctx.names, ctx.cls, dict(ctx.typer.env), ctx.typer.classes)
+
+    def bind(self, typer: Typer, target: ast.expr, iterable: ast.expr, ctx: Context) -> None:
+        kinds = self.elements(iterable, ctx)
+        if isinstance(target, ast.Name) and len(kinds) == 1:
+            typer.env[target.id] = next(iter(kinds))
+        else:
+            typer.bind_iteration(target, iterable)
+
+
+def _element(kind: Kind) -> Kind:
+    return Kind.TENSOR if kind.is_tensor else kind if kind is Kind.MODULE else Kind.UNKNOWN
+
+
+def keyword(node: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in node.keywords if k.arg == name), None)
+
+
+def any_tensor(kinds: Iterable[Kind]) -> bool:
+    return any(k.is_tensor for k in kinds)
