@@ -31,13 +31,13 @@ def _summed(node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[
 def _reduction(
     node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]
 ) -> tuple[str, ast.expr | None]:
-    """How this use reduces the selection `node`, and the node of the use: ("sum"|"mean"|"numel"
-    for `sel.f()` and `torch.f(sel)` without arguments, "count" for `len(sel)`, `sel.shape[0]`
-    and `sel.size(0)`), or ("", None)."""
+    """How this use reduces the selection `node`, and the node of the use: ("sum"|"mean"|"numel"|
+    "max"|"min"|"amax"|"amin" for `sel.f()` and `torch.f(sel)` without arguments, "count" for
+    `len(sel)`, `sel.shape[0]` and `sel.size(0)`), or ("", None)."""
     if isinstance(parent, ast.Attribute) and parent.value is node:
         use = parents.get(id(parent))
         if isinstance(use, ast.Call) and use.func is parent and not use.keywords:
-            if parent.attr in ("sum", "mean", "numel") and not use.args:
+            if parent.attr in _SELECTION_REDUCTIONS and not use.args:
                 return parent.attr, use
             if parent.attr == "size" and _is_zero(use.args):
                 return "count", use
@@ -46,11 +46,17 @@ def _reduction(
         return "", None
     if isinstance(parent, ast.Call) and parent.args == [node] and not parent.keywords:
         name = ctx.qualname(parent.func)
-        if name in ("torch.sum", "torch.mean", "torch.numel"):
+        if name is not None and name.removeprefix("torch.") in _SELECTION_REDUCTIONS:
             return name[6:], parent
         if name == "builtins.len":
             return "count", parent
     return "", None
+
+
+# Reductions of a selection that have a static form (`max` and the others reduce a `where` whose
+# unselected elements repeat the first selected one).
+_SELECTION_REDUCTIONS = frozenset({"sum", "mean", "numel", "max", "min", "amax", "amin"})
+_EXTREMES = frozenset({"max", "min", "amax", "amin"})
 
 
 def _is_zero(args: list[ast.expr]) -> bool:
@@ -107,6 +113,11 @@ class ReducedSelection(Rule):
         same_shape = _elementwise_test_of(mask, values, ctx)
         if not same_shape and not self.prefix_masks and use != "sum":
             return {"no_fix": "the mask is not an elementwise test of the selected tensor, so its count may differ"}
+        if not same_shape and use in _EXTREMES:
+            return {
+                "no_fix": f"the mask is not an elementwise test of the selected tensor, so the first selected "
+                f"element that `{use}()` of the static form repeats is not known"
+            }
         if use in ("", "sum"):  # summed here, or bound to a name: every use must be a sum
             problem = flow_problem(node, ctx, parents, _summed)
             if problem:
@@ -126,7 +137,7 @@ class ReducedSelection(Rule):
             ("sum", "prefix"): [mask, values],
             ("mean", "prefix"): [mask, values],
             ("numel", "prefix"): [mask],
-        }.get((use, form), [values])
+        }.get((use, form), [values] if use not in _EXTREMES else [mask, values])
         if not all(_pure(e, ctx) for e in repeated):
             return {
                 "no_fix": "the static form evaluates the mask or the values twice (or not at all), "
@@ -137,7 +148,7 @@ class ReducedSelection(Rule):
             "mean": "`torch.where(mask, x, 0).sum()` over the count `mask.sum()`",
             "numel": "count with `mask.sum()`",
             "count": "count with `mask.sum()`",
-        }[use]
+        }.get(use, f"`{use}()` of `torch.where(mask, x, first selected element)`")
         cst_node = self.cst_node if use_node is node else type(use_node).__name__
         data = (use, form, _path_to(node, use_node))
         # A count of an elementwise selection is exact, and beside a tensor an int64 0-d tensor
@@ -160,18 +171,26 @@ class ReducedSelection(Rule):
         values, mask = self.operands(selection)
         x, m = _code(atom(values)), _code(atom(mask))  # as receivers of methods
         if form == "prefix":
-            broadcast = f"{m}.reshape({m}.shape + (1,) * ({x}.dim() - {m}.dim()))"
+            broadcast = _mask_over(m, x)
             count = f"({m}.sum() * {x}.shape[{m}.dim():].numel())"
         else:
             broadcast, count = _code(mask), f"{m}.sum()"
         where = f"{_code(edit.torch())}.where({broadcast}, {_code(values)}, 0)"
-        text = {"sum": where, "mean": f"({where}.sum() / {count})", "numel": count, "count": f"{m}.sum()"}[use]
+        if use in _EXTREMES:  # the first selected element (argmax finds the first 1) stands for the others
+            where = f"{_code(edit.torch())}.where({_code(mask)}, {_code(values)}, {x}.take({m}.int().argmax()))"
+        text = {"mean": f"({where}.sum() / {count})", "numel": count, "count": f"{m}.sum()"}.get(use, where)
+        text = f"{text}.{use}()" if use in _EXTREMES else text
         new = cst.parse_expression(text)
         return with_parens_of(node, new) if node.lpar else new
 
     def operands(self, node: "cst.CSTNode") -> tuple["cst.BaseExpression", "cst.BaseExpression"]:
         """The libcst nodes of the selected values and of the mask."""
         raise NotImplementedError
+
+
+def _mask_over(m: str, x: str) -> str:
+    """The mask `m` over the leading dimensions of `x` (as indexing reads it), broadcast over the rest."""
+    return f"{m}.reshape({m}.shape + (1,) * ({x}.dim() - {m}.dim()))"
 
 
 def _beside_tensor(node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]) -> bool:
@@ -371,7 +390,43 @@ class BooleanMaskIndex(ReducedSelection):
         assert isinstance(node, ast.Subscript)
         if not ctx.kind(node.value).is_tensor:
             return {"no_fix": "the indexed value is not known to be a tensor"}
+        statement = ctx.statement
+        if isinstance(statement, ast.Assign) and statement.value is node:
+            if any(isinstance(t, ast.Subscript) for t in statement.targets):
+                return self.plan_masked_copy(statement, ctx)
         return self.plan_selection(node, node.value, node.slice, ctx)
+
+    def plan_masked_copy(self, statement: ast.Assign, ctx: Context) -> dict:
+        """`x[m] = y[m]`: `x.copy_(torch.where(m, y, x))`, in place as the store was."""
+        (target, *more), value = statement.targets, statement.value
+        same_mask = isinstance(target, ast.Subscript) and ast.dump(target.slice) == ast.dump(value.slice)
+        if more or not same_mask:
+            return {"no_fix": "the selection is stored somewhere other than through the same mask"}
+        if not ctx.kind(target.value).is_tensor:
+            return {"no_fix": "the tensor written through the mask is not known to be a tensor"}
+        if not (_pure(target.value, ctx) and _pure(value.slice, ctx)):
+            return {
+                "no_fix": "the static form evaluates the mask once and the target twice, and they are not plain reads"
+            }
+        form = "same" if _elementwise_test_of(value.slice, target.value, ctx) else "prefix"
+        return self.make_fix(
+            "write `torch.where(mask, y, x)` into `x` with `copy_`",
+            "Assign",
+            statement,
+            safety="unsafe",
+            data=("copy", form, ()),
+        )
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        if fix.data[0] != "copy":
+            return super().apply_fix(node, fix, edit)
+        target, values = node.targets[0].target, node.value
+        x, m = _code(atom(target.value)), _code(atom(target.slice[0].slice.value))
+        mask = _mask_over(m, x) if fix.data[1] == "prefix" else _code(target.slice[0].slice.value)
+        where = f"{_code(edit.torch())}.where({mask}, {_code(values.value)}, {_code(target.value)})"
+        return cst.Expr(cst.parse_expression(f"{x}.copy_({where})"))
 
     def operands(self, node: "cst.CSTNode") -> tuple["cst.BaseExpression", "cst.BaseExpression"]:
         return node.value, node.slice[0].slice.value  # `x[mask]`: one plain index (planned from ast)

@@ -58,6 +58,21 @@ CASES = {
         "y = x.clone()\ny[torch.nonzero(x, as_tuple=True)] = 1.0\nreturn y * x[torch.nonzero(x, as_tuple=True)].sum()",
         "y = x.clone()\ny[x != 0] = 1.0\nreturn y * torch.where(x != 0, x, 0).sum()",
     ),
+    "masked-copy": (
+        "y = x.clone()\nrow = y[0]\ny[y > 0] = (x * 2)[y > 0]\nreturn y, row",
+        "y = x.clone()\nrow = y[0]\ny.copy_(torch.where(y > 0, (x * 2), y))\nreturn y, row",
+    ),
+    "masked-copy-rows": (
+        "y = torch.zeros_like(x)\nm = x.sum(-1) > 0\ny[m] = x.flip(0)[m]\nreturn y",
+        "y = torch.zeros_like(x)\nm = x.sum(-1) > 0\n"
+        "y.copy_(torch.where(m.reshape(m.shape + (1,) * (y.dim() - m.dim())), x.flip(0), y))\nreturn y",
+    ),
+    "masked-extremes": (
+        "return x[x > 0].max() * x, torch.amin(x[~x.isnan()]), x.masked_select(x < 1).min() + x",
+        "return torch.where(x > 0, x, x.take((x > 0).int().argmax())).max() * x, "
+        "torch.where(~x.isnan(), x, x.take((~x.isnan()).int().argmax())).amin(), "
+        "torch.where(x < 1, x, x.take((x < 1).int().argmax())).min() + x",
+    ),
     "bincount": (
         LABELS + "flat = labels.flatten()\nreturn x * torch.bincount(flat, minlength=5).sum(), flat.bincount(None, 5)",
         LABELS + "flat = labels.flatten()\nreturn x * torch.zeros(5, dtype=torch.long, device=flat.device)"
@@ -107,6 +122,17 @@ NO_FIX = {
     ),
     "nonzero-matrix": ("return x * x[torch.nonzero(x > 0)].sum()", "TP401", "only `nonzero(as_tuple=True)`"),
     "nonzero-kept": ("idx = torch.where(x > 0)\nreturn x, idx", "TP401", "not only as the index of a tensor"),
+    "extreme-of-row-mask": ("return x[x.sum(-1) > 0].max()", "TP402", "first selected element"),
+    "copy-through-other-mask": (
+        "y = x.clone()\ny[y > 0] = x[x > 0]\nreturn y",
+        "TP402",
+        "stored somewhere other than through the same mask",
+    ),
+    "copy-into-call": (
+        "y = x.clone()\nm = y.view(-1) > 0\ny.view(-1)[m] = x.view(-1)[m]\nreturn y",
+        "TP402",
+        None,
+    ),
     "bincount-without-minlength": (
         LABELS + "return x * torch.bincount(labels.flatten()).sum()",
         "TP407",
@@ -217,9 +243,24 @@ def test_fix_removes_the_graph_break(name):
 
 
 def test_integer_and_boolean_values_keep_their_dtypes():
-    body = "return x[x > 2].sum(), (x > 2)[x > 0].sum(), x[x > 0].numel() * x"
+    body = (
+        "y = x.clone()\ny[y > 0] = (x * 3)[y > 0]\n"
+        "return x[x > 2].sum(), (x > 2)[x > 0].sum(), x[x > 0].numel() * x, x[x < 2].max(), (x > 0)[x > 1].min(), y"
+    )
     original, rewritten = _model(module(body)), _model(fix(module(body))[0])
-    for x in (torch.arange(-3, 5, dtype=torch.int32), torch.arange(-3, 5).view(2, 4)):
+    for x in (torch.arange(-3, 5, dtype=torch.int32), torch.arange(-3, 5).view(2, 4), torch.arange(5, -3, -1)):
         expected, actual = original(x), rewritten(x)
         assert [e.dtype for e in expected] == [a.dtype for a in actual]
         torch.testing.assert_close(list(actual), list(expected))
+
+
+def test_documented_differences_of_the_unsafe_forms():
+    """An empty selection's `max()` raised and now gives the first element; values of another dtype
+    written through a mask raised (`index_put_` wants equal dtypes) and are now cast by `copy_`."""
+    body = "y = x.clone()\ny[y > 0] = x.double()[y > 0]\nreturn x[x > 9].max(), y"
+    original, rewritten = _model(module(body)), _model(fix(module(body))[0])
+    x = torch.arange(-3.0, 5.0)
+    with pytest.raises(RuntimeError):
+        original(x)
+    largest, y = rewritten(x)
+    assert largest == x[0] and torch.equal(y, x)
