@@ -557,8 +557,14 @@ class UniqueCall(TensorMethodRule):
     {_SHAPE_WHY}
 
     ## Fix safety
-    No automatic fix. Counting with `torch.bincount(x, minlength=n)` or
-    one-hot sums keeps shapes static when the value range is known.
+    No automatic fix, and none keeps the meaning: the number of distinct
+    values is read from the data, sorted (`sorted=True`) or not, even when
+    their range is known from the config or a module (`n` classes: the
+    result still has one element per class present). With a known range,
+    write the static forms the code needs instead: the classes present as a
+    mask `torch.zeros(n, dtype=torch.bool).index_fill_(0, x.flatten(), True)`, their
+    counts `torch.bincount(x, minlength=n)` (TP407 fixes it), the inverse
+    indices `x` itself. The finding's reason says which case it is.
     """
 
     code = "TP404"
@@ -568,6 +574,19 @@ class UniqueCall(TensorMethodRule):
     dynamo_codes = ("GB0036",)
     methods = frozenset({"unique", "unique_consecutive"})
     functions = frozenset({"torch.unique", "torch.unique_consecutive"})
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        assert isinstance(node, ast.Call)
+        extra = sorted(k.arg for k in node.keywords if k.arg in ("return_inverse", "return_counts", "dim"))
+        if extra:
+            what = ", ".join(f"`{k}`" for k in extra)
+            return {"no_fix": f"with {what} the outputs are sized by the number of distinct values, read from the data"}
+        return {
+            "no_fix": "the number of distinct values is read from the data (sorted or not), so the result has no "
+            "static shape even when their range is known; use a mask of the classes present or `bincount` with "
+            "`minlength=`"
+        }
+
     INVALID = ["""
         import torch
         from torch import nn
@@ -664,10 +683,20 @@ class OneHotWithoutNumClasses(Rule):
     self.emb.num_embeddings`). Matrix products never broadcast the contracted
     dimension, so every run that did not raise had exactly that width, and the
     output is the same. Unsafe only because a run that raised (a width
-    mismatch in the layer) may now compute or raise in `one_hot`. A config
-    size (`config.num_labels`) is not passed: when the labels do not reach it
-    the width differs (and a width of 1 broadcasts silently), so those stay
-    findings.
+    mismatch in the layer) may now compute or raise in `one_hot`.
+    Also when the one-hot value only meets, by `* + - /`, a tensor `t` read
+    from a name bound before the `one_hot` statement and never rebound (a
+    parameter, a local assigned once above it, a `self.` attribute never
+    assigned in the function): `n = t.shape[-1]` (`-(F.one_hot(y).float() *
+    logp).sum(-1)` gets `num_classes=logp.shape[-1]`). Broadcasting lines the
+    one-hot width up with `t`'s last dimension, so it equals `n` in every run
+    that did not raise, except where one side broadcasts: all labels 0 (width
+    1, spread over `t`'s width in the original, a true one-hot now) or `n ==
+    1` (`one_hot` now raises for a label above 0). Unsafe for those.
+    A config size (`config.num_labels`) is not passed: when the labels do not
+    reach it the width differs (and a width of 1 broadcasts silently), so
+    those stay findings, as do one-hot values beside tensors computed in the
+    same expression (`* x.unsqueeze(-1)`: its width may be the broadcast 1).
     """
 
     code = "TP406"
@@ -696,12 +725,13 @@ class OneHotWithoutNumClasses(Rule):
         if len(node.args) + len(node.keywords) > 2 or any(k.arg != "num_classes" for k in node.keywords):
             return {"no_fix": "`one_hot` is called with other arguments than the labels and `num_classes=-1`"}
         sizes: set[str] = set()
-        problem = flow_problem(node, ctx, parent_map(ctx.node), _class_width_step(sizes))
+        problem = flow_problem(node, ctx, parent_map(ctx.node), _class_width_step(sizes, ctx.statement))
         if problem or len(sizes) != 1:
             return {
                 "no_fix": "the width `labels.max() + 1` is not known to equal a size of the module: "
                 + (problem or "the one-hot value feeds layers of different widths").replace(
-                    "not only in tensor arithmetic", "not only as the input of a layer of fixed width"
+                    "not only in tensor arithmetic",
+                    "not only as the input of a layer of fixed width or beside a tensor bound before the `one_hot`",
                 )
             }
         (size,) = sizes
@@ -757,16 +787,25 @@ class OneHotWithoutNumClasses(Rule):
 _WIDTH_KEEPING = frozenset("float double half bfloat16 long int to type_as".split())
 
 
-def _class_width_step(sizes: set[str]):
+def _class_width_step(sizes: set[str], origin: ast.stmt | None):
     """A flow step that accepts a one-hot value used where its last dimension must equal a size the
     module holds, and records that size: the input of an `nn.Linear` submodule (`in_features`),
     the left side of a product with an `nn.Embedding`'s weight (`num_embeddings`). Matrix
-    products never broadcast the contracted dimension, so a run that did not raise had that width."""
+    products never broadcast the contracted dimension, so a run that did not raise had that width.
+    Also an operand of `* + - /` beside a tensor read from a name bound before `origin` (the
+    statement of the `one_hot`) and never again: that tensor's last dimension, which the one-hot
+    width equals unless one of the two broadcasts (a width of 1)."""
 
     def step(node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]) -> bool | ast.expr:
         if isinstance(parent, ast.Attribute) and parent.attr in _WIDTH_KEEPING:
             call = parents.get(id(parent))
             return call if isinstance(call, ast.Call) and call.func is parent else False
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Mult, ast.Add, ast.Sub, ast.Div)):
+            other = parent.right if parent.left is node else parent.left
+            if ctx.kind(other).is_tensor and _bound_before(other, origin, ctx):
+                sizes.add(f"{ast.unparse(other)}.shape[-1]")
+                return True
+            return False
         if isinstance(parent, ast.Call) and parent.args == [node] and not parent.keywords:
             submodule = ctx.self_attr(parent.func)
             if submodule is not None and _constructor(ctx, submodule) == "torch.nn.Linear":
@@ -785,6 +824,24 @@ def _class_width_step(sizes: set[str]):
         return False
 
     return step
+
+
+def _bound_before(value: ast.expr, origin: ast.stmt | None, ctx: Context) -> bool:
+    """Whether `value` is a name (or `self.<name>`) that holds the same tensor at `origin` as where it
+    is read: a parameter never assigned, or a local assigned once, above `origin`."""
+    if isinstance(value, ast.Attribute) and ctx.self_attr(value) is not None:
+        return not any(_stored(n, value.attr) for n in ast.walk(ctx.node) if isinstance(n, ast.Attribute))
+    if not isinstance(value, ast.Name) or origin is None:
+        return False
+    stores = [n for n in ast.walk(ctx.node) if isinstance(n, ast.Name) and _stored(n, value.id)]
+    if value.id in {a.arg for a in ast.walk(ctx.node.args) if isinstance(a, ast.arg)}:
+        return not stores
+    return len(stores) == 1 and stores[0].end_lineno < origin.lineno
+
+
+def _stored(node: ast.Name | ast.Attribute, name: str) -> bool:
+    """Whether `node` is an assignment (or deletion) target called `name`."""
+    return (node.id if isinstance(node, ast.Name) else node.attr) == name and not isinstance(node.ctx, ast.Load)
 
 
 def _constructor(ctx: Context, attribute: str) -> str | None:

@@ -58,6 +58,13 @@ CASES = {
         "y = x.clone()\ny[torch.nonzero(x, as_tuple=True)] = 1.0\nreturn y * x[torch.nonzero(x, as_tuple=True)].sum()",
         "y = x.clone()\ny[x != 0] = 1.0\nreturn y * torch.where(x != 0, x, 0).sum()",
     ),
+    "one-hot-partner": (  # labels of the last class: a one-hot as wide as `x`'s rows
+        "top = torch.full(x.shape[:-1], x.shape[-1] - 1)\nlogp = x.log_softmax(-1)\n"
+        "return -(F.one_hot(top).to(x.dtype) * logp).sum(-1), x - F.one_hot(top)",
+        "top = torch.full(x.shape[:-1], x.shape[-1] - 1)\nlogp = x.log_softmax(-1)\n"
+        "return -(F.one_hot(top, num_classes=logp.shape[-1]).to(x.dtype) * logp).sum(-1), "
+        "x - F.one_hot(top, num_classes=x.shape[-1])",
+    ),
     "masked-copy": (
         "y = x.clone()\nrow = y[0]\ny[y > 0] = (x * 2)[y > 0]\nreturn y, row",
         "y = x.clone()\nrow = y[0]\ny.copy_(torch.where(y > 0, (x * 2), y))\nreturn y, row",
@@ -133,6 +140,13 @@ NO_FIX = {
         "TP402",
         None,
     ),
+    "one-hot-partner-bound-after": (
+        LABELS + "target = F.one_hot(labels).float()\nlogp = x.log_softmax(-1)\nreturn target * logp",
+        "TP406",
+        "beside a tensor bound before the `one_hot`",
+    ),
+    "unique-sorted": ("return x * torch.unique(x, sorted=True).numel()", "TP404", "no static shape"),
+    "unique-counts": ("return torch.unique(x, return_counts=True)[1].sum() * x", "TP404", "`return_counts`"),
     "bincount-without-minlength": (
         LABELS + "return x * torch.bincount(labels.flatten()).sum()",
         "TP407",
@@ -264,3 +278,8 @@ def test_documented_differences_of_the_unsafe_forms():
         original(x)
     largest, y = rewritten(x)
     assert largest == x[0] and torch.equal(y, x)
+    # Labels all 0: a one-hot of width 1 spread over the partner's width; now a true one-hot.
+    body = "t = x.unsqueeze(-1) + torch.ones(3)\nreturn F.one_hot(x.long()).float() * t"
+    x = torch.zeros(2)
+    expected, actual = _model(module(body))(x), _model(fix(module(body))[0])(x)
+    assert torch.equal(expected, torch.ones(2, 3)) and torch.equal(actual, torch.eye(3)[[0, 0]])
