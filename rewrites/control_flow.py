@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from rewrites import branches, sorting, where_proof
+from rewrites import branches, sequences, where_proof
+from rewrites.sequences import SequenceRule
 from transpiler.analysis.walker import Context
 from transpiler.lint.rule import Fix, FixApplicability
 from transpiler.analysis.kinds import Kind
@@ -774,30 +775,7 @@ def _code(node: "cst.CSTNode") -> str:
     return cst.Module([]).code_for_node(node)
 
 
-class _SequenceRule(Rule):
-    """Keeps the function's names bound to lists of tensors (`sorting.Sequences`) for the rules below."""
-
-    def __init__(self) -> None:
-        self.sequences = sorting.Sequences()
-
-    def visit_Assign(self, node: ast.Assign, ctx: Context) -> None:
-        self.sequences.visit_assign(node, ctx)
-
-    def visit_AnnAssign(self, node: ast.AnnAssign, ctx: Context) -> None:
-        self.sequences.visit_assign(node, ctx)
-
-    def visit_AugAssign(self, node: ast.AugAssign, ctx: Context) -> None:
-        self.sequences.visit_assign(node, ctx)
-
-    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
-        self.sequences.visit_call(node, ctx)
-        self.check_call(node, ctx)
-
-    def check_call(self, node: ast.Call, ctx: Context) -> None:
-        raise NotImplementedError
-
-
-class SortedOnTensors(_SequenceRule):
+class SortedOnTensors(SequenceRule):
     """## What it does
     Checks for `sorted()` and `list.sort()` whose keys are tensors: a list of tensors sorted
     by value, or any list sorted with a `key` that returns a tensor (`key=lambda t: t.norm()`,
@@ -828,7 +806,7 @@ class SortedOnTensors(_SequenceRule):
         else:
             return
         elements = self.sequences.elements(items, ctx)
-        if sorting.any_tensor(self.sequences.keys(elements, sorting.keyword(node, "key"), ctx)):
+        if sequences.any_tensor(self.sequences.keys(elements, sequences.keyword(node, "key"), ctx)):
             self.report(ctx, node)
 
     INVALID = [
@@ -894,15 +872,17 @@ class SortedOnTensors(_SequenceRule):
     ]
 
 
-class MinMaxKeyOnTensors(_SequenceRule):
+class MinMaxKeyOnTensors(SequenceRule):
     """## What it does
-    Checks for `min()` and `max()` with `key=` or `default=` over tensors or modules (or with
-    a key that returns tensors).
+    Checks for `min()` and `max()` with `key=` or `default=` over tensors or modules, or with
+    a key that returns tensors or closes over `self`, tensors or lists of tensors.
 
     ## Why is this bad?
-    Dynamo traces `max(a, b)` and `max([a, b])` of tensors as `torch.maximum`, but not the
-    forms with `key=` or `default=`: over tensors or modules it cannot call its handler for the
-    builtin and breaks the graph (GB0193), even when the key only reads shapes.
+    Dynamo traces `max(a, b)` and `max([a, b])` of tensors as `torch.maximum`, but its handler
+    for the builtin takes no keywords: it calls `min`/`max` with `key=` or `default=` only when
+    every argument is a constant to it (ints, shapes, a key that captures only constants).
+    Over tensors or modules, or with a key that captures them, it breaks the graph (GB0193),
+    even when the key only reads shapes.
 
     ## Fix safety
     No automatic fix: pick with `torch.argmax`/`argmin` over the stacked keys, or compare
@@ -926,8 +906,9 @@ class MinMaxKeyOnTensors(_SequenceRule):
             elements = self.sequences.elements(node.args[0], ctx)
         else:
             elements = self.sequences.elements(ast.Tuple(node.args, ast.Load()), ctx)
-        keys = self.sequences.keys(elements, sorting.keyword(node, "key"), ctx)
-        if (elements | keys) & sorting.ELEMENTS:
+        key = sequences.keyword(node, "key")
+        keys = self.sequences.keys(elements, key, ctx)
+        if (elements | keys | self.sequences.captures(key, ctx)) & sequences.ELEMENTS:
             self.report(ctx, node, callee=callee[9:], keyword=given[0])
 
     INVALID = [
@@ -952,6 +933,17 @@ class MinMaxKeyOnTensors(_SequenceRule):
                 shortest = min(x, x[:3], key=len)
                 return shortest + 1
         """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                chunks = x.split([3, 5])
+                widest = max(range(len(chunks)), key=lambda i: chunks[i].shape[0])
+                return chunks[widest] * 2
+        """,
     ]
     VALID = [
         """
@@ -963,7 +955,8 @@ class MinMaxKeyOnTensors(_SequenceRule):
             def forward(self, x):
                 candidates = torch.stack([x, x * 2, x - 1])
                 best = candidates.index_select(0, candidates.abs().sum(dim=1).argmax().view(1))[0]
-                widest = max(range(3), key=lambda i: -i)
+                sizes = list(x.shape)
+                widest = max(range(len(sizes)), key=lambda i: sizes[i])
                 return best * 2 + max(x.sum(), x.mean()) * widest
         """,
     ]

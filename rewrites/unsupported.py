@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import atom, with_parens_of
+from rewrites.sequences import SequenceRule, Sequences
 from transpiler.analysis.symbols import DISABLE_DECORATORS
 from transpiler.analysis.kinds import Kind
 from transpiler.analysis.walker import Context
@@ -1236,8 +1237,8 @@ def _bound_generator(value: ast.expr, ctx: Context) -> bool:
 
 class BuiltinIterationOverTensor(Rule):
     """## What it does
-    Checks for the builtins `any()` and `all()` applied to a tensor, and
-    `range()` given a tensor.
+    Checks for the builtins `any()` and `all()` applied to a tensor or to a
+    comprehension of tensors (`any(t > 0 for t in h)`), and `range()` given a tensor.
 
     ## Why is this bad?
     `any(t)` and `all(t)` iterate over the tensor and take the truth value of
@@ -1262,6 +1263,9 @@ class BuiltinIterationOverTensor(Rule):
         if name in ("builtins.any", "builtins.all", "builtins.range"):
             if any(ctx.kind(arg).is_tensor for arg in node.args):  # not `steps=None` parameters
                 self.report(ctx, node, callee=name[9:])
+            elif name != "builtins.range" and node.args and isinstance(node.args[0], _COMPREHENSIONS):
+                if Kind.TENSOR in Sequences().elements(node.args[0], ctx):  # any(t > 0 for t in h)
+                    self.report(ctx, node, callee=name[9:])
 
     INVALID = [
         """
@@ -1286,6 +1290,17 @@ class BuiltinIterationOverTensor(Rule):
                 steps = list(range(y.argmax()))
                 return y * 2, steps
         """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                rows = x.view(2, 4)
+                finite = all(torch.isfinite(row).all() for row in rows)
+                return rows * 2, finite
+        """,
     ]
     VALID = ["""
         import torch
@@ -1298,4 +1313,216 @@ class BuiltinIterationOverTensor(Rule):
                 positive = (y > -10).all()
                 big = any(size > 4 for size in y.shape)
                 return y * 2, positive, big
+        """]
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp)
+# Factories and tensor methods whose positional arguments (from the index given) are sizes.
+_SIZE_FUNCTIONS = {
+    "torch.zeros": 0,
+    "torch.ones": 0,
+    "torch.empty": 0,
+    "torch.rand": 0,
+    "torch.randn": 0,
+    "torch.arange": 0,
+    "torch.eye": 0,
+}
+_SIZE_METHODS = {"view": 0, "reshape": 0, "expand": 0, "repeat": 0, "new_zeros": 0, "new_ones": 0, "new_empty": 0}
+_SIZE_METHODS["narrow"] = 1  # narrow(dim, start, length)
+
+
+class TensorAsPythonInt(SequenceRule):
+    """## What it does
+    Checks for tensors given where Python or an operator needs an integer: slice bounds
+    (`h[:, :n]`), the index of a list or tuple, the count of a sequence repetition
+    (`[0] * n`), sizes (`torch.zeros(n)`, `torch.arange(n)`, `h.narrow(0, 0, n)`,
+    `h.view(n, -1)`) and `operator.index(n)`.
+
+    ## Why is this bad?
+    Python calls `n.__index__()`, which reads the tensor's value (`.item()`, GB0124), or the
+    result's shape depends on it (GB0033): Dynamo breaks the graph. (A bare `forward`
+    parameter is not reported: unannotated, it is often an int.)
+
+    ## Fix safety
+    No automatic fix: keep the bound static (a shape, a config value) and mask instead of
+    slicing, or compute the size outside the compiled function and pass it in as an int.
+    """
+
+    code = "TP520"
+    name = "tensor-as-python-int"
+    summary = "a tensor used as a slice bound, list index, repeat count or size"
+    message = "a tensor used as {what} is read into a Python int and breaks the graph; keep sizes static or mask"
+    dynamo_codes = ("GB0124", "GB0033")
+
+    def visit_Subscript(self, node: ast.Subscript, ctx: Context) -> None:
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        for part in parts:
+            if isinstance(part, ast.Slice):
+                if any(self._is_int_tensor(b, ctx) for b in (part.lower, part.upper, part.step)):
+                    self.report(ctx, node, what="a slice bound")
+                    return
+        if self._is_int_tensor(node.slice, ctx) and self.sequences.elements(node.value, ctx, python_only=True):
+            self.report(ctx, node, what="a list index")
+
+    def visit_BinOp(self, node: ast.BinOp, ctx: Context) -> None:
+        if not isinstance(node.op, ast.Mult):
+            return
+        for sequence, count in ((node.left, node.right), (node.right, node.left)):
+            is_sequence = isinstance(sequence, (ast.List, ast.Tuple)) or (
+                isinstance(sequence, ast.Constant) and isinstance(sequence.value, str)
+            )
+            if is_sequence and self._is_int_tensor(count, ctx):
+                self.report(ctx, node, what="a repeat count")
+                return
+
+    def check_call(self, node: ast.Call, ctx: Context) -> None:
+        name = ctx.qualname(node.func)
+        func = node.func
+        if name in _SIZE_FUNCTIONS:
+            first = _SIZE_FUNCTIONS[name]
+        elif name is None and isinstance(func, ast.Attribute) and func.attr in _SIZE_METHODS:
+            if not ctx.kind(func.value).may_be_tensor:
+                return
+            first = _SIZE_METHODS[func.attr]
+        elif name == "operator.index":
+            first = 0
+        else:
+            return
+        sizes = [a for a in node.args[first:] if not isinstance(a, ast.Starred)]
+        sizes += [k.value for k in node.keywords if k.arg == "size"]
+        flat = [e for a in sizes for e in (a.elts if isinstance(a, (ast.Tuple, ast.List)) else [a])]
+        if any(self._is_int_tensor(size, ctx) for size in flat):
+            self.report(ctx, node, what="a size")
+
+    @staticmethod
+    def _is_int_tensor(node: ast.expr | None, ctx: Context) -> bool:
+        """A tensor computed in this function: unannotated parameters are only guessed to be
+        tensors, and sizes often come from tuples passed in (`height, width = dims`)."""
+        return node is not None and ctx.kind(node).is_tensor and _computed(node, ctx, 2)
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                kept = (y > 0).sum()
+                return y[:kept] * 2
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                steps = (x > 0).sum()
+                return torch.arange(steps) * 2
+        """,
+    ]
+    VALID = ["""
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                kept = y.shape[0] // 2
+                positions = torch.arange(y.shape[0])
+                return y[:kept] * 2, positions.view(2, -1), y.narrow(0, 0, kept), [0] * kept
+        """]
+
+
+def _tensor_operation(call: ast.Call, ctx: Context) -> bool:
+    """A tensor method, or a torch function given a tensor: not a submodule (whose outputs may
+    hold ints), nor `torch.div(n, 2)` of ints, which Dynamo folds to a constant."""
+    name = ctx.qualname(call.func)
+    if name is not None:
+        arguments = [*call.args, *(k.value for k in call.keywords)]
+        return name.startswith("torch.") and any(ctx.kind(a).may_be_tensor for a in arguments)
+    return isinstance(call.func, ast.Attribute) and ctx.kind(call.func.value).may_be_tensor
+
+
+def _computed(node: ast.expr, ctx: Context, depth: int) -> bool:
+    """`node` calls a tensor operation, or reads a name the function assigned from one (`depth`
+    assignments back)."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and ctx.kind(sub).is_tensor and _tensor_operation(sub, ctx):
+            return True
+    if depth == 0:
+        return False
+    names = _operands(node)
+    for statement in ast.walk(ctx.node):
+        if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and statement.value is not None:
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            bound = {t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)}
+            if bound & names and _computed(statement.value, ctx, depth - 1):
+                return True
+    return False
+
+
+def _operands(node: ast.expr) -> set[str]:
+    """Names whose values flow into `node` through arithmetic and indexing (not through calls,
+    whose results `_computed` judges by the callee)."""
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.BinOp):
+        return _operands(node.left) | _operands(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return _operands(node.operand)
+    if isinstance(node, ast.Subscript):
+        return _operands(node.value)
+    if isinstance(node, ast.IfExp):
+        return _operands(node.body) | _operands(node.orelse)
+    return set()
+
+
+class BuiltinOperatorOnTensor(CallRule):
+    """## What it does
+    Checks for the builtins `pow()`, `chr()`, `hex()`, `oct()` and `bin()` given a tensor.
+
+    ## Why is this bad?
+    Dynamo has no handler for these builtins with tensor arguments (GB0059): `pow(h, 2)`
+    breaks the graph where `h ** 2` and `torch.pow(h, 2)` do not; the others need a
+    Python int out of tensor data.
+
+    ## Fix safety
+    No automatic fix: write `h ** 2` or `torch.pow(h, 2)` (the same operator for tensors);
+    the number formatting has no traced equivalent.
+    """
+
+    code = "TP521"
+    name = "builtin-operator-on-tensor"
+    summary = "`pow()`, `chr()`, `hex()` ... of a tensor"
+    message = "the builtin `{callee}()` of a tensor breaks the graph; use the tensor operator"
+    dynamo_codes = ("GB0059",)
+    callees = frozenset({"builtins.pow", "builtins.chr", "builtins.hex", "builtins.oct", "builtins.bin"})
+
+    def applies(self, node: ast.Call, ctx: Context) -> bool:
+        return any(ctx.kind(a).is_tensor for a in node.args)
+
+    INVALID = ["""
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                energy = pow(x, 2).mean()
+                return x / energy
+        """]
+    VALID = ["""
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                energy = (x**2).mean() + torch.pow(x, 2).sum()
+                scale = pow(x.shape[0], 0.5)
+                return x / energy * scale
         """]

@@ -1,5 +1,6 @@
-"""What Python's sorting and `min`/`max` compare, for TP206 and TP207: the kinds of a sequence's
-elements and of its keys, as Dynamo sees them.
+"""Python lists of tensors, as Dynamo sees them: the kinds of a sequence's elements, of the keys
+that sorting and `min`/`max` compare (TP206, TP207), of what a comprehension yields (TP519), and
+which lists a tensor indexes (TP520).
 
 Dynamo sorts a list (`sorted`, `list.sort`) only when the keys it compares are constants to it
 (ints, shapes, strings): a tensor key has to be read (GB0207). `min`/`max` with `key=` or
@@ -19,6 +20,7 @@ from collections.abc import Iterable
 from transpiler.analysis.kinds import Kind
 from transpiler.analysis.typer import Typer
 from transpiler.analysis.walker import Context
+from transpiler.lint.rule import Rule
 
 # Functions and tensor methods that return a sequence of tensors.
 _SPLITTING = frozenset({"unbind", "split", "chunk", "tensor_split", "split_with_sizes", "hsplit", "vsplit", "dsplit"})
@@ -48,7 +50,7 @@ class Sequences:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if node.value is None or not any(isinstance(t, ast.Name) for t in targets):
             return
-        kinds = self.elements(node.value, ctx, literal_only=isinstance(node, ast.AugAssign))
+        kinds = self.elements(node.value, ctx, literal_only=isinstance(node, ast.AugAssign), python_only=True)
         for target in targets:
             self.record(target, kinds)
 
@@ -62,10 +64,13 @@ class Sequences:
             kind = ctx.kind(node.args[-1])
             self.record(func.value, frozenset({_element(kind)}) - {Kind.UNKNOWN})
         elif func.attr == "extend":
-            self.record(func.value, self.elements(node.args[0], ctx))
+            self.record(func.value, self.elements(node.args[0], ctx))  # `parts.extend(h)` of a tensor: rows
 
-    def elements(self, seq: ast.expr, ctx: Context, literal_only: bool = False) -> frozenset[Kind]:
-        """Kinds of what iterating `seq` yields, as far as known (unknown elements are left out)."""
+    def elements(
+        self, seq: ast.expr, ctx: Context, literal_only: bool = False, python_only: bool = False
+    ) -> frozenset[Kind]:
+        """Kinds of what iterating `seq` yields, as far as known (unknown elements are left out);
+        `python_only`: only for Python lists and tuples, not for tensors and modules."""
         if isinstance(seq, (ast.List, ast.Tuple, ast.Set)):
             kinds: set[Kind] = set()
             for element in seq.elts:
@@ -86,13 +91,13 @@ class Sequences:
         if isinstance(seq, ast.Call):
             name = ctx.qualname(seq.func)
             if name in _PASSING and seq.args:
-                return self.elements(seq.args[0], ctx)
+                return self.elements(seq.args[0], ctx, python_only=python_only and name == "builtins.reversed")
             func = seq.func
             if name is not None and name.startswith("torch.") and name.rpartition(".")[2] in _SPLITTING:
                 return frozenset({Kind.TENSOR})
             if isinstance(func, ast.Attribute) and func.attr in _SPLITTING and ctx.kind(func.value).may_be_tensor:
                 return frozenset({Kind.TENSOR})
-        kind = ctx.kind(seq)
+        kind = Kind.UNKNOWN if python_only else ctx.kind(seq)
         if kind.is_tensor:
             return frozenset({Kind.TENSOR})  # iterating a tensor yields tensors
         return frozenset({Kind.MODULE}) if kind is Kind.MODULE else frozenset()  # an nn.ModuleList
@@ -115,6 +120,24 @@ class Sequences:
             call = ast.Call(func=key, args=[ast.Name(parameter, ast.Load())], keywords=[])
             result = typer.kind(call)
         return frozenset({_element(result)} - {Kind.UNKNOWN})
+
+    def captures(self, key: ast.expr | None, ctx: Context) -> frozenset[Kind]:
+        """Kinds of the function's locals that a `key` lambda closes over (or of the object whose
+        method `key` is): Dynamo calls a key that captures only constants (ints, shapes) as a
+        constant, one that captures `self` or tensors it does not."""
+        if isinstance(key, ast.Attribute) and ctx.qualname(key) is None:
+            return frozenset({_element(ctx.kind(key.value))} - {Kind.UNKNOWN})  # `key=self.score`
+        if not isinstance(key, ast.Lambda):
+            return frozenset()
+        own = {a.arg for a in key.args.args}
+        kinds: set[Kind] = set()
+        for node in ast.walk(key.body):
+            if isinstance(node, ast.Name) and node.id not in own:
+                if node.id in self.names:
+                    kinds |= self.names[node.id]
+                elif node.id in ctx.typer.env:
+                    kinds.add(_element(ctx.typer.env[node.id]))
+        return frozenset(kinds - {Kind.UNKNOWN})
 
     def scratch(self, ctx: Context) -> Typer:
         """A typer with the function's environment and its own memo: lambda parameters and loop
@@ -139,3 +162,27 @@ def keyword(node: ast.Call, name: str) -> ast.expr | None:
 
 def any_tensor(kinds: Iterable[Kind]) -> bool:
     return any(k.is_tensor for k in kinds)
+
+
+class SequenceRule(Rule):
+    """A rule that knows the function's names bound to lists of tensors (`Sequences`): it
+    implements `check_call` where other rules implement `visit_Call`."""
+
+    def __init__(self) -> None:
+        self.sequences = Sequences()
+
+    def visit_Assign(self, node: ast.Assign, ctx: Context) -> None:
+        self.sequences.visit_assign(node, ctx)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign, ctx: Context) -> None:
+        self.sequences.visit_assign(node, ctx)
+
+    def visit_AugAssign(self, node: ast.AugAssign, ctx: Context) -> None:
+        self.sequences.visit_assign(node, ctx)
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        self.sequences.visit_call(node, ctx)
+        self.check_call(node, ctx)
+
+    def check_call(self, node: ast.Call, ctx: Context) -> None:
+        """Rules that look at calls override this."""
