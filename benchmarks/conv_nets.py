@@ -13,10 +13,12 @@ directory, the installed transformers' package for `hf`) and run beside eager an
 Per model and dtype: the steady-state time of a forward (benchlib: warm-up, then CUDA events after an
 L2 flush, median), the output's relative L2 difference from eager's, the transpiled runtime's folded
 convolution counters (`_transpile_runtime.conv.counts`).
-The transpiled model runs in three settings of emit/runtime/conv.py: the default (channels_last on
-CUDA, ReLU in place after the convolution), `CHANNELS_LAST = False` (the input's layout, as eager)
-and `CUDNN_RELU = True` (cuDNN's fused convolution + bias + ReLU): the last two say whether the
-defaults are the right ones. Then, per ResNet-50 convolution shape, the device time of eager's
+The transpiled model runs in four settings of emit/runtime/conv.py, a new model each (its forward
+replays the CUDA graph its first calls recorded): the default (channels_last on CUDA, the bias and a
+ReLU in one Triton kernel after the convolution), `CHANNELS_LAST = False` (the input's layout, as
+eager), `FUSED_BIAS = False` (torch's bias add and ReLU) and `CUDNN_RELU = True` (cuDNN's fused
+convolution + bias + ReLU): the last three say whether the defaults are the right ones. On CUDA
+torch.compile's reduce-overhead mode runs too. Then, per ResNet-50 convolution shape, the device time of eager's
 conv + batch norm + ReLU (NCHW), the folded convolution + in-place ReLU (NHWC) and
 `torch.cudnn_convolution_relu` (NHWC).
 """
@@ -24,10 +26,12 @@ conv + batch norm + ReLU (NCHW), the folded convolution + in-place ReLU (NHWC) a
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -131,8 +135,9 @@ def transpile(source: Path, out: Path) -> None:
         raise SystemExit(f"transpile failed:\n{result.stdout}\n{result.stderr}")
 
 
-def build_models(name: str, work: Path) -> tuple[nn.Module, nn.Module, object]:
-    """(eager model, transpiled model with the eager one's weights, the transpiled tree's conv runtime module)."""
+def build_models(name: str, work: Path) -> tuple[nn.Module, Callable[[], nn.Module], object]:
+    """(eager model, a maker of transpiled models with the eager one's weights, the transpiled tree's conv runtime
+    module). A new transpiled model per setting: its forward replays the graph its first calls recorded."""
     root = work / f"conv_nets_{name}"
     sys.path.insert(0, str(work))
     if name == "hf":
@@ -142,9 +147,11 @@ def build_models(name: str, work: Path) -> tuple[nn.Module, nn.Module, object]:
         (root / "__init__.py").write_text("")
         module = importlib.import_module(f"{root.name}.resnet.modeling_resnet")
         config = transformers.ResNetConfig(num_labels=1000)
-        eager, transpiled = transformers.ResNetForImageClassification(config), module.ResNetForImageClassification(
-            config
-        )
+        eager = transformers.ResNetForImageClassification(config)
+
+        def make() -> nn.Module:
+            return module.ResNetForImageClassification(config)
+
     else:
         source = work / "torchvision_style"
         source.mkdir()
@@ -154,15 +161,20 @@ def build_models(name: str, work: Path) -> tuple[nn.Module, nn.Module, object]:
         module = importlib.import_module(f"{root.name}.resnet")
         namespace: dict = {}
         exec(compile(TORCHVISION_STYLE, "torchvision_style.py", "exec"), namespace)
-        eager, transpiled = namespace["ResNet50"](), module.ResNet50()
+        eager, make = namespace["ResNet50"](), module.ResNet50
     with torch.no_grad():
         for m in eager.modules():
             if isinstance(m, nn.BatchNorm2d):
                 m.running_mean.normal_(0, 0.1)
                 m.running_var.uniform_(0.5, 1.5)
-    transpiled.load_state_dict(eager.state_dict())
+
+    def transpiled() -> nn.Module:
+        model = make()
+        model.load_state_dict(eager.state_dict())
+        return model.eval()
+
     conv = sys.modules[module._transpile_conv_bn.__module__]  # the transpiled tree's copy of emit/runtime/conv.py
-    return eager.eval(), transpiled.eval(), conv
+    return eager.eval(), transpiled, conv
 
 
 def relative_l2(got: torch.Tensor, wanted: torch.Tensor) -> float:
@@ -174,23 +186,26 @@ def logits(out) -> torch.Tensor:
 
 
 def run_model(name: str, args: argparse.Namespace, work: Path) -> None:
-    eager, transpiled, conv = build_models(name, work)
+    eager, make, conv = build_models(name, work)
     for dtype in args.dtypes:
-        eager.to(args.device, dtype), transpiled.to(args.device, dtype)
+        eager.to(args.device, dtype)
         x = torch.randn(args.batch, 3, args.image, args.image, device=args.device, dtype=dtype)
         with torch.no_grad():
             wanted = logits(eager(x))
-            rows = [("eager", lambda: eager(x), {})]
+            rows = [("eager", eager, {})]
             if args.compile:
-                compiled = torch.compile(eager)
-                rows.append(("torch.compile", lambda: compiled(x), {}))
+                rows.append(("torch.compile", torch.compile(eager), {}))
+                if args.device == "cuda":
+                    rows.append(("torch.compile reduce-overhead", torch.compile(eager, mode="reduce-overhead"), {}))
             rows += [
-                ("transpiled", lambda: transpiled(x), {}),
-                ("transpiled, input layout kept", lambda: transpiled(x), {"CHANNELS_LAST": False}),
-                ("transpiled, ReLU in cuDNN", lambda: transpiled(x), {"CUDNN_RELU": True}),
+                ("transpiled", make().to(args.device, dtype), {}),
+                ("transpiled, input layout kept", make().to(args.device, dtype), {"CHANNELS_LAST": False}),
+                ("transpiled, bias and ReLU by torch", make().to(args.device, dtype), {"FUSED_BIAS": False}),
+                ("transpiled, ReLU in cuDNN", make().to(args.device, dtype), {"CUDNN_RELU": True}),
             ]
             base = None
-            for label, call, settings in rows:
+            for label, model, settings in rows:
+                call = functools.partial(model, x)
                 saved = {key: getattr(conv, key) for key in settings}
                 for key, value in settings.items():
                     setattr(conv, key, value)

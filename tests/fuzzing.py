@@ -3,7 +3,7 @@
 A case is a seed. `generate(seed)` draws an `nn.Module` whose forward chains 2-8 ops in the
 spellings users write (operators, `torch.fn`, methods, in-place methods, casts, reductions,
 norms, activation modules, views, aliases) over inputs it also draws (shapes with 0- and
-1-sized dims, broadcasting, transposed, sliced and expanded layouts, 0-dim tensors, every
+1-sized dims, broadcasting, transposed, sliced, expanded and channels_last layouts, 0-dim tensors, every
 dtype the kernels claim, NaN, infinities, -0.0, huge and tiny values). Each statement is run
 eagerly while drawing, so that operands fit (a statement eager rejects is mostly redrawn).
 
@@ -75,7 +75,7 @@ class InputSpec:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    layout: str = "contiguous"  # contiguous | transposed | sliced | expanded
+    layout: str = "contiguous"  # contiguous | transposed | sliced | expanded | channels_last
     values: str = "normal"  # normal | specials | huge | tiny
     seed: int = 0
 
@@ -179,6 +179,9 @@ def _storage(spec: InputSpec) -> tuple[list[int], str]:
     if spec.layout == "transposed" and len(shape) >= 2:
         order = tuple(reversed(range(len(shape))))
         return shape[::-1], f".permute{order}"
+    if spec.layout == "channels_last" and len(shape) in (4, 5):  # the channels dim innermost in memory
+        order = (0, len(shape) - 1, *range(1, len(shape) - 1))
+        return [shape[0], *shape[2:], shape[1]], f".permute{order}"
     if spec.layout == "sliced" and shape:
         return shape[:-1] + [2 * shape[-1]], "[..., ::2]"
     if spec.layout == "expanded" and any(s > 1 for s in shape):
@@ -381,7 +384,10 @@ class _Drawer:
             layouts = ["contiguous"] * 3 + (["transposed"] if len(own) >= 2 else []) + (["sliced"] if own else [])
             layouts += ["expanded"] if any(s > 1 for s in own) else []
             values = rng.choice(("normal", "normal", "specials", "specials", "huge", "tiny"))
-            specs.append(InputSpec("xyz"[k], tuple(own), dtype, rng.choice(layouts), values, rng.randrange(2**31)))
+            layout, seed = rng.choice(layouts), rng.randrange(2**31)
+            if layout == "contiguous" and len(own) == 4 and seed % 4 == 0:  # from the seed: the draws stay as they were
+                layout = "channels_last"
+            specs.append(InputSpec("xyz"[k], tuple(own), dtype, layout, values, seed))
         return tuple(specs)
 
     # -- names and operands

@@ -353,6 +353,27 @@ def test_outputs_keep_a_dense_layout_the_inputs_share(compiled, monkeypatch, tmp
         assert kernel.counts == {"cpp": 1}
 
 
+def test_a_dense_layout_beside_broadcast_inputs_is_walked_in_memory_order(compiled, monkeypatch, tmp_path):
+    """A channels_last feature map beside per-channel parameters: the kernel walks the map's memory (coalesced
+    on a GPU) and its output is channels_last, as eager's batch norm gives; the values are eager's."""
+    monkeypatch.setenv("TRANSPILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(compiled.parent))
+    vision = importlib.import_module(f"{OUT_NAME}._vision_kernels")
+    kernel = vision.fused_batch_norm_relu
+    params = [torch.randn(6, 1, 1), torch.rand(6, 1, 1) + 0.5, torch.randn(6, 1, 1), torch.randn(6, 1, 1)]
+    for x in (
+        torch.randn(2, 6, 5, 3).to(memory_format=torch.channels_last),
+        torch.randn(2, 5, 3, 6).permute(0, 3, 1, 2).transpose(2, 3),  # dense, neither NCHW nor channels_last
+        torch.randn(2, 6, 5, 3),
+    ):
+        kernel.counts.clear()
+        (actual,) = kernel(x, *params, 1e-5)
+        (expected,) = kernel.reference(x, *params, 1e-5)
+        assert actual.stride() == expected.stride()
+        torch.testing.assert_close(actual, expected)
+        assert kernel.counts == {"cpp": 1}
+
+
 def test_zero_dim_inputs_torch_would_round_take_the_original_code(compiled, monkeypatch):
     monkeypatch.syspath_prepend(str(compiled.parent))
     runtime = importlib.import_module(f"{OUT_NAME}._transpile_runtime")

@@ -288,6 +288,73 @@ def test_eager_backend_turns_it_off(monkeypatch):
     fallback(conv, norm, torch.randn(2, 8, 5, 5), "TRANSPILE_BACKEND=eager", monkeypatch)
 
 
+# -- the bias and ReLU in one kernel (CUDA; here under Triton's interpreter) ----------------------------------
+def _same_bits(got: torch.Tensor, wanted: torch.Tensor) -> bool:
+    """Equal values, NaN at the same places, the same signs of zero, the same strides."""
+    return (
+        got.dtype == wanted.dtype
+        and got.stride() == wanted.stride()
+        and torch.equal(got.isnan(), wanted.isnan())
+        and torch.equal(got.nan_to_num(0.0), wanted.nan_to_num(0.0))
+        and torch.equal(got.signbit() & ~got.isnan(), wanted.signbit() & ~wanted.isnan())  # a NaN's sign is noise
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("shape", [(2, 5, 3, 4), (3, 7, 13, 11), (1, 3, 1, 1), (0, 4, 2, 2)])
+def test_the_bias_kernel_adds_as_torch_does(dtype, layout, relu, shape):
+    """One pass computes what torch's broadcast `add_` and `relu_` do, bit for bit (shapes crossing blocks)."""
+    from emit.runtime import channel_bias
+
+    generator = torch.Generator().manual_seed(sum(shape))
+    out = (torch.randn(shape, generator=generator, dtype=torch.float64) * 3).to(dtype)
+    if out.numel() > 8:
+        out.view(-1)[3], out.view(-1)[7] = float("nan"), -0.0
+    out = out.contiguous(memory_format=layout)
+    bias = (torch.randn(shape[1], generator=generator, dtype=torch.float64) * 3).to(dtype)
+    bias[0] = 0.0  # -0.0 + 0.0, and 0.0 added to small values
+    wanted = out.clone(memory_format=torch.preserve_format).add_(bias.reshape(-1, 1, 1))
+    if relu:
+        wanted.relu_()
+    got = out.clone(memory_format=torch.preserve_format)
+    assert channel_bias.supported(got, bias)
+    assert channel_bias.add_(got, bias, relu) is got
+    assert _same_bits(got, wanted)
+
+
+def test_the_bias_kernel_refuses_other_layouts():
+    from emit.runtime import channel_bias
+
+    bias = torch.randn(4)
+    assert not channel_bias.supported(torch.randn(2, 4, 6, 6)[..., ::2], bias)  # not dense
+    assert not channel_bias.supported(torch.randn(2, 6, 6, 4).permute(0, 3, 2, 1), bias)  # neither layout
+    assert not channel_bias.supported(torch.randn(2, 4, 6, 6), bias.double())  # another dtype
+    assert not channel_bias.supported(torch.randn(2, 4, 6), bias)  # not 4-D
+
+
+@pytest.mark.parametrize("activation", [None, nn.Identity(), nn.ReLU(), nn.ReLU(inplace=True), nn.SiLU()])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_the_fold_adds_its_bias_in_one_kernel(activation, channels_last, monkeypatch):
+    """Where the kernel runs (CUDA; here forced on the CPU), the fold still computes the modules' result."""
+    from emit.runtime import channel_bias
+
+    monkeypatch.setattr(runtime, "counts", runtime.counts.__class__())
+    monkeypatch.setattr(runtime, "_channel_bias", lambda input: channel_bias)
+    conv, norm = pair()
+    x = torch.randn(2, 8, 9, 7)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got = runtime.conv_bn(conv, norm, activation, x)
+    relu = isinstance(activation, nn.ReLU)
+    kernel = {"bias and ReLU in one kernel" if relu else "bias in one kernel": 1}
+    assert runtime.counts == {"folded": 1, **(kernel if relu or type(activation) in (type(None), nn.Identity) else {})}
+    wanted = exact(conv, norm, x, activation)
+    assert ((got.double() - wanted).abs() <= error_bound(conv, norm, x)).all()
+
+
 # -- the cache of folds --------------------------------------------------------------------------------------
 def _update_running_mean(conv, norm):
     with torch.no_grad():
@@ -487,7 +554,7 @@ def test_on_cuda_the_fold_runs_channels_last(dtype, monkeypatch):
     with torch.no_grad():
         got = runtime.conv_bn(conv, norm, nn.ReLU(), x)
         again = runtime.conv_bn(conv, norm, None, got[:, :8].contiguous())
-    assert runtime.counts == {"folded": 2}
+    assert runtime.counts == {"folded": 2, "bias and ReLU in one kernel": 1, "bias in one kernel": 1}
     assert got.is_contiguous(memory_format=torch.channels_last) and again.is_contiguous(
         memory_format=torch.channels_last
     )
@@ -495,3 +562,24 @@ def test_on_cuda_the_fold_runs_channels_last(dtype, monkeypatch):
     bound = error_bound(conv.cpu(), norm.cpu(), x.cpu())
     wanted = exact(conv, norm, x.cpu(), nn.ReLU())
     assert ((got.cpu().double() - wanted).abs() <= bound).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("activation", [None, nn.ReLU()])
+def test_on_cuda_the_bias_kernel_computes_what_torch_adds(dtype, channels_last, activation, monkeypatch):
+    """The convolution without its bias, then the bias and ReLU in one kernel: bit for bit torch's convolution
+    with its bias (cuDNN's convolution, then torch's broadcast add) and `relu_`."""
+    monkeypatch.setattr(runtime, "CHANNELS_LAST", channels_last)
+    conv, norm = pair(dtype=dtype)
+    conv, norm = conv.cuda(), norm.cuda()
+    x = torch.randn(4, 8, 17, 19, dtype=dtype, device="cuda")
+    with torch.no_grad():
+        monkeypatch.setattr(runtime, "counts", runtime.counts.__class__())
+        got = runtime.conv_bn(conv, norm, activation, x)
+        assert runtime.counts["bias and ReLU in one kernel" if activation else "bias in one kernel"] == 1
+        monkeypatch.setattr(runtime, "FUSED_BIAS", False)
+        wanted = runtime.conv_bn(conv, norm, activation, x)
+    assert _same_bits(got, wanted)

@@ -397,8 +397,12 @@ class Kernel:
         if dense is not None:  # e.g. all channels_last: one linear index over the memory serves every tensor
             contiguous, sizes, strides = True, (), []
         else:
-            contiguous, sizes, strides = layout(tensors, shape)
-            dense = tuple(_contiguous_strides(shape))
+            # Inputs of the full shape in one dense layout beside broadcast ones (a channels_last feature map
+            # and per-channel parameters): the kernel walks the memory order, the outputs keep the layout.
+            dense = _full_inputs_dense_strides(tensors, shape)
+            order = None if dense is None else sorted(range(len(shape)), key=lambda d: -dense[d])
+            contiguous, sizes, strides = layout(tensors, shape, order)
+            dense = dense or tuple(_contiguous_strides(shape))
         if sizes is None:
             return f"fallback: more than {RANK} dimensions after merging"
         n_elements = math.prod(shape)
@@ -594,16 +598,17 @@ def broadcast(shapes) -> torch.Size:
     return torch.Size(result)
 
 
-def layout(tensors, shape) -> tuple[bool, tuple[int, ...] | None, list[tuple[int, ...]]]:
+def layout(tensors, shape, order=None) -> tuple[bool, tuple[int, ...] | None, list[tuple[int, ...]]]:
     """How kernels index the inputs: (contiguous, sizes, strides per tensor).
 
     Contiguous: every input is contiguous with exactly the output's shape, so one
-    linear index serves all. Otherwise the iteration space is `shape` with
-    broadcast dims given stride 0, dims that are contiguous in every tensor merged
-    (also the output's, which is contiguous), and the result padded on the left to
-    RANK dims; sizes is None when more than RANK dims remain.
+    linear index serves all. Otherwise the iteration space is `shape` with its dims in
+    `order` (outermost first; default their own order), broadcast dims given stride 0,
+    dims that are contiguous in every tensor merged (also the output's, which is dense in
+    that order), and the result padded on the left to RANK dims; sizes is None when more
+    than RANK dims remain.
     """
-    if all(t.shape == shape and t.is_contiguous() for t in tensors):
+    if order is None and all(t.shape == shape and t.is_contiguous() for t in tensors):
         return True, (), []
     ndim = len(shape)
     strides = [
@@ -611,7 +616,8 @@ def layout(tensors, shape) -> tuple[bool, tuple[int, ...] | None, list[tuple[int
         for t in tensors
     ]
     sizes = list(shape)
-    merged_sizes, merged = _merge_dims(sizes, strides, [d for d in range(ndim) if sizes[d] != 1])
+    dims = range(ndim) if order is None else order
+    merged_sizes, merged = _merge_dims(sizes, strides, [d for d in dims if sizes[d] != 1])
     if len(merged_sizes) > RANK:
         return False, None, []
     pad = RANK - len(merged_sizes)
@@ -637,6 +643,21 @@ def _shared_dense_strides(tensors, shape) -> tuple[int, ...] | None:
             return None
         expected *= size
     return strides
+
+
+def _full_inputs_dense_strides(tensors, shape) -> tuple[int, ...] | None:
+    """The strides the inputs of exactly `shape` share, where they are channels_last (4-D or 5-D) and some input
+    broadcasts (else `_shared_dense_strides` or the contiguous layout serve).
+
+    Only channels_last: every torch op gives its output that layout when its input has it (batch norm, say),
+    where other permutations keep theirs through pointwise ops only; a region ends in either kind."""
+    full = [t for t in tensors if t.shape == shape]
+    if not full or len(full) == len(tensors) or len(shape) not in (4, 5):
+        return None
+    memory_format = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    if not full[0].is_contiguous(memory_format=memory_format):
+        return None
+    return _shared_dense_strides(full, shape)
 
 
 def _merge_dims(sizes, strides, dims: list[int]) -> tuple[list[int], list[list[int]]]:

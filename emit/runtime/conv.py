@@ -9,12 +9,13 @@ is exact, and returns None otherwise, for the caller to run its statements (the 
 
 On CUDA the folded weight is kept channels_last and the input converted to it: a chain of
 convolutions stays NHWC (cuDNN's fastest layout for half precision), where NCHW tensors make it
-convert the layout around every convolution. Pointwise kernels and in-place adds keep their
-inputs' layout, so the feature maps of a ResNet stay NHWC from the stem to the head. The tensors
-a model returns then have channels_last strides where eager's are NCHW-contiguous: the same
-values and shape, `.contiguous()` gives eager's layout, and a `.view` that merges the channel
-dim with the spatial ones raises (`.reshape` copies). Opt-in (`TRANSPILE_CHANNELS_LAST=1`): by default
-the input's layout is kept, as eager keeps it. On CPU the input's layout is always kept.
+convert the layout around every convolution. Pointwise kernels (generated ones too, beside
+per-channel parameters) and in-place adds keep their inputs' layout, so the feature maps of a
+ResNet stay NHWC from the stem to the head. The tensors a model returns then have channels_last
+strides where eager's are NCHW-contiguous: the same values and shape, `.contiguous()` gives
+eager's layout, and a `.view` that merges the channel dim with the spatial ones raises (`.reshape`
+copies). `TRANSPILE_CHANNELS_LAST=0` keeps the input's layout, as eager does. On CPU the input's
+layout is always kept.
 
 The folded weight and bias are cached per module pair and made again when any tensor they come
 from is replaced, moved or updated in place (identity, data pointer and version counter):
@@ -38,18 +39,22 @@ _OFF = (
     os.environ.get("TRANSPILE_BACKEND", "") == "eager"  # every transpile kernel off, this one too
     or os.environ.get("TRANSPILE_CONV_FOLD", "1") == "0"  # the fold alone off: the norms' kernels run
 )
-# Opt-in: measured on the H100 (benchmarks/RESULTS.md, issue 17), it speeds up transformers' ResNet-50, whose
-# every convolution folds (2.96 against 3.91 ms), and slows a torchvision-style one whose unfolded
-# downsample convolutions and fused residual kernels then mix layouts (8.47 against 5.54 ms).
-CHANNELS_LAST = os.environ.get("TRANSPILE_CHANNELS_LAST", "0") == "1"
+# Measured on the H100 (benchmarks/RESULTS.md, issue 17, session 9), bf16 at 32x224²: transformers' ResNet-50
+# 2.38 against 3.30 ms, a torchvision-style one 2.11 against 3.22 ms (its generated residual kernels walk the
+# channels_last memory since then; before, they read it strided and channels_last was slower there).
+CHANNELS_LAST = os.environ.get("TRANSPILE_CHANNELS_LAST", "1") == "1"
 # `TRANSPILE_CONV_RELU=cudnn`: on CUDA a following nn.ReLU runs in cuDNN's fused convolution + bias + ReLU
 # (torch.cudnn_convolution_relu) instead of an in-place ReLU after the convolution; benchmarks/conv_nets.py
 # times both on the GPU before either becomes the default.
 CUDNN_RELU = os.environ.get("TRANSPILE_CONV_RELU", "") == "cudnn"
+# On CUDA the folded convolution runs without its bias, and one Triton kernel adds the bias and applies a
+# following ReLU (emit/runtime/channel_bias.py): `TRANSPILE_CONV_BIAS=torch` leaves both to torch (two kernels).
+FUSED_BIAS = os.environ.get("TRANSPILE_CONV_BIAS", "triton") != "torch"
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
-counts: collections.Counter[str] = collections.Counter()  # "folded", "relu in cudnn", "fallback: <why>"
+# "folded", "relu in cudnn", "bias in one kernel", "bias and ReLU in one kernel", "fallback: <why>"
+counts: collections.Counter[str] = collections.Counter()
 
 
 class _Fold(NamedTuple):
@@ -78,19 +83,44 @@ def conv_bn(
         return None
     if channels_last:
         input = input.contiguous(memory_format=torch.channels_last)
+    if activation is not None and type(activation) is torch.nn.Identity and _plain_module(activation):
+        activation = None  # transformers' last convolution of a bottleneck: `nn.Identity()` for no activation
     relu = activation is not None and type(activation) is torch.nn.ReLU and _plain_module(activation)
     if relu and CUDNN_RELU and input.is_cuda and not isinstance(conv.padding, str):
         counts["relu in cudnn"] += 1
         return torch.cudnn_convolution_relu(
             input, fold.weight, fold.bias, conv.stride, conv.padding, conv.dilation, conv.groups
         )
-    out = torch.nn.functional.conv2d(
-        input, fold.weight, fold.bias, conv.stride, conv.padding, conv.dilation, conv.groups
-    )
+    epilogue = _channel_bias(input) if relu or activation is None else None
+    if epilogue is not None:
+        # The bias and the ReLU in one pass over the output, where torch would add the bias in a kernel of its own
+        out = torch.nn.functional.conv2d(
+            input, fold.weight, None, conv.stride, conv.padding, conv.dilation, conv.groups
+        )
+        if epilogue.supported(out, fold.bias):
+            counts["folded"] += 1
+            counts["bias and ReLU in one kernel" if relu else "bias in one kernel"] += 1
+            return epilogue.add_(out, fold.bias, relu)
+        out.add_(fold.bias.reshape(-1, 1, 1))
+    else:
+        out = torch.nn.functional.conv2d(
+            input, fold.weight, fold.bias, conv.stride, conv.padding, conv.dilation, conv.groups
+        )
     counts["folded"] += 1
     if relu:
         return out.relu_()  # the convolution's own new tensor: nothing else holds it
     return out if activation is None else activation(out)
+
+
+def _channel_bias(input: torch.Tensor):
+    """The module adding the bias (and ReLU) in one kernel where it runs (CUDA, with Triton), else None."""
+    if not (FUSED_BIAS and input.is_cuda):
+        return None
+    try:
+        from . import channel_bias
+    except ImportError:  # no Triton: torch adds the bias
+        return None
+    return channel_bias
 
 
 def _refusal(conv: torch.nn.Module, norm: torch.nn.Module, input: torch.Tensor) -> str | None:
