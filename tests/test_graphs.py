@@ -183,7 +183,7 @@ def test_warm_up_counts_stay_bounded_when_shapes_never_repeat(monkeypatch):
 
     monkeypatch.setattr(graphs, "SEEN_LIMIT", 4)
     forward = cuda_graphs(Block().eval())
-    forward._why_not = lambda args, kwargs: ((args[0].shape,), [args[0]])  # as a CUDA call would be keyed
+    forward._signature = lambda args, kwargs: ((args[0].shape,), [args[0]])  # as a CUDA call would be keyed
     with torch.no_grad():
         for rows in range(1, 11):
             forward(torch.randn(rows, 16))
@@ -381,6 +381,30 @@ def test_graphed_blocks_replay_and_match_eager_on_fresh_inputs():
 
 @cuda
 @pytest.mark.gpu
+def test_a_block_reads_an_earlier_blocks_output_in_place_and_later_outputs_move_before_a_replay():
+    """Block 1 recorded after block 0: its replay cannot write where block 0's outputs lie (they were alive while
+    it recorded), so the hidden state passes without a copy; block 0's replay may write where block 1's lie."""
+    torch.manual_seed(0)
+    first, second = Scaled().cuda().eval(), Scaled().cuda().eval()
+    x = torch.randn(8, 16, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):  # warm-up, then the recordings: block 0's first
+            second(first(x))
+        h = first(x)
+        where = h.data_ptr()
+        out = second(h)
+        assert h.data_ptr() == where  # not moved: no copy of the hidden state between the blocks
+        kept = out.clone()
+        again = first(x)  # writes its intermediates: block 1's output, still referenced, moved out first
+        wanted = torch.nn.functional.gelu(second.linear(torch.nn.functional.gelu(first.linear(x)) * 2.0)) * 2.0
+    assert replayer(first).counts["graph replay"] >= 2 and replayer(second).counts["graph replay"] >= 2
+    torch.testing.assert_close(out, kept, rtol=0, atol=0)
+    torch.testing.assert_close(out, wanted)
+    torch.testing.assert_close(again, h)
+
+
+@cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize(
     ("what", "reason"),
     [
@@ -443,6 +467,13 @@ def test_a_model_whose_blocks_graphs_are_faster_runs_its_forward_with_them(monke
     assert all(replayer(block).counts["graph replay"] >= 2 for block in model.blocks)
     for out in outs:
         torch.testing.assert_close(out, outs[0])
+    # Decided: the model's calls run its forward without walking the model's guards (the blocks guard themselves).
+    walks = []
+    model_snapshot = replayer(model)._state
+    monkeypatch.setattr(graphs._Snapshot, "holds", lambda self: walks.append(self is model_snapshot) or True)
+    with torch.no_grad():
+        model(x)
+    assert walks and not any(walks)
 
 
 @cuda
@@ -528,7 +559,7 @@ def test_handed_out_outputs_alias_the_graph_memory_until_it_is_written_again_whi
 
     static = torch.arange(12.0)
     outputs = [static[:6].view(2, 3), 7, static[6:]]  # two tensors on one storage, and a plain value
-    handout = _Handout(outputs)
+    handout = _Handout(outputs, order=0)
     first = handout.hand_out()
     assert first[1] == 7 and first[0].data_ptr() == static.data_ptr()  # no copy
     assert torch.equal(first[0], static[:6].view(2, 3)) and first[2].stride() == (1,)
@@ -549,7 +580,7 @@ def test_before_torch_2_12_outputs_move_one_by_one_and_a_view_holds_the_graph(mo
 
     monkeypatch.setattr(graphs, "_SWAP", False)
     static = torch.arange(12.0)
-    handout = _Handout([static[:6], static[6:]])
+    handout = _Handout([static[:6], static[6:]], order=0)
     first = handout.hand_out()
     assert handout.evict()  # only the outputs themselves hold their storage: each pointed at a copy
     static.fill_(-1)

@@ -148,9 +148,12 @@ class _Graph:
             held |= {t.untyped_storage().data_ptr() for t in (*module.parameters(), *module.buffers())}
         if any(isinstance(leaf, torch.Tensor) and leaf.untyped_storage().data_ptr() in held for leaf in self.outputs):
             raise _Unsupported("an output is an input or a parameter, or a view of one")
-        self._handout = _Handout(self.outputs)
+        self._handout = _Handout(self.outputs, order=pool.recordings)
+        pool.recordings += 1
         # A replay writes its intermediates into memory of the pool that later recordings may have used for
-        # their outputs: every output handed out from the pool still referenced moves out first.
+        # their outputs: the outputs those handed out (and its own), if still referenced, move out first. An
+        # earlier recording's outputs were alive all through this one, so it cannot have used their memory:
+        # a chain of blocks hands its hidden state from one replay to the next without a copy.
         self._neighbours = pool.handouts
         self._neighbours.add(self._handout)
         finalizer = weakref.finalize(self, self._handout.release)  # outputs still referenced outlive the graph
@@ -158,7 +161,9 @@ class _Graph:
 
     def replay(self, tensors: list, copy_outputs: bool) -> Any:
         """The outputs of one replay on `tensors`; `_STUCK` where an earlier output holds the pool's memory."""
-        if not all([handout.evict() for handout in list(self._neighbours)]):  # a list: every one evicts
+        order = self._handout.order
+        later = [handout for handout in list(self._neighbours) if handout.order >= order]
+        if not all([handout.evict() for handout in later]):  # a list: every one evicts
             return _STUCK
         # One call for all inputs: one dispatch, and one kernel for tensors of one dtype and layout.
         torch._foreach_copy_(self.inputs, tensors)
@@ -178,7 +183,8 @@ class _Handout:
     not a view of one; such an output is `stuck`: the graph is not replayed while it lives (its replayer
     runs the original forward), and its outputs are copies from then on."""
 
-    def __init__(self, outputs: list) -> None:
+    def __init__(self, outputs: list, order: int) -> None:
+        self.order = order  # the graph's place among its pool's recordings
         self.static = outputs  # the graph's own output tensors: they keep its output memory allocated
         storages: dict[int, int] = {}  # data pointer of an output's storage -> index among `self.memory`
         self.memory: list[tuple[int, torch.device, int]] = []  # (data pointer, device, bytes) per storage
@@ -394,6 +400,7 @@ class _Pool:
     def __init__(self) -> None:
         self._handle = None
         self.handouts: weakref.WeakSet[_Handout] = weakref.WeakSet()  # the outputs handed out by its graphs
+        self.recordings = 0  # graphs recorded into it so far
 
     def handle(self):
         if self._handle is None:
@@ -404,6 +411,7 @@ class _Pool:
         """Record into a new pool from now on; the old one is freed with the last graph that holds it."""
         self._handle = None
         self.handouts = weakref.WeakSet()
+        self.recordings = 0
 
 
 class CudaGraphs:
@@ -437,12 +445,20 @@ class CudaGraphs:
         self._state = None
 
     def __call__(self, *args, **kwargs):
-        reason = self._why_not(args, kwargs)
+        reason = self._signature(args, kwargs)
         if isinstance(reason, str):
             self.counts[reason] += 1
             return self.function(*args, **kwargs)
         key, tensors = reason
         graph = self._graphs.get(key)
+        if isinstance(graph, str):  # decided already (a refusal, or the blocks' graphs are faster): no guard to walk
+            self.counts[graph] += 1
+            return self.function(*args, **kwargs)
+        refusal = self._guarded()
+        if refusal is not None:
+            self.counts[refusal] += 1
+            return self.function(*args, **kwargs)
+        graph = self._graphs.get(key)  # the guard may have forgotten every recording
         if graph is None:
             if len(self._seen) >= SEEN_LIMIT:  # shapes that never repeat: keep the warm-up counts bounded
                 self._seen.clear()
@@ -461,7 +477,7 @@ class CudaGraphs:
         self.counts["graph replay"] += 1
         return outputs
 
-    def _why_not(self, args: tuple, kwargs: dict) -> tuple[tuple, list] | str:
+    def _signature(self, args: tuple, kwargs: dict) -> tuple[tuple, list] | str:
         """The call's key and tensors, or why it runs the original forward."""
         if torch.is_grad_enabled():
             return "original forward: autograd is on (graphs are for inference: use torch.no_grad())"
@@ -475,13 +491,17 @@ class CudaGraphs:
             return "original forward: an input is not a CUDA tensor, or none is a tensor"
         if torch.cuda.is_current_stream_capturing():
             return "original forward: called while another graph is being recorded"
+        return description, tensors
+
+    def _guarded(self) -> str | None:
+        """None where the module's guards hold (recordings made again after a change), else why they cannot."""
         if not self._unchanged():  # parameters replaced, moved or cast, or train()/eval(): record again
             self._graphs.clear()
             self._seen.clear()
             self._state = _Snapshot(self.module, self.reads)
         if self._state.unstable:
             return f"original forward: `{self._state.unstable}` is a new object at each read (it cannot be guarded)"
-        return description, tensors
+        return None
 
     def _unchanged(self) -> bool:
         return self._state is not None and self._state.holds()
@@ -604,8 +624,8 @@ class _DefaultGraphs(CudaGraphs):
             f"{whole * 1e3:.2f} ms as one graph)"
         )
 
-    def _why_not(self, args: tuple, kwargs: dict) -> tuple[tuple, list] | str:
-        reason = super()._why_not(args, kwargs)
+    def _signature(self, args: tuple, kwargs: dict) -> tuple[tuple, list] | str:
+        reason = super()._signature(args, kwargs)
         if isinstance(reason, str):
             return reason
         key, tensors = reason
