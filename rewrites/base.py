@@ -75,13 +75,19 @@ class GuardableCall(CallRule):
         return self.make_fix("guard with `if not torch.compiler.is_compiling():`", "SimpleStatementLine", statement)
 
     def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
-        import libcst as cst
+        return skip_under_compile(node, edit)
 
-        if edit.side_effects == "remove":
-            return cst.RemovalSentinel.REMOVE
-        is_compiling = cst.Call(edit.torch("compiler.is_compiling"))
-        return cst.If(
-            test=cst.UnaryOperation(cst.Not(), is_compiling),
-            body=cst.IndentedBlock([node.with_changes(leading_lines=[])]),
-            leading_lines=node.leading_lines,
-        )
+
+def skip_under_compile(node: "cst.CSTNode", edit: "Edit") -> "cst.CSTNode":
+    """The statement line `node` under the side-effects policy: guarded by `if not
+    torch.compiler.is_compiling():`, or removed."""
+    import libcst as cst
+
+    if edit.side_effects == "remove":
+        return cst.RemovalSentinel.REMOVE
+    is_compiling = cst.Call(edit.torch("compiler.is_compiling"))
+    return cst.If(
+        test=cst.UnaryOperation(cst.Not(), is_compiling),
+        body=cst.IndentedBlock([node.with_changes(leading_lines=[])]),
+        leading_lines=node.leading_lines,
+    )

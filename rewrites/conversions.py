@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
-from rewrites.base import TensorMethodRule
-from transpiler.analysis.walker import Context
+from rewrites.base import TensorMethodRule, skip_under_compile
+from transpiler.analysis.walker import Context, branch_under_compile
 from transpiler.lint.rule import Fix
 from transpiler.analysis.kinds import Kind
 from transpiler.lint.rule import Finding, Rule
@@ -82,6 +83,67 @@ def _uses_of_binding(assign: ast.Assign, function: ast.AST) -> list[ast.Name] | 
     if stores != 1:
         return f"`{name}` is assigned more than once, so its uses cannot all be followed"
     return loads
+
+
+# -- values only read by code that compiled runs skip --------------------------------------------
+
+
+def skippable_statement(node: ast.expr, ctx: Context, parents: dict[int, ast.AST]) -> ast.Assign | str:
+    """The statement `name = <... node ...>` when no code that compiled runs execute reads `name`:
+    every read lies under `if not torch.compiler.is_compiling():` (as the side-effect fixes guard
+    a print or a log), or there is none. That statement can be skipped the same way; else why not."""
+    statement: ast.AST | None = node
+    while statement is not None and not isinstance(statement, ast.stmt):
+        statement = parents.get(id(statement))
+    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+        return "it is not assigned to a local name"
+    uses = _uses_of_binding(statement, ctx.node)
+    if isinstance(uses, str):
+        return uses
+    for use in uses:
+        if not _skipped_under_compile(use, ctx, parents):
+            return f"`{use.id}` is read at line {use.lineno}, in code that compiled runs execute"
+    if not _effect_free(statement.value, ctx):
+        return "the statement may do more than compute a value (a call that is not known to be free of effects)"
+    return statement
+
+
+def _skipped_under_compile(node: ast.AST, ctx: Context, parents: dict[int, ast.AST]) -> bool:
+    child, parent = node, parents.get(id(node))
+    while parent is not None:
+        if isinstance(parent, ast.If):
+            taken = branch_under_compile(parent.test, ctx.typer)
+            if taken is not None and any(child is s for s in (parent.orelse if taken else parent.body)):
+                return True
+        child, parent = parent, parents.get(id(parent))
+    return False
+
+
+# Builtins that compute a value from their arguments alone (formatting, conversions).
+_PURE_BUILTINS = frozenset(
+    f"builtins.{f}" for f in "str repr format float int bool round abs len min max tuple list".split()
+)
+_MUTATING_METHODS = frozenset(
+    "append extend insert update pop popitem remove clear add discard setdefault write".split()
+)
+
+
+def _effect_free(value: ast.expr, ctx: Context) -> bool:
+    """Whether evaluating `value` does nothing but compute it (or raise): its calls are torch
+    functions, pure builtins, or methods that do not mutate (no `x.add_()`, `list.append()`)."""
+    for node in ast.walk(value):
+        if isinstance(node, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Lambda)):
+            return False
+        if isinstance(node, ast.Call):
+            name = ctx.qualname(node.func)
+            if name is not None:
+                if not (name.startswith("torch.") and not name.endswith("_")) and name not in _PURE_BUILTINS:
+                    return False
+            elif not isinstance(node.func, ast.Attribute) or node.func.attr.endswith("_"):
+                return False
+            elif node.func.attr in _MUTATING_METHODS:
+                return False
+    return True
 
 
 # Operators whose result with a 0-d tensor operand is a tensor computed as with a number: the
@@ -170,11 +232,17 @@ _FULL_REDUCTIONS = frozenset(
 )
 
 
+# Methods without arguments whose result has the receiver's shape.
+_SHAPE_KEEPING = frozenset("long int float double half bfloat16 bool detach abs".split())
+
+
 def is_zero_dim(node: ast.expr, ctx: Context) -> bool:
-    """`x.sum()`, `torch.mean(x)`, ...: a reduction over every dimension."""
+    """`x.sum()`, `torch.mean(x)`, ...: a reduction over every dimension (`.long()`, `.detach()`... of one)."""
     if not isinstance(node, ast.Call) or any(k.arg != "dtype" for k in node.keywords):
         return False
     func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in _SHAPE_KEEPING and not node.args and not node.keywords:
+        return ctx.qualname(func) is None and is_zero_dim(func.value, ctx)
     name = ctx.qualname(func)
     if name is not None:
         return name.startswith("torch.") and name[6:] in _FULL_REDUCTIONS and len(node.args) == 1
@@ -212,17 +280,11 @@ def with_parens_of(original: "cst.BaseExpression", new: "cst.BaseExpression") ->
     return new.with_changes(lpar=original.lpar, rpar=original.rpar)
 
 
-class ScalarConversionRule(Rule):
-    """A tensor read into a Python number. Where the number only flows back into tensor
-    arithmetic, the fix keeps it a detached 0-d tensor (`tensor_form`), and a
-    `max(number, eps)`/`min(number, eps)` around it becomes `.clamp(min=eps)`/`.clamp(max=eps)`.
-
-    The decision needs every use of the value, later statements included, typed as they were
-    when visited: `plan` only notes the call and `check_function` decides after the walk.
-    """
-
-    fix_safety = "unsafe"
-    _CLAMP: ClassVar[dict[str, str]] = {"builtins.max": "min", "builtins.min": "max"}
+class DecidedAfterWalk(Rule):
+    """A rule whose fix depends on every use of a value, later statements included, typed as
+    they were when visited: `plan` only notes the node and `check_function` calls `decide`
+    after the walk. A value only read by code that compiled runs skip gets the statement
+    that computes it skipped too (`skippable_statement`), by the side-effects policy."""
 
     def plan(self, node: ast.AST, ctx: Context) -> dict:
         self.__dict__.setdefault("_pending", {})[_span(node)] = node
@@ -239,6 +301,30 @@ class ScalarConversionRule(Rule):
                 decided = self.decide(node, ctx, parents)
                 findings[index] = replace(finding, fix=decided.get("fix"), no_fix=decided.get("no_fix"))
 
+    def decide(self, node: ast.expr, ctx: Context, parents: dict[int, ast.AST]) -> dict:
+        raise NotImplementedError
+
+    def skip_with_readers(self, node: ast.expr, ctx: Context, parents: dict[int, ast.AST], problem: str) -> dict:
+        """The fix that skips the statement computing `node` under compile, or `problem`."""
+        statement = skippable_statement(node, ctx, parents)
+        if isinstance(statement, str):
+            return {"no_fix": problem}
+        title = "skip the statement under compile, as the code that reads it is"
+        return self.make_fix(title, "SimpleStatementLine", statement, safety="safe", data=("skip",))
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        return skip_under_compile(node, edit)
+
+
+class ScalarConversionRule(DecidedAfterWalk):
+    """A tensor read into a Python number. Where the number only flows back into tensor
+    arithmetic, the fix keeps it a detached 0-d tensor (`tensor_form`), and a
+    `max(number, eps)`/`min(number, eps)` around it becomes `.clamp(min=eps)`/`.clamp(max=eps)`.
+    """
+
+    fix_safety = "safe or unsafe"
+    _CLAMP: ClassVar[dict[str, str]] = {"builtins.max": "min", "builtins.min": "max"}
+
     def decide(self, node: ast.Call, ctx: Context, parents: dict[int, ast.AST]) -> dict:
         why_not = self.converts(node, ctx)
         if why_not:
@@ -250,7 +336,7 @@ class ScalarConversionRule(Rule):
                 target, clamp = wrapper, self._CLAMP[ctx.qualname(wrapper.func)]
         problem = flow_problem(target, ctx, parents, tensor_arithmetic_step)
         if problem:
-            return {"no_fix": problem}
+            return self.skip_with_readers(node, ctx, parents, problem)
         form = self.form(node, ctx)
         title = f"keep the value a tensor: {self.title(form)}" + (f", and `{clamp}=` of `.clamp()`" if clamp else "")
         reshape = not is_zero_dim(self.source(node), ctx)
@@ -275,6 +361,8 @@ class ScalarConversionRule(Rule):
     def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
         import libcst as cst
 
+        if fix.data == ("skip",):
+            return super().apply_fix(node, fix, edit)
         reshape, clamp, index, form = fix.data
         call = node.args[index].value if clamp else node
         # Detached: the number carried no gradient either.
@@ -596,31 +684,97 @@ class MathFunctionOnTensor(ScalarConversionRule):
         """]
 
 
-class TensorToString(Rule):
+class TensorToString(DecidedAfterWalk):
     """## What it does
-    Checks for `str(t)` and `repr(t)` of tensors in compiled code.
+    Checks for `str(t)`, `repr(t)`, `format(t)` and `%`-formatting (`"%.3f" % t`)
+    of tensors in compiled code.
 
     ## Why is this bad?
-    Formatting a tensor reads all its values; Dynamo cannot trace the C
-    implementation (GB0059, GB0569). (f-strings of tensors are reconstructed
-    after the graph and do not break it.)
+    Formatting a tensor reads its values; Dynamo cannot trace the C
+    implementation (GB0059, GB0569); `"%.3f" % t` reads a data-dependent
+    number (GB0033) and Dynamo gives up on the whole function (it runs without
+    a graph), and `format(t)` fails inside Dynamo
+    (InternalTorchDynamoError). (f-strings and `str.format` of tensors are
+    formatted after the graph and do not break it.)
 
     ## Fix safety
-    No automatic fix: format tensors outside the compiled function.
+    A string only read by code that compiled runs skip (a `print` or a log
+    that the side-effect fixes guarded with `if not
+    torch.compiler.is_compiling():`, or nobody): its statement is skipped the
+    same way, which is safe (`remove` deletes it with the prints).
+    Otherwise `format(t, spec)` becomes `"{:{}}".format(t, spec)` (`format(t)`:
+    `"{}".format(t)`): `str.format` calls the same `format()`, so the string
+    and the errors are the same (safe). (Dynamo makes such a string after the
+    graph: the fix removes the break where the string is returned, stored or
+    logged, not where the compiled code goes on to concatenate it.)
+    `"...%.3f..." % t` or `% (a, t)`
+    becomes `"...{:.3f}...".format(t)` (unsafe): each conversion maps to its
+    format spec (`-` to `<`, `+`, space, `#`, `0`, width, precision; `%s`,
+    `%r`, `%a` of other values to `{!s:>w.p}`, `{!r}`, `{!a}`; `%d`, `%i`, `%u`
+    to `{:d}` of `int(v)`, of `t.long()` for a tensor). A tensor becomes a
+    0-d tensor, whose `format` is its number's: `t.reshape(())` unless it is a
+    full reduction. What differs: a complex tensor, which `%` could not
+    convert, is formatted; `reshape` raises another error for several
+    elements; `%d` of NaN gives a number where it raised. No fix for `%s`/`%r`
+    of a tensor (its text, `tensor(...)`, cannot be made while tracing), for
+    mapping keys (`%(name)s`), `*` widths, precision on integers, and other
+    conversions (`%x`, `%c`).
     """
 
     code = "TP305"
     name = "tensor-to-string"
-    summary = "`str()`/`repr()` of a tensor"
-    message = "`{callee}()` of a tensor breaks the graph; format tensors outside the compiled function"
-    dynamo_codes = ("GB0059", "GB0569")
+    summary = "`str()`/`repr()`/`format()`/`%` of a tensor"
+    message = "`{callee}` of a tensor breaks the graph; format tensors outside the compiled function"
+    dynamo_codes = ("GB0059", "GB0569", "GB0033")
+    fix_safety = "safe or unsafe"
 
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
         name = ctx.qualname(node.func)
         if name in ("builtins.str", "builtins.repr") and len(node.args) == 1 and ctx.kind(node.args[0]).is_tensor:
-            self.report(ctx, node, callee=name[9:])
+            self.report(ctx, node, callee=f"{name[9:]}()")
+        elif name == "builtins.format" and node.args and ctx.kind(node.args[0]).is_tensor:
+            self.report(ctx, node, callee="format()")
 
-    INVALID = ["""
+    def visit_BinOp(self, node: ast.BinOp, ctx: Context) -> None:
+        if isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
+            values = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+            if any(ctx.kind(v).is_tensor for v in values):
+                self.report(ctx, node, callee="%")
+
+    def decide(self, node: ast.expr, ctx: Context, parents: dict[int, ast.AST]) -> dict:
+        if isinstance(node, ast.BinOp):
+            form = _format_template(node, ctx)
+        elif ctx.qualname(node.func) == "builtins.format" and len(node.args) <= 2 and not node.keywords:
+            form = ("{:{}}" if len(node.args) == 2 else "{}", ("",) * len(node.args))
+        else:
+            form = f"`{ast.unparse(node.func)}()` of a tensor has no form Dynamo traces (its text reads every value)"
+        if isinstance(form, str):
+            return self.skip_with_readers(node, ctx, parents, form)
+        skip = self.skip_with_readers(node, ctx, parents, "")
+        if "fix" in skip:
+            return skip
+        template, conversions = form
+        safety = "safe" if isinstance(node, ast.Call) else "unsafe"
+        title = f"format with `{template!r}.format(...)`, which Dynamo formats after the graph"
+        cst_node = "Call" if isinstance(node, ast.Call) else "BinaryOperation"
+        return self.make_fix(title, cst_node, node, safety=safety, data=form)
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        if fix.data == ("skip",):
+            return super().apply_fix(node, fix, edit)
+        template, conversions = fix.data
+        if isinstance(node, cst.Call):
+            values = [a.value for a in node.args]
+        else:
+            values = [e.value for e in node.right.elements] if isinstance(node.right, cst.Tuple) else [node.right]
+        args = [cst.Arg(_converted(v, c)) for v, c in zip(values, conversions)]
+        call = cst.Call(cst.Attribute(cst.SimpleString(repr(template)), cst.Name("format")), args)
+        return with_parens_of(node, call)
+
+    INVALID = [
+        """
         import torch
         from torch import nn
 
@@ -630,7 +784,20 @@ class TensorToString(Rule):
                 y = x + 1
                 self.last = repr(y)
                 return y * 2
-        """]
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                message = "mean %.3f" % y.mean()
+                print(message)
+                return y * 2
+        """,
+    ]
     VALID = ["""
         import torch
         from torch import nn
@@ -642,3 +809,82 @@ class TensorToString(Rule):
                 self.last = str(y.shape)
                 return y * 2
         """]
+
+
+# One %-conversion: `%[flags][width][.precision][length]type` (mapping keys and `*` are not rewritten).
+_CONVERSION = re.compile(r"%(?P<flags>[-+ #0]*)(?P<width>\d*)(?:\.(?P<precision>\d*))?[hlL]?(?P<type>.)", re.S)
+
+
+def _format_template(node: ast.BinOp, ctx: Context) -> tuple[str, tuple[str, ...]] | str:
+    """`str.format`'s template for `"..." % values` and how each value is converted for it
+    ("" as is, "int", "long", "reshape", "reshape long"), or why there is none."""
+    text = node.left.value
+    values = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+    if any(isinstance(v, ast.Starred) for v in values):
+        return "the values are unpacked with `*`"
+    pieces, conversions, position = [], [], 0
+    for match in _CONVERSION.finditer(text):
+        pieces.append(_escape(text[position : match.start()]))
+        position = match.end()
+        kind = match["type"]
+        if kind == "%" and match.group(0) == "%%":
+            pieces.append("%")
+            continue
+        if len(conversions) == len(values):
+            return "it has more conversions than values"
+        value = values[len(conversions)]
+        field = _field(match, ctx.kind(value).is_tensor)
+        if isinstance(field, str) and not field.startswith("{"):
+            return field
+        pieces.append(field)
+        tensor = ctx.kind(value).is_tensor
+        shaped = "" if is_zero_dim(value, ctx) else "reshape"
+        if kind in "diu":
+            conversion = f"{shaped} long".strip() if tensor else ("" if _is_int_literal(value) else "int")
+        else:
+            conversion = shaped if tensor else ""
+        conversions.append(conversion)
+    pieces.append(_escape(text[position:]))
+    if len(conversions) != len(values):
+        return "its conversions do not match its values"
+    return "".join(pieces), tuple(conversions)
+
+
+def _field(match: re.Match, tensor: bool) -> str:
+    """The `str.format` field of one %-conversion, or why it has none (a text without `{`)."""
+    flags, width, precision, kind = match["flags"], match["width"], match["precision"], match["type"]
+    precision = None if precision is None else f".{precision or '0'}"
+    if kind in "sra":
+        if tensor:
+            return f"`%{kind}` of a tensor is its text (`tensor(...)`), which Dynamo cannot make while tracing"
+        align = ("<" if "-" in flags else ">") if width else ""
+        spec = f"{align}{width}{precision or ''}"
+        return f"{{!{kind}{':' + spec if spec else ''}}}"
+    if kind not in "diueEfFgG":
+        return f"`%{kind}` conversions are not rewritten"
+    if kind in "diu" and precision is not None:
+        return "a precision on an integer conversion has no format spec"
+    sign = "+" if "+" in flags else " " if " " in flags else ""
+    zero = "0" if "0" in flags and "-" not in flags else ""
+    spec = ("<" if "-" in flags and width else "") + sign + ("#" if "#" in flags else "") + zero + width
+    spec += (precision or "") + ("d" if kind in "diu" else kind)
+    return f"{{:{spec}}}"
+
+
+def _escape(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _is_int_literal(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def _converted(value: "cst.BaseExpression", conversion: str) -> "cst.BaseExpression":
+    """`value` as `str.format` must see it to print what `%` printed."""
+    import libcst as cst
+
+    if conversion == "int":
+        return cst.Call(cst.Name("int"), [cst.Arg(value)])
+    for step in conversion.split():
+        value = method_call(value, step, *([cst.Arg(cst.Tuple([]))] if step == "reshape" else []))
+    return value

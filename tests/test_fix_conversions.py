@@ -123,9 +123,33 @@ CASES = {
         "y = x * 2\nreturn y, id(y) == id(x), id(x) != id(x + 1)",
         "y = x * 2\nreturn y, y is x, x is not (x + 1)",
     ),
+    "format-call": (
+        "return x * 2, format(x.sum(), '.3f'), format(x.mean())",
+        "return x * 2, '{:{}}'.format(x.sum(), '.3f'), '{}'.format(x.mean())",
+    ),
+    "percent-format": (
+        "text = 'sum %-9.3e|%+5d|%s|%%|{}' % (x.sum(), x.sum().long(), 'a')\nreturn x * 2, text",
+        "text = 'sum {:<9.3e}|{:+5d}|{!s}|%|{{}}'.format(x.sum(), x.sum().long().long(), 'a')\nreturn x * 2, text",
+    ),
+    "percent-format-element": (
+        "return x * 2, 'first %5.2f' % x[0]",
+        "return x * 2, 'first {:5.2f}'.format(x[0].reshape(()))",
+    ),
+    "formatted-for-print": (
+        "loss = x.pow(2).mean()\nmsg = 'loss %.4f' % loss.item()\nprint(msg)\nreturn loss",
+        "loss = x.pow(2).mean()\nif not torch.compiler.is_compiling():\n    msg = 'loss %.4f' % loss.item()\n"
+        "if not torch.compiler.is_compiling():\n    print(msg)\nreturn loss",
+    ),
+    "text-for-print": (
+        "n = int(x.sum())\ntext = repr(x)\nprint(n, text)\nreturn x * 2",
+        "if not torch.compiler.is_compiling():\n    n = int(x.sum())\nif not torch.compiler.is_compiling():\n"
+        "    text = repr(x)\nif not torch.compiler.is_compiling():\n    print(n, text)\nreturn x * 2",
+    ),
 }
+# Safe fixes: applied with the default flags, and equal bit for bit.
+SAFE = {"format-call", "formatted-for-print", "text-for-print", "id-comparison"}
 # Cases whose original raises on NaN (`int(nan)`), or differs there by design (documented).
-NO_NAN = {"int", "int-compared"}
+NO_NAN = {"int", "int-compared", "text-for-print"}
 # Cases valid on empty inputs (a reduction to one number of an empty tensor raises).
 EMPTY_OK = {"mask-sum", "mask-bound-then-summed", "masked-select", "masked-select-method", "id-comparison"}
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -148,7 +172,28 @@ def test_fix_is_idempotent(name):
 def test_only_unsafe_fixes_wait_for_the_flag():
     source = module(CASES["item"][0] + "\n")
     assert fix(source, unsafe=False)[0] == source
-    assert fix(module(CASES["id-comparison"][0]), unsafe=False)[0] == module(CASES["id-comparison"][1])
+    for name in SAFE:
+        assert fix(module(CASES[name][0]), unsafe=False)[0] == module(CASES[name][1])
+
+
+# Conversions `%` and `str.format` must print alike: every flag, width and precision, per value.
+PERCENT_SPECS = (
+    "%f|%.0f|%.f|%10.3f|%-10.3f|%+.2e|% .3E|%#.0e|%08.3f|%-08.2f|%g|%.10G|%#g|%F|%d|%5i|%-6u|%+05d|% d".split("|")
+)
+
+
+def test_percent_conversions_print_as_str_format_does():
+    numbers = ", ".join(f"'{spec}' % x.sum()" for spec in PERCENT_SPECS)
+    body = f"return {numbers}, '%s|%10s|%-4r|%.2s|%a|%%' % ('ab', 'cd', 'é', 'xyz', 'é'), '%s %d' % (x.shape, 2.5)"
+    original, rewritten = _model(module(body), "o"), _model(fix(module(body))[0], "r")
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64, torch.bool):
+        for values in ([-1234.56789, 0.5, 3e-5], [0.0], [-0.0], [7.0, 1e6], [float("inf")]):
+            x = torch.tensor(values).to(dtype)
+            if not torch.isfinite(x.sum()):  # `%d` raised on it; `.long()` does not (documented)
+                with pytest.raises((OverflowError, ValueError)):
+                    original(x)
+                continue
+            assert rewritten(x) == original(x), (dtype, values)
 
 
 def test_torch_alias_is_used():
@@ -273,11 +318,11 @@ def _compiles_as_one_graph(source: str) -> bool:
     """`fullgraph=True` compiles it (explain can miss a break before the first traced op)."""
     torch._dynamo.reset()
     model, x = _model(source, "compiled"), torch.randn(8) + 2
-    explained = torch._dynamo.explain(model.forward)(x)
-    torch._dynamo.reset()
     try:
+        explained = torch._dynamo.explain(model.forward)(x)
+        torch._dynamo.reset()
         torch.compile(model.forward, fullgraph=True, backend="eager")(x)
-    except Exception:  # Unsupported, or UserError for data-dependent math
+    except Exception:  # Unsupported, UserError for data-dependent math, Dynamo's own error on `format(t)`
         return False
     return explained.graph_break_count == 0 and not explained.break_reasons
 

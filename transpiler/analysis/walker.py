@@ -212,7 +212,7 @@ class _Walker:
     def _statement(self, node: ast.stmt) -> None:
         typer = self.typer
         if isinstance(node, ast.If):
-            taken = _branch_under_compile(node.test, typer)
+            taken = branch_under_compile(node.test, typer)
             if taken is not None:  # Dynamo folds the check: only that branch is ever traced
                 self.body(node.body if taken else node.orelse)
                 return
@@ -294,7 +294,7 @@ class _Walker:
 
     def expr(self, node: ast.expr) -> None:
         if isinstance(node, ast.IfExp):
-            taken = _branch_under_compile(node.test, self.typer)
+            taken = branch_under_compile(node.test, self.typer)
             if taken is not None:  # `a if torch.compiler.is_compiling() else b`: Dynamo traces one arm
                 self.expr(node.body if taken else node.orelse)
                 return
@@ -382,16 +382,16 @@ def _resumable_context(expr: ast.expr, typer: Typer) -> bool:
 _COMPILING_CHECKS = frozenset({"is_compiling", "is_dynamo_compiling", "is_torchdynamo_compiling", "is_exporting"})
 
 
-def _branch_under_compile(test: ast.expr, typer: Typer) -> bool | None:
+def branch_under_compile(test: ast.expr, typer: Typer) -> bool | None:
     """Value of an `if` test under compilation when it is a `torch.compiler.is_compiling()` check."""
     if isinstance(test, ast.Call) and not test.args:
         name = typer.qualname(test.func) or ""
         return True if name.rpartition(".")[2] in _COMPILING_CHECKS else None
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = _branch_under_compile(test.operand, typer)
+        inner = branch_under_compile(test.operand, typer)
         return None if inner is None else not inner
     if isinstance(test, ast.BoolOp):
-        values = [_branch_under_compile(v, typer) for v in test.values]
+        values = [branch_under_compile(v, typer) for v in test.values]
         decisive = isinstance(test.op, ast.Or)  # True decides `or`, False decides `and`
         return decisive if decisive in values else None
     return None
