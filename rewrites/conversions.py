@@ -424,6 +424,12 @@ class TensorItemCall(ScalarConversionRule, TensorMethodRule):
     2049 to 2048); integer arithmetic wraps at int64 where Python's does not,
     and raises on a negative power where Python gives a float; division by zero
     gives inf or NaN where Python raised.
+    A number (or a string made from it) bound to a local name that only code
+    compiled runs skip reads (a `print` or log the side-effect fixes guarded
+    with `if not torch.compiler.is_compiling():`, TP101/TP102) gets its
+    statement skipped the same way: safe, eager runs are unchanged, and with
+    `--side-effects remove` it goes with the prints. The value must be
+    computed by torch functions, pure builtins and methods that do not mutate.
     No fix when the number is used any other way (returned, stored, tested by
     `if`/`while`/`and`/`not`, inverted with `~`, in a chained comparison,
     formatted, as a size or index, passed to other code such as
@@ -542,6 +548,8 @@ class TensorToPythonScalar(ScalarConversionRule):
     gives float64 instead of the default dtype.
     `bool()` and `complex()` are not rewritten (a truth test belongs to
     control flow, TP2xx), nor are numbers used any other way (see TP301).
+    A number only read by code skipped under compile has its statement
+    skipped too (safe, as for TP301).
     """
 
     # float(t): `* 1.0` promotes integers to the default float dtype and leaves floats untouched.

@@ -363,11 +363,26 @@ class BooleanMaskIndex(ReducedSelection):
     Safe (applied by default): a count of a selection by an elementwise test
     of `x` whose every use is `+ - * /` or a comparison with a tensor: the
     count is exact and an int64 0-d tensor promotes and divides as the int
-    did. Unsafe otherwise: sums add in another order (rounding may differ; a float16 mean
+    did. `x[m].max()` (and `min`, `amax`, `amin`, for a mask that is an
+    elementwise test of `x`) becomes `torch.where(m, x,
+    x.take(m.int().argmax())).max()`: the unselected elements are replaced by
+    the first selected one, so the extreme is the selection's, bit for bit, in
+    any dtype (integers and bools too, where a `-inf` fill would not do) and
+    NaN propagates as before. `x[m] = y[m]` (the same mask, a plain read,
+    written through the same subscript) becomes `x.copy_(torch.where(m, y,
+    x))`: `x` is written in place as `index_put_` wrote it (views of `x` see
+    the values, the version counter moves, a leaf that requires grad raises
+    alike), and the gradients are those of the store: `y`'s where selected,
+    `x`'s old values elsewhere; a mask over leading dimensions is reshaped as
+    above. Unsafe otherwise: sums add in another order (rounding may differ; a float16 mean
     rounds its sum before dividing, so it can overflow where the mean did
     not); an integer mean, which raised, now divides; a mask of the wrong
-    shape broadcasts or raises another error instead of `IndexError`.
-    Other uses of the selection are left alone.
+    shape broadcasts or raises another error instead of `IndexError`; the
+    `max()` of an empty selection, which raised, is the first element; a
+    gradient split between tied maxima counts the copies of the first
+    selected element; `x[m] = y[m]` with `y` of another shape than `x`
+    broadcasts where indexing raised, and with another dtype casts where
+    `index_put_` raised. Other uses of the selection are left alone.
     """
 
     code = "TP402"
@@ -495,7 +510,8 @@ class MaskedSelectCall(ReducedSelection, TensorMethodRule):
     becomes `torch.where(mask, x, 0)`: `masked_select` broadcasts `x` and
     `mask` as `where` does, so the total, dtype and gradients agree. With a
     mask that is an elementwise test of `x` (same shape), `.mean()` and the
-    counts (`numel()`, `len()`, ...) are rewritten as for TP402. Unsafe: the
+    counts (`numel()`, `len()`, ...) and `max()`/`min()`/`amax()`/`amin()`
+    are rewritten as for TP402. Unsafe: the
     elements are added in another order (floating-point rounding may differ).
     Other uses of the selection are left alone.
     """
