@@ -14,6 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+# Imported at collection, with the other modules of jit functions: a module that sets TRITON_INTERPRET later in the
+# session (test_triton_backend) must not make this one's kernel interpreted while the helpers it calls are compiled.
+from emit.runtime import channel_bias  # noqa: E402
 from emit.runtime import conv as runtime  # noqa: E402
 from tests.transpiled import importable  # noqa: E402
 from transpiler.compiler.convs import conv_sites  # noqa: E402
@@ -306,8 +309,6 @@ def _same_bits(got: torch.Tensor, wanted: torch.Tensor) -> bool:
 @pytest.mark.parametrize("shape", [(2, 5, 3, 4), (3, 7, 13, 11), (1, 3, 1, 1), (0, 4, 2, 2)])
 def test_the_bias_kernel_adds_as_torch_does(dtype, layout, relu, shape):
     """One pass computes what torch's broadcast `add_` and `relu_` do, bit for bit (shapes crossing blocks)."""
-    from emit.runtime import channel_bias
-
     generator = torch.Generator().manual_seed(sum(shape))
     out = (torch.randn(shape, generator=generator, dtype=torch.float64) * 3).to(dtype)
     if out.numel() > 8:
@@ -325,8 +326,6 @@ def test_the_bias_kernel_adds_as_torch_does(dtype, layout, relu, shape):
 
 
 def test_the_bias_kernel_refuses_other_layouts():
-    from emit.runtime import channel_bias
-
     bias = torch.randn(4)
     assert not channel_bias.supported(torch.randn(2, 4, 6, 6)[..., ::2], bias)  # not dense
     assert not channel_bias.supported(torch.randn(2, 6, 6, 4).permute(0, 3, 2, 1), bias)  # neither layout
@@ -338,8 +337,6 @@ def test_the_bias_kernel_refuses_other_layouts():
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_the_fold_adds_its_bias_in_one_kernel(activation, channels_last, monkeypatch):
     """Where the kernel runs (CUDA; here forced on the CPU), the fold still computes the modules' result."""
-    from emit.runtime import channel_bias
-
     monkeypatch.setattr(runtime, "counts", runtime.counts.__class__())
     monkeypatch.setattr(runtime, "_channel_bias", lambda input: channel_bias)
     conv, norm = pair()
