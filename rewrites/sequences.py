@@ -102,6 +102,17 @@ class Sequences:
             return frozenset({Kind.TENSOR})  # iterating a tensor yields tensors
         return frozenset({Kind.MODULE}) if kind is Kind.MODULE else frozenset()  # an nn.ModuleList
 
+    def is_tensor(self, node: ast.expr, ctx: Context) -> bool:
+        """A tensor, also `max(parts)`, `min(parts)` and `parts[i]` of a list of tensors."""
+        if ctx.kind(node).is_tensor:
+            return True
+        if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+            if ctx.qualname(node.func) in ("builtins.max", "builtins.min"):
+                return Kind.TENSOR in self.elements(node.args[0], ctx)
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice):
+            return Kind.TENSOR in self.elements(node.value, ctx, python_only=True)
+        return False
+
     def keys(self, elements: frozenset[Kind], key: ast.expr | None, ctx: Context) -> frozenset[Kind]:
         """Kinds of the values `sorted`, `min` or `max` compare: the elements, or what `key` gives for them."""
         if key is None or isinstance(key, ast.Constant) and key.value is None:

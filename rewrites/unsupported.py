@@ -1235,14 +1235,16 @@ def _bound_generator(value: ast.expr, ctx: Context) -> bool:
     )
 
 
-class BuiltinIterationOverTensor(Rule):
+class BuiltinIterationOverTensor(SequenceRule):
     """## What it does
     Checks for the builtins `any()` and `all()` applied to a tensor or to a
-    comprehension of tensors (`any(t > 0 for t in h)`), and `range()` given a tensor.
+    comprehension of tensors (`any(t > 0 for t in h)`), `range()` given a tensor, and
+    `list.index()`/`list.remove()` of a tensor in a list of tensors.
 
     ## Why is this bad?
     `any(t)` and `all(t)` iterate over the tensor and take the truth value of
-    each element, a data-dependent branch (GB0170); `range(t)` needs a Python
+    each element, a data-dependent branch (GB0170), and so does the `==` with which
+    a list looks for a tensor; `range(t)` needs a Python
     integer out of tensor data, and Dynamo fails to trace the builtin (GB0059).
     (`any()` over Python values, such as sizes, is traced and not reported.)
 
@@ -1254,12 +1256,18 @@ class BuiltinIterationOverTensor(Rule):
 
     code = "TP519"
     name = "builtin-iteration-over-tensor"
-    summary = "`any()`/`all()`/`range()` of a tensor"
+    summary = "`any()`/`all()`/`range()` of a tensor, `list.index()` of one"
     message = "`{callee}()` of a tensor reads tensor data into Python and breaks the graph; use tensor operations"
     dynamo_codes = ("GB0170", "GB0059")
 
-    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+    def check_call(self, node: ast.Call, ctx: Context) -> None:
         name = ctx.qualname(node.func)
+        func = node.func
+        if name is None and isinstance(func, ast.Attribute) and func.attr in ("index", "remove") and node.args:
+            # `norms.index(max(norms))`: the list compares its tensors with `==`
+            elements = self.sequences.elements(func.value, ctx, python_only=True)
+            if Kind.TENSOR in elements and self.sequences.is_tensor(node.args[0], ctx):
+                self.report(ctx, node, callee=f"list.{func.attr}")
         if name in ("builtins.any", "builtins.all", "builtins.range"):
             if any(ctx.kind(arg).is_tensor for arg in node.args):  # not `steps=None` parameters
                 self.report(ctx, node, callee=name[9:])
@@ -1301,6 +1309,17 @@ class BuiltinIterationOverTensor(Rule):
                 finite = all(torch.isfinite(row).all() for row in rows)
                 return rows * 2, finite
         """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                norms = [x.norm(), (x * 2).norm(), (x - 1).norm()]
+                best = norms.index(max(norms))
+                return x * best
+        """,
     ]
     VALID = ["""
         import torch
@@ -1317,18 +1336,20 @@ class BuiltinIterationOverTensor(Rule):
 
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp)
-# Factories and tensor methods whose positional arguments (from the index given) are sizes.
+# Functions and tensor methods given sizes: the first positional argument that is one (those after
+# it are too: dims, lengths) and the keywords that are.
 _SIZE_FUNCTIONS = {
-    "torch.zeros": 0,
-    "torch.ones": 0,
-    "torch.empty": 0,
-    "torch.rand": 0,
-    "torch.randn": 0,
-    "torch.arange": 0,
-    "torch.eye": 0,
+    **dict.fromkeys(["torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn"], (0, ("size",))),
+    **dict.fromkeys(["torch.arange", "torch.eye"], (0, ("end", "n", "m"))),
+    **dict.fromkeys(["torch.topk", "torch.kthvalue"], (1, ("k",))),
+    "torch.multinomial": (1, ("num_samples",)),
+    "operator.index": (0, ()),
 }
-_SIZE_METHODS = {"view": 0, "reshape": 0, "expand": 0, "repeat": 0, "new_zeros": 0, "new_ones": 0, "new_empty": 0}
-_SIZE_METHODS["narrow"] = 1  # narrow(dim, start, length)
+_SIZE_METHODS = {
+    **dict.fromkeys(["view", "reshape", "expand", "repeat", "new_zeros", "new_ones", "new_empty"], (0, ("size",))),
+    **dict.fromkeys(["topk", "kthvalue"], (0, ("k",))),
+    "narrow": (1, ("start", "length")),  # narrow(dim, start, length)
+}
 
 
 class TensorAsPythonInt(SequenceRule):
@@ -1379,17 +1400,15 @@ class TensorAsPythonInt(SequenceRule):
         name = ctx.qualname(node.func)
         func = node.func
         if name in _SIZE_FUNCTIONS:
-            first = _SIZE_FUNCTIONS[name]
+            first, keywords = _SIZE_FUNCTIONS[name]
         elif name is None and isinstance(func, ast.Attribute) and func.attr in _SIZE_METHODS:
             if not ctx.kind(func.value).may_be_tensor:
                 return
-            first = _SIZE_METHODS[func.attr]
-        elif name == "operator.index":
-            first = 0
+            first, keywords = _SIZE_METHODS[func.attr]
         else:
             return
         sizes = [a for a in node.args[first:] if not isinstance(a, ast.Starred)]
-        sizes += [k.value for k in node.keywords if k.arg == "size"]
+        sizes += [k.value for k in node.keywords if k.arg in keywords]
         flat = [e for a in sizes for e in (a.elts if isinstance(a, (ast.Tuple, ast.List)) else [a])]
         if any(self._is_int_tensor(size, ctx) for size in flat):
             self.report(ctx, node, what="a size")
@@ -1421,6 +1440,17 @@ class TensorAsPythonInt(SequenceRule):
             def forward(self, x):
                 steps = (x > 0).sum()
                 return torch.arange(steps) * 2
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                scores = x.softmax(-1)
+                confident = (scores > 0.1).sum()
+                return scores.topk(confident).values.sum()
         """,
     ]
     VALID = ["""

@@ -1,0 +1,7 @@
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        reps = (x.abs().sum() > 1).long() + 1
+        return x.repeat(reps)  # break
