@@ -67,37 +67,45 @@ class Sequences:
             self.record(func.value, self.elements(node.args[0], ctx))  # `parts.extend(h)` of a tensor: rows
 
     def elements(
-        self, seq: ast.expr, ctx: Context, literal_only: bool = False, python_only: bool = False
+        self,
+        seq: ast.expr,
+        ctx: Context,
+        literal_only: bool = False,
+        python_only: bool = False,
+        typer: Typer | None = None,
     ) -> frozenset[Kind]:
         """Kinds of what iterating `seq` yields, as far as known (unknown elements are left out);
-        `python_only`: only for Python lists and tuples, not for tensors and modules."""
+        `python_only`: only for Python lists and tuples, not for tensors and modules. `typer`
+        types the expressions inside (a scratch one under a comprehension's loop variables)."""
+        typer = typer or ctx.typer
         if isinstance(seq, (ast.List, ast.Tuple, ast.Set)):
             kinds: set[Kind] = set()
             for element in seq.elts:
                 if isinstance(element, ast.Starred):
-                    kinds |= self.elements(element.value, ctx)
+                    kinds |= self.elements(element.value, ctx, typer=typer)
                 else:
-                    kinds.add(_element(ctx.kind(element)))
+                    kinds.add(_element(typer.kind(element)))
             return frozenset(kinds - {Kind.UNKNOWN})
         if literal_only:
             return frozenset()
         if isinstance(seq, _COMPREHENSIONS):
-            typer = self.scratch(ctx)
+            inner = scratch(ctx)
             for generator in seq.generators:
-                self.bind(typer, generator.target, generator.iter, ctx)
-            return frozenset({_element(typer.kind(seq.elt))} - {Kind.UNKNOWN})
+                self.bind(inner, generator.target, generator.iter, ctx)
+            return frozenset({_element(inner.kind(seq.elt))} - {Kind.UNKNOWN})
         if isinstance(seq, ast.Name) and seq.id in self.names:
             return self.names[seq.id]
         if isinstance(seq, ast.Call):
-            name = ctx.qualname(seq.func)
+            name = typer.qualname(seq.func)
             if name in _PASSING and seq.args:
-                return self.elements(seq.args[0], ctx, python_only=python_only and name == "builtins.reversed")
+                python = python_only and name == "builtins.reversed"
+                return self.elements(seq.args[0], ctx, python_only=python, typer=typer)
             func = seq.func
             if name is not None and name.startswith("torch.") and name.rpartition(".")[2] in _SPLITTING:
                 return frozenset({Kind.TENSOR})
-            if isinstance(func, ast.Attribute) and func.attr in _SPLITTING and ctx.kind(func.value).may_be_tensor:
+            if isinstance(func, ast.Attribute) and func.attr in _SPLITTING and typer.kind(func.value).may_be_tensor:
                 return frozenset({Kind.TENSOR})
-        kind = Kind.UNKNOWN if python_only else ctx.kind(seq)
+        kind = Kind.UNKNOWN if python_only else typer.kind(seq)
         if kind.is_tensor:
             return frozenset({Kind.TENSOR})  # iterating a tensor yields tensors
         return frozenset({Kind.MODULE}) if kind is Kind.MODULE else frozenset()  # an nn.ModuleList
@@ -117,7 +125,7 @@ class Sequences:
         """Kinds of the values `sorted`, `min` or `max` compare: the elements, or what `key` gives for them."""
         if key is None or isinstance(key, ast.Constant) and key.value is None:
             return elements
-        typer = self.scratch(ctx)
+        typer = scratch(ctx)
         element = Kind.TENSOR if Kind.TENSOR in elements else next(iter(elements), Kind.UNKNOWN)
         if isinstance(key, ast.Lambda):
             args = key.args
@@ -150,17 +158,19 @@ class Sequences:
                     kinds.add(_element(ctx.typer.env[node.id]))
         return frozenset(kinds - {Kind.UNKNOWN})
 
-    def scratch(self, ctx: Context) -> Typer:
-        """A typer with the function's environment and its own memo: lambda parameters and loop
-        variables bound here must not leave their kinds on the nodes the walker types later."""
-        return Typer(ctx.names, ctx.cls, dict(ctx.typer.env), ctx.typer.classes)
-
     def bind(self, typer: Typer, target: ast.expr, iterable: ast.expr, ctx: Context) -> None:
-        kinds = self.elements(iterable, ctx)
+        kinds = self.elements(iterable, ctx, typer=typer)
         if isinstance(target, ast.Name) and len(kinds) == 1:
             typer.env[target.id] = next(iter(kinds))
         else:
             typer.bind_iteration(target, iterable)
+
+
+def scratch(ctx: Context) -> Typer:
+    """A typer with the function's environment and its own memo. The walker types a node once
+    and keeps its kind: looking ahead (into a comprehension before its loop variables are bound,
+    a lambda, another statement) with the walker's own typer would leave wrong kinds behind."""
+    return Typer(ctx.names, ctx.cls, dict(ctx.typer.env), ctx.typer.classes)
 
 
 def _element(kind: Kind) -> Kind:

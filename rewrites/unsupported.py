@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import atom, with_parens_of
-from rewrites.sequences import SequenceRule, Sequences
+from rewrites.sequences import SequenceRule, Sequences, scratch
 from transpiler.analysis.symbols import DISABLE_DECORATORS
 from transpiler.analysis.kinds import Kind
+from transpiler.analysis.typer import Typer
 from transpiler.analysis.walker import Context
 from transpiler.lint.rule import Fix
 from transpiler.lint.rule import REGISTRY, Finding, Rule
@@ -1417,7 +1418,7 @@ class TensorAsPythonInt(SequenceRule):
     def _is_int_tensor(node: ast.expr | None, ctx: Context) -> bool:
         """A tensor computed in this function: unannotated parameters are only guessed to be
         tensors, and sizes often come from tuples passed in (`height, width = dims`)."""
-        return node is not None and ctx.kind(node).is_tensor and _computed(node, ctx, 2)
+        return node is not None and ctx.kind(node).is_tensor and _computed(node, ctx, scratch(ctx), 2)
 
     INVALID = [
         """
@@ -1467,21 +1468,21 @@ class TensorAsPythonInt(SequenceRule):
         """]
 
 
-def _tensor_operation(call: ast.Call, ctx: Context) -> bool:
+def _tensor_operation(call: ast.Call, typer: Typer) -> bool:
     """A tensor method, or a torch function given a tensor: not a submodule (whose outputs may
     hold ints), nor `torch.div(n, 2)` of ints, which Dynamo folds to a constant."""
-    name = ctx.qualname(call.func)
+    name = typer.qualname(call.func)
     if name is not None:
         arguments = [*call.args, *(k.value for k in call.keywords)]
-        return name.startswith("torch.") and any(ctx.kind(a).may_be_tensor for a in arguments)
-    return isinstance(call.func, ast.Attribute) and ctx.kind(call.func.value).may_be_tensor
+        return name.startswith("torch.") and any(typer.kind(a).may_be_tensor for a in arguments)
+    return isinstance(call.func, ast.Attribute) and typer.kind(call.func.value).may_be_tensor
 
 
-def _computed(node: ast.expr, ctx: Context, depth: int) -> bool:
+def _computed(node: ast.expr, ctx: Context, typer: Typer, depth: int) -> bool:
     """`node` calls a tensor operation, or reads a name the function assigned from one (`depth`
-    assignments back)."""
+    assignments back). `typer` is a scratch one: the other statements are typed out of order."""
     for sub in ast.walk(node):
-        if isinstance(sub, ast.Call) and ctx.kind(sub).is_tensor and _tensor_operation(sub, ctx):
+        if isinstance(sub, ast.Call) and typer.kind(sub).is_tensor and _tensor_operation(sub, typer):
             return True
     if depth == 0:
         return False
@@ -1490,7 +1491,7 @@ def _computed(node: ast.expr, ctx: Context, depth: int) -> bool:
         if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and statement.value is not None:
             targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
             bound = {t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)}
-            if bound & names and _computed(statement.value, ctx, depth - 1):
+            if bound & names and _computed(statement.value, ctx, typer, depth - 1):
                 return True
     return False
 
