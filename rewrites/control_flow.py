@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from rewrites import branches, sequences, where_proof
 from rewrites.sequences import SequenceRule
+from rewrites.conversions import atom, with_parens_of
 from transpiler.analysis.walker import Context
 from transpiler.lint.rule import Fix, FixApplicability
 from transpiler.analysis.kinds import Kind
@@ -787,8 +788,16 @@ class SortedOnTensors(SequenceRule):
     `key=lambda t: t.shape[0]`) is fine, a key over values breaks the graph.
 
     ## Fix safety
-    No automatic fix: `torch.sort` (or `torch.argsort`) of the stacked keys keeps it in
-    the graph when the elements have one shape.
+    Unsafe: `sorted(xs)` (and `reverse=`) of a list written out, or of a name bound only to
+    lists of full reductions (`h.sum()`, `h.norm()`: 0-dim tensors, also appended in a loop),
+    becomes `list(torch.sort(torch.stack(xs), stable=True).values.unbind(0))` (`descending=`
+    for `reverse=`; for a name, `... if xs else []`, since `torch.stack` refuses an empty list
+    and Dynamo knows the length). A stable sort keeps equal values in their order, as Python's sort does, also
+    descending. What differs: NaN values (Python's comparisons leave them where they fall,
+    `torch.sort` puts them last), elements of different dtypes (stacked, they are promoted to
+    one) and identity (the results are new tensors, not the list's objects). Other sorts have
+    no fix: with a `key`, or over elements whose shapes are not known to be equal, no stacked
+    form is proven to keep the meaning; sort a stacked tensor with `torch.sort`/`argsort`.
     """
 
     code = "TP206"
@@ -796,6 +805,7 @@ class SortedOnTensors(SequenceRule):
     summary = "`sorted()` or `list.sort()` by tensor values"
     message = "sorting by tensor values breaks the graph; use `torch.sort` on a stacked tensor"
     dynamo_codes = ("GB0207",)
+    fix_safety = "unsafe"
 
     def check_call(self, node: ast.Call, ctx: Context) -> None:
         func = node.func
@@ -808,6 +818,33 @@ class SortedOnTensors(SequenceRule):
         elements = self.sequences.elements(items, ctx)
         if sequences.any_tensor(self.sequences.keys(elements, sequences.keyword(node, "key"), ctx)):
             self.report(ctx, node)
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        assert isinstance(node, ast.Call)
+        if ctx.qualname(node.func) != "builtins.sorted" or len(node.args) != 1:
+            return {"no_fix": "only `sorted(values)` has a `torch.sort` form (`list.sort()` sorts in place)"}
+        if any(k.arg != "reverse" for k in node.keywords):
+            return {"no_fix": "with a `key`, no stacked form is proven to keep the order and the elements"}
+        values = node.args[0]
+        if isinstance(values, ast.ListComp):
+            return {"no_fix": "a comprehension may be empty, and an empty list has no stack: name it first"}
+        if not sequences.scalar_elements(values, ctx):
+            return {"no_fix": "the elements are not known to be 0-dim (full reductions): stacking them may fail"}
+        # A named list may be empty (built in a loop): `[]` then, as `sorted` gives (Dynamo knows the length).
+        data = (values.id,) if isinstance(values, ast.Name) else ()
+        return self.make_fix("sort the stacked values with a stable `torch.sort`", "Call", node, "unsafe", data)
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        import libcst as cst
+
+        values = _code(node.args[0].value)
+        reverse = [_code(a.value) for a in node.args[1:] if a.keyword is not None]
+        descending = f", descending={reverse[0]}" if reverse else ""
+        sort, stack = _code(edit.torch("sort")), _code(edit.torch("stack"))
+        text = f"list({sort}({stack}({values}){descending}, stable=True).values.unbind(0))"
+        if not fix.data:
+            return with_parens_of(node, cst.parse_expression(text))
+        return atom(with_parens_of(node, cst.parse_expression(f"{text} if {fix.data[0]} else []")))
 
     INVALID = [
         """

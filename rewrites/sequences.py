@@ -173,6 +173,71 @@ def scratch(ctx: Context) -> Typer:
     return Typer(ctx.names, ctx.cls, dict(ctx.typer.env), ctx.typer.classes)
 
 
+# Tensor methods that reduce to a 0-dim tensor when called without a dimension.
+FULL_REDUCTIONS = frozenset(
+    "sum mean nansum nanmean prod max min amax amin norm std var logsumexp median nanmedian count_nonzero".split()
+)
+
+
+def scalar_elements(seq: ast.expr, ctx: Context) -> bool:
+    """The elements of a list or tuple written out, of a list comprehension, or of a name bound
+    only to such lists (and appended only such values) are 0-dim tensors: each a full
+    reduction (`h.sum()`, `h.norm(dtype=...)`) of a tensor."""
+    if isinstance(seq, ast.Name):
+        return _scalar_name(seq.id, ctx)
+    if isinstance(seq, ast.ListComp):
+        elements = [seq.elt]
+        typer = scratch(ctx)
+        for generator in seq.generators:
+            Sequences().bind(typer, generator.target, generator.iter, ctx)
+    elif isinstance(seq, (ast.List, ast.Tuple)) and seq.elts:
+        elements, typer = seq.elts, ctx.typer
+    else:
+        return False
+    return all(_full_reduction(e, typer) for e in elements)
+
+
+def _scalar_name(name: str, ctx: Context) -> bool:
+    """Every binding and growth of `name` in the function holds 0-dim tensors, and no item of
+    it is assigned."""
+    typer = scratch(ctx)  # the other statements are typed out of order: not with the walker's memo
+    bound = False
+    for node in ast.walk(ctx.node):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                    if target.value.id == name:
+                        return False
+                elif any(isinstance(t, ast.Name) and t.id == name for t in ast.walk(target)):
+                    if not (isinstance(target, ast.Name) and node.value is not None):
+                        return False
+                    empty = isinstance(node.value, (ast.List, ast.Tuple)) and not node.value.elts
+                    if not empty and (isinstance(node.value, ast.Name) or not scalar_elements(node.value, ctx)):
+                        return False  # an alias of another list, or other values
+                    bound = True
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension, ast.With, ast.NamedExpr)):
+            targets = [node.target] if not isinstance(node, ast.With) else [i.optional_vars for i in node.items]
+            if any(isinstance(t, ast.Name) and t.id == name for target in targets if target for t in ast.walk(target)):
+                return False
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            func = node.func
+            if isinstance(func.value, ast.Name) and func.value.id == name:
+                if func.attr in ("append", "insert") and not _full_reduction(node.args[-1], typer):
+                    return False
+                if func.attr == "extend" and not scalar_elements(node.args[0], ctx):
+                    return False
+    return bound
+
+
+def _full_reduction(node: ast.expr, typer: Typer) -> bool:
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args):
+        return False
+    if node.func.attr not in FULL_REDUCTIONS or any(k.arg != "dtype" for k in node.keywords):
+        return False
+    return typer.kind(node.func.value).may_be_tensor and typer.qualname(node.func) is None
+
+
 def _element(kind: Kind) -> Kind:
     return Kind.TENSOR if kind.is_tensor else kind if kind is Kind.MODULE else Kind.UNKNOWN
 
