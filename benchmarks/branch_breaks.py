@@ -1,5 +1,5 @@
-"""How many Dynamo breaks of data-dependent control flow do the TP2xx fixes remove, by default and
-with `--unsafe-fixes`? Counted on small varied programs written for this (not the rules' examples).
+"""How many Dynamo breaks of data-dependent control flow and sorting do the TP2xx fixes remove, by
+default and with `--unsafe-fixes`? Counted on small varied programs written for this (not the rules' examples).
 
     python benchmarks/branch_breaks.py
 
@@ -110,6 +110,27 @@ PROGRAMS = {
             if h.abs().max() < 0.1:
                 break
         return h
+        """,
+    "sorted scores": """
+        scores = [x.sum(), x.mean(), x.amax()]
+        low, mid, high = sorted(scores)
+        return x * low + high - mid
+        """,
+    "sorted norms, reverse": """
+        norms = []
+        for row in x.unbind(0):
+            norms.append(row.norm())
+        top = sorted(norms, reverse=True)
+        return x * top[0]
+        """,
+    "list.sort by key": """
+        parts = list(x.unbind(0))
+        parts.sort(key=lambda t: t.sum())
+        return parts[0] * 2
+        """,
+    "max by key": """
+        best = max(x.unbind(0), key=lambda t: t.norm())
+        return best * 2
         """,
 }
 
