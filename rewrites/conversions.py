@@ -226,6 +226,112 @@ def tensor_arithmetic_step(
     return False
 
 
+# -- when the 0-d tensor gives the number's bits: what makes a conversion fix safe ---------------
+
+# Uses where a 0-d tensor of the other operand's dtype computes the same bits as the number read out
+# of it: the number held that dtype's value exactly, a Python number and a 0-d tensor both yield to
+# a tensor of their own category in type promotion (so the result dtype is the other operand's), and
+# these kernels compute `a op b` alike for both. Not `/` (CUDA multiplies by the reciprocal of a
+# number, divides by a tensor), `**` (`x ** 2` of a number is `x * x`), `//`, `%`, `clamp` (its
+# number form ignores a NaN bound, its tensor form propagates it), nor arithmetic among numbers
+# (float64 there, the tensor's dtype after the fix).
+_EXACT_OPERATORS = (ast.Add, ast.Sub, ast.Mult)
+_EXACT_METHODS = {m: (0, "other") for m in "add sub mul eq ne lt le gt ge add_ sub_ mul_".split()}
+_EXACT_METHODS |= {"masked_fill": (1, "value"), "masked_fill_": (1, "value")}
+_EXACT_FUNCTIONS = {f"torch.{m}" for m in "add sub mul eq ne lt le gt ge".split()}
+_FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
+
+
+def exact_problem(node: ast.expr, source: ast.expr, ctx: Context, parents: dict[int, ast.AST]) -> str | None:
+    """Why the detached 0-d tensor `source` standing for the number `node` is not proven to compute
+    the same bits as the number at every use, or None: each use must meet a tensor proven to have
+    `source`'s dtype (`rewrites/where_proof.py`) in `+ - *`, a comparison, `torch.where`'s values,
+    `masked_fill`'s value or their methods (not `-s`: `-True` is the int -1, `-` of a bool tensor
+    raises), and `source` must read only names
+    with one value in the function (so it means the same where the number is used)."""
+    changing = _changing_read(source, ctx.node)
+    if changing:
+        return f"`{changing}` is bound more than once or inside a block, so its dtype there is not known"
+
+    def dtype(expr: ast.expr, at: ast.AST) -> str | None:
+        return proven_dtype(expr, ctx, at)
+
+    def step(current: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]) -> bool | ast.expr:
+        other = _exact_partner(current, parent, ctx, parents)
+        wanted = dtype(source, parent)
+        return other is not None and wanted is not None and dtype(other, parent) == wanted
+
+    problem = flow_problem(node, ctx, parents, step)
+    if problem:
+        return problem.replace(
+            "not only in tensor arithmetic",
+            "not only beside a tensor of its dtype in `+`, `-`, `*`, a comparison, `where` or `masked_fill`",
+        )
+    return None
+
+
+def proven_dtype(expr: ast.expr, ctx: Context, at: ast.AST) -> str | None:
+    """The symbolic dtype of the tensor `expr` as the branch prover knows it at `at` (`dtype(x)`,
+    `float32`, ...), or None when it is not known."""
+    from rewrites import branches, where_proof  # where_proof imports the branch helpers
+
+    meta = where_proof.Prover(ctx.node, branches.branch_typer(ctx), at).meta(expr, {}, mode="if")
+    return meta.dtype if isinstance(meta, where_proof.Meta) else None
+
+
+def _exact_partner(
+    node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]
+) -> ast.expr | None:
+    """The tensor operand that the number `node` meets in an exact use (see `_EXACT_OPERATORS`)."""
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, _EXACT_OPERATORS):
+        return parent.right if parent.left is node else parent.left
+    if isinstance(parent, ast.Compare) and len(parent.ops) == 1 and isinstance(parent.ops[0], _COMPARISONS):
+        return parent.comparators[0] if parent.left is node else parent.left
+    keyword = None
+    if isinstance(parent, ast.keyword):
+        keyword, parent = parent.arg, parents.get(id(parent))
+    if not isinstance(parent, ast.Call) or node is parent.func or any(isinstance(a, ast.Starred) for a in parent.args):
+        return None
+    name = ctx.qualname(parent.func)
+    arguments = len(parent.args) + len(parent.keywords)
+    slot = keyword if keyword is not None else next((i for i, a in enumerate(parent.args) if a is node), None)
+    if name == "torch.where" and arguments == 3 and slot in (1, 2) and keyword is None:
+        return parent.args[3 - slot]
+    if name in _EXACT_FUNCTIONS and arguments == 2 and slot in (1, "other") and parent.args:
+        return parent.args[0]
+    method = parent.func.attr if isinstance(parent.func, ast.Attribute) and name is None else None
+    if method in _EXACT_METHODS and slot in _EXACT_METHODS[method] and arguments == _EXACT_METHODS[method][0] + 1:
+        return parent.func.value
+    return None
+
+
+def _changing_read(expr: ast.expr, function: ast.AST) -> str | None:
+    """A name (or `self.name`) `expr` reads that may hold different values in the function: one
+    bound more than once, or anywhere but as a parameter or the target of a top-level `=`."""
+    top_level = {id(target) for s in getattr(function, "body", []) if isinstance(s, ast.Assign) for target in s.targets}
+    callees = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
+    for read in ast.walk(expr):
+        self_attribute = isinstance(read, ast.Attribute) and isinstance(read.value, ast.Name)
+        self_attribute = self_attribute and read.value.id == "self" and id(read) not in callees
+        if not (isinstance(read, ast.Name) or self_attribute) or not isinstance(read.ctx, ast.Load):
+            continue
+        text = ast.unparse(read)
+        bindings = [
+            n
+            for n in ast.walk(function)
+            if isinstance(n, ast.arg)
+            and n.arg == text
+            or isinstance(n, (ast.Name, ast.Attribute))
+            and not isinstance(n.ctx, ast.Load)
+            and ast.unparse(n) == text
+            or isinstance(n, (ast.Global, ast.Nonlocal))
+            and text in n.names
+        ]
+        if len(bindings) != 1 or not (isinstance(bindings[0], ast.arg) or id(bindings[0]) in top_level):
+            return text
+    return None
+
+
 # Reductions that give a 0-d tensor when called without a `dim`.
 _FULL_REDUCTIONS = frozenset(
     "sum mean max min amax amin prod norm median nansum nanmean std var all any count_nonzero".split()
@@ -341,7 +447,14 @@ class ScalarConversionRule(DecidedAfterWalk):
         title = f"keep the value a tensor: {self.title(form)}" + (f", and `{clamp}=` of `.clamp()`" if clamp else "")
         reshape = not is_zero_dim(self.source(node), ctx)
         data = (reshape, clamp, target.args.index(node) if clamp else 0, form)
-        return self.make_fix(title, "Call", target, safety="unsafe", data=data)
+        unproven = self.unproven(node, ctx, parents, form) if not (clamp or reshape) else "it is clamped or reshaped"
+        if unproven is None:
+            return self.make_fix(title + " (proven exact)", "Call", target, safety="safe", data=data)
+        return self.make_fix(f"{title} (not proven exact: {unproven})", "Call", target, safety="unsafe", data=data)
+
+    def unproven(self, node: ast.Call, ctx: Context, parents: dict[int, ast.AST], form: str) -> str | None:
+        """Why the tensor form is not proven to compute the number's bits at every use, or None."""
+        return exact_problem(node, self.source(node), ctx, parents)
 
     def form(self, node: ast.Call, ctx: Context) -> str:
         """What `tensor_form` needs to know about the call (the function converting)."""
@@ -575,6 +688,13 @@ class TensorToPythonScalar(ScalarConversionRule):
     def form(self, node: ast.Call, ctx: Context) -> str:
         return (ctx.qualname(node.func) or "").removeprefix("builtins.")
 
+    def unproven(self, node: ast.Call, ctx: Context, parents: dict[int, ast.AST], form: str) -> str | None:
+        if form != "float":
+            return "`int()` truncates in Python and raises on NaN, `.long()` does not"
+        if proven_dtype(node.args[0], ctx, node) not in _FLOATING:
+            return "the tensor is not proven floating (`float()` of an integer rounds to float64, of complex raises)"
+        return super().unproven(node, ctx, parents, form)
+
     def title(self, form: str) -> str:
         method, argument = self._FORMS[form]
         return f"`{form}(t)` becomes `t.detach().{method}({argument or ''})`"
@@ -655,6 +775,9 @@ class MathFunctionOnTensor(ScalarConversionRule):
 
     def form(self, node: ast.Call, ctx: Context) -> str:
         return (ctx.qualname(node.func) or "").removeprefix("math.")
+
+    def unproven(self, node: ast.Call, ctx: Context, parents: dict[int, ast.AST], form: str) -> str:
+        return "`math` computes in float64 and raises on a domain error, torch in the tensor's dtype"
 
     def title(self, form: str) -> str:
         return f"`math.{form}(t)` becomes `torch.{form}(t.detach())`"

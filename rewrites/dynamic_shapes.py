@@ -152,8 +152,8 @@ class ReducedSelection(Rule):
         cst_node = self.cst_node if use_node is node else type(use_node).__name__
         data = (use, form, _path_to(node, use_node))
         # A count of an elementwise selection is exact, and beside a tensor an int64 0-d tensor
-        # promotes and divides as the int did: safe when it meets tensors directly (no `**`,
-        # whose number exponent takes other kernels, and no arithmetic among numbers).
+        # promotes as the int did: safe when it meets tensors directly in `+ - *` or a comparison
+        # (no `**` or `/`, whose number operands take other kernels, no arithmetic among numbers).
         exact = use in ("numel", "count") and same_shape
         safe = exact and not flow_problem(use_node, ctx, parents, _beside_tensor)
         return self.make_fix(title, cst_node, use_node, safety="safe" if safe else "unsafe", data=data)
@@ -194,8 +194,9 @@ def _mask_over(m: str, x: str) -> str:
 
 
 def _beside_tensor(node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]) -> bool:
-    """A use of a number as an operand of `+ - * /` or a comparison whose other operand is a tensor."""
-    direct = isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub, ast.Mult, ast.Div))
+    """A use of a number as an operand of `+ - *` or a comparison whose other operand is a tensor (not
+    `/`: CUDA divides by a number by multiplying with its reciprocal, by a tensor exactly)."""
+    direct = isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub, ast.Mult))
     direct = direct or isinstance(parent, ast.Compare) and len(parent.ops) == 1
     return direct and tensor_arithmetic_step(node, parent, ctx, parents) is True
 
@@ -361,9 +362,10 @@ class BooleanMaskIndex(ReducedSelection):
     is `m.sum() * x.shape[m.dim():].numel()`. The mask and values must be
     plain reads wherever the static form evaluates them twice (or drops them).
     Safe (applied by default): a count of a selection by an elementwise test
-    of `x` whose every use is `+ - * /` or a comparison with a tensor: the
-    count is exact and an int64 0-d tensor promotes and divides as the int
-    did. `x[m].max()` (and `min`, `amax`, `amin`, for a mask that is an
+    of `x` whose every use is `+ - *` or a comparison with a tensor: the
+    count is exact and an int64 0-d tensor promotes as the int did (not `/`:
+    CUDA divides by a Python number by multiplying with its reciprocal, so
+    `x / n` and `x / m.sum()` differ in the last bit there). `x[m].max()` (and `min`, `amax`, `amin`, for a mask that is an
     elementwise test of `x`) becomes `torch.where(m, x,
     x.take(m.int().argmax())).max()`: the unselected elements are replaced by
     the first selected one, so the extreme is the selection's, bit for bit, in

@@ -146,8 +146,9 @@ CASES = {
         "    text = repr(x)\nif not torch.compiler.is_compiling():\n    print(n, text)\nreturn x * 2",
     ),
 }
-# Safe fixes: applied with the default flags, and equal bit for bit.
+# Safe fixes: applied with the default flags, and equal bit for bit (conversions: tests/test_fix_safe_proof.py).
 SAFE = {"format-call", "formatted-for-print", "text-for-print", "id-comparison"}
+SAFE |= {"item-masked-fill", "item-where", "item-compared-with-tensor"}
 # Cases whose original raises on NaN (`int(nan)`), or differs there by design (documented).
 NO_NAN = {"int", "int-compared", "text-for-print"}
 # Cases valid on empty inputs (a reduction to one number of an empty tensor raises).

@@ -30,9 +30,10 @@ LABELS = "labels = torch.arange(x.numel()).view(x.shape) % 5\n"  # every class 0
 CASES = {
     "mask-mean": ("return x * x[x > 0].mean()", "return x * (torch.where(x > 0, x, 0).sum() / (x > 0).sum())"),
     "mask-counts": (
-        "n = x[x > 0].numel()\nreturn x.sum() / n, len(x[~x.isnan()]) * x, x[x < 1].shape[0] + x, x[x > 0].size(0) - x",
-        "n = (x > 0).sum()\nreturn x.sum() / n, (~x.isnan()).sum() * x, (x < 1).sum() + x, (x > 0).sum() - x",
+        "n = x[x > 0].numel()\nreturn x.sum() * n, len(x[~x.isnan()]) * x, x[x < 1].shape[0] + x, x[x > 0].size(0) - x",
+        "n = (x > 0).sum()\nreturn x.sum() * n, (~x.isnan()).sum() * x, (x < 1).sum() + x, (x > 0).sum() - x",
     ),
+    "mask-count-divides": ("return x.sum() / x[x > 0].numel()", "return x.sum() / (x > 0).sum()"),
     "row-mask-sum": (
         "m = x.sum(-1) > 0\nreturn x[m].sum() * x",
         "m = x.sum(-1) > 0\nreturn torch.where(m.reshape(m.shape + (1,) * (x.dim() - m.dim())), x, 0).sum() * x",
@@ -98,7 +99,8 @@ CASES = {
 }
 
 
-# Counts of elementwise selections meeting tensors directly: safe, so applied by default.
+# Counts of elementwise selections meeting tensors directly in `+ - *` or a comparison: safe, so applied
+# by default (a division is not: on CUDA `x / n` multiplies by the reciprocal of a number).
 SAFE = {"mask-counts"}
 
 

@@ -1,0 +1,187 @@
+"""The conversion fixes applied by default (safe, `rewrites/conversions.py: exact_problem`): `.item()`
+and `float()` whose number only meets a tensor of the source's dtype in `+ - *`, comparisons,
+`torch.where` or `masked_fill` become detached 0-d tensors. Proven here side by side, bit for bit:
+values (NaN payloads and -0.0 included), dtypes, shapes, `requires_grad`, gradients and raised errors,
+over every dtype family, special values, empty and 0-d inputs and broadcasting; and the forms left
+unsafe are shown to differ. `check_on_cuda()` runs the same proof on a GPU
+(`python -c "from tests.test_fix_safe_proof import check_on_cuda; check_on_cuda()"`)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch._dynamo  # noqa: E402, F811
+
+from tests.test_fix_conversions import fix, lint, module  # noqa: E402
+
+# Forward bodies whose conversion is fixed by default; each is run below against its original.
+SAFE = {
+    "centred": "s = x.mean().item()\nreturn x - s",
+    "threshold": "s = x.mean().item()\nreturn torch.where(x > s, x, -x), s <= x, x != s",
+    "scaled-by-peak": "y = x * 2\nreturn y * y.amax().item() + x, x.amin().item() * x",
+    "peak-filled": "return torch.where(x > 0, x.amax().item(), x), x.masked_fill(x < 0, x.amin().item())",
+    "in-place": "y = x * 1\ny.mul_(x.max().item())\ny.sub_(x.min().item())\nreturn y",
+    "methods": "lo = x.min().item()\nreturn x.add(lo), torch.sub(x, lo), x.ge(lo), torch.eq(x, lo)",
+    "float-of-floating": "y = x.double()\nreturn y - float(y.mean()), float(y.amax()) * y",
+}
+# Forward bodies whose conversion stays unsafe, and the words of the reason.
+UNSAFE = {
+    "divided": ("s = x.amax().item()\nreturn x / s", "in `x / s`"),
+    "number-arithmetic": ("s = x.mean().item()\nreturn x - (s + 1e-3)", "in `s + 0.001`"),
+    "power": ("s = x.mean().item()\nreturn x.abs() ** s", "in `x.abs() ** s`"),
+    "clamped": ("s = x.mean().item()\nreturn x.clamp(min=s)", "not only beside a tensor of its dtype"),
+    "sum-promotes": ("s = x.sum().item()\nreturn x * s", "in `x * s`"),
+    "other-dtype": ("y = x.float()\ns = x.mean().item()\nreturn y * s", "in `y * s`"),
+    "rebound-source": ("y = x * 2\ny = y + 1\ns = y.mean().item()\nreturn y - s", "`y` is bound more than once"),
+    "element": ("s = x[0].item()\nreturn x - s", "clamped or reshaped"),
+    "max-eps": ("return x * max(x.amax().item(), 1.0)", "clamped or reshaped"),
+    "int": ("n = int(x.amax())\nreturn x - n", "`int()` truncates"),
+    "float-of-unknown": ("return x - float(x.mean())", "not proven floating"),
+    "negated": ("s = x.amax().item()\nreturn x * -s", "in `-s`"),
+}
+
+DTYPES = [
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.int64,
+    torch.int32,
+    torch.uint8,
+    torch.bool,
+]
+SPECIAL = [float("nan"), float("inf"), float("-inf"), -0.0, 0.0, 65504.0, 1e-40, -3.5]
+
+
+def _model(source: str):
+    namespace: dict = {}
+    exec(compile(source, "<model>", "exec"), namespace)
+    model = namespace["Model"]()
+    return model
+
+
+def _inputs(dtype, device: str) -> list:
+    """Values of every sign and size, the special floats, an empty and a 0-d tensor, broadcasting rows."""
+    generator = torch.Generator().manual_seed(hash(str(dtype)) % 1000)
+    base = torch.randn(3, 1, 4, generator=generator, dtype=torch.float64) * 7
+    special = torch.tensor(SPECIAL, dtype=torch.float64)
+    samples = [base, base.flatten()[:5], special, special.flip(0), torch.empty(0, 4), torch.tensor(-2.25)]
+    if dtype.is_complex:
+        samples.append(torch.complex(base, base.flip(-1)))
+    out = []
+    for sample in samples:
+        if not (dtype.is_floating_point or dtype.is_complex):
+            sample = sample.nan_to_num(0.0, 100.0, -100.0).clamp(-100, 100)
+            sample = sample.abs() if dtype is torch.uint8 else sample
+        out.append(sample.to(dtype).to(device))
+    return out
+
+
+def _outcome(model, x: torch.Tensor, grad: bool):
+    """What running `model` on `x` gives: its outputs (and the input's gradient), or its error."""
+    if grad:
+        x = x.detach().requires_grad_()
+    try:
+        outputs = model(x)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        if grad:
+            floating = [o for o in outputs if o.requires_grad]
+            torch.autograd.backward(floating, [torch.ones_like(o) for o in floating])
+            return outputs, x.grad
+        return outputs, None
+    except Exception as error:  # the same error must be raised at the same point
+        return type(error), str(error).split("\n")[0]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bytes of `t`, so that the sign of zero counts; every NaN made one NaN first: its sign
+    and payload are the hardware's choice, which one kernel makes differently in its vector and
+    scalar loops (`test_nan_sign_is_not_a_value`)."""
+    t = t.detach()
+    if t.is_floating_point() or t.is_complex():
+        t = torch.where(t.isnan(), torch.full_like(t, float("nan")), t)
+    return t.contiguous().reshape(-1).view(torch.uint8) if t.numel() and t.dtype != torch.bool else t
+
+
+def _assert_identical(expected, actual, where: str) -> None:
+    if isinstance(expected[0], type):
+        assert expected == actual, where
+        return
+    (outs_e, grad_e), (outs_a, grad_a) = expected, actual
+    assert len(outs_e) == len(outs_a), where
+    for e, a in zip(outs_e, outs_a):
+        assert (e.dtype, e.shape, e.requires_grad) == (a.dtype, a.shape, a.requires_grad), where
+        assert torch.equal(_bits(e), _bits(a)), where
+    assert (grad_e is None) == (grad_a is None), where
+    if grad_e is not None:
+        assert torch.equal(_bits(grad_e), _bits(grad_a)), where
+
+
+def _prove(name: str, device: str = "cpu") -> None:
+    original = module(SAFE[name])
+    fixed, _ = fix(original, unsafe=False)
+    assert fixed != original, "the safe fix was not applied with the default flags"
+    before, after = _model(original).to(device), _model(fixed).to(device)
+    for dtype in DTYPES:
+        for index, x in enumerate(_inputs(dtype, device)):
+            for grad in (False, True) if dtype.is_floating_point else (False,):
+                where = f"{name} {dtype} input {index} grad={grad}"
+                _assert_identical(_outcome(before, x, grad), _outcome(after, x, grad), where)
+
+
+@pytest.mark.parametrize("name", sorted(SAFE))
+def test_safe_fix_is_identical_bit_for_bit(name):
+    _prove(name)
+
+
+@pytest.mark.parametrize("name", sorted(SAFE))
+def test_safe_fix_removes_the_break(name):
+    fixed, _ = fix(module(SAFE[name]), unsafe=False)
+    assert not [d for d in lint(fixed) if d.code.startswith("TP30")]
+    torch._dynamo.reset()
+    model = _model(fixed)
+    explained = torch._dynamo.explain(model.forward)(torch.randn(3, 4))
+    torch._dynamo.reset()
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+
+
+@pytest.mark.parametrize("name", sorted(UNSAFE))
+def test_unproven_uses_stay_unsafe(name):
+    body, reason = UNSAFE[name]
+    found = [d for d in lint(module(body)) if d.code in ("TP301", "TP303")]
+    assert found and all(d.fix is not None and d.fix.safety == "unsafe" for d in found)
+    assert reason in found[0].fix.title, found[0].fix.title
+    assert fix(module(body), unsafe=False)[0] == module(body)
+
+
+def test_power_by_a_number_takes_other_kernels():
+    """Why `**` is not an exact use: `x ** 0.5` of a number is `sqrt` (on CUDA `/` differs too, see
+    `check_on_cuda`: a number divides by multiplying with its reciprocal there)."""
+    x = torch.tensor([-0.0, 4.0, float("-inf")])
+    assert not torch.equal(_bits(x**0.5), _bits(x ** torch.tensor(0.5)))
+
+
+def test_nan_sign_is_not_a_value():
+    """`a * b` of two NaNs of opposite signs gives either sign, by position, in one call on CPU."""
+    a, b = torch.full((40,), float("nan")), -torch.tensor(float("nan"))
+    assert len(set((a * b).view(torch.int32).tolist())) == 2
+
+
+def check_on_cuda() -> None:
+    """The proof on a GPU, and the reason `/` is not an exact use: CUDA multiplies by the reciprocal
+    of a number (a CPU scalar) but divides by a tensor."""
+    assert torch.cuda.is_available(), "needs a CUDA device"
+    for name in sorted(SAFE):
+        _prove(name, "cuda")
+    x = torch.randn(1 << 16, device="cuda")
+    assert not torch.equal(x / 3.0, x / torch.tensor(3.0, device="cuda"))
+    print(f"CUDA: {len(SAFE)} safe conversion fixes identical bit for bit; `/` by a number differs, as excluded")
+
+
+@pytest.mark.gpu
+def test_safe_fixes_on_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    check_on_cuda()
