@@ -365,14 +365,42 @@ def test_json_format(project):
         "name": "print-in-compiled-code",
         "message": msg("TP101"),
         "fix_applicability": "safe",
-        "fix": "guard with `if not torch.compiler.is_compiling():`",
+        # ruff's shape: the fix's message and applicability, and its edits as row/column (1-based) ranges.
+        "fix": {
+            "message": "guard with `if not torch.compiler.is_compiling():`",
+            "applicability": "safe",
+            "edits": [
+                {
+                    "content": "if not torch.compiler.is_compiling():\n            ",
+                    "location": {"row": 8, "column": 9},
+                    "end_location": {"row": 8, "column": 9},
+                }
+            ],
+        },
         "no_fix": None,
         "url": record["url"],
         "dynamo_codes": list(REGISTRY["TP101"].dynamo_codes),
     }
     assert record["url"].startswith("https://") and "tp101" in record["url"]
+    # The edits make what `--fix` writes.
+    assert project.lint("--fix", "model.py").code == 0
+    assert apply_edits(PRINT_MODEL, record["fix"]["edits"]) == (project.root / "model.py").read_text()
     clean = project.lint("--format", "json", "--select", "TP3", "model.py")
     assert (clean.code, clean.out) == (0, "[]\n")
+
+
+def apply_edits(text: str, edits: list[dict]) -> str:
+    """`text` with ruff-shaped edits applied (rows and columns 1-based, end exclusive), last first."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+
+    def offset(place: dict) -> int:
+        return starts[place["row"] - 1] + place["column"] - 1
+
+    for edit in sorted(edits, key=lambda e: offset(e["location"]), reverse=True):
+        text = text[: offset(edit["location"])] + edit["content"] + text[offset(edit["end_location"]) :]
+    return text
 
 
 def test_github_format(project):

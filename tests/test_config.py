@@ -116,6 +116,8 @@ force-exclude = true
 cache-dir = ".cache/transpile"
 unsafe-fixes = true
 side-effects = "remove"
+respect-gitignore = false
+per-file-ignores = { "tests/*" = ["TP1"], "!models/*" = ["TP2", "TP301"] }
 """,
     )
     settings = load_settings(tmp_path / "src" / "a.py")
@@ -129,6 +131,8 @@ side-effects = "remove"
         "cache_dir": ".cache/transpile",
         "unsafe_fixes": True,
         "side_effects": "remove",
+        "respect_gitignore": False,
+        "per_file_ignores": (("tests/*", ("TP1",)), ("!models/*", ("TP2", "TP301"))),
         "root": tmp_path,
     }
     # Also guards that every Settings field is configurable (or is root).

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transpiler.source.diagnostics import Diagnostic
+from transpiler.source.diagnostics import Diagnostic, Fix
 from transpiler.lint.formats import FORMATS, RuleInfo, render
 
 ITEM = Diagnostic("src/model.py", 12, 9, 12, 22, "TP101", "tensor-item-call", "`.item()` in forward", "unsafe")
@@ -219,7 +221,9 @@ def test_sarif_structure():
         "id": "TP101",
         "name": "tensor-item-call",
         "shortDescription": {"text": "`.item()` forces a graph break"},
+        "fullDescription": {"text": "`.item()` forces a graph break"},  # no description given: the summary
         "helpUri": ITEM.url,
+        "help": {"text": f"`.item()` forces a graph break. Documentation: {ITEM.url}"},
         "properties": {"dynamo_codes": ["GB0124"]},
     }
     assert rules[1]["properties"] == {"dynamo_codes": ["GB0001"]}
@@ -273,3 +277,63 @@ diagnostics = st.builds(
 def test_sarif_always_validates(sarif_validator, found):
     log = json.loads(render(found, "sarif"))
     assert [f"{list(e.absolute_path)}: {e.message}" for e in sarif_validator.iter_errors(log)] == []
+
+
+# A fix of PRINT as fixer.TextEdit gives it: insert a guard before the call.
+GUARD = SimpleNamespace(content="if not torch.compiler.is_compiling():\n    ", start=(3, 5), end=(3, 5))
+FIXED = replace(PRINT, fix=Fix("safe", "guard with `if not torch.compiler.is_compiling():`", "Expr", (3, 4, 3, 16)))
+
+
+def test_json_fix_has_ruffs_shape():
+    (record,) = json.loads(render([FIXED], "json", edits={FIXED: [GUARD]}))
+    assert record["fix"] == {
+        "message": "guard with `if not torch.compiler.is_compiling():`",
+        "applicability": "safe",
+        "edits": [
+            {
+                "content": "if not torch.compiler.is_compiling():\n    ",
+                "location": {"row": 3, "column": 5},
+                "end_location": {"row": 3, "column": 5},
+            }
+        ],
+    }
+    (unfixable,) = json.loads(render([BRANCH], "json", edits={}))
+    assert unfixable["fix"] is None
+
+
+def test_sarif_fixes_and_fingerprints(sarif_validator, tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("import torch\n\n    print(x)\n")
+    at = replace(FIXED, path=str(source))
+    log = json.loads(render([at, replace(ITEM, path=str(source), line=3)], "sarif", edits={at: [GUARD]}))
+    assert [f"{list(e.absolute_path)}: {e.message}" for e in sarif_validator.iter_errors(log)] == []
+    fixed, item = log["runs"][0]["results"]  # TP101 sorts before TP201 on one line: ITEM first
+    fixed, item = (fixed, item) if fixed["ruleId"] == "TP201" else (item, fixed)
+    assert fixed["fixes"] == [
+        {
+            "description": {"text": "guard with `if not torch.compiler.is_compiling():` (safe fix)"},
+            "artifactChanges": [
+                {
+                    "artifactLocation": {"uri": source.as_uri()},
+                    "replacements": [
+                        {
+                            "deletedRegion": {"startLine": 3, "startColumn": 5, "endLine": 3, "endColumn": 5},
+                            "insertedContent": {"text": "if not torch.compiler.is_compiling():\n    "},
+                        }
+                    ],
+                }
+            ],
+        }
+    ]
+    assert "fixes" not in item
+    # Fingerprints: one key, different per rule on one line, unchanged when lines are added above.
+    (key,) = fixed["partialFingerprints"]
+    assert fixed["partialFingerprints"][key] != item["partialFingerprints"][key]
+    source.write_text("import torch\n# a new comment\n\n    print(x)\n")
+    moved = json.loads(render([replace(at, line=4, end_line=4)], "sarif"))["runs"][0]["results"][0]
+    assert moved["partialFingerprints"] == fixed["partialFingerprints"]
+    # Two findings of one rule on identical lines differ by their rank down the file.
+    source.write_text("    print(x)\n    print(x)\n")
+    twins = json.loads(render([replace(at, line=1, end_line=1), replace(at, line=2, end_line=2)], "sarif"))
+    prints = [r["partialFingerprints"][key] for r in twins["runs"][0]["results"]]
+    assert prints[0].split(":")[0] == prints[1].split(":")[0] and [p.split(":")[1] for p in prints] == ["1", "2"]

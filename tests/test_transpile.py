@@ -375,7 +375,7 @@ def test_unreadable_source_is_a_tp902_diagnostic(tmp_path):
 
 def test_text_summary(tmp_path, cli):
     src = make_package(tmp_path, LEFT_MODEL)
-    result = cli(src, "-o", tmp_path / "out")
+    result = cli(src, "-o", tmp_path / "out", "--verbose")
     assert result.code == 1
     lines = result.out.splitlines()
     assert lines[0] == f"Transpiled 5 files into {tmp_path / 'out'}: 1 rewritten, 4 copied unchanged."

@@ -1,4 +1,4 @@
-"""Settings for a run: `[tool.transpile]` of the nearest pyproject.toml, plus overrides."""
+"""Settings for a run: `[tool.transpile]` of the nearest pyproject.toml (or of `--config FILE`), plus overrides."""
 
 from __future__ import annotations
 
@@ -61,6 +61,10 @@ class Settings:
     # What fixes do with prints, logging and warnings in compiled code: "guard" them with
     # `torch.compiler.is_compiling()` (eager output unchanged) or "remove" them.
     side_effects: str = "guard"
+    # (file glob, selectors) pairs: the selected codes not reported in matching files (ruff's semantics:
+    # the glob matches the root-relative path or the file name, `*` crosses `/`, a leading `!` negates).
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    respect_gitignore: bool = True
     root: Path = field(default_factory=Path.cwd)
 
     def is_selected(self, code: str) -> bool:
@@ -110,6 +114,23 @@ class Settings:
         except ValueError:
             return False
         return any(fnmatchcase(relative, p) for p in patterns)
+
+    def ignored_in(self, path: str | Path) -> tuple[str, ...]:
+        """The selectors `per_file_ignores` turns off in `path`."""
+        if not self.per_file_ignores:
+            return ()
+        absolute = Path(os.path.abspath(path))
+        try:
+            relative = absolute.relative_to(os.path.abspath(self.root)).as_posix()
+        except ValueError:
+            relative = absolute.as_posix()
+        ignored: list[str] = []
+        for pattern, selectors in self.per_file_ignores:
+            negated = pattern.startswith("!")
+            glob = pattern[1:] if negated else pattern
+            if (fnmatchcase(relative, glob) or fnmatchcase(absolute.name, glob)) != negated:
+                ignored.extend(selectors)
+        return tuple(ignored)
 
 
 def _longest_match(code: str, selectors: tuple[str, ...]) -> int | None:
@@ -205,6 +226,18 @@ def _as_str(value: object) -> str:
     return value
 
 
+def _as_per_file_ignores(value: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not isinstance(value, dict):
+        raise TypeError("expected a table of file globs to arrays of rule codes")
+    pairs = []
+    for pattern, selectors in value.items():
+        try:
+            pairs.append((pattern, _as_selectors(selectors)))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{pattern!r}: {exc}") from None
+    return tuple(pairs)
+
+
 def _as_side_effects(value: object) -> str:
     if value not in ("guard", "remove"):
         raise ValueError("expected 'guard' or 'remove'")
@@ -223,6 +256,8 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "cache_dir": _as_str,
     "unsafe_fixes": _as_bool,
     "side_effects": _as_side_effects,
+    "per_file_ignores": _as_per_file_ignores,
+    "respect_gitignore": _as_bool,
 }
 
 
@@ -251,26 +286,48 @@ def _convert(source: str, raw: Mapping[str, object], *, kebab: bool) -> dict[str
 
 
 def load_settings(
-    start: Path, overrides: Mapping[str, object] | None = None, codes: Collection[str] | None = None
+    start: Path,
+    overrides: Mapping[str, object] | None = None,
+    codes: Collection[str] | None = None,
+    config: Path | None = None,
 ) -> Settings:
-    """Settings from the nearest [tool.transpile] at or above `start`, then `overrides`.
+    """Settings from the nearest [tool.transpile] at or above `start` (or from `config`), then `overrides`.
 
     `overrides` uses Settings field names (snake_case); a None value means "not given"
     and keeps the file's value, anything else replaces it (so `exclude` replaces the
     defaults and `extend_exclude` adds to them, as in ruff). `root` is the directory
     of the pyproject.toml, or the current directory when there is none. With `codes`
     (the rule codes that exist), a selector that matches none of them is an error.
+
+    `config` (`--config FILE`) replaces the search, as in ruff: a pyproject.toml gives its [tool.transpile],
+    any other TOML file is the table itself; its relative paths and globs are relative to the current
+    directory, the root of a run that names its configuration.
     """
-    found = _find_table(start)
-    if found is None:
-        settings = Settings()  # root defaults to the current directory
+    if config is not None:
+        source, table, root = str(config), _read_config(config), Path.cwd()
+    elif (found := _find_table(start)) is not None:
+        source, table, root = str(found[0]), found[1], found[0].parent
     else:
-        path, table = found
-        settings = Settings(
-            root=path.parent, **_checked(str(path), _convert(str(path), table, kebab=True), codes, "{}")
-        )
+        source, table, root = "", {}, Path.cwd()
+    settings = Settings(root=root, **_checked(source, _convert(source, table, kebab=True), codes, "{}"))
     converted = _checked("command line", _convert("command line", overrides or {}, kebab=False), codes, "--{}")
     return replace(settings, **converted)
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """The settings table of a file named with `--config`."""
+    if path.name == PYPROJECT:
+        table = _read_table(path)
+        if table is None:
+            raise ConfigError(str(path), "has no [tool.transpile] table")
+        return table
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(str(path), f"invalid TOML: {exc}") from exc
+    return document
 
 
 def _checked(source: str, converted: dict[str, Any], codes: Collection[str] | None, key: str) -> dict[str, Any]:
@@ -280,14 +337,20 @@ def _checked(source: str, converted: dict[str, Any], codes: Collection[str] | No
     if codes is None:
         return converted
     for name in ("select", "extend_select", "ignore"):
-        unknown = [s for s in converted.get(name, ()) if s != "ALL" and not any(c.startswith(s) for c in codes)]
-        if unknown:
-            raise ConfigError(
-                source,
-                f"unknown rule code or prefix {', '.join(map(repr, unknown))} (`transpile rules` lists the codes)",
-                key=key.format(name.replace("_", "-")),
-            )
+        _known_codes(source, converted.get(name, ()), codes, key.format(name.replace("_", "-")))
+    for pattern, selectors in converted.get("per_file_ignores", ()):
+        _known_codes(source, selectors, codes, f"{key.format('per-file-ignores')}.{pattern!r}")
     return converted
+
+
+def _known_codes(source: str, selectors: Collection[str], codes: Collection[str], key: str) -> None:
+    unknown = [s for s in selectors if s != "ALL" and not any(c.startswith(s) for c in codes)]
+    if unknown:
+        raise ConfigError(
+            source,
+            f"unknown rule code or prefix {', '.join(map(repr, unknown))} (`transpile rules` lists the codes)",
+            key=key,
+        )
 
 
 def settings_fingerprint(settings: Settings) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from transpiler.cli.config import ConfigError, Settings, load_settings, settings_fingerprint
+from transpiler.source.diagnostics import Diagnostic
 from transpiler.source.discovery import DiscoveryError, discover
 from transpiler.source.writing import WriteError, check_writable, write_atomic
 
@@ -71,14 +72,34 @@ def main() -> None:
     help="Apply excludes to paths named explicitly too (for pre-commit).",
 )
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text", show_default=True
+    "--respect-gitignore/--no-respect-gitignore",
+    default=None,
+    help="Skip what .gitignore files ignore when walking directories (default: on).",
+)
+@click.option(
+    "--format",
+    "--output-format",
+    "fmt",
+    type=click.Choice(["text", "json", "sarif", "github"]),
+    default="text",
+    show_default=True,
 )
 @click.option("--statistics", is_flag=True, help="Count findings per rule instead of listing them.")
-@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
+@click.option("-e", "--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
+@click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when a fix was applied, even if nothing is left.")
+@click.option("-q", "--quiet", is_flag=True, help="Print the findings only, without the closing summary.")
+@click.option(
+    "--config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Read the settings from this file (a pyproject.toml's [tool.transpile], or a TOML file of the keys).",
+)
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="Cache directory (default: ~/.cache/transpile).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes (default: one per core).")
 @click.option("--fix", is_flag=True, help="Apply the safe fixes in place.")
+@click.option(
+    "--fix-only", is_flag=True, help="Apply the fixes, report nothing that is left and exit 0 (implies --fix)."
+)
 @click.option("--unsafe-fixes/--no-unsafe-fixes", default=None, help="Also apply (and mark) the unsafe fixes.")
 @click.option("--diff", is_flag=True, help="Print the fixes as a unified diff and write nothing.")
 @click.option("--show-fixes", is_flag=True, help="List what was fixed, and why the rest was not.")
@@ -86,6 +107,11 @@ def main() -> None:
     "--side-effects",
     type=click.Choice(["guard", "remove"]),
     help="Fix prints/logging/warnings by guarding (default) or removing them.",
+)
+@click.option(
+    "--stdin-filename",
+    type=click.Path(path_type=Path),
+    help="The file's name when its text is read from standard input (PATH `-`): for settings and output.",
 )
 def lint(
     paths: tuple[Path, ...],
@@ -95,50 +121,58 @@ def lint(
     exclude: tuple[str, ...],
     extend_exclude: tuple[str, ...],
     force_exclude: bool | None,
+    respect_gitignore: bool | None,
     fmt: str,
     statistics: bool,
     exit_zero: bool,
+    exit_non_zero_on_fix: bool,
+    quiet: bool,
+    config: Path | None,
     no_cache: bool,
     cache_dir: Path | None,
     jobs: int | None,
     fix: bool,
+    fix_only: bool,
     unsafe_fixes: bool | None,
     diff: bool,
     show_fixes: bool,
     side_effects: str | None,
+    stdin_filename: Path | None,
 ) -> None:
     """Report constructs that break TorchDynamo's graphs or make it recompile.
 
-    PATHS are files or directories (default: the current directory). With
+    PATHS are files or directories (default: the current directory), or `-` to
+    read one file from standard input (named by `--stdin-filename`; with `--fix`
+    the fixed text is printed and the findings go to standard error). With
     `--fix`, fixes are applied in place and only what is left is reported. Exit
     status: 0 clean (or all fixed), 1 findings left (with `--diff`: changes to
     make), 2 bad usage, bad configuration or internal error.
     """
     if statistics and fmt != "text":
         raise click.UsageError("--statistics works only with --format text")
-    if fix and diff:
+    if (fix or fix_only) and diff:
         raise click.UsageError("--diff shows the fixes without applying them; use it without --fix")
-    code = _guarded(
-        lambda: _lint(
-            list(paths) or [Path(".")],
-            {
-                "select": _codes(select),
-                "extend_select": _codes(extend_select),
-                "ignore": _codes(ignore),
-                "exclude": exclude or None,
-                "extend_exclude": extend_exclude or None,
-                "force_exclude": force_exclude,
-                "cache_dir": str(cache_dir.absolute()) if cache_dir else None,
-                "unsafe_fixes": unsafe_fixes,
-                "side_effects": side_effects,
-            },
-            _Output(fmt, statistics, show_fixes),
-            no_cache,
-            jobs,
-            "diff" if diff else "fix" if fix else None,
-        )
-    )
-    sys.exit(EXIT_CLEAN if exit_zero else code)
+    stdin = Path("-") in paths or (not paths and stdin_filename is not None)
+    if stdin and len(paths) > 1:
+        raise click.UsageError("`-` (standard input) cannot be linted with other paths")
+    overrides = {
+        "select": _codes(select),
+        "extend_select": _codes(extend_select),
+        "ignore": _codes(ignore),
+        "exclude": exclude or None,
+        "extend_exclude": extend_exclude or None,
+        "force_exclude": force_exclude,
+        "respect_gitignore": respect_gitignore,
+        "cache_dir": str(cache_dir.absolute()) if cache_dir else None,
+        "unsafe_fixes": unsafe_fixes,
+        "side_effects": side_effects,
+    }
+    output = _Output(fmt, statistics, show_fixes, quiet, fix_only)
+    mode = "diff" if diff else "fix" if fix or fix_only else None
+    run = _Run(overrides, config, no_cache, jobs, _Exits(exit_zero, exit_non_zero_on_fix))
+    if stdin:
+        sys.exit(_guarded(lambda: _lint_stdin(stdin_filename, run, output, mode)))
+    sys.exit(_guarded(lambda: _lint(list(paths) or [Path(".")], run, output, mode)))
 
 
 def _guarded(run: Callable[[], int]) -> int:
@@ -158,26 +192,54 @@ def _guarded(run: Callable[[], int]) -> int:
 
 
 @dataclass(frozen=True)
+class _Exits:
+    """The exit status options both commands take, as ruff's: `--exit-zero` turns findings left into 0 (never a
+    usage or internal error), `--exit-non-zero-on-fix` makes any fix applied 1."""
+
+    zero: bool = False
+    on_fix: bool = False
+
+    def status(self, left: int, fixed: int) -> int:
+        if self.zero:
+            return EXIT_CLEAN
+        return EXIT_FINDINGS if left or (self.on_fix and fixed) else EXIT_CLEAN
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What a lint or build run is given beyond its paths: setting overrides, `--config`, the cache and the exits."""
+
+    overrides: dict
+    config: Path | None
+    no_cache: bool
+    jobs: int | None
+    exits: _Exits
+
+
+@dataclass(frozen=True)
 class _Output:
     fmt: str
     statistics: bool
     show_fixes: bool
+    quiet: bool = False
+    fix_only: bool = False
 
 
-def _settings(paths: list[Path], overrides: dict) -> Settings:
-    """The settings of the nearest configuration above all of `paths`, with `overrides`."""
+def _settings(paths: list[Path], overrides: dict, config: Path | None = None) -> Settings:
+    """The settings of `config`, or of the nearest configuration above all of `paths`, with `overrides`."""
     from transpiler.lint.rule import REGISTRY
 
     from transpiler.pipeline.rules import load_rules
 
     load_rules()  # selectors must name rules that exist
     start = Path(os.path.commonpath([os.path.abspath(p) for p in paths]))
-    return load_settings(start if start.is_dir() else start.parent, overrides, REGISTRY.keys())
+    return load_settings(start if start.is_dir() else start.parent, overrides, REGISTRY.keys(), config)
 
 
-def _linter(settings: Settings, files: list[Path], cache, jobs: int | None):
+def _linter(settings: Settings, files: list[Path], cache, jobs: int | None, given: Mapping[Path, bytes] = {}):
     """`lint_files(overlay=None, advance=None)`: the lint of `files` under `settings`, through `cache`
-    (None: uncached); `overlay` maps paths to contents read in place of the disk's."""
+    (None: uncached); `overlay` maps paths to contents read in place of the disk's, over `given`'s.
+    Findings per-file-ignores turns off are dropped here, so that neither lint nor build fixes them."""
     # The run allocates millions of small acyclic objects (syntax trees, cached results);
     # the cycle collector would rescan them over and over for nothing (3x slower cache loads).
     gc.disable()
@@ -186,63 +248,151 @@ def _linter(settings: Settings, files: list[Path], cache, jobs: int | None):
     selection = settings_fingerprint(settings)
 
     def lint_files(overlay=None, advance=None):
-        return engine.lint(files, settings.is_selected, selection, cache, jobs, advance, overlay)
+        contents = {**given, **(overlay or {})}
+        found = engine.lint(files, settings.is_selected, selection, cache, jobs, advance, contents)
+        return [d for d in found if not _per_file_ignored(settings, d)] if settings.per_file_ignores else found
 
     return lint_files
 
 
-def _lint(
-    paths: list[Path], overrides: dict, output: _Output, no_cache: bool, jobs: int | None, mode: str | None
+def _per_file_ignored(settings: Settings, d: Diagnostic) -> bool:
+    ignored = settings.ignored_in(d.path)
+    return bool(ignored) and any(s == "ALL" or d.code.startswith(s) for s in ignored)
+
+
+def _excluded_entry(settings: Settings) -> Callable[[Path], bool]:
+    """What walking a directory skips: the excludes, and what .gitignore files ignore (unless turned off)."""
+    if not settings.respect_gitignore:
+        return settings.is_excluded_entry
+    from transpiler.cli import gitignore
+
+    if not gitignore.available():
+        click.echo(f"transpile: warning: {gitignore.MISSING}", err=True)
+        return settings.is_excluded_entry
+    ignored = gitignore.GitIgnore().ignored
+    return lambda path: settings.is_excluded_entry(path) or ignored(path)
+
+
+def _lint(paths: list[Path], run: _Run, output: _Output, mode: str | None) -> int:
+    settings = _settings(paths, run.overrides, run.config)
+    found = discover(paths, settings.is_excluded, _excluded_entry(settings), force_exclude=settings.force_exclude)
+    skipped = [s.diagnostic("skipped") for s in found.skipped if settings.is_selected("TP902")]
+    return _check(settings, found.files, {}, skipped, run, output, mode, sys.stdout)
+
+
+def _lint_stdin(name: Path | None, run: _Run, output: _Output, mode: str | None) -> int:
+    """`transpile lint - [--stdin-filename NAME]`: one file's text from standard input, named NAME (or `-`)
+    for the settings, the module name and the output. As ruff: with `--fix` the fixed text is printed to
+    standard output (the text unchanged when nothing applies) and the findings to standard error; a NAME
+    that the excludes match with `--force-exclude` is not linted."""
+    data = click.get_binary_stream("stdin").read()
+    path = name or Path("-")
+    settings = _settings([path if name else Path(".")], run.overrides, run.config)
+    excluded = name is not None and settings.force_exclude and settings.is_excluded(name)
+    files = [] if excluded else [path]
+    report = sys.stderr if mode == "fix" else sys.stdout
+    return _check(settings, files, {path: data}, [], run, output, mode, report)
+
+
+def _check(
+    settings: Settings,
+    files: list[Path],
+    given: dict[Path, bytes],
+    extra: list[Diagnostic],
+    run: _Run,
+    output: _Output,
+    mode: str | None,
+    report,
 ) -> int:
-    from transpiler.lint import engine
+    """Lint (and with `mode` "fix" or "diff", fix) `files`, some read from `given` rather than disk; write the
+    report to `report` and return the exit status."""
     from transpiler.lint.formats import render
 
-    settings = _settings(paths, overrides)
-    found = discover(paths, settings.is_excluded, settings.is_excluded_entry, force_exclude=settings.force_exclude)
-    files = found.files
-    lint_files = _linter(settings, files, _cache(settings, no_cache), jobs)
+    cache = _cache(settings, run.no_cache)
+    lint_files = _linter(settings, files, cache, run.jobs, given)
     fixed = None
     if mode is None:
         with _progress(len(files)) as advance:
             diagnostics = lint_files(advance=advance)
     else:
-        from transpiler.lint.fixer import fix_project
+        from transpiler.lint.fixer import encode_like, fix_project
 
-        fixed = fix_project(files, lint_files, settings.unsafe_fixes, settings.side_effects)
+        fixed = fix_project(files, lint_files, settings.unsafe_fixes, settings.side_effects, given)
         diagnostics = fixed.remaining
         if mode == "diff":
-            sys.stdout.write(_diff(fixed.sources))
+            sys.stdout.write(_diff(fixed.sources, given))
             return EXIT_FINDINGS if fixed.sources else EXIT_CLEAN
-        _write_fixes(fixed.sources)
-    diagnostics = diagnostics + [s.diagnostic("skipped") for s in found.skipped if settings.is_selected("TP902")]
-    color = output.fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    rules = engine.rule_infos() if output.fmt == "sarif" else None
+        _write_fixes({p: t for p, t in fixed.sources.items() if p not in given})
+        for path, data in given.items():  # standard input's text, fixed or not, goes back to standard output
+            out = click.get_binary_stream("stdout")
+            out.write(encode_like(data, fixed.sources[path]) if path in fixed.sources else data)
+            out.flush()
     count = len(fixed.applied) if fixed else 0
-    sys.stdout.write(
-        render(
-            diagnostics,
-            output.fmt,
-            rules=rules,
-            statistics=output.statistics,
-            color=color,
-            unsafe_fixes=settings.unsafe_fixes,
-            fixed=count,
-        )
+    if output.fix_only:
+        if count:
+            report.write(f"Fixed {count} problem{'' if count == 1 else 's'}.\n")
+        return run.exits.status(0, count)
+    diagnostics = diagnostics + extra
+    color = output.fmt == "text" and report.isatty() and "NO_COLOR" not in os.environ
+    rendered = render(
+        diagnostics,
+        output.fmt,
+        rules=_rule_infos() if output.fmt == "sarif" else None,
+        statistics=output.statistics,
+        color=color,
+        unsafe_fixes=settings.unsafe_fixes,
+        fixed=count,
+        edits=_edits(diagnostics, given, settings.side_effects) if output.fmt in ("json", "sarif") else None,
+        summary=not output.quiet,
     )
+    report.write(rendered)
     if output.show_fixes and output.fmt == "text":
-        sys.stdout.write(_fix_listing(fixed.applied if fixed else [], diagnostics))
-    return EXIT_FINDINGS if diagnostics else EXIT_CLEAN
+        report.write(_fix_listing(fixed.applied if fixed else [], diagnostics))
+    return run.exits.status(len(diagnostics), count)
 
 
-def _diff(sources: dict[Path, str]) -> str:
+def _edits(diagnostics: list[Diagnostic], given: Mapping[Path, bytes], side_effects: str) -> dict:
+    """Each fixable finding's fix as text edits of its file (files that cannot be read again give none)."""
+    from transpiler.lint.fixer import fix_edits
+    from transpiler.source.reading import decode, read_source
+
+    by_path: dict[str, list[Diagnostic]] = {}
+    for d in diagnostics:
+        if d.fix is not None:
+            by_path.setdefault(d.path, []).append(d)
+    edits = {}
+    for path, found in by_path.items():
+        try:
+            text = decode(given[Path(path)]) if Path(path) in given else read_source(Path(path))
+            edits.update(fix_edits(text, found, side_effects))
+        except Exception:  # a file changed or gone since it was linted: its findings keep their titles only
+            continue
+    return edits
+
+
+def _rule_infos() -> dict:
+    """What SARIF says of each rule: its summary, its documentation's first section and where that lives."""
+    from transpiler.lint.formats import RuleInfo
+    from transpiler.lint.rule import REGISTRY
+    from transpiler.source.diagnostics import rule_url
+
+    from transpiler.cli.ruledocs import description
+
+    return {
+        code: RuleInfo(code, rule.name, rule.summary, rule_url(code, rule.name), rule.dynamo_codes, description(rule))
+        for code, rule in sorted(REGISTRY.items())
+    }
+
+
+def _diff(sources: dict[Path, str], given: Mapping[Path, bytes] = {}) -> str:
     """Unified diffs of the fixed sources against the files on disk (nothing is written)."""
     import difflib
 
-    from transpiler.source.reading import read_source
+    from transpiler.source.reading import decode, read_source
 
     chunks = []
     for path in sorted(sources):
-        before = read_source(path)
+        before = decode(given[path]) if path in given else read_source(path)
         chunks.extend(
             difflib.unified_diff(
                 before.splitlines(keepends=True),
@@ -262,9 +412,9 @@ def _write_fixes(sources: dict[Path, str]) -> None:
 
 
 def _fix_listing(applied: list, remaining: list) -> str:
+    """`--show-fixes`: the fixes applied, then the findings left and why."""
     from transpiler.lint.fixer import why_not_fixed
 
-    """`--show-fixes`: the fixes applied, then the findings left and why."""
     lines = []
     if applied:
         lines.append(f"Fixed {len(applied)} problem{'' if len(applied) == 1 else 's'}:")
@@ -279,8 +429,13 @@ def _cache(settings: Settings, no_cache: bool):
     """The lint's result cache under `settings`, or None with `no_cache`."""
     from transpiler.lint import engine
 
-    cache_dir = Path(settings.root, settings.cache_dir) if settings.cache_dir else engine.default_cache_dir()
-    return None if no_cache else engine.Cache(cache_dir)
+    return None if no_cache else engine.Cache(_cache_dir(settings))
+
+
+def _cache_dir(settings: Settings) -> Path:
+    from transpiler.lint import engine
+
+    return Path(settings.root, settings.cache_dir) if settings.cache_dir else engine.default_cache_dir()
 
 
 def _progress(total: int):
@@ -340,6 +495,7 @@ def _progress(total: int):
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the lint cache.")
 @click.option(
     "--format",
+    "--output-format",
     "fmt",
     type=click.Choice(["text", "json"]),
     default="text",
@@ -347,6 +503,17 @@ def _progress(total: int):
     help="Format of the summary.",
 )
 @click.option("--no-kernels", is_flag=True, help="Write the rewritten source only: no fused kernels.")
+@click.option("-e", "--exit-zero", is_flag=True, help="Exit 0 even when findings are left.")
+@click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when a fix was applied, even if nothing is left.")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Name every region and class, and list each finding left with its reason."
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print only the findings left, one a line.")
+@click.option(
+    "--config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Read the settings from this file (a pyproject.toml's [tool.transpile], or a TOML file of the keys).",
+)
 def build(
     sources: tuple[Path, ...],
     output: Path,
@@ -359,15 +526,23 @@ def build(
     no_cache: bool,
     fmt: str,
     no_kernels: bool,
+    exit_zero: bool,
+    exit_non_zero_on_fix: bool,
+    verbose: bool,
+    quiet: bool,
+    config: Path | None,
 ) -> None:
     """Write SRC (files or directories) into OUT with the graph breaks rewritten.
 
     `transpile SRC -o OUT` is short for `transpile build SRC -o OUT`. The sources are
     never modified: every file is mirrored under OUT at the same relative path,
-    rewritten where a fix applies and copied unchanged otherwise. Exit status: 0 when
-    no finding is left, 1 when some are (see the summary), 2 bad usage, bad
-    configuration or internal error.
+    rewritten where a fix applies and copied unchanged otherwise. The summary counts
+    what was done; `--verbose` names it all, `-q` prints only the findings left.
+    Exit status: 0 when no finding is left, 1 when some are (see the summary), 2 bad
+    usage, bad configuration or internal error.
     """
+    if verbose and quiet:
+        raise click.UsageError("--verbose and --quiet ask for opposite things; use one")
     overrides = {
         "select": _codes(select),
         "extend_select": _codes(extend_select),
@@ -375,18 +550,20 @@ def build(
         "unsafe_fixes": unsafe_fixes,
         "side_effects": side_effects,
     }
-    sys.exit(_guarded(lambda: _build(list(sources), output, overrides, fmt, no_cache, jobs, not no_kernels)))
+    run = _Run(overrides, config, no_cache, jobs, _Exits(exit_zero, exit_non_zero_on_fix))
+    detail = "verbose" if verbose else "quiet" if quiet else "compact"
+    sys.exit(_guarded(lambda: _build(list(sources), output, run, fmt, detail, not no_kernels)))
 
 
-def _build(
-    sources: list[Path], out: Path, overrides: dict, fmt: str, no_cache: bool, jobs: int | None, kernels: bool
-) -> int:
+def _build(sources: list[Path], out: Path, run: _Run, fmt: str, detail: str, kernels: bool) -> int:
     from transpiler.pipeline import build as transpile
 
-    settings = _settings(sources, overrides)
+    settings = _settings(sources, run.overrides, run.config)
+    # The copy is of the whole tree, .gitignore'd files included (data files a model reads are often ignored).
     layout = transpile.plan(sources, out, settings.is_excluded_entry)
     check_writable(layout.out)  # before the work, not after it
-    cache = _cache(settings, no_cache)
+    cache = _cache(settings, run.no_cache)
+    jobs = run.jobs
     lint_files = _linter(settings, layout.python_files, cache, jobs)
 
     def facts(overlay):  # the lint's last round analysed these very files: answered from its cache
@@ -398,8 +575,8 @@ def _build(
         result = transpile.build(
             layout, lint_files, settings.unsafe_fixes, settings.side_effects, advance, kernels, facts, jobs
         )
-    sys.stdout.write(transpile.render_summary(result, fmt, settings.unsafe_fixes))
-    return EXIT_FINDINGS if result.remaining else EXIT_CLEAN
+    sys.stdout.write(transpile.render_summary(result, fmt, settings.unsafe_fixes, detail))
+    return run.exits.status(len(result.remaining), len(result.applied))
 
 
 @main.command()
@@ -441,7 +618,42 @@ def rules(code: str | None) -> None:
     rule = REGISTRY.get(code.upper())
     if rule is None:
         _fail(f"unknown rule code {code!r} (see `transpile rules`)")
-    click.echo(f"# {rule.name} ({rule.code})\n\n{rule.docs()}")
+    from transpiler.cli.ruledocs import explain
+
+    click.echo(explain(rule), nl=False)
+
+
+@main.command()
+@click.option("--stale", is_flag=True, help="Keep the lint cache of this version of transpile; remove only older ones.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), help="The lint cache directory, if not the default.")
+def clean(stale: bool, cache_dir: Path | None) -> None:
+    """Remove transpile's caches: the lint's results and the C++ kernels built.
+
+    Only what transpile wrote is removed: the lint cache's folders (one per
+    version of the tool) and the kernel libraries with their records. Says what
+    was removed, where, and how much space it freed.
+    """
+    sys.exit(_guarded(lambda: _clean(stale, cache_dir)))
+
+
+def _clean(stale: bool, cache_dir: Path | None) -> int:
+    from transpiler.cli.cleaning import kernel_cache_files, lint_cache_folders, remove
+
+    settings = _settings([Path(".")], {"cache_dir": str(cache_dir.absolute()) if cache_dir else None})
+    lint_dir = _cache_dir(settings)
+    found = [
+        ("lint cache folder", lint_dir, lint_cache_folders(lint_dir, keep_current=stale)),
+        ("C++ kernel file", *kernel_cache_files()),
+    ]
+    said = False
+    for noun, where, paths in found:
+        if paths:
+            count, size = remove(paths)
+            click.echo(f"Removed {count} {noun}{'' if count == 1 else 's'} ({size / 1e6:.1f} MB) from {where}.")
+            said = True
+    if not said:
+        click.echo("Nothing to remove.")
+    return EXIT_CLEAN
 
 
 if __name__ == "__main__":

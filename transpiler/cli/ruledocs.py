@@ -10,6 +10,7 @@ from pathlib import Path
 
 from transpiler.pipeline.rules import load_rules
 from transpiler.lint.rule import REGISTRY, Rule
+from transpiler.source.diagnostics import rule_url
 
 _FAMILIES = {
     "TP1": "Side effects and untraceable libraries",
@@ -29,21 +30,42 @@ def _dynamo_links(rule: type[Rule]) -> str:
     return ", ".join(f"[{c}]({_SITE.format(c.lower())})" for c in rule.dynamo_codes) or "–"
 
 
+def _sections(rule: type[Rule], level: str) -> str:
+    """The rule's documentation, headings at `level` ("##", "###"), in ruff's order: what it does, why
+    it is bad, an example, what to use instead, the fix's safety (the examples are the rule's first
+    INVALID and VALID ones, which the tests prove against Dynamo)."""
+    docs = rule.docs().replace("## ", f"{level} ")
+    head, _, safety = docs.partition(f"{level} Fix safety")
+    parts = [head.rstrip(), ""]
+    for title, kind in (("Example", "INVALID"), ("Use instead", "VALID")):
+        examples = rule.examples(kind)
+        if examples:
+            parts += [f"{level} {title}", "", "```python", examples[0].rstrip(), "```", ""]
+    if safety:
+        parts += [f"{level} Fix safety", "", safety.strip(), ""]
+    return "\n".join(parts)
+
+
 def _section(rule: type[Rule]) -> str:
     parts = [f"## {rule.code} {rule.name}", ""]
     parts.append(f"*{rule.summary}.* Dynamo: {_dynamo_links(rule)}. Automatic fix: {rule.fix_safety or 'none'}.")
     parts.append("")
-    docs = rule.docs().replace("## ", "### ")
-    head, _, safety = docs.partition("### Fix safety")
-    parts.append(head.rstrip())
-    parts.append("")
-    for title, kind in (("Example", "INVALID"), ("Use instead", "VALID")):
-        examples = rule.examples(kind)
-        if examples:
-            parts += [f"### {title}", "", "```python", examples[0].rstrip(), "```", ""]
-    if safety:
-        parts += ["### Fix safety", "", safety.strip(), ""]
+    parts.append(_sections(rule, "###"))
     return "\n".join(parts)
+
+
+def explain(rule: type[Rule]) -> str:
+    """`transpile rules CODE`: the rule's section of docs/rules.md, as ruff's `rule` command prints one."""
+    fix = rule.fix_safety or "none"
+    dynamo = ", ".join(rule.dynamo_codes) or "none"
+    header = f"# {rule.name} ({rule.code})\n\n{rule.summary}. Dynamo: {dynamo}. Automatic fix: {fix}.\n\n"
+    return header + _sections(rule, "##").rstrip() + f"\n\nDocumentation: {rule_url(rule.code, rule.name)}\n"
+
+
+def description(rule: type[Rule]) -> str:
+    """The rule's "What it does" and "Why is this bad?" as plain text (SARIF's fullDescription)."""
+    head = rule.docs().partition("## Fix safety")[0]
+    return " ".join(line.strip() for line in head.splitlines() if line.strip() and not line.startswith("## "))
 
 
 def render() -> str:

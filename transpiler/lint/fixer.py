@@ -10,6 +10,12 @@ new source; `fix_project` repeats lint-and-fix until nothing more applies.
 
 from __future__ import annotations
 
+import bisect
+import difflib
+import io
+import os
+import re
+import tokenize
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +25,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from transpiler.source.diagnostics import Diagnostic
 from transpiler.lint.rule import REGISTRY, Edit, SideEffects
-from transpiler.source.reading import encode_source as encode_source, read_source as read_source
+from transpiler.source.reading import decode, encode_source as encode_source, read_source as read_source
 
 # Each round fixes what does not overlap; nested fixes (a print inside a branch that
 # becomes `torch.where`) need a few rounds. More than this means a fix that undoes another.
@@ -38,14 +44,79 @@ def apply_fixes(
             planned.setdefault((d.fix.node, d.fix.target), d)
     if not planned:
         return text, []
-    module = cst.parse_module(text)
-    edit = Edit(*_torch_binding(module), side_effects)
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    applier = _Applier(planned, wrapper.resolve(PositionProvider), edit)
-    fixed = wrapper.module.visit(applier).visit(_FillEmptyBlocks())
-    if edit.needs_torch_import:
-        fixed = _add_import_torch(fixed)
-    return fixed.code, applier.applied
+    return _Parsed(text).apply(planned, side_effects)
+
+
+class _Parsed:
+    """A module parsed once, to apply several sets of plans to (each to the original text)."""
+
+    def __init__(self, text: str) -> None:
+        module = cst.parse_module(text)
+        self.binding = _torch_binding(module)
+        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.positions = self.wrapper.resolve(PositionProvider)
+
+    def apply(self, planned: Mapping[tuple, Diagnostic], side_effects: SideEffects) -> tuple[str, list[Diagnostic]]:
+        edit = Edit(*self.binding, side_effects)
+        applier = _Applier(planned, self.positions, edit)
+        fixed = self.wrapper.module.visit(applier).visit(_FillEmptyBlocks())
+        if edit.needs_torch_import:
+            fixed = _add_import_torch(fixed)
+        return fixed.code, applier.applied
+
+
+@dataclass(frozen=True)
+class TextEdit:
+    """Replace `start` to `end` (row, column: 1-based, columns in characters, end exclusive) by `content`."""
+
+    content: str
+    start: tuple[int, int]
+    end: tuple[int, int]
+
+
+def fix_edits(
+    text: str, diagnostics: list[Diagnostic], side_effects: SideEffects = "guard"
+) -> dict[Diagnostic, tuple[TextEdit, ...]]:
+    """Each planned fix of `diagnostics` (findings of `text`) applied alone, as the edits that turn `text`
+    into the fixed text: what `--format json` and SARIF show of a fix, as ruff does."""
+    planned = [d for d in diagnostics if d.fix is not None]
+    if not planned:
+        return {}
+    parsed = _Parsed(text)
+    edits = {}
+    for d in planned:
+        fixed, applied = parsed.apply({(d.fix.node, d.fix.target): d}, side_effects)
+        if applied:
+            edits[d] = text_edits(text, fixed)
+    return edits
+
+
+# A line with its ending, as editors count lines (not str.splitlines, which also splits at form feeds).
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def text_edits(before: str, after: str) -> tuple[TextEdit, ...]:
+    """The fewest whole-line changes that turn `before` into `after`, each narrowed to the characters
+    that differ."""
+    old, new = _LINE.findall(before), _LINE.findall(after)
+    starts = [0]
+    for line in old:
+        starts.append(starts[-1] + len(line))
+
+    def position(offset: int) -> tuple[int, int]:
+        row = bisect.bisect_right(starts, offset) - 1
+        return row + 1, offset - starts[row] + 1
+
+    edits = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        removed, added = "".join(old[i1:i2]), "".join(new[j1:j2])
+        head = len(os.path.commonprefix([removed, added]))
+        tail = len(os.path.commonprefix([removed[head:][::-1], added[head:][::-1]]))
+        start, end = starts[i1] + head, starts[i1] + len(removed) - tail
+        edits.append(TextEdit(added[head : len(added) - tail], position(start), position(end)))
+    return tuple(edits)
 
 
 class _Applier(cst.CSTTransformer):
@@ -147,13 +218,16 @@ def fix_project(
     lint: Callable[[Mapping[Path, bytes]], list[Diagnostic]],
     unsafe: bool = False,
     side_effects: SideEffects = "guard",
+    given: Mapping[Path, bytes] | None = None,
 ) -> FixResult:
     """Lint, fix, lint again until no fix applies; nothing is written.
 
-    `lint(overlay)` lints `files` as if each path in `overlay` held those bytes.
+    `lint(overlay)` lints `files` as if each path in `overlay` held those bytes. `given` holds the
+    contents of files that are not on disk as they are linted (standard input, an editor's buffer).
     """
     result = FixResult()
-    overlay: dict[Path, bytes] = {}
+    given = dict(given or {})
+    overlay: dict[Path, bytes] = dict(given)
     for _ in range(MAX_ROUNDS):
         diagnostics = lint(overlay)
         wanted: dict[str, list[Diagnostic]] = {}
@@ -163,10 +237,13 @@ def fix_project(
         progress = False
         for path, todo in wanted.items():
             key = Path(path)
-            text = result.sources[key] if key in result.sources else read_source(key)
+            if key in result.sources:
+                text = result.sources[key]
+            else:
+                text = decode(given[key]) if key in given else read_source(key)
             new_text, applied = apply_fixes(text, todo, side_effects)
             if applied and new_text != text:
-                overlay[key] = encode_source(key, new_text)
+                overlay[key] = encode_like(given[key], new_text) if key in given else encode_source(key, new_text)
                 result.sources[key] = new_text
                 result.applied.extend(applied)
                 progress = True
@@ -175,6 +252,11 @@ def fix_project(
             return result
     result.remaining = lint(overlay)
     return result
+
+
+def encode_like(original: bytes, text: str) -> bytes:
+    """`text` encoded as `original` is (its PEP 263 cookie or BOM, else UTF-8), as `encode_source` does for a file."""
+    return text.encode(tokenize.detect_encoding(io.BytesIO(original).readline)[0])
 
 
 def why_not_fixed(d: Diagnostic) -> str:

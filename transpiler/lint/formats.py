@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
+import linecache
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import quote
 
 from transpiler.source.diagnostics import Diagnostic
@@ -30,6 +34,18 @@ class RuleInfo:
     summary: str
     url: str
     dynamo_codes: tuple[str, ...] = ()
+    description: str = ""  # what the rule finds and why it matters (its documentation's first sections)
+
+
+class TextEdit(Protocol):
+    """One edit of a fix (transpiler/lint/fixer.py's): rows and columns 1-based, columns in characters."""
+
+    content: str
+    start: tuple[int, int]
+    end: tuple[int, int]
+
+
+Edits = Mapping[Diagnostic, Sequence[TextEdit]]
 
 
 def render(
@@ -41,6 +57,8 @@ def render(
     color: bool = False,
     unsafe_fixes: bool = False,
     fixed: int = 0,
+    edits: Edits | None = None,
+    summary: bool = True,
 ) -> str:
     """The whole report in format `fmt` (one of FORMATS); non-empty output ends with a newline.
 
@@ -48,7 +66,8 @@ def render(
     given. `statistics` and `color` only apply to text. Diagnostics are sorted by
     path, line, column and code in every format, so output is stable across runs.
     Text marks with `[*]` the findings `--fix` would fix (unsafe fixes only with
-    `unsafe_fixes`); `fixed` counts what a `--fix` run fixed before these remained.
+    `unsafe_fixes`); `fixed` counts what a `--fix` run fixed before these remained, and `summary` False
+    leaves out the closing lines (`-q`). `edits` gives the fixes' edits that JSON and SARIF show.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -58,12 +77,12 @@ def render(
     if fmt == "text":
         marked = {id(d) for d in ordered if d.fix_applicability == "safe" or (unsafe_fixes and d.fixable)}
         body = _render_statistics(ordered, marked, color) if statistics else _render_text(ordered, marked, color)
-        return body + _summary(ordered, marked, fixed)
+        return body + _summary(ordered, marked, fixed) if summary else body.rstrip("\n") + "\n" if body else ""
     if fmt == "json":
-        return _render_json(ordered)
+        return _render_json(ordered, edits or {})
     if fmt == "github":
         return _render_github(ordered)
-    return _render_sarif(ordered, rules)
+    return _render_sarif(ordered, rules, edits or {})
 
 
 def _sort_key(d: Diagnostic) -> tuple[str, int, int, str, int, int, str]:
@@ -136,8 +155,27 @@ def diagnostic_record(d: Diagnostic) -> dict:
     }
 
 
-def _render_json(diagnostics: list[Diagnostic]) -> str:
-    return json.dumps([diagnostic_record(d) for d in diagnostics], indent=2) + "\n"
+def _location(position: tuple[int, int]) -> dict[str, int]:
+    return {"row": position[0], "column": position[1]}
+
+
+def _fix_record(d: Diagnostic, edits: Edits) -> dict | None:
+    """`fix` as ruff's JSON has it: what it does, how safe, and its edits (empty when they cannot be computed)."""
+    if d.fix is None:
+        return None
+    return {
+        "message": d.fix.title,
+        "applicability": d.fix.safety,
+        "edits": [
+            {"content": e.content, "location": _location(e.start), "end_location": _location(e.end)}
+            for e in edits.get(d, ())
+        ],
+    }
+
+
+def _render_json(diagnostics: list[Diagnostic], edits: Edits) -> str:
+    records = [{**diagnostic_record(d), "fix": _fix_record(d, edits)} for d in diagnostics]
+    return json.dumps(records, indent=2) + "\n"
 
 
 def _github_data(text: str) -> str:
@@ -187,12 +225,49 @@ def _sarif_rule(rule: RuleInfo) -> dict[str, object]:
         "id": rule.code,
         "name": rule.name,
         "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": rule.description or rule.summary},
         "helpUri": rule.url,
+        "help": {"text": f"{rule.summary}. Documentation: {rule.url}"},
         "properties": {"dynamo_codes": list(rule.dynamo_codes)},
     }
 
 
-def _render_sarif(diagnostics: list[Diagnostic], rules: dict[str, RuleInfo] | None) -> str:
+def _sarif_fixes(d: Diagnostic, edits: Edits) -> list[dict]:
+    """The fix as SARIF's `fixes`: replacements of regions of the finding's file."""
+    if d.fix is None or not edits.get(d):
+        return []
+    replacements = [
+        {
+            "deletedRegion": {
+                "startLine": e.start[0],
+                "startColumn": e.start[1],
+                "endLine": e.end[0],
+                "endColumn": e.end[1],
+            },
+            "insertedContent": {"text": e.content},
+        }
+        for e in edits[d]
+    ]
+    change = {"artifactLocation": _artifact_location(d.path), "replacements": replacements}
+    return [{"description": {"text": f"{d.fix.title} ({d.fix.safety} fix)"}, "artifactChanges": [change]}]
+
+
+def _fingerprints(diagnostics: list[Diagnostic]) -> list[dict[str, str]]:
+    """`partialFingerprints` that survive lines added above a finding (code scanning then keeps one alert,
+    not a new one per push): a hash of the rule, the file and the finding's source line without its
+    indentation, and which of the findings sharing those it is, counted down the file."""
+    linecache.checkcache()  # a file fixed in place since it was last read
+    seen: Counter[str] = Counter()
+    prints = []
+    for d in diagnostics:
+        text = linecache.getline(d.path, d.line).strip() or d.message
+        digest = hashlib.sha256(f"{d.code}\0{d.path}\0{text}".encode()).hexdigest()[:32]
+        seen[digest] += 1
+        prints.append({"transpileFindingHash/v1": f"{digest}:{seen[digest]}"})
+    return prints
+
+
+def _render_sarif(diagnostics: list[Diagnostic], rules: dict[str, RuleInfo] | None, edits: Edits) -> str:
     catalog = {rule.code: rule for rule in (rules or {}).values()}
     for d in diagnostics:
         # A finding of a rule the caller did not describe still needs a rule entry.
@@ -218,8 +293,10 @@ def _render_sarif(diagnostics: list[Diagnostic], rules: dict[str, RuleInfo] | No
                     }
                 }
             ],
+            "partialFingerprints": fingerprint,
+            **({"fixes": fixes} if (fixes := _sarif_fixes(d, edits)) else {}),
         }
-        for d in diagnostics
+        for d, fingerprint in zip(diagnostics, _fingerprints(diagnostics))
     ]
     run = {
         "tool": {

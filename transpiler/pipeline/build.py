@@ -487,8 +487,18 @@ def rule_rows(result: BuildResult) -> list[RuleRow]:
     return [RuleRow(c, REGISTRY[c].name, found[c], max(found[c] - left[c], 0), left[c]) for c in codes]
 
 
-def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
-    """The closing report: `text` (a table, then what was left and why) or `json` (the same data)."""
+# Findings about a file that could not be read, parsed or compiled: the compact summary lists them too.
+_FILE_ERRORS = ("TP901", "TP902")
+
+
+def render_summary(result: BuildResult, fmt: str, unsafe: bool, detail: str = "compact") -> str:
+    """The closing report: `text` or `json` (all the data, whatever `detail`).
+
+    Text `detail`: "compact" counts (files, regions, classes graphed, the per-rule table, what is left)
+    and lists only the files that could not be read, parsed or compiled,
+    "verbose" also names every region and class and lists each finding left with its reason, "quiet"
+    prints only the findings left, one a line (as `ruff -q` prints only diagnostics): a tree of a few
+    hundred files has thousands of kernel names and findings, which bury the counts."""
     rows = rule_rows(result)
     changed = {d.path for d in result.applied} | {r.path for r in result.imports}
     kernels_only = sum(1 for src in result.regions if str(src) not in changed)
@@ -534,6 +544,10 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
             ],
         }
         return json.dumps(document, indent=2) + "\n"
+    shown = [f"{d.path}:{d.line}:{d.col}: {d.code} {reason(d, unsafe)}" for d in left]
+    if detail == "quiet":
+        return "".join(f"{line}\n" for line in shown)
+    verbose = detail == "verbose"
     counts = f"{len(result.rewritten)} rewritten, " + (f"{kernels_only} with kernels only, " if kernels_only else "")
     counts += f"{copied} copied unchanged"
     counts += f", {len(result.unreadable)} unreadable (not copied)" if result.unreadable else ""
@@ -541,15 +555,17 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
     regions = [r for found in result.regions.values() for r in found]
     if regions:
         files = sum(1 for found in result.regions.values() if found)
+        names = f": {', '.join(r.name for r in regions)}" if verbose else ""
         lines.append(
             f"Compiled {_plural(len(regions), 'region')} of {_plural(files, 'file')} into fused kernels"
-            f" (Triton on CUDA, C++ on CPU): {', '.join(r.name for r in regions)}."
+            f" (Triton on CUDA, C++ on CPU){names}."
         )
     graphed = [cls for classes in result.graphed.values() for cls in classes]
     if graphed:
+        names = f": {', '.join(graphed)}" if verbose else ""
         lines.append(
             f"Replaying as CUDA graphs by default (eval mode, no autograd, on CUDA) the forward of "
-            f"{len(graphed)} class{'' if len(graphed) == 1 else 'es'} (models and their blocks): {', '.join(graphed)}."
+            f"{len(graphed)} class{'' if len(graphed) == 1 else 'es'} (models and their blocks){names}."
         )
     if result.imports:
         first, files = result.imports[0], len({r.path for r in result.imports})
@@ -562,11 +578,13 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool) -> str:
         lines.append(f"Removed {_plural(len(result.removed), 'stale file')} an earlier run wrote.")
     if rows:
         lines += ["", *_table(rows)]
+    if left and verbose:
+        lines += ["", f"Left as they were ({len(left)}):", *(f"  {line}" for line in shown)]
+    elif broken := [line for d, line in zip(left, shown) if d.code in _FILE_ERRORS]:  # few, and always wanted
+        lines += ["", f"Files not read, parsed or compiled ({len(broken)}):", *(f"  {line}" for line in broken)]
     if left:
-        lines += ["", f"Left as they were ({len(left)}):"]
-        lines += [f"  {d.path}:{d.line}:{d.col}: {d.code} {reason(d, unsafe)}" for d in left]
-    if left:
-        closing = f"{_plural(len(left), 'finding')} left."
+        more = "" if verbose else " (`--verbose` lists them with the reason each was left, as does the report)"
+        closing = f"{_plural(len(left), 'finding')} left{more}."
     else:
         closing = (
             f"All {_plural(len(result.found), 'finding')} rewritten." if result.found else "No graph breaks found."
