@@ -6,6 +6,7 @@ import ast
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
+from rewrites import isolation
 from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import atom, with_parens_of
 from rewrites.sequences import SequenceRule, Sequences, scratch
@@ -34,9 +35,14 @@ class BreakInBlock(Rule):
                 continue
             lines = [line for kind, line in finding.blocks if kind == self.block]
             if lines:
-                # The copy has no fix of its own: fixing the inner finding fixes it.
+                # Fixing the inner finding fixes the copy; where it stays, the copy's own fix (if any) moves it.
                 message = self.message.format(line=lines[-1])
-                ctx.findings.append(replace(finding, code=self.code, message=message, fix=None, no_fix=None))
+                plan = self.isolate(lines[0], findings, ctx)
+                ctx.findings.append(replace(finding, code=self.code, message=message, **plan))
+
+    def isolate(self, line: int, findings: list[Finding], ctx: Context) -> dict:
+        """`fix`/`no_fix` for the copy of a finding inside the block starting at `line` (the outermost one)."""
+        return {"fix": None, "no_fix": None}
 
 
 class GraphBreakInLoop(BreakInBlock):
@@ -59,7 +65,33 @@ class GraphBreakInLoop(BreakInBlock):
     message = "graph break inside the loop at line {line}: Dynamo skips the whole function and runs it eagerly"
     dynamo_codes = ("GB7000",)
     block = "loop"
-    INVALID = ["""
+    fix_safety = "safe"
+
+    def __init__(self) -> None:
+        self.tensors_at: dict[int, frozenset[str]] = {}  # per loop line: names holding tensors where it starts
+        self.plans: dict[int, dict] = {}  # per loop line, in the function being checked
+
+    def visit_For(self, node: ast.For, ctx: Context) -> None:
+        self.tensors_at[node.lineno] = frozenset(n for n, kind in ctx.typer.env.items() if kind.is_tensor)
+
+    visit_While = visit_For
+
+    def check_function(self, findings: list[Finding], ctx: Context) -> None:
+        super().check_function(findings, ctx)
+        self.tensors_at.clear()
+        self.plans.clear()
+
+    def isolate(self, line: int, findings: list[Finding], ctx: Context) -> dict:
+        if line not in self.plans:
+            self.plans[line] = isolation.plan(self, line, findings, ctx, self.tensors_at.get(line, frozenset()))
+        return self.plans[line]
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode | cst.FlattenSentinel":
+        plan, breaks = fix.data
+        return isolation.apply_loop(node, plan, breaks, edit)  # type: ignore[arg-type]
+
+    INVALID = [
+        """
         import torch
         from torch import nn
 
@@ -71,7 +103,21 @@ class GraphBreakInLoop(BreakInBlock):
                     y = y * 2
                     print("step", step)
                 return y
-        """]
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                for step in range(3):
+                    noise = torch.randn(y.shape, generator=torch.Generator().manual_seed(step))
+                    y = y * 2 + noise
+                return y
+        """,
+    ]
     VALID = ["""
         import torch
         from torch import nn
