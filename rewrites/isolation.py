@@ -125,6 +125,9 @@ def plan_loop(
     refused = _refusal(loop)
     if refused:
         return f"the loop holds {refused}"
+    if any(isinstance(t, (ast.Try, ast.TryStar)) and t is not loop and _holds(t, loop) for t in ast.walk(function)):
+        # An exception out of the helper would leave the names the loop rebinds at their old values in the handler.
+        return "it is inside a `try`: a handler would see the names it rebinds as they were before the loop"
     if any(isinstance(n, ast.Delete) for n in ast.walk(function)):
         return "the function deletes names (`del`): which are bound at the loop is not known"
     scope = _locals(function)
@@ -202,6 +205,10 @@ def _disabled_runs(
             runs.append((index, end, outputs))
         index = end
     return runs
+
+
+def _holds(outer: ast.AST, inner: ast.AST) -> bool:
+    return any(n is inner for n in ast.walk(outer))
 
 
 def _refusal(loop: _Loop) -> str | None:
