@@ -56,7 +56,19 @@ class GraphBreakInLoop(BreakInBlock):
     One `print` in a loop costs every fused kernel of the function.
 
     ## Fix safety
-    Fixing the inner break fixes this one.
+    Fixing the inner break fixes this one. Where no fix removes it, the fix
+    (safe) isolates it: the loop becomes a helper function and its body a
+    second one, the statements holding the break a `torch.compiler.disable`d
+    function inside it (`rewrites/isolation.py`). The break stays, once per
+    iteration, but Dynamo compiles the function's other statements and each
+    iteration's around it instead of skipping the function. Eager runs execute
+    the same statements on the same objects: names the loop reads are passed
+    in, names it rebinds that are read elsewhere are returned. Not isolated
+    (the reason is given): a loop with its own `break`/`continue`, a `return`,
+    `yield`, `del`, import, nested function or lambda, frame-dependent calls
+    (`locals()`, `super()`), a loop inside a `try`, a name read after the loop
+    that may be unbound before it, a name read in the loop that an earlier
+    iteration set, a rebound name a closure reads. Tracebacks show the helpers.
     """
 
     code = "TP501"
