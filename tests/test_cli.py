@@ -106,6 +106,11 @@ class Project:
 
 @pytest.fixture
 def project(tmp_path, monkeypatch) -> Project:
+    return make_project(tmp_path, monkeypatch)
+
+
+def make_project(tmp_path: Path, monkeypatch) -> Project:
+    """A project in `tmp_path`, with its own caches, no traceback and no color."""
     monkeypatch.setenv("TRANSPILE_CACHE_DIR", str(tmp_path / "default-cache"))
     monkeypatch.delenv("TRANSPILE_TRACEBACK", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")

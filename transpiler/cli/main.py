@@ -624,7 +624,11 @@ def rules(code: str | None) -> None:
 
 
 @main.command()
-@click.option("--stale", is_flag=True, help="Keep the lint cache of this version of transpile; remove only older ones.")
+@click.option(
+    "--stale",
+    is_flag=True,
+    help="Remove only the lint caches of other versions of transpile (they pile up with upgrades); keep the rest.",
+)
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="The lint cache directory, if not the default.")
 def clean(stale: bool, cache_dir: Path | None) -> None:
     """Remove transpile's caches: the lint's results and the C++ kernels built.
@@ -641,10 +645,9 @@ def _clean(stale: bool, cache_dir: Path | None) -> int:
 
     settings = _settings([Path(".")], {"cache_dir": str(cache_dir.absolute()) if cache_dir else None})
     lint_dir = _cache_dir(settings)
-    found = [
-        ("lint cache folder", lint_dir, lint_cache_folders(lint_dir, keep_current=stale)),
-        ("C++ kernel file", *kernel_cache_files()),
-    ]
+    found = [("lint cache folder", lint_dir, lint_cache_folders(lint_dir, keep_current=stale))]
+    if not stale:
+        found.append(("C++ kernel file", *kernel_cache_files()))
     said = False
     for noun, where, paths in found:
         if paths:
