@@ -13,7 +13,10 @@ the `if` computes, for every input: what makes the TP201/TP203 `torch.where` fix
    would get a zero gradient where the `if` gave it none).
 Shapes and dtypes are symbolic tokens (`shape(y)`, `dtype(y)`, `float(dtype(y))` for
 `y * 0.5`) built from the values the names hold before the `if`; two arms are proven equal when
-their tokens are. Aliasing is not kept: the result is always a new tensor (`y = x` in an arm
+their tokens are. A symbolic dtype may be any dtype at run time, a boolean or complex one too, so
+each value also carries the categories its dtype may fall in: an operation that raises on one of
+them (`-`, `relu` on booleans; `relu`, `<` on complex) is refused where it must not raise, and one
+that changes the dtype of one of them (`b + 1` of a boolean is int64) gets a new token. Aliasing is not kept: the result is always a new tensor (`y = x` in an arm
 made an alias), devices are assumed to be one.
 """
 
@@ -32,10 +35,13 @@ if TYPE_CHECKING:
     from transpiler.analysis.walker import Context
 
 SCALAR = "()"  # the shape token of a one-element 0-d tensor
+# Categories of dtypes: a symbolic dtype may be any of them.
+ANY = frozenset({"bool", "int", "float", "complex"})
+_CATEGORY = {"bool": "bool", "float16": "float", "bfloat16": "float", "float32": "float", "float64": "float"}
 _MODULES = ("torch.", "torch.nn.functional.")
 # Operations whose result keeps the operand's shape, dtype and gradient sources, whose derivative
-# is a mask (0 or 1): a zero gradient stays zero.
-_KEEPING = frozenset({"relu", "clone"})
+# is a mask (0 or 1): a zero gradient stays zero; with the dtype categories they never raise on.
+_KEEPING = {"relu": frozenset({"int", "float"}), "clone": ANY}
 _NO_GRAD_LIKE = frozenset({"zeros_like", "ones_like"})
 _CASTS = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16"}
 # Reductions to one element without arguments; "total" ones never raise (the others raise on an
@@ -46,6 +52,7 @@ _BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, as
 _PARTIAL_REDUCTIONS = frozenset({"mean", "max", "min", "amax", "amin", "norm", "prod"})
 # Elementwise predicates: a boolean tensor of the operand's shape, for any dtype.
 _PREDICATES = frozenset({"isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit", "logical_not"})
+_REAL_PREDICATES = frozenset({"isposinf", "isneginf", "signbit"})  # these raise on complex tensors
 # Elementwise functions that keep the shape, for conditions only: their derivatives are unbounded
 # or NaN at NaN, so in an arm the untaken side's zero gradient could become NaN.
 _ELEMENTWISE = frozenset("abs exp log sqrt sigmoid tanh square sin cos".split())
@@ -59,6 +66,11 @@ class Meta:
     shape: str
     dtype: str
     grads: frozenset[str]
+    kinds: frozenset[str] = ANY  # the categories (`ANY`) the dtype may fall in at run time
+
+    def known(self, dtype: str, grads: frozenset[str] | None = None) -> "Meta":
+        """This shape with a concrete `dtype` (its one category) and `grads` (the same by default)."""
+        return Meta(self.shape, dtype, self.grads if grads is None else grads, frozenset({_CATEGORY[dtype]}))
 
 
 class Prover:
@@ -94,7 +106,10 @@ class Prover:
             return self._binary(expr, env, mode)
         if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
             parts = [self._operand(e, env, mode) for e in (expr.left, expr.comparators[0])]
-            return self._broadcast(parts, "bool", frozenset(), expr)
+            ordered = not isinstance(expr.ops[0], (ast.Eq, ast.NotEq))
+            if ordered and mode != "if" and any(_is_meta(p) and "complex" in p.kinds for p in parts):
+                return f"`{_short(expr)}` raises on complex tensors"
+            return self._broadcast(parts, "bool", frozenset(), expr, frozenset({"bool"}))
         if isinstance(expr, ast.Call):
             return self._call(expr, env, mode)
         return f"`{_short(expr)}` is not among the operations whose shape, dtype and gradient are known"
@@ -114,7 +129,7 @@ class Prover:
         name = ast.unparse(expr)
         shape = SCALAR if isinstance(expr, ast.Name) and self._is_scalar_name(expr.id) else f"shape({name})"
         if self.typer.kind(expr) is Kind.BOOL_TENSOR:
-            return Meta(shape, "bool", frozenset())
+            return Meta(shape, "bool", frozenset(), frozenset({"bool"}))
         return Meta(shape, f"dtype({name})", frozenset({name}))
 
     def _resolved(self, name: str) -> Meta | None:
@@ -175,8 +190,10 @@ class Prover:
             return inner
         if isinstance(expr.op, ast.Invert) and inner.dtype == "bool":
             return inner
-        if isinstance(expr.op, (ast.USub, ast.UAdd)) and inner.dtype != "bool":
+        if isinstance(expr.op, ast.UAdd):
             return inner
+        if isinstance(expr.op, ast.USub) and inner.dtype != "bool":
+            return _raising_on(inner, frozenset({"bool"}), mode, expr)
         return f"`{_short(expr)}` on a {'boolean' if inner.dtype == 'bool' else 'numeric'} tensor"
 
     def _binary(self, expr: ast.BinOp, env: dict[str, Meta | str], mode: str) -> Meta | str:
@@ -186,34 +203,47 @@ class Prover:
                 return side
         op = type(expr.op)
         if not (_is_meta(left) and _is_meta(right)):
-            return self._with_number(expr, left, right, op)
+            return self._with_number(expr, left, right, op, mode)
         if op in (ast.Add, ast.Sub) and "bool" not in (left.dtype, right.dtype):
-            return self._broadcast([left, right], _promote(left.dtype, right.dtype), left.grads | right.grads, expr)
+            dtype, kinds = _promote(left.dtype, right.dtype), left.kinds | right.kinds
+            result = self._broadcast([left, right], dtype, left.grads | right.grads, expr, kinds)
+            return _raising_on(result, frozenset({"bool"}), mode, expr) if op is ast.Sub else result
         if op in (ast.BitAnd, ast.BitOr) and left.dtype == right.dtype == "bool":
-            return self._broadcast([left, right], "bool", frozenset(), expr)
+            return self._broadcast([left, right], "bool", frozenset(), expr, frozenset({"bool"}))
         if op is ast.Mult:
             return f"`{_short(expr)}` multiplies two tensors: the untaken arm's gradient may become NaN"
         return f"`{_short(expr)}` is not among the operations whose shape, dtype and gradient are known"
 
     @staticmethod
-    def _with_number(expr: ast.BinOp, left: Meta | float, right: Meta | float, op: type) -> Meta | str:
+    def _with_number(expr: ast.BinOp, left: Meta | float, right: Meta | float, op: type, mode: str) -> Meta | str:
         """`t op c` or `c op t` with a finite literal `c`: the tensor's shape and gradient sources; its
         dtype, or the floating dtype an integer tensor becomes (Python numbers never widen a dtype)."""
         tensor_first = _is_meta(left)
         tensor, number = (left, right) if tensor_first else (right, left)
         if not _is_meta(tensor):
             return f"`{_short(expr)}` is arithmetic on numbers"
-        if tensor.dtype == "bool":
-            return f"`{_short(expr)}` turns a boolean tensor into a number"
+        if tensor.dtype == "bool" and op is ast.Sub:
+            return f"`{_short(expr)}` raises on a boolean tensor"
+        if op is ast.Sub:
+            tensor = _raising_on(tensor, frozenset({"bool"}), mode, expr)
+            if isinstance(tensor, str):
+                return tensor
         if op is ast.Div and (not tensor_first or number == 0):
             return f"`{_short(expr)}` divides by a tensor or by zero"
         if op not in (ast.Add, ast.Sub, ast.Mult, ast.Div):
             return f"`{_short(expr)}` may raise or have an unbounded derivative"
-        floating = op is ast.Div or isinstance(number, float)
-        return Meta(tensor.shape, _floating(tensor.dtype) if floating else tensor.dtype, tensor.grads)
+        if op is ast.Div or isinstance(number, float):  # integers and booleans become the default float
+            kinds = tensor.kinds - {"bool", "int"} | ({"float"} if tensor.kinds - {"complex"} else set())
+            return Meta(tensor.shape, _floating(tensor.dtype), tensor.grads, frozenset(kinds))
+        if "bool" in tensor.kinds:  # `b + 1`, `b * 2` of a boolean `b` is int64, of others their dtype
+            dtype = "int64" if tensor.kinds == {"bool"} else _number(tensor.dtype)
+            return Meta(tensor.shape, dtype, tensor.grads, tensor.kinds - {"bool"} | {"int"})
+        return tensor
 
     @staticmethod
-    def _broadcast(parts: list, dtype: str, grads: frozenset[str], expr: ast.expr) -> Meta | str:
+    def _broadcast(
+        parts: list, dtype: str, grads: frozenset[str], expr: ast.expr, kinds: frozenset[str] = ANY
+    ) -> Meta | str:
         """The result of an elementwise operation on `parts` (metadata or numbers): one shape, or one
         operand's shape when the others have one element (broadcasting that cannot raise)."""
         for part in parts:
@@ -222,7 +252,7 @@ class Prover:
         shapes = {p.shape for p in parts if isinstance(p, Meta)} - {SCALAR} or {SCALAR}
         if len(shapes) > 1:
             return f"the shapes in `{_short(expr)}` are not proven equal"
-        return Meta(shapes.pop(), dtype, grads)
+        return Meta(shapes.pop(), dtype, grads, kinds)
 
     def _call(self, expr: ast.Call, env: dict[str, Meta | str], mode: str) -> Meta | str:
         func = expr.func
@@ -236,35 +266,36 @@ class Prover:
         if name == "where" and qualname and len(args) == 2:
             parts = [self.meta(e, env, mode) for e in (receiver, *args)]
             if all(_is_meta(p) for p in parts) and parts[0].dtype == "bool":
-                dtype = _promote(parts[1].dtype, parts[2].dtype)
-                return self._broadcast(parts, dtype, parts[1].grads | parts[2].grads, expr)
+                dtype, kinds = _promote(parts[1].dtype, parts[2].dtype), parts[1].kinds | parts[2].kinds
+                return self._broadcast(parts, dtype, parts[1].grads | parts[2].grads, expr, kinds)
             return next((p for p in parts if isinstance(p, str)), f"`{_short(expr)}` has a condition not boolean")
         inner = self.meta(receiver, env, mode)
         if not _is_meta(inner) or args:
             return inner if not _is_meta(inner) else f"`{_short(expr)}` takes arguments whose effect is not known"
         if name in _KEEPING and inner.dtype != "bool":
-            return inner
-        if name in _NO_GRAD_LIKE:
-            return Meta(inner.shape, inner.dtype, frozenset())
-        if name == "detach":
-            return Meta(inner.shape, inner.dtype, frozenset())
+            return _raising_on(inner, ANY - _KEEPING[name], mode, expr)
+        if name in _NO_GRAD_LIKE or name == "detach":
+            return Meta(inner.shape, inner.dtype, frozenset(), inner.kinds)
         if name in _CASTS and isinstance(func, ast.Attribute) and not qualname:
-            return Meta(inner.shape, _CASTS[name], inner.grads)
-        if name in _PREDICATES:
-            return Meta(inner.shape, "bool", frozenset())
-        if name in _ELEMENTWISE and inner.dtype != "bool":
+            return inner.known(_CASTS[name])
+        if name in _PREDICATES and (mode == "if" or name not in _REAL_PREDICATES or "complex" not in inner.kinds):
+            return inner.known("bool", frozenset())
+        if name in _ELEMENTWISE and (mode == "if" or "bool" not in inner.kinds):  # `abs` of a boolean raises
             if mode == "arm":
                 return f"`{_short(expr)}` may turn the untaken arm's zero gradient into NaN"
             return Meta(inner.shape, f"{name}({inner.dtype})", inner.grads)
         if name in _TOTAL_REDUCTIONS:
-            dtype = _TOTAL_REDUCTIONS[name] or f"sum({inner.dtype})"
-            return Meta(SCALAR, dtype, frozenset() if dtype == "bool" else inner.grads)
+            if _TOTAL_REDUCTIONS[name]:
+                return Meta(SCALAR, "bool", frozenset(), frozenset({"bool"}))
+            kinds = inner.kinds - {"bool"} | ({"int"} if "bool" in inner.kinds else set())
+            return Meta(SCALAR, f"sum({inner.dtype})", inner.grads, kinds)
         if name in _PARTIAL_REDUCTIONS:
             if mode != "if":
                 return f"`{_short(expr)}` raises on some inputs (empty or integer tensors)"
             # These keep the dtype (`mean` raises on integers); `sum` of integers gives int64.
-            dtype = inner.dtype if name in _DTYPE_KEEPING else f"{name}({inner.dtype})"
-            return Meta(SCALAR, dtype, inner.grads)
+            if name in _DTYPE_KEEPING:
+                return Meta(SCALAR, inner.dtype, inner.grads, inner.kinds)
+            return Meta(SCALAR, f"{name}({inner.dtype})", inner.grads)
         return f"`{_short(func)}()` is not among the operations whose shape, dtype and gradient are known"
 
     # -- conditions --------------------------------------------------------------------------------------
@@ -312,6 +343,24 @@ def arms_differ(prover: Prover, bodies: list[list[ast.stmt]], outputs: tuple[str
         if len({m.grads for m in metas}) > 1:
             return f"the branches' values of `{name}` take gradients from different tensors"
     return None
+
+
+def _raising_on(meta: Meta | str, categories: frozenset[str], mode: str, expr: ast.expr) -> Meta | str:
+    """`meta` for an operation that raises on dtypes of `categories`: refused where it must not raise
+    (an arm, an `elif`) if its operand may have one; in an `if` condition, which raises alike in both
+    forms, the value goes on without them."""
+    if isinstance(meta, str) or not meta.kinds & categories:
+        return meta
+    if mode != "if":
+        return f"`{_short(expr)}` raises on {' or '.join(sorted(meta.kinds & categories))} tensors"
+    # Without booleans a dtype is its `number()` (the token `b + 1` has), so the two compare equal.
+    dtype = _number(meta.dtype) if "bool" in categories else meta.dtype
+    return Meta(meta.shape, dtype, meta.grads, meta.kinds - categories)
+
+
+def _number(dtype: str) -> str:
+    """The dtype token of `t + 1` for `t` of `dtype`: int64 for a boolean `t`, else `dtype` itself."""
+    return dtype if dtype.startswith("number(") else f"number({dtype})"
 
 
 def _is_meta(value: object) -> bool:

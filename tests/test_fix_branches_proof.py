@@ -28,15 +28,21 @@ def fix(source: str, tmp_path: Path, unsafe: bool) -> Fixed:
     return Fixed(result.sources.get(path, source), result.applied, result.remaining)
 
 
+ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.int64, torch.bool, torch.complex64)
+
+
 def inputs(dtypes=(torch.float32, torch.float64, torch.float16, torch.int64)) -> list[torch.Tensor]:
-    """Both signs of every shape and dtype (so `x.sum() > 0` goes both ways), NaN and inf, empty."""
+    """Both signs of every shape and dtype (so `x.sum() > 0` goes both ways), NaN and inf, empty;
+    booleans all False and some True."""
     generator = torch.Generator().manual_seed(0)
     drawn = []
     for dtype in dtypes:
         for shape in [(8,), (2, 3, 4), (0, 3)]:
             base = torch.randn(shape, generator=generator) * 3 + 0.5
             base = base.round() if not dtype.is_floating_point else base
-            drawn += [base.to(dtype), (-base).to(dtype)]
+            if dtype is torch.bool:
+                base = base > 2  # some True (if any element is large), and then all False
+            drawn += [base.to(dtype), (-base).to(dtype)] if dtype is not torch.bool else [base, base & False]
         if dtype.is_floating_point:
             special = torch.tensor([1.0, float("nan"), -2.0, float("inf"), -0.0], dtype=dtype)
             drawn += [special, -special]
@@ -91,22 +97,29 @@ PROVEN = {
         return y - 1
         """,
     "float literals on both arms": """
+        h = x.float()
         if x.sum() > 0:
-            a = x * 0.5
-            b = x / 4
+            a = h * 0.5
+            b = h / 4
         else:
-            a = x * 2.0
-            b = -x / 3
+            a = h * 2.0
+            b = -h / 3
         return a, b
         """,
     "elif chain of total conditions": """
-        y = x * 1
+        y = x.double()
         if (x > 0).all():
             y = torch.relu(y) + 1
-        elif (x < 0).any():
+        elif (y < 0).any():
             y = -y
         else:
-            y = y - x
+            y = y - 2
+        return y
+        """,
+    "arithmetic that makes booleans integers": """
+        y = x * 2
+        if x.sum() > 0:
+            y = y + 1
         return y
         """,
     "several names and a temporary": """
@@ -119,8 +132,9 @@ PROVEN = {
         return y, z
         """,
     "zero-dim name": """
-        s = x.amax()
-        y = x * 1
+        h = x.double()
+        s = h.amax()
+        y = h * 1
         if s:
             y = y - s
         return y
@@ -157,7 +171,7 @@ def test_proven_rewrite_is_default_and_bitwise_equal(case, tmp_path):
     assert [d for d in result.remaining if d.code in ("TP201", "TP203")] == []
     assert "torch.where" in result.text
     before, after = load(source), load(result.text)
-    for x in inputs():
+    for x in inputs(ALL_DTYPES):
         assert_identical(outcome(after, x), outcome(before, x))
     assert_no_break(result.text, torch.randn(8))
 
@@ -172,6 +186,11 @@ UNPROVEN = {
     "gradient sources": ("if x.sum() > 0:\n    y = torch.zeros_like(y)", "different tensors"),
     "elif that may raise": ("if x.sum() > 0:\n    y = y + 1\nelif x.mean() > 0:\n    y = y - 1", "raises"),
     "broadcast": ("if x.sum() > 0:\n    y = y + x[0]", "not among the operations"),
+    # `x` may be boolean (`-` raises) or complex (`relu` raises) when the untaken arm now runs.
+    "negation of a maybe-boolean": ("if x.sum() > 0:\n    y = -x", "raises on bool tensors"),
+    "subtraction of a maybe-boolean": ("if x.sum() > 0:\n    y = x - 1", "raises on bool tensors"),
+    "relu of a maybe-complex": ("if x.sum() > 0:\n    y = torch.relu(y)", "raises on complex tensors"),
+    "boolean kept beside one made an integer": ("if x.sum() > 0:\n    y = x.clone()", "dtypes of `y`"),
 }
 
 

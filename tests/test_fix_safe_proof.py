@@ -21,7 +21,7 @@ SAFE = {
     "threshold": "s = x.mean().item()\nreturn torch.where(x > s, x, -x), s <= x, x != s",
     "scaled-by-peak": "y = x * 2\nreturn y * y.amax().item() + x, x.amin().item() * x",
     "peak-filled": "return torch.where(x > 0, x.amax().item(), x), x.masked_fill(x < 0, x.amin().item())",
-    "in-place": "y = x * 1\ny.mul_(x.max().item())\ny.sub_(x.min().item())\nreturn y",
+    "in-place": "y = x.clone()\ny.mul_(x.max().item())\ny.sub_(x.min().item())\nreturn y",
     "methods": "lo = x.min().item()\nreturn x.add(lo), torch.sub(x, lo), x.ge(lo), torch.eq(x, lo)",
     "float-of-floating": "y = x.double()\nreturn y - float(y.mean()), float(y.amax()) * y",
 }
