@@ -11,6 +11,7 @@ its breaks are counted: `torch._dynamo.explain`'s break count, or 1 when Dynamo 
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import textwrap
 import warnings
@@ -19,8 +20,9 @@ from pathlib import Path
 import torch
 import torch._dynamo
 
-from transpiler.lint import engine, fixer
-from transpiler.pipeline.rules import load_rules
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's fixes, not an installed copy's
+from transpiler.lint import engine, fixer  # noqa: E402
+from transpiler.pipeline.rules import load_rules  # noqa: E402
 
 PROGRAMS = {
     "sign scale": """

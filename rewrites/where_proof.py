@@ -37,6 +37,13 @@ if TYPE_CHECKING:
 SCALAR = "()"  # the shape token of a one-element 0-d tensor
 # Categories of dtypes: a symbolic dtype may be any of them.
 ANY = frozenset({"bool", "int", "float", "complex"})
+_FLOATING = frozenset({"float", "complex"})
+# Submodules whose output has their parameters' dtype, floating or complex.
+_FLOATING_MODULES = frozenset(
+    f"torch.nn.{m}" for m in "Linear Bilinear Conv1d Conv2d Conv3d Embedding LayerNorm RMSNorm GroupNorm".split()
+)
+# Elementwise functions whose result is floating (integers and booleans become the default float).
+_TO_FLOATING = frozenset("exp log sqrt sigmoid tanh sin cos".split())
 _CATEGORY = {"bool": "bool", "float16": "float", "bfloat16": "float", "float32": "float", "float64": "float"}
 _MODULES = ("torch.", "torch.nn.functional.")
 # Operations whose result keeps the operand's shape, dtype and gradient sources, whose derivative
@@ -130,7 +137,22 @@ class Prover:
         shape = SCALAR if isinstance(expr, ast.Name) and self._is_scalar_name(expr.id) else f"shape({name})"
         if self.typer.kind(expr) is Kind.BOOL_TENSOR:
             return Meta(shape, "bool", frozenset(), frozenset({"bool"}))
-        return Meta(shape, f"dtype({name})", frozenset({name}))
+        value = self._reaching_value(expr.id, stable=False) if isinstance(expr, ast.Name) else None
+        kinds = _FLOATING if value is not None and self._floating_call(value) else ANY
+        return Meta(shape, f"dtype({name})", frozenset({name}), kinds)
+
+    def _floating_call(self, value: ast.expr) -> bool:
+        """Whether `value` is a call whose result is a floating or complex tensor: a submodule whose
+        parameters set its output's dtype (`nn.Module.to` takes floating and complex dtypes only, and
+        parameters of other dtypes cannot require grad), or a torch function that turns integers
+        and booleans into floats."""
+        if not isinstance(value, ast.Call):
+            return False
+        owner = self.typer.self_attr(value.func)
+        if owner is not None and self.typer.cls is not None:
+            return self.typer.cls.attr_ctors.get(owner) in _FLOATING_MODULES
+        name = (self.typer.qualname(value.func) or "").rpartition(".")[2]
+        return (self.typer.qualname(value.func) or "").startswith(_MODULES) and name in _TO_FLOATING
 
     def _resolved(self, name: str) -> Meta | None:
         if name not in self._resolving:
@@ -141,9 +163,10 @@ class Prover:
                 self._resolving[name] = meta if _is_meta(meta) else None
         return self._resolving[name]
 
-    def _reaching_value(self, name: str) -> ast.expr | None:
+    def _reaching_value(self, name: str, stable: bool = True) -> ast.expr | None:
         """The value of the top-level `name = value` that reaches the `if` when nothing rebinds `name`
-        or a name `value` reads before the `if` (its tokens then mean the same there)."""
+        (in a loop around the `if` either) or, when `stable`, a name `value` reads before the `if`
+        (its tokens then mean the same there)."""
         for index in reversed(range(len(self._before))):
             statement = self._before[index]
             if name not in _bound(statement):
@@ -152,7 +175,9 @@ class Prover:
                 return None
             later = [*self._before[index + 1 :], *self._container]
             changed = set().union(*(_bound(s) for s in later)) if later else set()
-            return None if _loads(statement.value) & changed else statement.value
+            if name in changed or stable and _loads(statement.value) & changed:
+                return None
+            return statement.value
         return None
 
     def _is_scalar_name(self, name: str) -> bool:
@@ -233,6 +258,8 @@ class Prover:
         if op not in (ast.Add, ast.Sub, ast.Mult, ast.Div):
             return f"`{_short(expr)}` may raise or have an unbounded derivative"
         if op is ast.Div or isinstance(number, float):  # integers and booleans become the default float
+            if tensor.kinds <= _FLOATING:  # a floating or complex dtype stays
+                return tensor
             kinds = tensor.kinds - {"bool", "int"} | ({"float"} if tensor.kinds - {"complex"} else set())
             return Meta(tensor.shape, _floating(tensor.dtype), tensor.grads, frozenset(kinds))
         if "bool" in tensor.kinds:  # `b + 1`, `b * 2` of a boolean `b` is int64, of others their dtype
@@ -283,7 +310,8 @@ class Prover:
         if name in _ELEMENTWISE and (mode == "if" or "bool" not in inner.kinds):  # `abs` of a boolean raises
             if mode == "arm":
                 return f"`{_short(expr)}` may turn the untaken arm's zero gradient into NaN"
-            return Meta(inner.shape, f"{name}({inner.dtype})", inner.grads)
+            kinds = _FLOATING if name in _TO_FLOATING else ANY
+            return Meta(inner.shape, f"{name}({inner.dtype})", inner.grads, kinds)
         if name in _TOTAL_REDUCTIONS:
             if _TOTAL_REDUCTIONS[name]:
                 return Meta(SCALAR, "bool", frozenset(), frozenset({"bool"}))

@@ -176,6 +176,32 @@ def test_proven_rewrite_is_default_and_bitwise_equal(case, tmp_path):
     assert_no_break(result.text, torch.randn(8))
 
 
+# Values whose dtype is floating or complex by construction: a `nn.Linear`'s output (its parameters'
+# dtype), `torch.sigmoid` of anything. A float literal then keeps the dtype, so these are proven.
+FLOATING = {
+    "submodule output scaled": "h = self.fc(x)\nif h.mean() > 0:\n    h = h * 0.5\nreturn h",
+    "submodule output, ternary": "h = self.fc(x)\nreturn h * 2 if h.sum() > 0 else h / 3",
+    "sigmoid shifted": "h = torch.sigmoid(self.fc(x))\nif h.mean() > 0.5:\n    h = h - 0.5\nreturn h",
+}
+WITH_LINEAR = (
+    "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+    "        super().__init__()\n        self.fc = nn.Linear(4, 4)\n\n    def forward(self, x):\n"
+)
+
+
+@pytest.mark.parametrize("case", FLOATING)
+def test_floating_values_are_proven_for_every_parameter_dtype(case, tmp_path):
+    source = WITH_LINEAR + "".join("        " + line + "\n" for line in FLOATING[case].splitlines())
+    result = fix(source, tmp_path, unsafe=False)
+    assert result.applied and all(d.fix.safety == "safe" for d in result.applied), result.remaining
+    before, after = load(source), load(result.text)
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64):
+        after.to(dtype).load_state_dict(before.to(dtype).state_dict())
+        for x in inputs((torch.float64,)):  # rows of 4 features, the empty batch and NaN/inf included
+            x = x.reshape(-1)[: x.numel() // 4 * 4].reshape(-1, 4).to(dtype)
+            assert_identical(outcome(after, x), outcome(before, x))
+
+
 # -- not proven: unsafe, with the reason in the title ---------------------------------------------------
 
 UNPROVEN = {
