@@ -159,23 +159,108 @@ def test_a_new_signature_records_a_new_graph_and_changes_to_the_model_record_aga
         torch.testing.assert_close(forward(x)["out"], model(x)["out"])
 
 
+class Branches(nn.Module):
+    """Reads its input on the host twice: a branch, and a number the kernels use."""
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x * float(x[0])
+
+
 @pytest.mark.gpu
 @cuda
-def test_a_forward_that_syncs_with_the_host_is_not_recorded():
-    class Syncs(nn.Module):
-        def forward(self, x):
-            return x * x.sum().item()
-
-    model = Syncs()
+def test_host_reads_are_answered_from_the_warm_up_and_a_replay_that_would_read_otherwise_runs_the_source():
+    model = Branches()
     forward = cuda_graphs(model)
+    with torch.no_grad():
+        for _ in range(4):  # the branch goes the same way: replays
+            x = torch.rand(5, device="cuda") + 0.1
+            torch.testing.assert_close(forward(x), x * 2, rtol=0, atol=0)
+        assert forward.counts == {
+            "warm-up (original forward)": 1,
+            "recorded with host reads checked at each replay": 1,
+            "graph replay": 3,
+        }
+        x = -torch.rand(5, device="cuda") - 0.1  # the other arm: the replay's outputs are not used
+        torch.testing.assert_close(forward(x), x * float(x[0]), rtol=0, atol=0)
+        torch.testing.assert_close(forward(x), x * float(x[0]), rtol=0, atol=0)
+        x = torch.rand(5, device="cuda") + 0.1  # the signature's graph is gone for good
+        torch.testing.assert_close(forward(x), x * 2, rtol=0, atol=0)
+    reason = "original forward: a host read differed from the one its recording answered"
+    assert forward.counts[reason] == 3
+    assert torch.cuda.is_current_stream_capturing is graphs.host_reads._is_capturing  # restored after recording
+
+
+@pytest.mark.gpu
+@cuda
+def test_a_number_read_on_the_host_replays_only_while_it_is_the_same_value():
+    class Scales(nn.Module):
+        def forward(self, x, s):
+            return x * s.item()
+
+    model = Scales()
+    forward = cuda_graphs(model)
+    x = torch.randn(5, device="cuda")
+    with torch.no_grad():
+        for value in (0.5, 0.5, 0.5, -0.0, 0.0, float("nan"), float("nan")):
+            s = torch.tensor(value, device="cuda")
+            torch.testing.assert_close(forward(x, s), x * value, rtol=0, atol=0, equal_nan=True)
+    # 0.5 replays twice; -0.0 differs from it (the signature then runs the source for every later call)
+    assert forward.counts["graph replay"] == 2
+    assert forward.counts["original forward: a host read differed from the one its recording answered"] == 4
+
+
+@pytest.mark.gpu
+@cuda
+def test_libraries_take_their_eager_path_while_recording_and_other_waits_still_refuse():
+    class AsksForCapture(nn.Module):
+        def forward(self, x):
+            if torch.cuda.is_current_stream_capturing():
+                return x + 1  # the path a library takes when it cannot read values
+            return x * 2
+
+    forward = cuda_graphs(AsksForCapture())
     with torch.no_grad():
         for _ in range(3):
             x = torch.randn(5, device="cuda")
-            torch.testing.assert_close(forward(x), model(x))
+            torch.testing.assert_close(forward(x), x * 2, rtol=0, atol=0)
+    assert forward.counts["graph replay"] == 2
+
+    class Selects(nn.Module):
+        def forward(self, x):
+            return x[x > 0]  # a data-dependent shape: still waits on the device
+
+    forward = cuda_graphs(Selects())
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(5, device="cuda")
+            torch.testing.assert_close(forward(x), x[x > 0])
         y = torch.randn(5, device="cuda")  # CUDA still works after the refused recording
-        torch.testing.assert_close(forward(y), y * y.sum().item())
+        torch.testing.assert_close(forward(y), y[y > 0])
     (reason,) = [r for r in forward.counts if r.startswith("original forward: the forward cannot be recorded")]
     assert forward.counts[reason] == 3
+
+
+def test_a_host_read_differs_exactly_when_the_value_would_read_otherwise():
+    from emit.runtime.host_reads import Unanswered, _differs
+
+    cases = [
+        (torch.tensor(True), True, False),
+        (torch.tensor(True), False, True),
+        (torch.tensor(3), 3, False),
+        (torch.tensor(3), 4, True),
+        (torch.tensor(0.1, dtype=torch.float16), torch.tensor(0.1, dtype=torch.float16).item(), False),
+        (torch.tensor(0.0), -0.0, True),
+        (torch.tensor(-0.0), -0.0, False),
+        (torch.tensor(float("nan")), float("nan"), False),
+        (torch.tensor(1.0), float("nan"), True),
+        (torch.tensor(float("nan")), 1.0, True),
+    ]
+    for tensor, value, differs in cases:
+        assert bool(_differs(tensor, value)) is differs, (tensor, value)
+    with pytest.raises(Unanswered):
+        _differs(torch.tensor(1j), 1j)
 
 
 def test_warm_up_counts_stay_bounded_when_shapes_never_repeat(monkeypatch):
@@ -654,3 +739,41 @@ def test_an_output_kept_is_not_overwritten_by_another_graph_of_its_pool():
             h = torch.nn.functional.gelu(model[0].linear(x)) * 2.0
             torch.testing.assert_close(out, torch.nn.functional.gelu(model[1].linear(h)) * 2.0)
     assert replayer(model[1]).counts["graph replay"] == 4
+
+
+@pytest.mark.gpu
+@cuda
+def test_transformers_records_its_eager_attention_path_and_replays_only_while_its_mask_reads_agree(monkeypatch):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64, use_cache=False)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).cuda().eval()
+    masks_seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        if graphs.host_reads.capturing():
+            masks_seen.append(kwargs.get("attn_mask") if len(args) < 4 else args[3])
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    forward = cuda_graphs(model)
+    ids = torch.randint(0, 128, (2, 16), device="cuda")
+    with torch.no_grad():
+        for _ in range(3):  # no padding mask: the recording takes SDPA's causal path, as eager does
+            torch.testing.assert_close(forward(input_ids=ids).logits, model(input_ids=ids).logits)
+        assert masks_seen and all(mask is None for mask in masks_seen)
+        mask = torch.ones(2, 16, dtype=torch.long, device="cuda")
+        mask[1, :5] = 0
+        masks_seen.clear()
+        for row in range(3):  # left padding: a mask is built, and replays follow the mask's values
+            mask[1, : 5 + row] = 0
+            expected = model(input_ids=ids, attention_mask=mask).logits
+            torch.testing.assert_close(forward(input_ids=ids, attention_mask=mask).logits, expected)
+        assert masks_seen and all(mask is not None for mask in masks_seen)
+        mask.fill_(1)  # no padding left: eager drops the mask, so the recording's reads differ
+        expected = model(input_ids=ids, attention_mask=mask).logits
+        torch.testing.assert_close(forward(input_ids=ids, attention_mask=mask).logits, expected)
+    assert forward.counts["graph replay"] == 4
+    assert forward.counts["original forward: a host read differed from the one its recording answered"] == 1

@@ -53,6 +53,8 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 
+from . import host_reads
+
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout)
 WARMUP_CALLS = 1  # eager calls of a signature before it is recorded: lazy initialisation happens there
 SEEN_LIMIT = 1024  # signatures whose warm-up calls are counted
@@ -122,21 +124,29 @@ class _Graph:
             # state (cuBLAS workspaces) on their first call there, which must not happen while recording.
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
+            noted = host_reads.Noting()
+            with torch.cuda.stream(side), noted:
                 function(*static_args, **static_kwargs)
             torch.cuda.current_stream().wait_stream(side)
             _check_unchanged(before, (static_args, static_kwargs), versions, self.inputs, attributes, module)
             self.graph = torch.cuda.CUDAGraph()
-            # A forward that waits on the device (`.item()`, data-dependent shapes) cannot be recorded. torch's
-            # sync check raises before the wait, which ends the recording cleanly; CUDA's own refusal would
-            # leave torch's CUDA generator unusable. thread_local: a background compile's work is not refused.
+            # Host reads are answered from the warm-up and checked at each replay (host_reads.py). Any other
+            # wait on the device (a copy to the host, data-dependent shapes) cannot be recorded: torch's sync
+            # check raises before the wait, which ends the recording cleanly; CUDA's own refusal would leave
+            # torch's CUDA generator unusable. thread_local: a background compile's work is not refused.
+            self.differs = torch.zeros((), dtype=torch.bool, device=self.inputs[0].device)
+            answering = host_reads.Answering(noted.values, self.differs)
             debug_mode = torch.cuda.get_sync_debug_mode()
             torch.cuda.set_sync_debug_mode("error")
             try:
                 with torch.cuda.graph(self.graph, pool=pool.handle(), capture_error_mode="thread_local"):
-                    output = function(*static_args, **static_kwargs)
+                    with answering:
+                        output = function(*static_args, **static_kwargs)
+            except host_reads.Unanswered as error:
+                raise _Unsupported(str(error)) from None
             finally:
                 torch.cuda.set_sync_debug_mode(debug_mode)
+            self.checked_reads = answering.answered
         finally:
             _RECORDING.depth -= 1
         self.outputs, self.spec = pytree.tree_flatten(output)
@@ -160,7 +170,8 @@ class _Graph:
         finalizer.atexit = False
 
     def replay(self, tensors: list, copy_outputs: bool) -> Any:
-        """The outputs of one replay on `tensors`; `_STUCK` where an earlier output holds the pool's memory."""
+        """The outputs of one replay on `tensors`; `_STUCK` where an earlier output holds the pool's memory,
+        `_DIFFERS` where a host read the recording answered from its warm-up would read another value now."""
         order = self._handout.order
         later = [handout for handout in list(self._neighbours) if handout.order >= order]
         if not all([handout.evict() for handout in later]):  # a list: every one evicts
@@ -168,6 +179,10 @@ class _Graph:
         # One call for all inputs: one dispatch, and one kernel for tensors of one dtype and layout.
         torch._foreach_copy_(self.inputs, tensors)
         self.graph.replay()
+        if (
+            self.checked_reads and self.differs.item()
+        ):  # a host read would have gone another way: these outputs are not its
+            return _DIFFERS
         outputs = self._handout.hand_out() if copy_outputs else self.outputs
         return pytree.tree_unflatten(outputs, self.spec)
 
@@ -277,6 +292,7 @@ def _check_unchanged(before, arguments, versions, inputs, attributes, module) ->
 
 _MISSING = object()
 _STUCK = object()
+_DIFFERS = object()
 
 
 class _Snapshot:
@@ -295,7 +311,8 @@ class _Snapshot:
         for name, inner in module.named_modules(remove_duplicate=False):
             inner_reads = getattr(type(inner).forward, "__transpile_reads__", ()) if name else ()
             reads = (*reads, *(f"{name}.{read}" for read in inner_reads))
-        self.reads = []
+        self.reads = []  # (path, the submodule it starts from, the getter of the rest, the value, by value?)
+        self.read_from: set[tuple[int, str]] = set()
         self.unstable = ""  # a read whose value is a new object each time, if any
         self.objects: dict[int, tuple[dict, Callable, tuple]] = {}  # plain fields of objects read (a config)
         for path in dict.fromkeys(reads):
@@ -309,11 +326,16 @@ class _Snapshot:
             if not _same(_read_path(path, module)[1], value, plain):
                 self.unstable = self.unstable or path  # a property that builds a new object: no guard can hold
                 continue
-            get = operator.attrgetter(path)
-            self.reads.append((path, get, value, plain))
+            owner, rest = _owner(module, path)
+            if (id(owner), rest) in self.read_from:
+                continue
+            self.read_from.add((id(owner), rest))
+            get = operator.attrgetter(rest)
+            self.reads.append((path, owner, get, value, plain))
             if isinstance(value, torch.Tensor):
                 pointer = f"{path}.data_ptr()"
-                self.reads.append((pointer, lambda root, get=get: get(root).data_ptr(), value.data_ptr(), True))
+                data_ptr = lambda owner, get=get: get(owner).data_ptr()  # noqa: E731
+                self.reads.append((pointer, owner, data_ptr, value.data_ptr(), True))
             owner = module
             for name in path.split(".")[:-1]:  # the objects the path passes through: a config read in part
                 owner = getattr(owner, name, _MISSING)
@@ -350,7 +372,8 @@ class _Snapshot:
             all(table.get(name) is value for table, name, value in self.entries)
             and all(t.data_ptr() == pointer for t, pointer in self.memory)  # `.data = ...`, `.to()` in place
             and all(m.training is flag for m, flag in self.flags)
-            and all(_same(_read(get, self.root), value, plain) for _, get, value, plain in self.reads)
+            # after the tables: the submodules a read starts from are still those of the tree
+            and all(_same(_read(get, owner), value, plain) for _, owner, get, value, plain in self.reads)
             and all(
                 _fields(table, fields) == values and len(table) == size
                 for table, fields, values, size in self.objects.values()
@@ -375,6 +398,19 @@ def _fields(table: dict, fields: Callable) -> object:
         return fields(table)
     except KeyError:
         return _MISSING
+
+
+def _owner(module: torch.nn.Module, path: str) -> tuple[object, str]:
+    """The submodule `path` reaches through `_modules` entries alone, and the rest of the path. A check of the
+    tables' entries (`_Snapshot.entries`) sees any change on the way there, so a read need not walk it again
+    (GPT-2's guards read 102 paths through `nn.Module.__getattr__`, four hops each: 0.5 ms per call)."""
+    names = path.split(".")
+    for index, name in enumerate(names[:-1]):
+        inner = module._modules.get(name) if isinstance(module, torch.nn.Module) else None
+        if inner is None or name in vars(module):
+            return module, ".".join(names[index:])
+        module = inner
+    return module, names[-1]
 
 
 def _read_path(path: str, module) -> tuple[str, object]:
@@ -474,6 +510,10 @@ class CudaGraphs:
         if outputs is _STUCK:
             self.counts["original forward: a view of an earlier output holds the graph's memory"] += 1
             return self.function(*args, **kwargs)
+        if outputs is _DIFFERS:  # the graph took a branch this call would not: drop it, run the source
+            reason = self._graphs[key] = "original forward: a host read differed from the one its recording answered"
+            self.counts[reason] += 1
+            return self.function(*args, **kwargs)
         self.counts["graph replay"] += 1
         return outputs
 
@@ -489,7 +529,7 @@ class CudaGraphs:
         if not tensors or not all(t.is_cuda for t in tensors):
             # A CPU tensor's values reach a graph only as they were when it was recorded (as kernel arguments).
             return "original forward: an input is not a CUDA tensor, or none is a tensor"
-        if torch.cuda.is_current_stream_capturing():
+        if host_reads.capturing():
             return "original forward: called while another graph is being recorded"
         return description, tensors
 
@@ -519,6 +559,9 @@ class CudaGraphs:
         except RuntimeError as error:  # the forward waits on the device, or CUDA refused an operation while recording
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             graph = f"original forward: the forward cannot be recorded ({first[:120]})"
+        else:
+            if graph.checked_reads:
+                self.counts["recorded with host reads checked at each replay"] += 1
         self._graphs[key] = graph
         return graph
 
