@@ -194,6 +194,27 @@ def test_gitignore_is_respected_inside_a_repository_only(project):
     assert len({p for p, _, _ in codes(project.lint("."))}) == len(TREE) + 1
 
 
+def test_a_tree_inside_an_ignored_directory_is_linted(project):
+    """pyenv's checkout ignores `/versions`, where every installed package lives: as ruff, a walk that starts
+    inside an ignored directory lints what it finds (from above, the directory is skipped)."""
+    subprocess.run(["git", "init", "-q", str(project.root)], check=True)
+    project.write(".gitignore", "/versions\n*.log\n")
+    project.write("versions/pkg/a.py", PRINT_MODEL)
+    project.write("versions/pkg/sub/b.py", PRINT_MODEL)
+    project.write("versions/pkg/sub/c.log.py", PRINT_MODEL)
+    assert codes(project.lint(".")) == []
+    inside = {p for p, _, _ in codes(project.lint("versions/pkg"))}
+    assert inside == {"versions/pkg/a.py", "versions/pkg/sub/b.py", "versions/pkg/sub/c.log.py"}
+    assert {p for p, _, _ in codes(project.lint(".", cwd=project.root / "versions"))} == {
+        "pkg/a.py",
+        "pkg/sub/b.py",
+        "pkg/sub/c.log.py",
+    }
+    project.write("versions/pkg/sub/d.log", "")  # a pattern of its own still applies to an entry in the walk
+    project.write("versions/pkg/.gitignore", "c.log.py\n")
+    assert {p for p, _, _ in codes(project.lint("versions/pkg"))} == {"versions/pkg/a.py", "versions/pkg/sub/b.py"}
+
+
 def test_without_pathspec_gitignore_is_not_read_and_the_run_says_so(project, monkeypatch):
     gitignored_project(project)
     subprocess.run(["git", "init", "-q", str(project.root)], check=True)

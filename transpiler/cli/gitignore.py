@@ -16,7 +16,10 @@ MISSING = "pathspec is not installed: .gitignore files are not read (pip install
 
 class GitIgnore:
     """`ignored(path)`: whether the `.gitignore` files of `path`'s repository (the root's, then each directory's
-    down to `path`'s, deeper files overriding) and `.git/info/exclude` ignore it. Files are read once."""
+    down to `path`'s, deeper files overriding) and `.git/info/exclude` ignore the entry `path` itself. An entry
+    inside an ignored directory is only reached when the walk starts there (a directory named on the command
+    line, or below one): it is not ignored then, as in ruff, which lints `versions/pkg` of a repository that
+    ignores `/versions` (pyenv's: every installed package lives there). Files are read once."""
 
     def __init__(self) -> None:
         self._specs: dict[Path, object | None] = {}
@@ -25,17 +28,20 @@ class GitIgnore:
     def ignored(self, path: Path) -> bool:
         absolute = Path(os.path.abspath(path))
         repository = self._repository(absolute.parent)
-        if repository is None:
+        if repository is None or absolute == repository:
             return False
-        is_dir = absolute.is_dir()
-        verdict = None
+        verdict, suffix = None, "/" if absolute.is_dir() else ""
         directories = [absolute.parent, *absolute.parent.parents]
         for directory in reversed(directories[: directories.index(repository) + 1]):
             spec = self._spec(directory, repository)
             if spec is None:
                 continue
-            relative = absolute.relative_to(directory).as_posix() + ("/" if is_dir else "")
-            included = spec.check_file(relative).include
+            relative = absolute.relative_to(directory).as_posix()
+            included = spec.check_file(relative + suffix).include
+            # A file's match that holds because its directory matches comes from a directory above the walk.
+            parent = relative.rpartition("/")[0]
+            if included and parent and spec.check_file(f"{parent}/").include:
+                continue
             if included is not None:
                 verdict = included
         return bool(verdict)
