@@ -136,6 +136,68 @@ PROGRAMS = {
         """,
 }
 
+# Held out (session 10): written the way model code gates, clips and checks activations, after the
+# "safe by proof" work and without running the fixes on them first; their own total is printed.
+HELD_OUT = {
+    "gate on mean activation": """
+        h = self.fc(x)
+        if h.mean() > 0:
+            h = h * 0.5
+        return h
+        """,
+    "early exit when tiny": """
+        h = self.fc(x)
+        if h.abs().max() < 1e-3:
+            return x
+        return x + h
+        """,
+    "renormalise a large norm": """
+        n = x.norm()
+        if n > 10:
+            x = x * (10 / n)
+        return x
+        """,
+    "nan to zero": """
+        h = self.fc(x)
+        if torch.isnan(h).any():
+            h = torch.nan_to_num(h)
+        return h
+        """,
+    "clip exploding activations": """
+        h = self.fc(x)
+        if h.abs().max() > 1e4:
+            h = h.clamp(-1e4, 1e4)
+        return h
+        """,
+    "activation by sign": """
+        h = self.fc(x)
+        return torch.relu(h) if h.mean() > 0 else torch.tanh(h)
+        """,
+    "residual scale by spread": """
+        h = self.fc(x)
+        scale = 0.5 if h.std() > 1 else 1.0
+        return x + h * scale
+        """,
+    "damped sigmoid gate": """
+        g = torch.sigmoid(self.fc(x))
+        if g.mean() > 0.5:
+            g = g * 0.9
+        return x * g
+        """,
+    "assert finite": """
+        h = self.fc(x)
+        assert torch.isfinite(h).all(), "non-finite activations"
+        return h
+        """,
+    "warn on saturation": """
+        h = torch.tanh(self.fc(x))
+        if (h.abs() > 0.99).float().mean() > 0.5:
+            print("tanh saturated")
+        return h
+        """,
+}
+PROGRAMS.update(HELD_OUT)
+
 HEADER = "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
 INIT = "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(8, 8)\n\n"
 
@@ -194,15 +256,13 @@ def main() -> None:
     load_rules()
     warnings.simplefilter("ignore")
     inputs = [torch.randn(4, 8, generator=torch.Generator().manual_seed(s)) * k for s in range(3) for k in (1, -1)]
-    totals = {"before": 0, "default": 0, "unsafe": 0}
     rows, changed = [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, body in PROGRAMS.items():
             original = source(body)
             base = load(original)
             row = [name, breaks(base, inputs[0])]
-            totals["before"] += row[1]
-            for unsafe, key in ((False, "default"), (True, "unsafe")):
+            for unsafe in (False, True):
                 text, applied = fixed(original, unsafe, Path(tmp))
                 module = load(text)
                 module.load_state_dict(base.state_dict())
@@ -210,19 +270,19 @@ def main() -> None:
                     want, got = run(base, x), run(module, x)
                     ok = want is got if isinstance(want, type) else not isinstance(got, type) and same(got, want)
                     changed += not ok and not (want is ValueError and got is RuntimeError)
-                count = breaks(module, inputs[0])
-                totals[key] += count
-                row.append(count)
+                row.append(breaks(module, inputs[0]))
             rows.append(row)
     print("| program | breaks before | after default fixes | after --unsafe-fixes |")
     print("|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(str(v) for v in row) + " |")
-    before = totals["before"]
-    print(
-        f"| **total** | {before} | {totals['default']} ({100 * (before - totals['default']) / before:.0f}% removed)"
-        f" | {totals['unsafe']} ({100 * (before - totals['unsafe']) / before:.0f}% removed) |"
-    )
+    held_out = [row for row in rows if row[0] in HELD_OUT]
+    for label, counted in (("total", rows), (f"held out ({len(held_out)} programs)", held_out)):
+        before, default, unsafe = (sum(row[i] for row in counted) for i in (1, 2, 3))
+        print(
+            f"| **{label}** | {before} | {default} ({100 * (before - default) / before:.0f}% removed)"
+            f" | {unsafe} ({100 * (before - unsafe) / before:.0f}% removed) |"
+        )
     print(f"\noutputs changed (a ValueError guard now raising RuntimeError not counted): {changed}")
 
 

@@ -7,6 +7,8 @@ metrics, routing, normalisation); it is fixed by the same fixer `transpile` runs
 `torch._dynamo.explain` on its inputs, and its outputs compared with the original's in eager.
 
     python benchmarks/value_shape_breaks.py          # the table, and totals per build
+
+Default fixes must give the same outputs bit for bit (NaN where NaN was), unsafe ones within rounding.
 """
 
 from __future__ import annotations
@@ -191,6 +193,61 @@ PROGRAMS = {
         return torch.arange(n).float().sum() * x
     """,
 }
+# Held out (session 10): centring, thresholds, masking and normalisation as model code writes them,
+# added after the "safe by proof" work without running the fixes on them first; their own total is printed.
+HELD_OUT = {
+    "centred-by-global-mean": """
+        mu = x.mean().item()
+        return self.proj(x - mu)
+    """,
+    "stable-exp-by-max": """
+        h = self.proj(x)
+        h = h - h.max().item()
+        return h.exp()
+    """,
+    "peak-subtracted-in-place": """
+        h = self.proj(x)
+        h.sub_(h.max().item())
+        return h.exp()
+    """,
+    "threshold-by-mean": """
+        t = x.mean().item()
+        return x * (x > t)
+    """,
+    "fill-masked-with-min": """
+        s = self.proj(x)
+        return s.masked_fill(s < 0, s.min().item())
+    """,
+    "normalise-by-absmax": """
+        return x / x.abs().max().item()
+    """,
+    "clip-at-three-sigma": """
+        sd = x.std().item()
+        return x.clamp(-3 * sd, 3 * sd)
+    """,
+    "positive-count-weight": """
+        n = x[x > 0].numel()
+        return x * n
+    """,
+    "masked-l1-over-valid": """
+        valid = x != 0
+        return x[valid].abs().sum() / valid.sum()
+    """,
+    "zero-negatives-via-nonzero": """
+        y = self.proj(x)
+        y[(y < 0).nonzero(as_tuple=True)] = 0.0
+        return y
+    """,
+    "float-mean-offset": """
+        m = float(self.proj(x).mean())
+        return x - m
+    """,
+    "kth-value-threshold": """
+        kth = x.flatten().kthvalue(3).values.item()
+        return torch.where(x >= kth, x, 0.0)
+    """,
+}
+PROGRAMS.update(HELD_OUT)
 
 
 def source(body: str) -> str:
@@ -217,7 +274,8 @@ def breaks(text: str, x: torch.Tensor) -> int:
     return explained.graph_break_count if explained.graph_count else 1
 
 
-def same_outputs(original: str, fixed: str, x: torch.Tensor) -> bool:
+def same_outputs(original: str, fixed: str, x: torch.Tensor, exact: bool) -> bool:
+    """The same outputs: bit for bit (NaN where NaN was) when `exact`, else within rounding."""
     with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):  # the programs' own prints
         expected, actual = _model(original)(x.clone()), _model(fixed)(x.clone())
     expected = expected if isinstance(expected, tuple) else (expected,)
@@ -231,13 +289,15 @@ def same_outputs(original: str, fixed: str, x: torch.Tensor) -> bool:
             e, a = torch.as_tensor(e), torch.as_tensor(a)  # numbers, or a number kept as a 0-d tensor
         if e.dtype != a.dtype and e.dim() > 0 or not torch.allclose(e.double(), a.double(), equal_nan=True):
             return False
+        if exact and not (e.dtype == a.dtype and torch.equal(e.nan_to_num(), a.nan_to_num())):
+            return False
     return len(expected) == len(actual)
 
 
 def main() -> None:
     warnings.filterwarnings("ignore")
     x = torch.randn(5, 6, generator=torch.Generator().manual_seed(0))
-    totals = {"before": 0, "default": 0, "unsafe": 0}
+    counts: dict[str, dict[str, int]] = {}
     changed = []
     print(f"{'program':28} before default unsafe  same")
     for name, body in PROGRAMS.items():
@@ -247,18 +307,19 @@ def main() -> None:
         for build, unsafe in (("default", False), ("unsafe", True)):
             _, fixed = fix_snippet(original, unsafe=unsafe)
             row[build] = breaks(fixed, x)
-            same = same and same_outputs(original, fixed, x)
+            same = same and same_outputs(original, fixed, x, exact=not unsafe)
         if not same:
             changed.append(name)
-        for key in totals:
-            totals[key] += row[key]
+        counts[name] = row
         print(f"{name:28} {row['before']:6} {row['default']:7} {row['unsafe']:6}  {'yes' if same else 'NO'}")
-    removed = {b: totals["before"] - totals[b] for b in ("default", "unsafe")}
-    print(
-        f"\n{len(PROGRAMS)} programs, {totals['before']} breaks; removed by default fixes: {removed['default']} "
-        f"({removed['default'] / totals['before']:.0%}), with --unsafe-fixes: {removed['unsafe']} "
-        f"({removed['unsafe'] / totals['before']:.0%}); outputs changed: {len(changed)} {changed}"
-    )
+    for label, names in (("", PROGRAMS), ("held out: ", HELD_OUT)):
+        before, default, unsafe = (sum(counts[n][k] for n in names) for k in ("before", "default", "unsafe"))
+        print(
+            f"{label}{len(names)} programs, {before} breaks; removed by default fixes: {before - default} "
+            f"({(before - default) / before:.0%}), with --unsafe-fixes: {before - unsafe} "
+            f"({(before - unsafe) / before:.0%}); outputs changed: {len([c for c in changed if c in names])}"
+        )
+    print(f"changed: {changed}")
 
 
 if __name__ == "__main__":

@@ -247,11 +247,18 @@ def exact_problem(node: ast.expr, source: ast.expr, ctx: Context, parents: dict[
     the same bits as the number at every use, or None: each use must meet a tensor proven to have
     `source`'s dtype (`rewrites/where_proof.py`) in `+ - *`, a comparison, `torch.where`'s values,
     `masked_fill`'s value or their methods (not `-s`: `-True` is the int -1, `-` of a bool tensor
-    raises), and `source` must read only names
-    with one value in the function (so it means the same where the number is used)."""
-    changing = _changing_read(source, ctx.node)
-    if changing:
-        return f"`{changing}` is bound more than once or inside a block, so its dtype there is not known"
+    raises); a number bound to a name is used in later statements, so `source` must then read only
+    names with one value in the function (it means the same where the number is used)."""
+    # Bound to a name, the number is used in later statements, where the names `source` reads must
+    # still hold the values they held; used in its own statement, it meets them at the same point.
+    statement = node
+    while statement is not None and not isinstance(statement, ast.stmt):
+        statement = parents.get(id(statement))
+    bound = isinstance(parents.get(id(node)), ast.Assign)
+    if bound or any(isinstance(n, ast.NamedExpr) for n in ast.walk(statement or node)):
+        changing = _changing_read(source, ctx.node)
+        if changing:
+            return f"`{changing}` is bound more than once or inside a block, so its dtype there is not known"
 
     def dtype(expr: ast.expr, at: ast.AST) -> str | None:
         return proven_dtype(expr, ctx, at)

@@ -48,7 +48,9 @@ _CATEGORY = {"bool": "bool", "float16": "float", "bfloat16": "float", "float32":
 _MODULES = ("torch.", "torch.nn.functional.")
 # Operations whose result keeps the operand's shape, dtype and gradient sources, whose derivative
 # is a mask (0 or 1): a zero gradient stays zero; with the dtype categories they never raise on.
-_KEEPING = {"relu": frozenset({"int", "float"}), "clone": ANY}
+# (`nan_to_num`'s derivative is 1 where the value is finite, else 0; on a complex tensor that
+# requires grad it raises.)
+_KEEPING = {"relu": frozenset({"int", "float"}), "clone": ANY, "nan_to_num": frozenset({"bool", "int", "float"})}
 _NO_GRAD_LIKE = frozenset({"zeros_like", "ones_like"})
 _CASTS = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16"}
 # Reductions to one element without arguments; "total" ones never raise (the others raise on an
@@ -138,6 +140,10 @@ class Prover:
         if self.typer.kind(expr) is Kind.BOOL_TENSOR:
             return Meta(shape, "bool", frozenset(), frozenset({"bool"}))
         value = self._reaching_value(expr.id, stable=False) if isinstance(expr, ast.Name) else None
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and not value.args:
+            cast = _CASTS.get(value.func.attr) if not self.typer.qualname(value.func) else None
+            if cast is not None:  # `h = self.fc(x).float()`: the dtype is known, if not the shape
+                return Meta(shape, cast, frozenset({name}), frozenset({"float"}))
         kinds = _FLOATING if value is not None and self._floating_call(value) else ANY
         return Meta(shape, f"dtype({name})", frozenset({name}), kinds)
 

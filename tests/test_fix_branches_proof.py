@@ -51,7 +51,7 @@ def inputs(dtypes=(torch.float32, torch.float64, torch.float16, torch.int64)) ->
 
 def outcome(module: torch.nn.Module, x: torch.Tensor):
     """The outputs and input gradient of one call, or the class of the exception it raises."""
-    x = x.detach().clone().requires_grad_(x.dtype.is_floating_point)
+    x = x.detach().clone().requires_grad_(x.dtype.is_floating_point or x.dtype.is_complex)
     try:
         out = module(x)
     except Exception as error:  # the rewrite must raise where the original raises
@@ -182,6 +182,7 @@ FLOATING = {
     "submodule output scaled": "h = self.fc(x)\nif h.mean() > 0:\n    h = h * 0.5\nreturn h",
     "submodule output, ternary": "h = self.fc(x)\nreturn h * 2 if h.sum() > 0 else h / 3",
     "sigmoid shifted": "h = torch.sigmoid(self.fc(x))\nif h.mean() > 0.5:\n    h = h - 0.5\nreturn h",
+    "non-finite values zeroed": "h = self.fc(x).float()\nif torch.isnan(h).any():\n    h = torch.nan_to_num(h)\nreturn h",
 }
 WITH_LINEAR = (
     "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
@@ -216,6 +217,7 @@ UNPROVEN = {
     "negation of a maybe-boolean": ("if x.sum() > 0:\n    y = -x", "raises on bool tensors"),
     "subtraction of a maybe-boolean": ("if x.sum() > 0:\n    y = x - 1", "raises on bool tensors"),
     "relu of a maybe-complex": ("if x.sum() > 0:\n    y = torch.relu(y)", "raises on complex tensors"),
+    "nan_to_num of a maybe-complex": ("if x.sum() > 0:\n    y = torch.nan_to_num(y)", "raises on complex tensors"),
     "boolean kept beside one made an integer": ("if x.sum() > 0:\n    y = x.clone()", "dtypes of `y`"),
 }
 

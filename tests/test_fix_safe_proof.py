@@ -23,6 +23,7 @@ SAFE = {
     "peak-filled": "return torch.where(x > 0, x.amax().item(), x), x.masked_fill(x < 0, x.amin().item())",
     "in-place": "y = x.clone()\ny.mul_(x.max().item())\ny.sub_(x.min().item())\nreturn y",
     "methods": "lo = x.min().item()\nreturn x.add(lo), torch.sub(x, lo), x.ge(lo), torch.eq(x, lo)",
+    "rebound-in-its-statement": "h = x.clone()\nh = h - h.amax().item()\nreturn h",
     "float-of-floating": "y = x.double()\nreturn y - float(y.mean()), float(y.amax()) * y",
 }
 # Forward bodies whose conversion stays unsafe, and the words of the reason.
@@ -34,6 +35,8 @@ UNSAFE = {
     "sum-promotes": ("s = x.sum().item()\nreturn x * s", "in `x * s`"),
     "other-dtype": ("y = x.float()\ns = x.mean().item()\nreturn y * s", "in `y * s`"),
     "rebound-source": ("y = x * 2\ny = y + 1\ns = y.mean().item()\nreturn y - s", "`y` is bound more than once"),
+    # A `:=` in the statement may rebind what the conversion reads: its names must have one value.
+    "walrus-in-statement": ("x = x * 1\nreturn x - x.amax().item() + (h := x).sum()", "`x` is bound more than once"),
     "element": ("s = x[0].item()\nreturn x - s", "clamped or reshaped"),
     "max-eps": ("return x * max(x.amax().item(), 1.0)", "clamped or reshaped"),
     "int": ("n = int(x.amax())\nreturn x - n", "`int()` truncates"),
