@@ -70,6 +70,16 @@ def test_snapshot_sees_replacements_moves_and_modes():
     snapshot = _Snapshot(model)
     model.train()
     assert not snapshot.holds()
+    model.eval()
+    snapshot = _Snapshot(model)
+    model[0].register_buffer("added", torch.zeros(2))  # an entry more: the forward may read it
+    assert not snapshot.holds()
+    snapshot = _Snapshot(model)
+    del model[1].drop  # an entry less, through no registration hook
+    assert not snapshot.holds()
+    snapshot = _Snapshot(model)
+    model[1]._modules["renamed"] = model[1]._modules.pop("norm")  # the same modules under another name
+    assert not snapshot.holds()
 
 
 def test_cpu_calls_run_the_original_forward_with_the_reason():
