@@ -22,8 +22,10 @@ recorded. Anything else a forward reads from Python state (a config attribute ch
 after recording) is not seen: call `reset()` after such a change. Calls run the original
 forward, counted with the reason, where a graph cannot be right or cannot be recorded:
 autograd on, no CUDA tensor among the inputs, an argument that is not a tensor or a
-plain value, an output that is neither (a cache object), or a forward that synchronises
-with the host (`.item()`, data-dependent shapes), which fails the recording.
+plain value, an output that is neither (a cache object), a forward that waits on the device
+other than to read a scalar (a copy to the host, data-dependent shapes), which fails the
+recording, or a scalar read (`.item()`, `bool(t)`) that would read another value than the one
+the recording answered from its warm-up (host_reads.py).
 
 The outputs of a replay are handed out without a copy: tensors that alias the graph's memory
 without owning it. Results of earlier calls stay valid all the same: before a graph replays
@@ -656,10 +658,10 @@ class _DefaultGraphs(CudaGraphs):
         """A model over graphed blocks: its one graph, or its blocks' graphs, whichever runs the call faster.
 
         One graph has none of the model's Python left, but libraries record a different forward than
-        they run: under a capture they cannot read a tensor on the host, so they take their general path
-        (transformers keeps an all-ones attention mask, which sends attention to a slower kernel). The
-        blocks' graphs leave that code to run eagerly. Timed once per signature, synchronised, best of
-        TRIALS each: the blocks record at the first run of the original forward, and replay after."""
+        they run where the capture hides something from them (a read host_reads.py cannot answer, a path
+        chosen for another reason). The blocks' graphs leave that code to run eagerly. Timed once per
+        signature, synchronised, best of TRIALS each: the blocks record at the first run of the original
+        forward, and replay after."""
         self.function(*args, **kwargs)
         blocks = _best_seconds(lambda: self.function(*args, **kwargs))
         whole = _best_seconds(lambda: graph.replay(tensors, copy_outputs=False))
