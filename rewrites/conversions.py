@@ -56,7 +56,7 @@ def flow_problem(node: ast.expr, ctx: Context, parents: dict[int, ast.AST], step
                 return f"its value is never used (line {current.lineno})"
             if isinstance(parent, ast.Return):
                 return f"its value is returned (line {current.lineno})"
-            use = ast.unparse(parent) if isinstance(parent, ast.expr) else ast.unparse(current)
+            use = ast.unparse(parent) if isinstance(parent, (ast.expr, ast.AugAssign)) else ast.unparse(current)
             if isinstance(parent, (ast.If, ast.While, ast.Assert)) and parent.test is current:
                 use = f"{type(parent).__name__.lower()} {use}"  # the test, not the whole block
             use = use if len(use) <= 50 else use[:47] + "..."
@@ -204,6 +204,8 @@ def tensor_arithmetic_step(
         return parent if other in (Kind.SCALAR, Kind.DATA_SCALAR) else False
     if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, (ast.USub, ast.UAdd)):
         return parent
+    if isinstance(parent, ast.AugAssign) and isinstance(parent.op, _ARITHMETIC + _BITWISE):
+        return ctx.kind(_loaded(parent.target)).is_tensor  # `t -= s` of a tensor works in place either way
     keyword = None
     if isinstance(parent, ast.keyword):
         keyword, parent = parent.arg, parents.get(id(parent))
@@ -294,6 +296,8 @@ def _exact_partner(
         return parent.right if parent.left is node else parent.left
     if isinstance(parent, ast.Compare) and len(parent.ops) == 1 and isinstance(parent.ops[0], _COMPARISONS):
         return parent.comparators[0] if parent.left is node else parent.left
+    if isinstance(parent, ast.AugAssign) and isinstance(parent.op, _EXACT_OPERATORS):
+        return _loaded(parent.target) if isinstance(parent.target, ast.Name) else None
     keyword = None
     if isinstance(parent, ast.keyword):
         keyword, parent = parent.arg, parents.get(id(parent))
@@ -310,6 +314,13 @@ def _exact_partner(
     if method in _EXACT_METHODS and slot in _EXACT_METHODS[method] and arguments == _EXACT_METHODS[method][0] + 1:
         return parent.func.value
     return None
+
+
+def _loaded(target: ast.expr) -> ast.expr:
+    """The read of the name an augmented assignment stores to (`t` of `t -= s`), for typing it."""
+    if not isinstance(target, ast.Name):
+        return target
+    return ast.copy_location(ast.Name(target.id, ast.Load()), target)
 
 
 def _changing_read(expr: ast.expr, function: ast.AST) -> str | None:

@@ -24,6 +24,7 @@ SAFE = {
     "in-place": "y = x.clone()\ny.mul_(x.max().item())\ny.sub_(x.min().item())\nreturn y",
     "methods": "lo = x.min().item()\nreturn x.add(lo), torch.sub(x, lo), x.ge(lo), torch.eq(x, lo)",
     "rebound-in-its-statement": "h = x.clone()\nh = h - h.amax().item()\nreturn h",
+    "augmented": "h = x.clone()\nh -= h.amax().item()\nh *= h.amin().item()\nreturn h",
     "float-of-floating": "y = x.double()\nreturn y - float(y.mean()), float(y.amax()) * y",
 }
 # Forward bodies whose conversion stays unsafe, and the words of the reason.
@@ -40,6 +41,7 @@ UNSAFE = {
     "element": ("s = x[0].item()\nreturn x - s", "clamped or reshaped"),
     "max-eps": ("return x * max(x.amax().item(), 1.0)", "clamped or reshaped"),
     "int": ("n = int(x.amax())\nreturn x - n", "`int()` truncates"),
+    "augmented-number": ("t = x.mean()\nt /= x.amax().item()\nreturn t", "in `t /= x.amax().item()`"),
     "float-of-unknown": ("return x - float(x.mean())", "not proven floating"),
     "negated": ("s = x.amax().item()\nreturn x * -s", "in `-s`"),
 }
