@@ -120,9 +120,17 @@ class DataDependentIf(Rule):
     and takes gradients from the same tensors in every branch; the arms use only
     operations that cannot raise and keep a zero gradient zero (`+`, `-`, `*` or `/`
     by a finite literal, `relu`, `clone`, `zeros_like`, `torch.where`); an `elif`
-    condition cannot raise (`sum`, `any`, `all`, comparisons). The title of an unsafe
-    one says what is not proven. The result is always a new tensor (an alias made
-    by `y = x` is not kept).
+    condition cannot raise (`sum`, `any`, `all`, comparisons). A dtype known only
+    symbolically (`dtype(x)` of a parameter) may be boolean or complex at run
+    time, so each value carries the dtype categories it may fall in: an arm that
+    would raise on one of them is not proven (`-x` and `x - 1` of booleans,
+    `relu` and `nan_to_num` of complex tensors, `x < 0` of complex in an `elif`),
+    and `b + 1` of a boolean, int64, has its own dtype. Values known floating or
+    complex (the output of a `nn.Linear`, `nn.Conv*`, `nn.Embedding` or norm
+    submodule, whose parameters set its dtype; `exp`, `sigmoid`, `tanh`, ...;
+    a `.float()` cast) keep their dtype through a float literal (`h * 0.5`).
+    The title of an unsafe one says what is not proven. The result is always a
+    new tensor (an alias made by `y = x` is not kept).
 
     An `if` on a tensor whose body only raises (`if (x < 0).any(): raise
     ValueError("...")`) becomes `torch._assert_async(~cond, "...")` (unsafe: it

@@ -546,7 +546,25 @@ class TensorItemCall(ScalarConversionRule, TensorMethodRule):
     full reduction (`x.sum()`, `x.max()`, ...) gets `.reshape(())` so that a
     `(1,)`-shaped tensor neither broadcasts nor promotes. `max(t.item(), eps)`
     becomes `t.detach().clamp(min=eps)` (`min` → `clamp(max=)`).
-    The fix is unsafe: arithmetic among numbers (`s + eps`) now happens in the
+
+    Safe (applied by default) when proven exact: the receiver is a full
+    reduction (no `reshape`, no clamp) and every use of the number meets a
+    tensor proven to have the receiver's dtype (`rewrites/where_proof.py`:
+    `x - x.mean().item()`, `x > x.amax().item()`, `torch.where(m,
+    x.amax().item(), x)`, `x.masked_fill(m, x.min().item())`, `h.sub_(...)`,
+    `h -= h.max().item()`) in `+`, `-`, `*`, a comparison, `torch.where`'s
+    values, `masked_fill`'s value, or the methods and `torch.` functions of
+    these. The number held that dtype's value exactly and both a number and a
+    0-d tensor yield to the other tensor's dtype in type promotion, so the
+    values, dtypes, shapes, gradients and errors are those of the number, bit
+    for bit on CPU and CUDA (`tests/test_fix_safe_proof.py`, every dtype from
+    bool to complex, NaN, inf, -0.0, empty and 0-d inputs). Not `/` (CUDA
+    multiplies by the reciprocal of a number but divides by a tensor), `**`
+    (`x ** 0.5` of a number is `sqrt`), `//`, `%`, `clamp`, `-s` (`-True` is
+    -1), nor arithmetic among numbers. A number bound to a name and used in
+    later statements needs the receiver to read names with one value in the
+    function (a parameter, or one top-level assignment).
+    Otherwise the fix is unsafe (the title says what is not proven): arithmetic among numbers (`s + eps`) now happens in the
     tensor's dtype instead of float64; an integer tensor times a floating
     `.item()` takes the 0-d tensor's floating dtype instead of the default one;
     `max(eps, nan)` was `eps` and the clamp gives NaN; a tensor with more than
@@ -672,8 +690,12 @@ class TensorToPythonScalar(ScalarConversionRule):
     integer or bool one becomes the default floating dtype, as `x_int *
     float(n)` would), and `int(t)` becomes `t.detach().long()` (truncating
     toward zero like `int`). A `t` that is not a full reduction gets
-    `.reshape(())` first; `max(float(t), eps)` becomes a clamp. The fix is
-    unsafe: arithmetic among numbers happens in the tensor's dtype instead of
+    `.reshape(())` first; `max(float(t), eps)` becomes a clamp. `float(t)` of
+    a tensor proven floating (`h = x.double()`, `float(h.mean())`) used as a
+    proven `.item()` is (TP301) is safe, applied by default: `mul(1.0)` keeps
+    a floating tensor bit for bit. Otherwise the fix is
+    unsafe: `float()` of an integer tensor rounds in float64, of a complex one
+    raises; arithmetic among numbers happens in the tensor's dtype instead of
     float64 or Python ints; `int()` of NaN, infinity or a value beyond int64
     raised and `.long()` does not; a float64 `float(t)` beside an integer tensor
     gives float64 instead of the default dtype.

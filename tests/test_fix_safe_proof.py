@@ -103,7 +103,7 @@ def _outcome(model, x: torch.Tensor, grad: bool):
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """The raw bytes of `t`, so that the sign of zero counts; every NaN made one NaN first: its sign
     and payload are the hardware's choice, which one kernel makes differently in its vector and
-    scalar loops (`test_nan_sign_is_not_a_value`)."""
+    scalar loops (on x86, `torch.full((40,), nan) * -torch.tensor(nan)` holds NaNs of both signs)."""
     t = t.detach()
     if t.is_floating_point() or t.is_complex():
         t = torch.where(t.isnan(), torch.full_like(t, float("nan")), t)
@@ -166,12 +166,6 @@ def test_power_by_a_number_takes_other_kernels():
     `check_on_cuda`: a number divides by multiplying with its reciprocal there)."""
     x = torch.tensor([-0.0, 4.0, float("-inf")])
     assert not torch.equal(_bits(x**0.5), _bits(x ** torch.tensor(0.5)))
-
-
-def test_nan_sign_is_not_a_value():
-    """`a * b` of two NaNs of opposite signs gives either sign, by position, in one call on CPU."""
-    a, b = torch.full((40,), float("nan")), -torch.tensor(float("nan"))
-    assert len(set((a * b).view(torch.int32).tolist())) == 2
 
 
 def check_on_cuda() -> None:
