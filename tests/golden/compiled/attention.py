@@ -48,7 +48,7 @@ class Attention(BaseBlock):
         scores = q @ k.transpose(-2, -1) * self.scale
         if mask is not None and mask.any():  # TP201: skip an all-zero additive mask, by value
             scores = scores + mask
-        scores = scores - scores.amax().item()  # TP301: `.item()` used in arithmetic
+        scores = scores - scores.amax().detach()  # TP301: `.item()` used in arithmetic
         probs = scores.softmax(dim=-1)
         # TP205: the f-string message makes Dynamo read the condition in Python
         assert (probs >= 0).all(), f"negative attention weights in a {T}x{T} map"

@@ -63,9 +63,21 @@ class MoE(nn.Module):
             weights = weights * (_slot_positions < self.capacity)  # drop overflow slots
         out = torch.zeros_like(tokens)
         # TP404 + TP302: the set of busy experts is read back into Python
-        for e in torch.unique(experts).tolist():
-            rows, slots = torch.where(experts == e)  # TP401 + TP501: one-argument where, in the loop
-            out = out.index_add(0, rows, self.experts[e](tokens[rows]) * weights[rows, slots, None])
+        # transpile (TP501): the break at line 44 (TP401) stays a graph break, isolated:
+        # the loop runs in these helpers, so Dynamo compiles the rest of the function and each iteration.
+        def _isolated_loop_43(self, tokens: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor, out: torch.Tensor):
+            def _isolated_body_43(self, tokens: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor, out: torch.Tensor, e):
+                @torch.compiler.disable
+                def _isolated_break_43_0():
+                    rows, slots = torch.where(experts == e)  # TP401 + TP501: one-argument where, in the loop
+                    return rows, slots
+                rows, slots = _isolated_break_43_0()
+                out = out.index_add(0, rows, self.experts[e](tokens[rows]) * weights[rows, slots, None])
+                return out
+            for e in torch.unique(experts).tolist():
+                out = _isolated_body_43(self, tokens, experts, weights, out, e)
+            return out
+        out = _isolated_loop_43(self, tokens, experts, weights, out)
         return out.view(B, T, C)
 
     def slot_positions(self, experts):
