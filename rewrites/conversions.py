@@ -234,14 +234,14 @@ def tensor_arithmetic_step(
 # of it: the number held that dtype's value exactly, a Python number and a 0-d tensor both yield to
 # a tensor of their own category in type promotion (so the result dtype is the other operand's), and
 # these kernels compute `a op b` alike for both. Not `/` (CUDA multiplies by the reciprocal of a
-# number, divides by a tensor), `**` (`x ** 2` of a number is `x * x`), `//`, `%`, `clamp` (its
-# number form ignores a NaN bound, its tensor form propagates it), nor arithmetic among numbers
-# (float64 there, the tensor's dtype after the fix).
+# number, divides by a tensor), `**` (`x ** 0.5` of a number is `sqrt`), `//` (bfloat16 on CUDA),
+# `%`, `clamp` (number and tensor bounds take other kernels, not proven alike), nor arithmetic among
+# numbers (float64 there, the tensor's dtype after the fix).
 _EXACT_OPERATORS = (ast.Add, ast.Sub, ast.Mult)
 _EXACT_METHODS = {m: (0, "other") for m in "add sub mul eq ne lt le gt ge add_ sub_ mul_".split()}
 _EXACT_METHODS |= {"masked_fill": (1, "value"), "masked_fill_": (1, "value")}
 _EXACT_FUNCTIONS = {f"torch.{m}" for m in "add sub mul eq ne lt le gt ge".split()}
-_FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
+_FLOATING_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
 def exact_problem(node: ast.expr, source: ast.expr, ctx: Context, parents: dict[int, ast.AST]) -> str | None:
@@ -731,7 +731,7 @@ class TensorToPythonScalar(ScalarConversionRule):
     def unproven(self, node: ast.Call, ctx: Context, parents: dict[int, ast.AST], form: str) -> str | None:
         if form != "float":
             return "`int()` truncates in Python and raises on NaN, `.long()` does not"
-        if proven_dtype(node.args[0], ctx, node) not in _FLOATING:
+        if proven_dtype(node.args[0], ctx, node) not in _FLOATING_DTYPES:
             return "the tensor is not proven floating (`float()` of an integer rounds to float64, of complex raises)"
         return super().unproven(node, ctx, parents, form)
 
