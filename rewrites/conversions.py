@@ -17,6 +17,8 @@ from transpiler.lint.rule import Finding, Rule
 if TYPE_CHECKING:
     import libcst as cst
 
+    from rewrites import where_proof
+
     from transpiler.lint.rule import Edit
 
 # -- where a value goes: the dataflow the conversion fixes rest on ------------------------------
@@ -233,24 +235,32 @@ def tensor_arithmetic_step(
 # Uses where a 0-d tensor of the other operand's dtype computes the same bits as the number read out
 # of it: the number held that dtype's value exactly, a Python number and a 0-d tensor both yield to
 # a tensor of their own category in type promotion (so the result dtype is the other operand's), and
-# these kernels compute `a op b` alike for both. Not `/` (CUDA multiplies by the reciprocal of a
-# number, divides by a tensor), `**` (`x ** 0.5` of a number is `sqrt`), `//` (bfloat16 on CUDA),
-# `%`, `clamp` (number and tensor bounds take other kernels, not proven alike), nor arithmetic among
+# these kernels compute `a op b` alike for both. A Python number reaches them as a 0-d CPU tensor,
+# which CUDA kernels read as a CPU scalar: `x / s` multiplies by `1 / s` there, `x / t` of a CUDA
+# tensor divides. So a number that is a divisor (`/`, `//`, `%`, `div`) becomes a 0-d tensor on the
+# CPU (`.detach().cpu()`, a no-op for CPU tensors), which takes the number's kernel; `s / x` is
+# `x.reciprocal() * s` for a number, not a division. Not `**` (`x ** 0.5` of a number is `sqrt`),
+# `clamp` (number and tensor bounds take other kernels, not proven alike), nor arithmetic among
 # numbers (float64 there, the tensor's dtype after the fix).
 _EXACT_OPERATORS = (ast.Add, ast.Sub, ast.Mult)
-_EXACT_METHODS = {m: (0, "other") for m in "add sub mul eq ne lt le gt ge add_ sub_ mul_".split()}
+DIVISIONS = (ast.Div, ast.FloorDiv, ast.Mod)
+_EXACT_METHODS = {m: (0, "other") for m in "add sub mul eq ne lt le gt ge add_ sub_ mul_ div div_".split()}
 _EXACT_METHODS |= {"masked_fill": (1, "value"), "masked_fill_": (1, "value")}
-_EXACT_FUNCTIONS = {f"torch.{m}" for m in "add sub mul eq ne lt le gt ge".split()}
+_EXACT_FUNCTIONS = {f"torch.{m}" for m in "add sub mul eq ne lt le gt ge div".split()}
 _FLOATING_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
-def exact_problem(node: ast.expr, source: ast.expr, ctx: Context, parents: dict[int, ast.AST]) -> str | None:
+def exact_problem(
+    node: ast.expr, source: ast.expr, ctx: Context, parents: dict[int, ast.AST]
+) -> tuple[str | None, bool]:
     """Why the detached 0-d tensor `source` standing for the number `node` is not proven to compute
-    the same bits as the number at every use, or None: each use must meet a tensor proven to have
-    `source`'s dtype (`rewrites/where_proof.py`) in `+ - *`, a comparison, `torch.where`'s values,
-    `masked_fill`'s value or their methods (not `-s`: `-True` is the int -1, `-` of a bool tensor
-    raises); a number bound to a name is used in later statements, so `source` must then read only
-    names with one value in the function (it means the same where the number is used)."""
+    the same bits as the number at every use (or None), and whether it must be on the CPU (a
+    divisor): each use must meet a tensor proven to have `source`'s dtype
+    (`rewrites/where_proof.py`) in `+ - *`, as the divisor of `/ // %`, in a comparison,
+    `torch.where`'s values, `masked_fill`'s value or their methods (not `-s`: `-True` is the int
+    -1, `-` of a bool tensor raises); a number bound to a name is used in later statements, so
+    `source` must then read only names with one value in the function (it means the same where the
+    number is used)."""
     # Bound to a name, the number is used in later statements, where the names `source` reads must
     # still hold the values they held; used in its own statement, it meets them at the same point.
     statement = node
@@ -260,60 +270,75 @@ def exact_problem(node: ast.expr, source: ast.expr, ctx: Context, parents: dict[
     if bound or any(isinstance(n, ast.NamedExpr) for n in ast.walk(statement or node)):
         changing = _changing_read(source, ctx.node)
         if changing:
-            return f"`{changing}` is bound more than once or inside a block, so its dtype there is not known"
-
-    def dtype(expr: ast.expr, at: ast.AST) -> str | None:
-        return proven_dtype(expr, ctx, at)
+            return f"`{changing}` is bound more than once or inside a block, so its dtype there is not known", False
+    divisor = []
 
     def step(current: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]) -> bool | ast.expr:
-        other = _exact_partner(current, parent, ctx, parents)
-        wanted = dtype(source, parent)
-        return other is not None and wanted is not None and dtype(other, parent) == wanted
+        other, divides = _exact_partner(current, parent, ctx, parents)
+        divisor.append(divides)
+        wanted = proven_dtype(source, ctx, parent)
+        if other is None or wanted is None:
+            return False
+        # `abs` keeps a dtype, but for complex ones: their real counterpart, whose values they hold
+        # exactly and which yields to them in promotion as a number of that category would.
+        of_abs = wanted[len("abs(") : -1] if wanted.startswith("abs(") else wanted
+        return proven_dtype(other, ctx, parent) in (wanted, of_abs)
 
     problem = flow_problem(node, ctx, parents, step)
     if problem:
-        return problem.replace(
-            "not only in tensor arithmetic",
-            "not only beside a tensor of its dtype in `+`, `-`, `*`, a comparison, `where` or `masked_fill`",
+        what = "`+`, `-`, `*`, as a divisor, in a comparison, `where` or `masked_fill`"
+        return (
+            problem.replace("not only in tensor arithmetic", f"not only beside a tensor of its dtype in {what}"),
+            False,
         )
-    return None
+    return None, any(divisor)
 
 
 def proven_dtype(expr: ast.expr, ctx: Context, at: ast.AST) -> str | None:
     """The symbolic dtype of the tensor `expr` as the branch prover knows it at `at` (`dtype(x)`,
     `float32`, ...), or None when it is not known."""
+    meta = proven_meta(expr, ctx, at)
+    return meta.dtype if meta is not None else None
+
+
+def proven_meta(expr: ast.expr, ctx: Context, at: ast.AST) -> "where_proof.Meta | None":
+    """What the branch prover knows of the tensor `expr` at `at` (shape, dtype, dtype categories)."""
     from rewrites import branches, where_proof  # where_proof imports the branch helpers
 
     meta = where_proof.Prover(ctx.node, branches.branch_typer(ctx), at).meta(expr, {}, mode="if")
-    return meta.dtype if isinstance(meta, where_proof.Meta) else None
+    return meta if isinstance(meta, where_proof.Meta) else None
 
 
 def _exact_partner(
     node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]
-) -> ast.expr | None:
-    """The tensor operand that the number `node` meets in an exact use (see `_EXACT_OPERATORS`)."""
+) -> tuple[ast.expr | None, bool]:
+    """The tensor operand that the number `node` meets in an exact use (see `_EXACT_OPERATORS`), and
+    whether the number is its divisor there."""
     if isinstance(parent, ast.BinOp) and isinstance(parent.op, _EXACT_OPERATORS):
-        return parent.right if parent.left is node else parent.left
+        return (parent.right if parent.left is node else parent.left), False
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, DIVISIONS) and parent.right is node:
+        return parent.left, True
     if isinstance(parent, ast.Compare) and len(parent.ops) == 1 and isinstance(parent.ops[0], _COMPARISONS):
-        return parent.comparators[0] if parent.left is node else parent.left
-    if isinstance(parent, ast.AugAssign) and isinstance(parent.op, _EXACT_OPERATORS):
-        return _loaded(parent.target) if isinstance(parent.target, ast.Name) else None
+        return (parent.comparators[0] if parent.left is node else parent.left), False
+    if isinstance(parent, ast.AugAssign) and isinstance(parent.op, _EXACT_OPERATORS + DIVISIONS):
+        target = _loaded(parent.target) if isinstance(parent.target, ast.Name) else None
+        return target, isinstance(parent.op, DIVISIONS)
     keyword = None
     if isinstance(parent, ast.keyword):
         keyword, parent = parent.arg, parents.get(id(parent))
     if not isinstance(parent, ast.Call) or node is parent.func or any(isinstance(a, ast.Starred) for a in parent.args):
-        return None
+        return None, False
     name = ctx.qualname(parent.func)
     arguments = len(parent.args) + len(parent.keywords)
     slot = keyword if keyword is not None else next((i for i, a in enumerate(parent.args) if a is node), None)
     if name == "torch.where" and arguments == 3 and slot in (1, 2) and keyword is None:
-        return parent.args[3 - slot]
+        return parent.args[3 - slot], False
     if name in _EXACT_FUNCTIONS and arguments == 2 and slot in (1, "other") and parent.args:
-        return parent.args[0]
+        return parent.args[0], name == "torch.div"
     method = parent.func.attr if isinstance(parent.func, ast.Attribute) and name is None else None
     if method in _EXACT_METHODS and slot in _EXACT_METHODS[method] and arguments == _EXACT_METHODS[method][0] + 1:
-        return parent.func.value
-    return None
+        return parent.func.value, method in ("div", "div_")
+    return None, False
 
 
 def _loaded(target: ast.expr) -> ast.expr:
@@ -464,14 +489,18 @@ class ScalarConversionRule(DecidedAfterWalk):
         form = self.form(node, ctx)
         title = f"keep the value a tensor: {self.title(form)}" + (f", and `{clamp}=` of `.clamp()`" if clamp else "")
         reshape = not is_zero_dim(self.source(node), ctx)
-        data = (reshape, clamp, target.args.index(node) if clamp else 0, form)
-        unproven = self.unproven(node, ctx, parents, form) if not (clamp or reshape) else "it is clamped or reshaped"
+        unproven, on_cpu = (
+            self.unproven(node, ctx, parents, form) if not (clamp or reshape) else ("it is clamped or reshaped", False)
+        )
+        data = (reshape, clamp, target.args.index(node) if clamp else 0, form, on_cpu)
         if unproven is None:
+            title += ", on the CPU as the number was (a divisor)" if on_cpu else ""
             return self.make_fix(title + " (proven exact)", "Call", target, safety="safe", data=data)
         return self.make_fix(f"{title} (not proven exact: {unproven})", "Call", target, safety="unsafe", data=data)
 
-    def unproven(self, node: ast.Call, ctx: Context, parents: dict[int, ast.AST], form: str) -> str | None:
-        """Why the tensor form is not proven to compute the number's bits at every use, or None."""
+    def unproven(self, node: ast.Call, ctx: Context, parents: dict[int, ast.AST], form: str) -> tuple[str | None, bool]:
+        """Why the tensor form is not proven to compute the number's bits at every use (or None), and
+        whether it must stay on the CPU (see `exact_problem`)."""
         return exact_problem(node, self.source(node), ctx, parents)
 
     def form(self, node: ast.Call, ctx: Context) -> str:
@@ -494,10 +523,12 @@ class ScalarConversionRule(DecidedAfterWalk):
 
         if fix.data == ("skip",):
             return super().apply_fix(node, fix, edit)
-        reshape, clamp, index, form = fix.data
+        reshape, clamp, index, form, on_cpu = fix.data
         call = node.args[index].value if clamp else node
         # Detached: the number carried no gradient either.
         tensor = method_call(self.cst_source(call), "detach")
+        if on_cpu:  # a CUDA kernel reads a 0-d CPU tensor as it read the number: a CPU scalar
+            tensor = method_call(tensor, "cpu")
         if reshape:  # the number came from any one-element tensor; a 0-d one promotes like it did
             tensor = method_call(tensor, "reshape", cst.Arg(cst.Tuple([])))
         tensor = self.tensor_form(form, tensor, edit)
@@ -728,11 +759,12 @@ class TensorToPythonScalar(ScalarConversionRule):
     def form(self, node: ast.Call, ctx: Context) -> str:
         return (ctx.qualname(node.func) or "").removeprefix("builtins.")
 
-    def unproven(self, node: ast.Call, ctx: Context, parents: dict[int, ast.AST], form: str) -> str | None:
+    def unproven(self, node: ast.Call, ctx: Context, parents: dict[int, ast.AST], form: str) -> tuple[str | None, bool]:
         if form != "float":
-            return "`int()` truncates in Python and raises on NaN, `.long()` does not"
+            return "`int()` truncates in Python and raises on NaN, `.long()` does not", False
         if proven_dtype(node.args[0], ctx, node) not in _FLOATING_DTYPES:
-            return "the tensor is not proven floating (`float()` of an integer rounds to float64, of complex raises)"
+            why = "the tensor is not proven floating (`float()` of an integer rounds to float64, of complex raises)"
+            return why, False
         return super().unproven(node, ctx, parents, form)
 
     def title(self, form: str) -> str:
@@ -816,8 +848,8 @@ class MathFunctionOnTensor(ScalarConversionRule):
     def form(self, node: ast.Call, ctx: Context) -> str:
         return (ctx.qualname(node.func) or "").removeprefix("math.")
 
-    def unproven(self, node: ast.Call, ctx: Context, parents: dict[int, ast.AST], form: str) -> str:
-        return "`math` computes in float64 and raises on a domain error, torch in the tensor's dtype"
+    def unproven(self, node: ast.Call, ctx: Context, parents: dict[int, ast.AST], form: str) -> tuple[str, bool]:
+        return "`math` computes in float64 and raises on a domain error, torch in the tensor's dtype", False
 
     def title(self, form: str) -> str:
         return f"`math.{form}(t)` becomes `torch.{form}(t.detach())`"

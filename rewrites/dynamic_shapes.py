@@ -6,7 +6,16 @@ import ast
 from typing import TYPE_CHECKING, ClassVar
 
 from rewrites.base import TensorMethodRule
-from rewrites.conversions import atom, flow_problem, keyword_arg, parent_map, tensor_arithmetic_step, with_parens_of
+from rewrites.conversions import (
+    DIVISIONS,
+    atom,
+    flow_problem,
+    keyword_arg,
+    parent_map,
+    proven_meta,
+    tensor_arithmetic_step,
+    with_parens_of,
+)
 from transpiler.analysis.walker import Context
 from transpiler.lint.rule import Fix
 from transpiler.analysis.kinds import Kind
@@ -150,18 +159,20 @@ class ReducedSelection(Rule):
             "count": "count with `mask.sum()`",
         }.get(use, f"`{use}()` of `torch.where(mask, x, first selected element)`")
         cst_node = self.cst_node if use_node is node else type(use_node).__name__
-        data = (use, form, _path_to(node, use_node))
         # A count of an elementwise selection is exact, and beside a tensor an int64 0-d tensor
-        # promotes as the int did: safe when it meets tensors directly in `+ - *` or a comparison
-        # (no `**` or `/`, whose number operands take other kernels, no arithmetic among numbers).
+        # promotes as the int did: safe when it meets tensors directly in `+ - *`, a comparison or
+        # as a divisor, then on the CPU as the int was (no `**`, whose number exponent takes other
+        # kernels, no arithmetic among numbers; see `conversions.exact_problem`).
+        divisor: list[bool] = []
         exact = use in ("numel", "count") and same_shape
-        safe = exact and not flow_problem(use_node, ctx, parents, _beside_tensor)
+        safe = exact and not flow_problem(use_node, ctx, parents, lambda *use: _beside_tensor(*use, divisor))
+        data = (use, form, _path_to(node, use_node), safe and any(divisor))
         return self.make_fix(title, cst_node, use_node, safety="safe" if safe else "unsafe", data=data)
 
     def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
         import libcst as cst
 
-        use, form, path = fix.data
+        use, form, path, on_cpu = fix.data
         selection = {
             (): lambda: node,
             ("method",): lambda: node.func.value,
@@ -178,7 +189,10 @@ class ReducedSelection(Rule):
         where = f"{_code(edit.torch())}.where({broadcast}, {_code(values)}, 0)"
         if use in _EXTREMES:  # the first selected element (argmax finds the first 1) stands for the others
             where = f"{_code(edit.torch())}.where({_code(mask)}, {_code(values)}, {x}.take({m}.int().argmax()))"
-        text = {"mean": f"({where}.sum() / {count})", "numel": count, "count": f"{m}.sum()"}.get(use, where)
+        rows = f"{m}.sum()"  # `len()`, `shape[0]`, `size(0)`: the selected rows
+        if on_cpu:  # a divisor: CUDA kernels read a 0-d CPU tensor as they read the int, a CPU scalar
+            count, rows = f"{count}.cpu()", f"{rows}.cpu()"
+        text = {"mean": f"({where}.sum() / {count})", "numel": count, "count": rows}.get(use, where)
         text = f"{text}.{use}()" if use in _EXTREMES else text
         new = cst.parse_expression(text)
         return with_parens_of(node, new) if node.lpar else new
@@ -193,12 +207,26 @@ def _mask_over(m: str, x: str) -> str:
     return f"{m}.reshape({m}.shape + (1,) * ({x}.dim() - {m}.dim()))"
 
 
-def _beside_tensor(node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]) -> bool:
-    """A use of a number as an operand of `+ - *` or a comparison whose other operand is a tensor (not
-    `/`: CUDA divides by a number by multiplying with its reciprocal, by a tensor exactly)."""
-    direct = isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub, ast.Mult))
+def _beside_tensor(
+    node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST], divisor: list[bool]
+) -> bool:
+    """A use of a number as an operand of `+ - *`, the divisor of `/ // %` or a comparison whose
+    other operand is a tensor; `divisor` notes the divisions."""
+    divides = isinstance(parent, ast.BinOp) and isinstance(parent.op, DIVISIONS) and parent.right is node
+    direct = divides or isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub, ast.Mult))
     direct = direct or isinstance(parent, ast.Compare) and len(parent.ops) == 1
-    return direct and tensor_arithmetic_step(node, parent, ctx, parents) is True
+    divisor.append(divides)
+    if not (direct and tensor_arithmetic_step(node, parent, ctx, parents) is True):
+        return False
+    # The int64 count yields to the tensor's dtype as the int did, but for a 0-d tensor of a narrower
+    # integer dtype (a uint8 0-d tensor times an int stays uint8, times an int64 0-d tensor is int64):
+    # the tensor must be proven int64, boolean, floating or complex.
+    if isinstance(parent, ast.BinOp):
+        other = parent.right if parent.left is node else parent.left
+    else:
+        other = parent.comparators[0] if parent.left is node else parent.left
+    meta = proven_meta(other, ctx, parent)
+    return meta is not None and (meta.dtype == "int64" or "int" not in meta.kinds)
 
 
 def _path_to(selection: ast.expr, use: ast.expr) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """The conversion fixes applied by default (safe, `rewrites/conversions.py: exact_problem`): `.item()`
-and `float()` whose number only meets a tensor of the source's dtype in `+ - *`, comparisons,
-`torch.where` or `masked_fill` become detached 0-d tensors. Proven here side by side, bit for bit:
+and `float()` whose number only meets a tensor of the source's dtype in `+ - *`, as a divisor (kept on
+the CPU, as the number was), comparisons, `torch.where` or `masked_fill` become detached 0-d tensors;
+so do counts of masked selections (TP402). Proven here side by side, bit for bit:
 values (NaN payloads and -0.0 included), dtypes, shapes, `requires_grad`, gradients and raised errors,
 over every dtype family, special values, empty and 0-d inputs and broadcasting; and the forms left
 unsafe are shown to differ. `check_on_cuda()` runs the same proof on a GPU
@@ -24,12 +25,16 @@ SAFE = {
     "in-place": "y = x.clone()\ny.mul_(x.max().item())\ny.sub_(x.min().item())\nreturn y",
     "methods": "lo = x.min().item()\nreturn x.add(lo), torch.sub(x, lo), x.ge(lo), torch.eq(x, lo)",
     "rebound-in-its-statement": "h = x.clone()\nh = h - h.amax().item()\nreturn h",
+    "divided": "s = x.amax().item()\nreturn x / s, x // s, x % s, x.div(s), torch.div(x, s)",
+    "normalised-by-magnitude": "return x / x.abs().amax().item(), x - x.abs().mean().item()",
+    "divided-in-place": "h = x.clone()\nh /= h.amin().item()\nreturn h",
+    "count-divides": "h = x.double()\nn = h[h > 0].numel()\nreturn h / n, h // n, h % n, h * n, h > n",
     "augmented": "h = x.clone()\nh -= h.amax().item()\nh *= h.amin().item()\nreturn h",
     "float-of-floating": "y = x.double()\nreturn y - float(y.mean()), float(y.amax()) * y",
 }
 # Forward bodies whose conversion stays unsafe, and the words of the reason.
 UNSAFE = {
-    "divided": ("s = x.amax().item()\nreturn x / s", "in `x / s`"),
+    "divides-a-number": ("s = x.amax().item()\nreturn s / x", "in `s / x`"),
     "number-arithmetic": ("s = x.mean().item()\nreturn x - (s + 1e-3)", "in `s + 0.001`"),
     "power": ("s = x.mean().item()\nreturn x.abs() ** s", "in `x.abs() ** s`"),
     "clamped": ("s = x.mean().item()\nreturn x.clamp(min=s)", "not only beside a tensor of its dtype"),
@@ -41,7 +46,8 @@ UNSAFE = {
     "element": ("s = x[0].item()\nreturn x - s", "clamped or reshaped"),
     "max-eps": ("return x * max(x.amax().item(), 1.0)", "clamped or reshaped"),
     "int": ("n = int(x.amax())\nreturn x - n", "`int()` truncates"),
-    "augmented-number": ("t = x.mean()\nt /= x.amax().item()\nreturn t", "in `t /= x.amax().item()`"),
+    "count-beside-any-dtype": ("n = x[x > 0].numel()\nreturn x * n", ""),
+    "augmented-power": ("h = x.clone()\nh **= h.amax().item()\nreturn h", "in `h **= h.amax().item()`"),
     "float-of-unknown": ("return x - float(x.mean())", "not proven floating"),
     "negated": ("s = x.amax().item()\nreturn x * -s", "in `-s`"),
 }
@@ -128,6 +134,11 @@ def _prove(name: str, device: str = "cpu") -> None:
     original = module(SAFE[name])
     fixed, _ = fix(original, unsafe=False)
     assert fixed != original, "the safe fix was not applied with the default flags"
+    prove_identical(name, original, fixed, device)
+
+
+def prove_identical(name: str, original: str, fixed: str, device: str) -> None:
+    """`fixed` computes what `original` computes, bit for bit, on every input of `_inputs`."""
     before, after = _model(original).to(device), _model(fixed).to(device)
     for dtype in DTYPES:
         for index, x in enumerate(_inputs(dtype, device)):
@@ -155,7 +166,7 @@ def test_safe_fix_removes_the_break(name):
 @pytest.mark.parametrize("name", sorted(UNSAFE))
 def test_unproven_uses_stay_unsafe(name):
     body, reason = UNSAFE[name]
-    found = [d for d in lint(module(body)) if d.code in ("TP301", "TP303")]
+    found = [d for d in lint(module(body)) if d.code in ("TP301", "TP303", "TP402")]
     assert found and all(d.fix is not None and d.fix.safety == "unsafe" for d in found)
     assert reason in found[0].fix.title, found[0].fix.title
     assert fix(module(body), unsafe=False)[0] == module(body)

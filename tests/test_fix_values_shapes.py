@@ -30,10 +30,17 @@ LABELS = "labels = torch.arange(x.numel()).view(x.shape) % 5\n"  # every class 0
 CASES = {
     "mask-mean": ("return x * x[x > 0].mean()", "return x * (torch.where(x > 0, x, 0).sum() / (x > 0).sum())"),
     "mask-counts": (
-        "n = x[x > 0].numel()\nreturn x.sum() * n, len(x[~x.isnan()]) * x, x[x < 1].shape[0] + x, x[x > 0].size(0) - x",
-        "n = (x > 0).sum()\nreturn x.sum() * n, (~x.isnan()).sum() * x, (x < 1).sum() + x, (x > 0).sum() - x",
+        "x = x.float()\nn = x[x > 0].numel()\nreturn x.sum() * n, len(x[~x.isnan()]) * x, x[x < 1].shape[0] + x, "
+        "x[x > 0].size(0) - x",
+        "x = x.float()\nn = (x > 0).sum()\nreturn x.sum() * n, (~x.isnan()).sum() * x, (x < 1).sum() + x, "
+        "(x > 0).sum() - x",
     ),
-    "mask-count-divides": ("return x.sum() / x[x > 0].numel()", "return x.sum() / (x > 0).sum()"),
+    "mask-count-divides": (
+        "x = x.float()\nreturn x.sum() / x[x > 0].numel()",
+        "x = x.float()\nreturn x.sum() / (x > 0).sum().cpu()",
+    ),
+    # `x` may be a 0-d tensor of a narrow integer dtype, which a Python int yields to and an int64 one not.
+    "mask-count-beside-any-dtype": ("return x * x[x > 0].numel()", "return x * (x > 0).sum()"),
     "row-mask-sum": (
         "m = x.sum(-1) > 0\nreturn x[m].sum() * x",
         "m = x.sum(-1) > 0\nreturn torch.where(m.reshape(m.shape + (1,) * (x.dim() - m.dim())), x, 0).sum() * x",
@@ -99,9 +106,10 @@ CASES = {
 }
 
 
-# Counts of elementwise selections meeting tensors directly in `+ - *` or a comparison: safe, so applied
-# by default (a division is not: on CUDA `x / n` multiplies by the reciprocal of a number).
-SAFE = {"mask-counts"}
+# Counts of elementwise selections meeting tensors proven int64, boolean, floating or complex directly in
+# `+ - *`, a comparison or as a divisor: safe, so applied by default (a divisor stays on the CPU: CUDA
+# reads a number and a 0-d CPU tensor alike).
+SAFE = {"mask-counts", "mask-count-divides"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
