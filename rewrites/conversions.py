@@ -583,16 +583,21 @@ class TensorItemCall(ScalarConversionRule, TensorMethodRule):
     tensor proven to have the receiver's dtype (`rewrites/where_proof.py`:
     `x - x.mean().item()`, `x > x.amax().item()`, `torch.where(m,
     x.amax().item(), x)`, `x.masked_fill(m, x.min().item())`, `h.sub_(...)`,
-    `h -= h.max().item()`) in `+`, `-`, `*`, a comparison, `torch.where`'s
-    values, `masked_fill`'s value, or the methods and `torch.` functions of
-    these. The number held that dtype's value exactly and both a number and a
-    0-d tensor yield to the other tensor's dtype in type promotion, so the
-    values, dtypes, shapes, gradients and errors are those of the number, bit
-    for bit on CPU and CUDA (`tests/test_fix_safe_proof.py`, every dtype from
-    bool to complex, NaN, inf, -0.0, empty and 0-d inputs). Not `/` (CUDA
-    multiplies by the reciprocal of a number but divides by a tensor), `**`
-    (`x ** 0.5` of a number is `sqrt`), `//`, `%`, `clamp`, `-s` (`-True` is
-    -1), nor arithmetic among numbers. A number bound to a name and used in
+    `h -= h.max().item()`, `x / x.abs().max().item()`) in `+`, `-`, `*`, as
+    the divisor of `/`, `//`, `%`, in a comparison, `torch.where`'s values,
+    `masked_fill`'s value, or the methods and `torch.` functions of these.
+    The number held that dtype's value exactly (`abs` of a complex tensor:
+    its real dtype, held exactly too) and both a number and a 0-d tensor
+    yield to the other tensor's dtype in type promotion, so the values,
+    dtypes, shapes, gradients and errors are those of the number, bit for
+    bit on CPU and CUDA (`tests/test_fix_safe_proof.py`, every dtype from
+    bool to complex, NaN, inf, -0.0, empty and 0-d inputs). A Python number
+    reaches a CUDA kernel as a 0-d CPU tensor, which CUDA reads as a CPU
+    scalar (dividing by multiplying with its reciprocal), so a divisor
+    becomes `t.detach().cpu()` (a no-op on the CPU; on a GPU the same copy
+    `.item()` made). Not `s / x` (`x.reciprocal() * s` for a number), `**`
+    (`x ** 0.5` of a number is `sqrt`), `clamp`, `-s` (`-True` is -1), nor
+    arithmetic among numbers. A number bound to a name and used in
     later statements needs the receiver to read names with one value in the
     function (a parameter, or one top-level assignment).
     Otherwise the fix is unsafe (the title says what is not proven): arithmetic among numbers (`s + eps`) now happens in the

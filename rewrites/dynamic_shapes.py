@@ -390,10 +390,12 @@ class BooleanMaskIndex(ReducedSelection):
     is `m.sum() * x.shape[m.dim():].numel()`. The mask and values must be
     plain reads wherever the static form evaluates them twice (or drops them).
     Safe (applied by default): a count of a selection by an elementwise test
-    of `x` whose every use is `+ - *` or a comparison with a tensor: the
-    count is exact and an int64 0-d tensor promotes as the int did (not `/`:
-    CUDA divides by a Python number by multiplying with its reciprocal, so
-    `x / n` and `x / m.sum()` differ in the last bit there). `x[m].max()` (and `min`, `amax`, `amin`, for a mask that is an
+    of `x` whose every use is `+ - *`, a comparison or the divisor of `/ // %`
+    with a tensor proven int64, boolean, floating or complex: the count is
+    exact and an int64 0-d tensor promotes as the int did (a 0-d tensor of a
+    narrower integer dtype yields to an int but not to an int64 tensor). A
+    divisor is `m.sum().cpu()`: CUDA divides by a Python number, a CPU scalar,
+    by multiplying with its reciprocal, and reads a 0-d CPU tensor alike. `x[m].max()` (and `min`, `amax`, `amin`, for a mask that is an
     elementwise test of `x`) becomes `torch.where(m, x,
     x.take(m.int().argmax())).max()`: the unselected elements are replaced by
     the first selected one, so the extreme is the selection's, bit for bit, in

@@ -179,15 +179,51 @@ def test_power_by_a_number_takes_other_kernels():
     assert not torch.equal(_bits(x**0.5), _bits(x ** torch.tensor(0.5)))
 
 
+# Operators a number may meet as the 0-d CPU tensor the fix makes of a divisor (`s / x` is not one).
+CPU_SCALAR_USES = {
+    "/": lambda x, s: x / s,
+    "//": lambda x, s: x // s,
+    "%": lambda x, s: x % s,
+    "div_": lambda x, s: x.clone().div_(s),
+    "/=": lambda x, s: x.clone().__itruediv__(s),
+    "+": lambda x, s: x + s,
+    "-": lambda x, s: s - x,
+    "*": lambda x, s: x * s,
+    ">": lambda x, s: x > s,
+    "where": lambda x, s: torch.where(x > 0, s, x),
+    "masked_fill": lambda x, s: x.masked_fill(x > 0, s),
+}
+
+
+def _number_and_cpu_tensor_agree(device: str) -> None:
+    """`x op s.item()` and `x op s.detach().cpu()` give the same bits (or the same error): a Python
+    number reaches the kernel as a 0-d CPU tensor too, which a CUDA kernel reads as a CPU scalar."""
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8):
+        for trial in range(12):
+            x = _inputs(dtype, "cpu")[trial % 4].reshape(-1).repeat(700).to(device)  # vector and scalar loops
+            s = x.reshape(-1)[trial % x.numel()] if x.numel() else torch.tensor(0, dtype=dtype, device=device)
+            for name, use in CPU_SCALAR_USES.items():
+                expected, actual = (_outcome(lambda x: use(x, number), x, False) for number in (s.item(), s.cpu()))
+                _assert_identical(expected, actual, f"{name} {dtype} trial {trial}")
+            if dtype.is_floating_point:  # the gradient of a division goes through the same kernel
+                expected, actual = (_outcome(lambda x: x / number, x, True) for number in (s.item(), s.cpu()))
+                _assert_identical(expected, actual, f"/ gradient {dtype} trial {trial}")
+
+
+def test_a_number_and_a_cpu_tensor_agree():
+    _number_and_cpu_tensor_agree("cpu")
+
+
 def check_on_cuda() -> None:
-    """The proof on a GPU, and the reason `/` is not an exact use: CUDA multiplies by the reciprocal
-    of a number (a CPU scalar) but divides by a tensor."""
+    """The proof on a GPU; a number and a 0-d CPU tensor agree there, and a 0-d CUDA tensor does not:
+    CUDA divides by a CPU scalar by multiplying with its reciprocal."""
     assert torch.cuda.is_available(), "needs a CUDA device"
     for name in sorted(SAFE):
         _prove(name, "cuda")
+    _number_and_cpu_tensor_agree("cuda")
     x = torch.randn(1 << 16, device="cuda")
     assert not torch.equal(x / 3.0, x / torch.tensor(3.0, device="cuda"))
-    print(f"CUDA: {len(SAFE)} safe conversion fixes identical bit for bit; `/` by a number differs, as excluded")
+    print(f"CUDA: {len(SAFE)} safe conversion fixes identical bit for bit; a divisor must stay on the CPU")
 
 
 @pytest.mark.gpu
