@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import gc
 import inspect
+import os
 import weakref
 
 import pytest
@@ -250,6 +251,93 @@ def test_libraries_take_their_eager_path_while_recording_and_other_waits_still_r
         torch.testing.assert_close(forward(y), y[y > 0])
     (reason,) = [r for r in forward.counts if r.startswith("original forward: the forward cannot be recorded")]
     assert forward.counts[reason] == 3
+
+
+class Positions(nn.Module):
+    """transformers' packed-sequence check: a host read of values made from constants (not from the input)."""
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[-1], device=x.device)
+        if (positions.diff() != 1).any():
+            return x - 1
+        return x * 2
+
+
+def _triton_copy():
+    """A compiled Triton kernel whatever the order of the test modules: test_triton_backend turns the
+    interpreter on at its import, and `triton.jit` reads the setting when it decorates."""
+    import triton
+    import triton.language as tl
+
+    before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "0"
+    try:
+
+        @triton.jit
+        def copy(source, target):
+            tl.store(target, tl.load(source))
+
+    finally:
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+    return copy
+
+
+class WrittenOutside(nn.Module):
+    """A zero-filled buffer a Triton kernel (outside PyTorch's dispatcher) writes, then read on the host."""
+
+    copy = None
+
+    def forward(self, x):
+        flag = torch.zeros((), dtype=torch.bool, device=x.device)
+        WrittenOutside.copy[(1,)](x[0] > 0, flag)
+        if flag:
+            return x * 2
+        return x - 1
+
+
+@pytest.mark.gpu
+@cuda
+def test_a_read_of_values_made_from_constants_is_proved_fixed_and_the_host_does_not_wait():
+    forward = cuda_graphs(Positions())
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(5, device="cuda")
+            torch.testing.assert_close(forward(x), x * 2, rtol=0, atol=0)
+    assert forward.counts["recorded with host reads proved fixed (checked one replay later)"] == 1
+    ((graph),) = [g for g in forward._graphs.values() if not isinstance(g, str)]
+    assert (graph.fixed_reads, graph.checked_reads) == (1, 0)
+
+
+@pytest.mark.gpu
+@cuda
+def test_memory_handed_to_a_kernel_outside_the_dispatcher_is_not_proved_fixed(monkeypatch):
+    WrittenOutside.copy = _triton_copy()
+    forward = cuda_graphs(WrittenOutside())
+    with torch.no_grad():
+        x = torch.rand(5, device="cuda") + 0.1
+        for _ in range(3):
+            torch.testing.assert_close(forward(x), x * 2, rtol=0, atol=0)
+        ((graph),) = [g for g in forward._graphs.values() if not isinstance(g, str)]
+        assert (graph.fixed_reads, graph.checked_reads) == (0, 1)
+        y = -x
+        torch.testing.assert_close(forward(y), y - 1, rtol=0, atol=0)  # the check, before the outputs go out
+    assert forward.counts["original forward: a host read differed from the one its recording answered"] == 1
+
+    # Were the pointer not seen, the read would look fixed: the next replay looks at the previous one's check
+    # and raises, naming the broken assumption, rather than let it pass unseen; the graph is dropped.
+    monkeypatch.setattr(graphs.host_reads, "POINTER_METHODS", set())
+    forward = cuda_graphs(WrittenOutside())
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(forward(x), x * 2, rtol=0, atol=0)
+        forward(y)  # its outputs are the recorded arm's: what the check one replay later is for
+        with pytest.raises(RuntimeError, match="proved fixed"):
+            forward(x)
+        torch.testing.assert_close(forward(y), y - 1, rtol=0, atol=0)
+    assert forward.counts["original forward: a host read its recording proved fixed changed"] == 1
 
 
 def test_a_host_read_differs_exactly_when_the_value_would_read_otherwise():

@@ -138,7 +138,8 @@ class _Graph:
             # check raises before the wait, which ends the recording cleanly; CUDA's own refusal would leave
             # torch's CUDA generator unusable. thread_local: a background compile's work is not refused.
             self.differs = torch.zeros((), dtype=torch.bool, device=self.inputs[0].device)
-            answering = host_reads.Answering(noted.values, self.differs)
+            self.fixed_differs = torch.zeros((), dtype=torch.bool, device=self.inputs[0].device)
+            answering = host_reads.Answering(noted.values, self.differs, self.fixed_differs)
             debug_mode = torch.cuda.get_sync_debug_mode()
             torch.cuda.set_sync_debug_mode("error")
             try:
@@ -149,7 +150,9 @@ class _Graph:
                 raise _Unsupported(str(error)) from None
             finally:
                 torch.cuda.set_sync_debug_mode(debug_mode)
-            self.checked_reads = answering.answered
+            self.checked_reads = answering.checked_reads
+            self.fixed_reads = answering.fixed_reads
+            self._replayed = False
         finally:
             _RECORDING.depth -= 1
         self.outputs, self.spec = pytree.tree_flatten(output)
@@ -174,14 +177,21 @@ class _Graph:
 
     def replay(self, tensors: list, copy_outputs: bool) -> Any:
         """The outputs of one replay on `tensors`; `_STUCK` where an earlier output holds the pool's memory,
-        `_DIFFERS` where a host read the recording answered from its warm-up would read another value now."""
+        `_DIFFERS` where a host read the recording answered from its warm-up would read another value now,
+        `_BROKEN` where a read it proved fixed read otherwise at the previous replay."""
         order = self._handout.order
         later = [handout for handout in list(self._neighbours) if handout.order >= order]
         if not all([handout.evict() for handout in later]):  # a list: every one evicts
             return _STUCK
         # One call for all inputs: one dispatch, and one kernel for tensors of one dtype and layout.
         torch._foreach_copy_(self.inputs, tensors)
+        # The previous replay's reads proved fixed, looked at now that the device has run it: a kernel
+        # outside PyTorch's dispatcher wrote one (the proof's one assumption), and that call's outputs
+        # may be wrong.
+        if self.fixed_reads and self._replayed and self.fixed_differs.item():
+            return _BROKEN
         self.graph.replay()
+        self._replayed = True
         if (
             self.checked_reads and self.differs.item()
         ):  # a host read would have gone another way: these outputs are not its
@@ -297,6 +307,7 @@ _MISSING = object()
 _TRAINING = operator.attrgetter("training")
 _STUCK = object()
 _DIFFERS = object()
+_BROKEN = object()
 
 
 class _Snapshot:
@@ -517,6 +528,14 @@ class CudaGraphs:
         if outputs is _STUCK:
             self.counts["original forward: a view of an earlier output holds the graph's memory"] += 1
             return self.function(*args, **kwargs)
+        if outputs is _BROKEN:
+            self._graphs[key] = "original forward: a host read its recording proved fixed changed"
+            raise RuntimeError(
+                f"transpile: the CUDA graph of {self.function} read, at its previous replay, a value its recording "
+                "proved fixed (made in the forward from constants) and found it changed: code outside PyTorch's "
+                "dispatcher wrote it, and that call's outputs may be wrong. The graph is dropped; "
+                "TRANSPILE_CUDA_GRAPHS=0 turns default graphs off."
+            )
         if outputs is _DIFFERS:  # the graph took a branch this call would not: drop it, run the source
             reason = self._graphs[key] = "original forward: a host read differed from the one its recording answered"
             self.counts[reason] += 1
@@ -569,6 +588,8 @@ class CudaGraphs:
         else:
             if graph.checked_reads:
                 self.counts["recorded with host reads checked at each replay"] += 1
+            elif graph.fixed_reads:
+                self.counts["recorded with host reads proved fixed (checked one replay later)"] += 1
         self._graphs[key] = graph
         return graph
 
