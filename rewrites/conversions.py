@@ -279,10 +279,11 @@ def exact_problem(
         wanted = proven_dtype(source, ctx, parent)
         if other is None or wanted is None:
             return False
-        # `abs` keeps a dtype, but for complex ones: their real counterpart, whose values they hold
-        # exactly and which yields to them in promotion as a number of that category would.
-        of_abs = wanted[len("abs(") : -1] if wanted.startswith("abs(") else wanted
-        return proven_dtype(other, ctx, parent) in (wanted, of_abs)
+        # `abs`, `norm`, `std` keep a dtype, but for complex ones: their real counterpart, whose
+        # values they hold exactly and which yields to them in promotion as a number of that
+        # category would.
+        of_real = wanted[len("real(") : -1] if wanted.startswith("real(") else wanted
+        return proven_dtype(other, ctx, parent) in (wanted, of_real)
 
     problem = flow_problem(node, ctx, parents, step)
     if problem:
@@ -586,8 +587,8 @@ class TensorItemCall(ScalarConversionRule, TensorMethodRule):
     `h -= h.max().item()`, `x / x.abs().max().item()`) in `+`, `-`, `*`, as
     the divisor of `/`, `//`, `%`, in a comparison, `torch.where`'s values,
     `masked_fill`'s value, or the methods and `torch.` functions of these.
-    The number held that dtype's value exactly (`abs` of a complex tensor:
-    its real dtype, held exactly too) and both a number and a 0-d tensor
+    The number held that dtype's value exactly (`abs`, `norm`, `std`, `var`
+    of a complex tensor: its real dtype, held exactly too) and both a number and a 0-d tensor
     yield to the other tensor's dtype in type promotion, so the values,
     dtypes, shapes, gradients and errors are those of the number, bit for
     bit on CPU and CUDA (`tests/test_fix_safe_proof.py`, every dtype from

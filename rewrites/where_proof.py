@@ -56,9 +56,12 @@ _CASTS = {"float": "float32", "double": "float64", "half": "float16", "bfloat16"
 # Reductions to one element without arguments; "total" ones never raise (the others raise on an
 # empty tensor, or on integers for `mean`/`norm`).
 _TOTAL_REDUCTIONS = {"sum": None, "any": "bool", "all": "bool"}
-_DTYPE_KEEPING = frozenset({"mean", "max", "min", "amax", "amin"})
+_DTYPE_KEEPING = frozenset({"mean", "max", "min", "amax", "amin", "median"})
+# Functions whose result has the real dtype of their operand: the operand's own, or for a complex one
+# its real counterpart (token `real(D)`); `norm`, `std` and `var` raise on integers and booleans.
+_REAL_VALUED = frozenset({"abs", "norm", "std", "var"})
 _BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match)
-_PARTIAL_REDUCTIONS = frozenset({"mean", "max", "min", "amax", "amin", "norm", "prod"})
+_PARTIAL_REDUCTIONS = frozenset({"mean", "max", "min", "amax", "amin", "median", "norm", "std", "var", "prod"})
 # Elementwise predicates: a boolean tensor of the operand's shape, for any dtype.
 _PREDICATES = frozenset({"isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit", "logical_not"})
 _REAL_PREDICATES = frozenset({"isposinf", "isneginf", "signbit"})  # these raise on complex tensors
@@ -316,6 +319,8 @@ class Prover:
         if name in _ELEMENTWISE and (mode == "if" or "bool" not in inner.kinds):  # `abs` of a boolean raises
             if mode == "arm":
                 return f"`{_short(expr)}` may turn the untaken arm's zero gradient into NaN"
+            if name in _REAL_VALUED:  # `abs`: raised on booleans, made complex values real
+                return Meta(inner.shape, f"real({inner.dtype})", inner.grads, _real(inner.kinds - {"bool"}))
             kinds = _FLOATING if name in _TO_FLOATING else ANY
             return Meta(inner.shape, f"{name}({inner.dtype})", inner.grads, kinds)
         if name in _TOTAL_REDUCTIONS:
@@ -329,6 +334,8 @@ class Prover:
             # These keep the dtype (`mean` raises on integers); `sum` of integers gives int64.
             if name in _DTYPE_KEEPING:
                 return Meta(SCALAR, inner.dtype, inner.grads, inner.kinds)
+            if name in _REAL_VALUED:
+                return Meta(SCALAR, f"real({inner.dtype})", inner.grads, _real(inner.kinds - {"bool", "int"}))
             return Meta(SCALAR, f"{name}({inner.dtype})", inner.grads)
         return f"`{_short(func)}()` is not among the operations whose shape, dtype and gradient are known"
 
@@ -390,6 +397,11 @@ def _raising_on(meta: Meta | str, categories: frozenset[str], mode: str, expr: a
     # Without booleans a dtype is its `number()` (the token `b + 1` has), so the two compare equal.
     dtype = _number(meta.dtype) if "bool" in categories else meta.dtype
     return Meta(meta.shape, dtype, meta.grads, meta.kinds - categories)
+
+
+def _real(kinds: frozenset[str]) -> frozenset[str]:
+    """The categories of a real-valued function's result: complex ones become floating."""
+    return kinds - {"complex"} | ({"float"} if "complex" in kinds else set())
 
 
 def _number(dtype: str) -> str:

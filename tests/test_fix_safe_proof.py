@@ -27,6 +27,7 @@ SAFE = {
     "rebound-in-its-statement": "h = x.clone()\nh = h - h.amax().item()\nreturn h",
     "divided": "s = x.amax().item()\nreturn x / s, x // s, x % s, x.div(s), torch.div(x, s)",
     "normalised-by-magnitude": "return x / x.abs().amax().item(), x - x.abs().mean().item()",
+    "normalised-by-norm": "return x / x.norm().item(), x * x.std().item(), x > x.var().item(), x - x.median().item()",
     "divided-in-place": "h = x.clone()\nh /= h.amin().item()\nreturn h",
     "count-divides": "h = x.double()\nn = h[h > 0].numel()\nreturn h / n, h // n, h % n, h * n, h > n",
     "augmented": "h = x.clone()\nh -= h.amax().item()\nh *= h.amin().item()\nreturn h",
