@@ -55,10 +55,10 @@ class Share:
         return self.in_graphs / self.ops if self.ops else 1.0
 
 
-def graph_share(fn: Callable[..., Any], *args: Any) -> Share:
-    """Run `fn(*args)` eagerly and twice compiled (a backend that counts the ops its graphs dispatch)."""
+def graph_share(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Share:
+    """Run `fn(*args, **kwargs)` eagerly and twice compiled (a backend that counts the ops its graphs dispatch)."""
     with _Count() as eager, contextlib.redirect_stdout(io.StringIO()):
-        fn(*args)
+        fn(*args, **kwargs)
     inside, calls, graphs = [0], [0], [0]
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
@@ -77,11 +77,11 @@ def graph_share(fn: Callable[..., Any], *args: Any) -> Share:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             compiled = torch.compile(fn, backend=backend)
-            compiled(*args)
+            compiled(*args, **kwargs)
             inside[0] = calls[0] = 0
-            compiled(*args)
+            compiled(*args, **kwargs)
             torch._dynamo.reset()
-            explained = torch._dynamo.explain(fn)(*args)
+            explained = torch._dynamo.explain(fn)(*args, **kwargs)
     finally:
         torch._dynamo.reset()
     return Share(eager.ops, inside[0], graphs[0], calls[0], explained.graph_break_count)
@@ -134,7 +134,9 @@ class Block(nn.Module):
 """
 
 # Loops whose break has no meaning-keeping rewrite: a value read into a Python list, a numpy
-# statistic kept for later, a per-step generator, an explicit break, nested loops, a `while`.
+# statistic kept for later, a per-step generator, an explicit break, nested loops, a `while`,
+# a `while` whose test is the break, and a break statement that calls a submodule (whose frame
+# compiled on its own in the skipped loop: isolation must keep it compiled).
 PROGRAMS: dict[str, str] = {
     "layer_argmax_log": """
 class Model(nn.Module):
@@ -220,6 +222,32 @@ class Model(nn.Module):
                 gate = torch.ones(())
             x = x * gate
         return x * 3 - 1
+""",
+    "while_test_tolist": """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.step = Block()
+
+    def forward(self, x):
+        x = self.step(x)
+        while max(x.abs().amax(-1).tolist()) > 0.5:
+            x = torch.tanh(self.step(x)) * 0.4
+        return x.softmax(-1)
+""",
+    "probe_submodule_tolist": """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(Block() for _ in range(3))
+        self.probe = Block()
+        self.trace = []
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+            self.trace.append(self.probe(x).argmax(-1).tolist())
+        return x
 """,
 }
 

@@ -69,7 +69,8 @@ class LoopPlan:
     tensors: tuple[str, ...]  # parameters annotated `torch.Tensor`, so the linter still types them
     body_length: int  # statements of the body, to match the libcst body against
     # Runs of body statements (first index, end index, names they return) that hold the breaks: each runs
-    # as a `torch.compiler.disable`d function, so Dynamo does not trace the Python state they touch.
+    # as a `torch.compiler.disable(recursive=False)` function, so Dynamo does not trace the Python state they
+    # touch (the functions they call are still compiled, each in its own frame).
     disabled: tuple[tuple[int, int, tuple[str, ...]], ...] = ()
 
     @property
@@ -87,6 +88,10 @@ def plan(rule: "Rule", line: int, findings: list["Finding"], ctx: "Context", ten
     if found is None:
         return {"no_fix": "the loop was not found"}
     function, loop = found
+    if getattr(function, "name", "").startswith(PREFIX):
+        # A loop helper keeps the header: a break in a `while` test stays in its loop (the helper is the frame
+        # Dynamo skips, by design); isolating it again would only nest helpers.
+        return {"no_fix": "the loop is already isolated (its `while` test runs in the loop helper)"}
     inner = sorted({(f.line, f.code) for f in findings if ("loop", line) in f.blocks and f.code != rule.code})
     planned = plan_loop(function, loop, tensors, frozenset(n for n, _ in inner))  # type: ignore[arg-type]
     if isinstance(planned, str):
@@ -396,7 +401,10 @@ def apply_loop(node: "cst.For | cst.While", plan: LoopPlan, breaks: str, edit: "
         for first, end, outputs in reversed(plan.disabled):
             name = f"{PREFIX}break_{plan.line}_{first}"
             disabled = _function(name, (), plan, [*statements[first:end], *_return(outputs)], edit)
-            disabled = disabled.with_changes(decorators=[cst.Decorator(edit.torch("compiler.disable"))])
+            # Not recursive: Dynamo skips only the run's own frame and still compiles what it calls (a submodule
+            # called in a break statement stays compiled, as in the skipped loop; recursive it ran eagerly).
+            decorator = cst.Decorator(edit.torch("compiler.disable(recursive=False)"))
+            disabled = disabled.with_changes(decorators=[decorator])
             statements[first:end] = [disabled, _call(outputs, name, ())]
     body_def = _function(plan.body_name, plan.body_inputs, plan, [*statements, *_return(plan.body_outputs)], edit)
     call_body = _call(plan.body_outputs, plan.body_name, plan.body_inputs)

@@ -48,7 +48,8 @@ class BreakInBlock(Rule):
 class GraphBreakInLoop(BreakInBlock):
     """## What it does
     Reports a graph break (any other finding of this tool) inside a `for` or
-    `while` loop body, at the same place.
+    `while` loop body, or in a `while` test, at the same place. (A `for`
+    iterable runs once, before the loop: Dynamo resumes after a break there.)
 
     ## Why is this bad?
     Dynamo cannot resume a graph in the middle of a loop: instead of splitting
@@ -58,10 +59,13 @@ class GraphBreakInLoop(BreakInBlock):
     ## Fix safety
     Fixing the inner break fixes this one. Where no fix removes it, the fix
     (safe) isolates it: the loop becomes a helper function and its body a
-    second one, the statements holding the break a `torch.compiler.disable`d
-    function inside it (`rewrites/isolation.py`). The break stays, once per
-    iteration, but Dynamo compiles the function's other statements and each
-    iteration's around it instead of skipping the function. Eager runs execute
+    second one, the statements holding the break a function inside it under
+    `torch.compiler.disable(recursive=False)` (`rewrites/isolation.py`; not
+    recursive, so what they call, a submodule, still compiles). The break
+    stays, once per iteration, but Dynamo compiles the function's other
+    statements and each iteration's around it instead of skipping the
+    function (a break in a `while` test stays in the loop helper, whose frame
+    Dynamo skips, by design). Eager runs execute
     the same statements on the same objects: names the loop reads are passed
     in, names it rebinds that are read elsewhere are returned. Not isolated
     (the reason is given): a loop with its own `break`/`continue`, a `return`,
@@ -128,6 +132,17 @@ class GraphBreakInLoop(BreakInBlock):
                     noise = torch.randn(y.shape, generator=torch.Generator().manual_seed(step))
                     y = y * 2 + noise
                 return y
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                while max(x.tolist()) > 1:  # the test runs again after each iteration
+                    x = x / 2
+                return x + 1
         """,
     ]
     VALID = ["""

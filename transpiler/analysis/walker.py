@@ -222,7 +222,11 @@ class _Walker:
             self.branches(node.body, node.orelse)
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             if isinstance(node, ast.While):
+                # The test runs again after each iteration (a jump back): Dynamo skips the frame for a break in
+                # it as for one in the body. A `for` iterable runs once, before the loop: resumable.
+                self.ctx.blocks.append(("loop", node.lineno))
                 self.expr(node.test)
+                self.ctx.blocks.pop()
             else:
                 self.expr(node.iter)
                 typer.bind_iteration(node.target, node.iter)

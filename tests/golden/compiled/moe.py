@@ -67,7 +67,7 @@ class MoE(nn.Module):
         # the loop runs in these helpers, so Dynamo compiles the rest of the function and each iteration.
         def _isolated_loop_43(self, tokens: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor, out: torch.Tensor):
             def _isolated_body_43(self, tokens: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor, out: torch.Tensor, e):
-                @torch.compiler.disable
+                @torch.compiler.disable(recursive=False)
                 def _isolated_break_43_0():
                     rows, slots = torch.where(experts == e)  # TP401 + TP501: one-argument where, in the loop
                     return rows, slots
