@@ -1,7 +1,7 @@
 """Dynamo's graph breaks in the transformers families, before and after `transpile`, and the lint against them.
 
     nice python benchmarks/break_families.py [--families bert,mixtral] [--every N] [--limit N] [--jobs 1] [--before-only]
-                                             [--timeout 300] [--kernels] [--json out.json] [--markdown out.md]
+                                             [--timeout 300] [--kernels] [--share] [--json out.json] [--markdown out.md]
                                              [--tools ../shared/tools]
     python benchmarks/break_families.py --from-json out.json [--markdown out.md]   # the report of a saved run
 
@@ -38,6 +38,11 @@ build, a child process (own interpreter, `--timeout` seconds)
 run only when `not torch.compiler.is_compiling()` (emit/host), so Dynamo traces the eager
 reference either way; `--kernels` measures the default output tree itself (a C++ build per
 family: much slower).
+
+`--share` also measures, for the original and each version, the share of one forward's aten ops
+that ran inside Dynamo's graphs (`benchmarks/isolation.py`'s `graph_share`: a counting backend,
+second compiled call): the break counts say where Dynamo stopped, this says how much it compiled
+(an isolated break adds break sites and can still put more of the forward in graphs).
 
 Categories: each logged break is sorted by Dynamo's graph-break code (the first `gbNNNN` of
 its reason: the cause) into issue 18's categories (`graph_breaks.CATEGORIES`; a code outside
@@ -115,7 +120,9 @@ def _benchmarks() -> tuple[Any, Any]:
     return graph_breaks, hf_families_check
 
 
-def measure_family(family: str, tools: Path, work: Path, kernels: bool, versions: tuple[str, ...] = VERSIONS) -> dict:
+def measure_family(
+    family: str, tools: Path, work: Path, kernels: bool, versions: tuple[str, ...] = VERSIONS, share: bool = False
+) -> dict:
     """Everything about one family, in this process (the transpiled `versions` only). A JSON-able row."""
     sys.path.insert(0, str(tools))
     import hf_families as hff
@@ -137,9 +144,11 @@ def measure_family(family: str, tools: Path, work: Path, kernels: bool, versions
     row["nondeterministic"] = not hff.compare_outputs(first, expected, atol=0, rtol=0)[0]
     state = {name: value.clone() for name, value in original.state_dict().items()}  # what `expected` ran with
     row["before"] = explain(original, inputs, [folder])
+    if share:
+        row["before"]["share"] = graph_share(hff, original, inputs)
     row["lint"] = lint_against_dynamo(folder, row["before"], executed)
     for version in versions:
-        row[version] = transpiled(hff, family, folder, work, version, kernels, expected, state)
+        row[version] = transpiled(hff, family, folder, work, version, kernels, expected, state, share)
     done = all(row[v].get("error") is None for v in ("before", *versions))
     row["status"] = ("ok" if versions == VERSIONS else "screened") if done else "error"
     if not done:
@@ -177,6 +186,22 @@ def _executed_lines(call: Any, folder: Path) -> tuple[dict[str, set[int]], Any]:
     finally:
         sys.settrace(previous)
     return dict(lines), result
+
+
+def graph_share(hff: Any, model: Any, inputs: dict) -> dict:
+    """How much of one forward ran inside Dynamo's graphs (`isolation.graph_share`, under `no_grad`)."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import isolation
+
+    try:
+        with _graph_break_log(), torch.no_grad():
+            torch.manual_seed(hff.SEED)
+            measured = isolation.graph_share(model, **copy.deepcopy(inputs))
+    except Exception as error:
+        return {"error": _short(error)}
+    return {"in_graphs": measured.in_graphs, "ops": measured.ops, "graphs": measured.graphs}
 
 
 def explain(model: Any, inputs: dict, folders: list[Path]) -> dict:
@@ -291,7 +316,15 @@ def _inside(filename: str, folder: Path) -> bool:
 
 
 def transpiled(
-    hff: Any, family: str, folder: Path, work: Path, version: str, kernels: bool, expected: Any, state: dict
+    hff: Any,
+    family: str,
+    folder: Path,
+    work: Path,
+    version: str,
+    kernels: bool,
+    expected: Any,
+    state: dict,
+    share: bool = False,
 ) -> dict:
     """`transpile build` of the family's folder with `version`'s flags; its outputs and its breaks.
 
@@ -336,6 +369,8 @@ def transpiled(
         return {**result, "error": f"{stage}: {_short(error)}"}
     result["output"], result["output_detail"] = _compare(hff, family, expected, actual)
     result.update(explain(model, copied, [out, folder]))
+    if share:
+        result["share"] = graph_share(hff, model, copied)
     return result
 
 
@@ -467,6 +502,7 @@ def run_one(family: str, args: argparse.Namespace, env: dict) -> dict:
         command = [sys.executable, __file__, "--child", family, "--tools", str(args.tools), "--work", work]
         command += ["--kernels"] if args.kernels else []
         command += ["--before-only"] if args.before_only else []
+        command += ["--share"] if args.share else []
         began = time.monotonic()
         try:
             run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
@@ -494,6 +530,9 @@ def totals(rows: list[dict]) -> dict:
         out[version]["categories"] = dict(
             sum((_categories(r[version]) for r in ok), collections.Counter()).most_common()
         )
+        shares = [r[version].get("share") or {} for r in ok]
+        if shares and all("ops" in m for m in shares):  # --share, and measured everywhere
+            out[version]["share"] = {key: sum(m[key] for m in shares) for key in ("in_graphs", "ops")}
     for version in VERSIONS:
         out[version]["removed"] = {key: _removed(out["before"][key], out[version][key]) for key in COUNTS[:3]}
         out[version]["outputs"] = dict(collections.Counter(r[version]["output"] for r in ok))
@@ -527,6 +566,8 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
     versions = ("before", *VERSIONS)
     head = ["family"] + [f"statements {v}" for v in versions] + [f"logged {v}" for v in versions]
     head += [f"explain {v}" for v in versions] + [f"output {v}" for v in VERSIONS] + ["lint P", "lint R", "note"]
+    shared = any("share" in r.get("before", {}) for r in rows)
+    head[-1:-1] = ["ops in graphs " + " -> ".join(versions)] if shared else []
     lines = [f"Command: `{command}`", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if "before" not in r:
@@ -539,6 +580,7 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
         cells += [r.get(v, {}).get("output", "") for v in VERSIONS]
         lint = r.get("lint", {})
         cells += [_num(lint.get("precision")), _num(lint.get("recall"))]
+        cells += [" -> ".join(_share(r.get(v, {}).get("share")) for v in versions)] if shared else []
         notes = [f"{v}: counter {r[v]['counter']}" for v in versions if _differs(r.get(v, {}))]
         notes += [f"{v}: {r[v]['error'][:120]}" for v in versions if r.get(v, {}).get("error")]
         notes += ["nondeterministic original"] if r.get("nondeterministic") else []
@@ -565,6 +607,11 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
             f"{b['breaks']} -> {v['breaks']} ({_pct(gone['breaks'])}); Dynamo's graph_break counter "
             f"{b['counter']} -> {v['counter']}; graphs {b['graphs']} -> {v['graphs']}; outputs "
             + ", ".join(f"{k} {n}" for k, n in v["outputs"].items())
+        )
+    if all("share" in s[v] for v in versions):
+        lines.append(
+            "- aten ops of one forward run inside Dynamo's graphs: "
+            + " -> ".join(f"{v} {_share(s[v]['share'])}" for v in versions)
         )
     lint = s["lint"]
     lines.append(
@@ -609,6 +656,12 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
     return "\n".join(lines)
 
 
+def _share(measured: dict | None) -> str:
+    if not measured or "error" in measured:
+        return "error" if measured else ""
+    return f"{measured['in_graphs']}/{measured['ops']} ({_pct(_ratio(measured['in_graphs'], measured['ops']))})"
+
+
 def _differs(run: dict) -> bool:
     return not run.get("error") and run.get("counter") is not None and run["counter"] != run["breaks"]
 
@@ -648,6 +701,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="families measured at a time")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per family")
     parser.add_argument("--kernels", action="store_true", help="transpile with kernels (default: --no-kernels)")
+    parser.add_argument("--share", action="store_true", help="also the share of aten ops run inside Dynamo's graphs")
     parser.add_argument("--json", type=Path, help="write every family's row and the totals here")
     parser.add_argument("--markdown", type=Path, help="write the report here too")
     parser.add_argument("--tools", type=Path, default=DEFAULT_TOOLS, help="the directory of hf_families.py")
@@ -660,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         versions = () if args.before_only else VERSIONS
-        print(json.dumps(measure_family(args.child, args.tools, args.work, args.kernels, versions)))
+        print(json.dumps(measure_family(args.child, args.tools, args.work, args.kernels, versions, args.share)))
         return 0
 
     if args.from_json:
