@@ -136,7 +136,9 @@ class Block(nn.Module):
 # Loops whose break has no meaning-keeping rewrite: a value read into a Python list, a numpy
 # statistic kept for later, a per-step generator, an explicit break, nested loops, a `while`,
 # a `while` whose test is the break, and a break statement that calls a submodule (whose frame
-# compiled on its own in the skipped loop: isolation must keep it compiled).
+# compiled on its own in the skipped loop: isolation must keep it compiled), and transformers'
+# MoE dispatch (switch_transformers): a nonzero result iterated, experts looked up by an f-string
+# of a tensor (Dynamo raises on the key and skips the frame unless that statement runs outside).
 PROGRAMS: dict[str, str] = {
     "layer_argmax_log": """
 class Model(nn.Module):
@@ -248,6 +250,26 @@ class Model(nn.Module):
             x = layer(x)
             self.trace.append(self.probe(x).argmax(-1).tolist())
         return x
+""",
+    "experts_by_formatted_key": """
+class Model(nn.ModuleDict):
+    def __init__(self):
+        super().__init__()
+        for index in range(4):
+            self[f"expert_{index}"] = Block()
+
+    def forward(self, x):
+        routing = x[:, :1].sigmoid()
+        selected = torch.nn.functional.one_hot(x[:, :4].argmax(-1), 4)[:, None, :]
+        expert_mask = selected.permute(2, 1, 0)
+        final = torch.zeros_like(x)
+        expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+        for expert_idx in expert_hit:
+            idx, top_x = torch.where(expert_mask[expert_idx].squeeze(0))
+            state = x[None, top_x].reshape(-1, x.shape[-1])
+            current = self[f"expert_{expert_idx[0]}"](state) * routing[top_x, idx, None]
+            final.index_add_(0, top_x, current.to(x.dtype))
+        return final * 2 + x
 """,
 }
 

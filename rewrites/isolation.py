@@ -82,8 +82,18 @@ class LoopPlan:
         return f"{PREFIX}body_{self.line}"
 
 
-def plan(rule: "Rule", line: int, findings: list["Finding"], ctx: "Context", tensors: frozenset[str]) -> dict:
-    """TP501's `fix` (or `no_fix`) for the breaks inside the loop at `line` of the function `ctx` checks."""
+def plan(
+    rule: "Rule",
+    line: int,
+    findings: list["Finding"],
+    ctx: "Context",
+    tensors: frozenset[str],
+    untraced: frozenset[int] = frozenset(),
+) -> dict:
+    """TP501's `fix` (or `no_fix`) for the breaks inside the loop at `line` of the function `ctx` checks.
+
+    `untraced`: lines that are no break of their own but that Dynamo cannot trace inside a graph either (an
+    f-string of a tensor used as a key): their statements run with the breaks', outside Dynamo."""
     found = innermost_function(ctx.node, line)
     if found is None:
         return {"no_fix": "the loop was not found"}
@@ -93,7 +103,7 @@ def plan(rule: "Rule", line: int, findings: list["Finding"], ctx: "Context", ten
         # Dynamo skips, by design); isolating it again would only nest helpers.
         return {"no_fix": "the loop is already isolated (its `while` test runs in the loop helper)"}
     inner = sorted({(f.line, f.code) for f in findings if ("loop", line) in f.blocks and f.code != rule.code})
-    planned = plan_loop(function, loop, tensors, frozenset(n for n, _ in inner))  # type: ignore[arg-type]
+    planned = plan_loop(function, loop, tensors, frozenset(n for n, _ in inner) | untraced)  # type: ignore[arg-type]
     if isinstance(planned, str):
         return {"no_fix": f"not isolated: {planned}"}
     breaks = "the break" + ("s" if len(inner) > 1 else "") + " at " + ", ".join(f"line {n} ({c})" for n, c in inner)

@@ -86,20 +86,30 @@ class GraphBreakInLoop(BreakInBlock):
     def __init__(self) -> None:
         self.tensors_at: dict[int, frozenset[str]] = {}  # per loop line: names holding tensors where it starts
         self.plans: dict[int, dict] = {}  # per loop line, in the function being checked
+        self.formatted: set[int] = set()  # lines in a loop with an f-string of a tensor
 
     def visit_For(self, node: ast.For, ctx: Context) -> None:
         self.tensors_at[node.lineno] = frozenset(n for n, kind in ctx.typer.env.items() if kind.is_tensor)
 
     visit_While = visit_For
 
+    def visit_JoinedStr(self, node: ast.JoinedStr, ctx: Context) -> None:
+        # Dynamo formats an f-string of a tensor after the graph; where the string is used inside it (a
+        # ModuleDict key) Dynamo raises and skips the frame. Isolation runs such statements with the breaks.
+        values = (v.value for v in node.values if isinstance(v, ast.FormattedValue))
+        if ctx.blocks and any(ctx.kind(v).is_tensor for v in values):
+            self.formatted.add(node.lineno)
+
     def check_function(self, findings: list[Finding], ctx: Context) -> None:
         super().check_function(findings, ctx)
         self.tensors_at.clear()
         self.plans.clear()
+        self.formatted.clear()
 
     def isolate(self, line: int, findings: list[Finding], ctx: Context) -> dict:
         if line not in self.plans:
-            self.plans[line] = isolation.plan(self, line, findings, ctx, self.tensors_at.get(line, frozenset()))
+            tensors = self.tensors_at.get(line, frozenset())
+            self.plans[line] = isolation.plan(self, line, findings, ctx, tensors, frozenset(self.formatted))
         return self.plans[line]
 
     def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode | cst.FlattenSentinel":
