@@ -340,6 +340,25 @@ def test_memory_handed_to_a_kernel_outside_the_dispatcher_is_not_proved_fixed(mo
     assert forward.counts["original forward: a host read its recording proved fixed changed"] == 1
 
 
+@pytest.mark.gpu
+@cuda
+def test_a_recording_that_fails_for_any_reason_runs_the_source_forward(monkeypatch):
+    def unsuited(self, func, types, args=(), kwargs=None):
+        raise TypeError("a tensor subclass the mode does not know")
+
+    monkeypatch.setattr(graphs.host_reads.Noting, "__torch_dispatch__", unsuited)
+    model = Block().cuda().eval()
+    forward = cuda_graphs(model)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(8, 16, device="cuda")
+            torch.testing.assert_close(forward(x)["out"], model(x)["out"])
+    assert (
+        forward.counts["original forward: the forward cannot be recorded (a tensor subclass the mode does not know)"]
+        == 2
+    )
+
+
 def test_a_host_read_differs_exactly_when_the_value_would_read_otherwise():
     from emit.runtime.host_reads import Unanswered, _differs
 

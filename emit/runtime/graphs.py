@@ -582,7 +582,9 @@ class CudaGraphs:
             graph: _Graph | str = _Graph(self.function, args, kwargs, tensors, self._pool, self.module)
         except _Unsupported as error:
             graph = f"original forward: {error}"
-        except RuntimeError as error:  # the forward waits on the device, or CUDA refused an operation while recording
+        except Exception as error:  # noqa: BLE001 - a wait on the device, CUDA refusing an operation while
+            # recording, or the recording's dispatch modes meeting code they do not suit: the source's forward
+            # runs instead, and raises there if the error is its own.
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             graph = f"original forward: the forward cannot be recorded ({first[:120]})"
         else:
