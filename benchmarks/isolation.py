@@ -1,6 +1,6 @@
 """What a graph break in a loop costs under Dynamo, and what isolating it (TP501's fix) gives back.
 
-    python benchmarks/isolation.py [--json out.json]
+    python benchmarks/isolation.py [--programs a,b] [--json out.json]
 
 For each program (below: loops whose break no rewrite removes), the original and the output of
 the default fixes (`transpile lint --fix`, which isolates the loop) are run eagerly side by side
@@ -8,6 +8,7 @@ the default fixes (`transpile lint --fix`, which isolates the loop) are run eage
 counting backend. Reported per version: the aten ops one eager forward runs, the share of them
 that ran inside Dynamo's graphs, the graphs compiled and the graph calls per forward (second
 call), and explain's break count. `graph_share` is the measure; tests/test_isolation.py uses it.
+`DATA_DEPENDENT`: loops whose iterable or test is data-dependent, as layers stacked three deep.
 """
 
 from __future__ import annotations
@@ -136,9 +137,7 @@ class Block(nn.Module):
 # Loops whose break has no meaning-keeping rewrite: a value read into a Python list, a numpy
 # statistic kept for later, a per-step generator, an explicit break, nested loops, a `while`,
 # a `while` whose test is the break, and a break statement that calls a submodule (whose frame
-# compiled on its own in the skipped loop: isolation must keep it compiled), and transformers'
-# MoE dispatch (switch_transformers): a nonzero result iterated, experts looked up by an f-string
-# of a tensor (Dynamo raises on the key and skips the frame unless that statement runs outside).
+# compiled on its own in the skipped loop: isolation must keep it compiled).
 PROGRAMS: dict[str, str] = {
     "layer_argmax_log": """
 class Model(nn.Module):
@@ -251,35 +250,135 @@ class Model(nn.Module):
             self.trace.append(self.probe(x).argmax(-1).tolist())
         return x
 """,
-    "experts_by_formatted_key": """
-class Model(nn.ModuleDict):
+}
+
+
+# Loops whose iterable or test is itself data-dependent (a `nonzero` result iterated, `unique(...).tolist()`,
+# `range(int(n))`, a `while` on `float(...)`): each a `Layer`, stacked three deep (`stacked`), so that Dynamo
+# meets the same frames again with other lengths (automatic dynamic shapes, recompiles), as in a model.
+DATA_DEPENDENT: dict[str, str] = {
+    "nonzero_iterated": """
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre, self.post = Block(), Block()
+        self.experts = nn.ModuleList(Block() for _ in range(8))
+
+    def forward(self, x):
+        x = self.pre(x)
+        hit = (x[:, :8].sum(0) > 0).nonzero()
+        out = torch.zeros_like(x)
+        for idx in hit:
+            rows = torch.where(x[:, idx[0]] > 0)[0]
+            out = out.index_add(0, rows, self.experts[idx[0]](x[rows]) * 0.5)
+        return self.post(out) * 2
+""",
+    "unique_tolist_iterated": """
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre, self.post = Block(), Block()
+        self.experts = nn.ModuleList(Block() for _ in range(8))
+
+    def forward(self, x):
+        x = self.pre(x)
+        experts = x[:, :8].argmax(-1)
+        out = torch.zeros_like(x)
+        for e in torch.unique(experts).tolist():
+            rows = torch.where(experts == e)[0]
+            out = out.index_add(0, rows, self.experts[e](x[rows]) * 0.5)
+        return self.post(out) * 2
+""",
+    "tolist_name_iterated": """
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre, self.post, self.step = Block(), Block(), Block()
+        self.seen = []
+
+    def forward(self, x):
+        x = self.pre(x)
+        picks = x[:, 0].gt(0).nonzero().flatten().tolist()
+        for p in picks:
+            x = self.step(x) * 0.5
+            self.seen.append(int(x[p].argmax()))
+        return self.post(x) * 2
+""",
+    "range_of_int": """
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre, self.post, self.step = Block(), Block(), Block()
+        self.seen = []
+
+    def forward(self, x):
+        x = self.pre(x)
+        n = int(x.abs().sum().clamp(1, 4))
+        for i in range(n):
+            x = x * 0.6 + 0.01 * self.step(x).tanh()
+            self.seen.append(int(x.argmax()))
+        return self.post(x) * 2
+""",
+    "while_float_test": """
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre, self.post, self.step = Block(), Block(), Block()
+        self.seen = []
+
+    def forward(self, x):
+        x = self.pre(x)
+        while float(x.abs().max()) > 0.5:
+            x = x * 0.6 + 0.01 * self.step(x).tanh()
+            self.seen.append(int(x.argmax()))
+        return self.post(x) * 2
+""",
+    # transformers' MoE dispatch (switch_transformers): experts looked up by an f-string of a tensor (Dynamo
+    # raises on the key and skips the body's frame unless that statement runs outside with the break).
+    "switch_experts_by_key": """
+class Layer(nn.ModuleDict):
     def __init__(self):
         super().__init__()
         for index in range(4):
             self[f"expert_{index}"] = Block()
 
     def forward(self, x):
-        routing = x[:, :1].sigmoid()
         selected = torch.nn.functional.one_hot(x[:, :4].argmax(-1), 4)[:, None, :]
-        expert_mask = selected.permute(2, 1, 0)
+        routing = x[:, :1].sigmoid()
         final = torch.zeros_like(x)
+        expert_mask = selected.permute(2, 1, 0)
         expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
         for expert_idx in expert_hit:
             idx, top_x = torch.where(expert_mask[expert_idx].squeeze(0))
-            state = x[None, top_x].reshape(-1, x.shape[-1])
-            current = self[f"expert_{expert_idx[0]}"](state) * routing[top_x, idx, None]
+            current_state = x[None, top_x].reshape(-1, x.shape[-1])
+            current = self[f"expert_{expert_idx[0]}"](current_state) * routing[top_x, idx, None]
             final.index_add_(0, top_x, current.to(x.dtype))
-        return final * 2 + x
+        return final
 """,
 }
+STACK = """
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(Layer() for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+"""
 
 
 def program(name: str) -> str:
+    if name in DATA_DEPENDENT:
+        return HEADER + BLOCK + textwrap.dedent(DATA_DEPENDENT[name]).lstrip("\n") + STACK
     return HEADER + BLOCK + textwrap.dedent(PROGRAMS[name]).lstrip("\n")
 
 
-def _inputs() -> tuple:
-    return (torch.randn(4, 32, generator=torch.Generator().manual_seed(0)),)
+def _inputs(name: str = "") -> tuple:
+    rows = 6 if name in DATA_DEPENDENT else 4
+    return (torch.randn(rows, 32, generator=torch.Generator().manual_seed(0 if rows == 4 else 1)),)
 
 
 def _state(model: Any) -> Any:
@@ -300,9 +399,9 @@ def compare(name: str) -> dict:
         weights = weights or model.state_dict()
         model.load_state_dict(weights)
         with torch.no_grad():
-            out = model(*_inputs())
+            out = model(*_inputs(name))
             results.append((out, repr(_state(model))))
-            share = graph_share(model, *_inputs())
+            share = graph_share(model, *_inputs(name))
         row[version] = {**asdict(share), "fraction": round(share.fraction, 3)}
     row["equal"] = torch.equal(results[0][0], results[1][0]) and results[0][1] == results[1][1]
     return row
@@ -311,8 +410,10 @@ def compare(name: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--programs", help="comma-separated names (default: all, the stacked data-dependent last)")
     args = parser.parse_args(argv)
-    rows = [compare(name) for name in PROGRAMS]
+    names = args.programs.split(",") if args.programs else [*PROGRAMS, *DATA_DEPENDENT]
+    rows = [compare(name) for name in names]
     print("| program | isolated | outputs | ops in graphs before -> after | graphs | graph calls per forward |")
     print("|---|---|---|---|---|---|")
     for r in rows:
