@@ -121,20 +121,85 @@ def _data(result: BuildResult, destinations=DESTINATIONS) -> dict:
 
 def test_summary_and_files_are_sorted(result):
     data = _data(result)
-    assert data["version"] == 1
+    assert data["version"] == 2
     assert data["output"] == "out"
     assert data["summary"] == {
         "files": 3,
+        "rewritten_files": 0,
+        "kernels_only_files": 1,
+        "copied_files": 2,
+        "unreadable_files": 0,
         "findings": 2,
-        "rewrites": 1,
+        "findings_rewritten": 1,
         "remaining": 1,
+        "fixes_applied": 1,
+        "imports_made_absolute": 0,
         "regions": 2,
+        "region_files": 2,
         "cuda_graph_forwards": 0,
+        "forwards_not_replayed": 0,
         "kernel_files": 8,
     }
+    assert data["rules"] == [
+        {"code": "TP101", "name": "print-in-compiled-code", "found": 1, "rewritten": 1, "left": 0},
+        {"code": "TP201", "name": "data-dependent-if", "found": 1, "rewritten": 0, "left": 1},
+    ]
     assert [f["path"] for f in data["files"]] == ["src/pkg/layers.py", "src/pkg/sub/layers.py"]
     assert [f["output"] for f in data["files"]] == ["out/layers.py", "out/sub/layers.py"]
     assert data["runtime_files"] == ["out/_transpile_runtime/__init__.py", "out/_transpile_runtime/triton_support.py"]
+
+
+# A package whose module has a fix, a region and an import that leaves the output tree (made absolute),
+# beside a module with only such an import: the two counts the report missed (fixtures: 6 against 8).
+COUNTED = {
+    "top/__init__.py": "",
+    "top/util.py": "SCALE = 2.0\n",
+    "top/sub/__init__.py": "",
+    "top/sub/net.py": (
+        "import torch\nfrom torch import nn\n\nfrom ..util import SCALE\n\n\nclass Net(nn.Module):\n"
+        "    def forward(self, x):\n        print(x)\n        y = torch.sigmoid(x) * 2.0\n        return y + 1.0\n"
+    ),
+    "top/sub/plain.py": "from .. import util\n",
+    "top/sub/left.py": "import torch\n\n\n@torch.compile\ndef f(x):\n    return torch.nonzero(x)\n",
+}
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "no-kernels"])
+def test_counts_agree_with_the_build_summary(tmp_path, kernels):
+    """The page's counts are the command's: files rewritten (imports alone included), findings rewritten
+    per rule, fixes applied, imports made absolute, regions."""
+    from click.testing import CliRunner
+
+    from transpiler.cli.main import main
+
+    for name, text in COUNTED.items():
+        (tmp_path / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / name).write_text(text)
+    out = tmp_path / "out"
+    args = ["build", "--no-cache", str(tmp_path / "src/top/sub"), "-o", str(out), "--format", "json"]
+    run = CliRunner().invoke(main, args + ([] if kernels else ["--no-kernels"]))
+    assert run.exit_code == 1, run.output  # the nonzero is left
+    command = json.loads(run.stdout)
+    data = json.loads((out / REPORT_JSON).read_text())
+    s = data["summary"]
+    assert s["files"] == command["files"]["total"] == 4
+    assert s["rewritten_files"] == command["files"]["rewritten"] == 2
+    assert s["kernels_only_files"] == command["files"]["kernels_only"] == 0
+    assert s["copied_files"] == command["files"]["copied"] == 2
+    assert data["rules"] == command["rules"]
+    assert s["findings_rewritten"] == sum(r["rewritten"] for r in command["rules"]) == 1
+    assert s["fixes_applied"] == len(command["fixes"]) == 1
+    assert s["imports_made_absolute"] == len(command["imports"]) == 2
+    assert s["regions"] == len(command["regions"]) == (1 if kernels else 0)
+    by_name = {Path(f["path"]).name: f for f in data["files"]}
+    assert [i["absolute"] for i in by_name["plain.py"]["imports"]] == ["top"]
+    # The rewritten modules come with their diff against the source; the fixed line is in it.
+    assert "+from top.util import SCALE" in by_name["net.py"]["diff"]
+    assert "+        if not torch.compiler.is_compiling():" in by_name["net.py"]["diff"]
+    assert by_name["left.py"]["diff"] == ""  # copied unchanged
+    page = _parse((out / REPORT_HTML).read_text())
+    cells = "".join(page.text)
+    assert "4: 2 rewritten, 2 copied unchanged" in cells and "1 (by 1 fix applied)" in cells
 
 
 def test_diagnostics_grouped_by_source_file(result):
@@ -258,23 +323,85 @@ def _parse(page: str) -> _Page:
     return parser
 
 
+# Header cells: the summary's 8 row headers, the rule table's 4 and the index's 6 column headers, and 4 for each
+# of the 4 finding tables (layers: found and fixed; sub: found and left). Empty parts of a file are left out.
+HEADER_CELLS = 8 + 4 + 6 + 4 * 4
+
+
 def test_html_escapes_and_structure(result):
     page = render_html(_data(result))
-    assert "<script" not in page.lower()
+    assert page.lower().count("<script") == 1  # the index's filter, at the end of the body
     assert "&lt;script&gt;" in page
     parsed = _parse(page)
     assert parsed.headings["h1"] == ["transpile report: out"]
-    assert parsed.headings["h2"] == ["Summary", "src/pkg/layers.py", "src/pkg/sub/layers.py", "Runtime support"]
+    assert parsed.headings["h2"] == [
+        "Summary", "Files", "src/pkg/layers.py", "src/pkg/sub/layers.py", "Runtime support"
+    ]  # fmt: skip
+    assert parsed.headings["h3"] == [
+        "Findings in the input", "Rewrites applied", "Regions compiled into kernels",
+        "Findings in the input", "Findings left in the output", "Regions compiled into kernels",
+    ]  # fmt: skip
     assert parsed.headings["h4"] == ["Kernel fused_clamp", "Kernel fused_abs"]
     # Escaped text reads back as the original characters.
     assert any(INJECTION in pre for pre in parsed.pre)
     assert any(format_region(SCALED) in pre for pre in parsed.pre)
-    assert "`print()` <b>breaks</b> the graph & more" in "".join(parsed.text)
+    assert "print() <b>breaks</b> the graph & more" in "".join(parsed.text)
     assert "pkg.layers.scaled.<locals>.<lambda>" in "".join(parsed.text)
-    assert not {"b", "script", "lambda", "locals"} & {tag for tag, _ in parsed.tags}
-    # Every table has header cells: the summary's 7 row headers, 4 column headers for each of the 4 diagnostics tables.
+    assert not {"b", "lambda", "locals"} & {tag for tag, _ in parsed.tags}
     tags = [tag for tag, _ in parsed.tags]
-    assert tags.count("table") == 5 and tags.count("th") == 7 + 4 * 4
+    assert tags.count("table") == 7 and tags.count("th") == HEADER_CELLS
+    # The index names each file by its relative path, with a filter over them.
+    index = [attrs["data-path"] for tag, attrs in parsed.tags if tag == "tr" and "data-path" in attrs]
+    assert index == ["src/pkg/layers.py", "src/pkg/sub/layers.py"]
+    assert ("input", {"id": "filter", "type": "search", "placeholder": "e.g. llama"}) in parsed.tags
+
+
+@pytest.mark.parametrize(
+    "message, html_text",
+    [
+        ("`print()` <b>x</b>", "<code>print()</code> &lt;b&gt;x&lt;/b&gt;"),
+        ("`a` and `b`", "<code>a</code> and <code>b</code>"),
+        ("an odd ` backtick and `code`", "an odd <code> backtick and </code>code`"),
+        ("no code", "no code"),
+        ("``", "<code></code>"),
+    ],
+)
+def test_backticks_become_code(message, html_text):
+    from transpiler.pipeline.report import _prose
+
+    assert _prose(message) == html_text
+
+
+def test_region_shows_its_kernel_code_and_the_module_diff(result):
+    """Each region has its generated kernels (cut from the files beside the module) and the file its diff,
+    all folded in <details>; a backend whose file lacks the kernel is left out."""
+    triton = OUT / "_layers_triton.py"
+    triton.write_text(
+        "import triton\n\n\n@triton.jit\ndef fused_clamp_2_kernel(x_ptr):\n    pass\n\n\n"
+        "@triton.jit\ndef fused_clamp_kernel(x_ptr,\n    y_ptr):\n    y = x * 0.5  # <b>\n\n\ndef launch():\n    pass\n"
+    )
+    (OUT / "_layers_kernels.cpp").write_text(
+        "// fused_clamp: src/pkg/layers.py:7-8\ntemplate <typename T>\nstatic void fused_clamp(T* x) {\n"
+        "  x[0] = 1;\n}\n\n// fused_clamp on untyped pointers\n"
+    )
+    layers, sub = _data(result)["files"]
+    (scaled,) = layers["regions"]
+    assert scaled["kernel_code"] == {
+        "cpp": "// fused_clamp: src/pkg/layers.py:7-8\ntemplate <typename T>\nstatic void fused_clamp(T* x) {\n"
+        "  x[0] = 1;\n}",
+        "triton": "@triton.jit\ndef fused_clamp_kernel(x_ptr,\n    y_ptr):\n    y = x * 0.5  # <b>",
+    }
+    assert sub["regions"][0]["kernel_code"] == {}  # "# generated": no kernel in them
+    # The module as written against its source: the fixed lines.
+    assert "+    if not torch.compiler.is_compiling():\n" in layers["diff"]
+    assert layers["diff"].startswith("--- src/pkg/layers.py\n+++ src/pkg/layers.py (transpiled)\n")
+    page = render_html(_data(result))
+    parsed = _parse(page)
+    summaries = [t for t in parsed.text if t in ("Generated Triton (CUDA) kernel", "Generated C++ (CPU) kernel")]
+    assert summaries == ["Generated Triton (CUDA) kernel", "Generated C++ (CPU) kernel"]
+    assert "y = x * 0.5  # &lt;b&gt;" in page
+    assert [tag for tag, _ in parsed.tags].count("details") == 2 + 2 + 1  # kernels, IRs, the one diff
+    assert _data(result)["files"][1]["diff"] == ""  # out/sub/layers.py is its source
 
 
 def test_links_are_relative_and_resolve(result):
@@ -297,7 +424,7 @@ def test_write_report_is_atomic_and_stable(result):
     assert [p.stat().st_mtime_ns for p in paths] == times  # unchanged: not written again
     result.applied.clear()
     write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS)
-    assert json.loads(paths[0].read_text())["summary"]["rewrites"] == 0
+    assert json.loads(paths[0].read_text())["summary"]["fixes_applied"] == 0
     assert sorted(p.name for p in OUT.iterdir() if p.name.startswith(".")) == []  # no temporary file left
 
 
@@ -315,16 +442,70 @@ def test_page_in_headless_chromium(result, tmp_path):
         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
         "--dump-dom", path.resolve().as_uri(),
     ]  # fmt: skip
-    dom = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
-    parsed = _parse(dom)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    parsed = _parse(run.stdout)
     assert parsed.headings["h1"] == ["transpile report: out"]
-    assert parsed.headings["h2"][:3] == ["Summary", "src/pkg/layers.py", "src/pkg/sub/layers.py"]
+    assert parsed.headings["h2"][:4] == ["Summary", "Files", "src/pkg/layers.py", "src/pkg/sub/layers.py"]
     assert parsed.headings["h4"] == ["Kernel fused_clamp", "Kernel fused_abs"]
     assert any(f'7      y = x * 0.5  # "{INJECTION}"' in pre for pre in parsed.pre)
     assert any("2      z = x + b\n3      return z.abs()" in pre for pre in parsed.pre)
-    # The source line stayed text: no script element, and the script in it never ran.
+    # The source line stayed text: only the filter's script element, and the script in the line never ran.
     tags = [tag for tag, _ in parsed.tags]
-    assert "script" not in tags
+    assert tags.count("script") == 1
     (body,) = [attrs for tag, attrs in parsed.tags if tag == "body"]
     assert "data-pwned" not in body
-    assert tags.count("th") == 7 + 4 * 4
+    assert tags.count("th") == HEADER_CELLS
+    # The filter ran: with no text, every file is shown.
+    assert "2 of 2 files" in parsed.text
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr", "--v=0", *args,
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_filter_and_console_in_headless_chromium(result, tmp_path):
+    """`?q=` filters the index as typing does; the page logs no console message (no script error), and
+    every link in it resolves to a file or an anchor of the page."""
+    page = [p for p in write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS) if p.suffix == ".html"]
+    uri = page[0].resolve().as_uri()
+    run = _chromium(tmp_path, "--dump-dom", f"{uri}?q=SUB/")
+    rows = [attrs for tag, attrs in _parse(run.stdout).tags if tag == "tr" and "data-path" in attrs]
+    assert [(r["data-path"], "hidden" in r) for r in rows] == [
+        ("src/pkg/layers.py", True),
+        ("src/pkg/sub/layers.py", False),
+    ]
+    assert "1 of 2 files" in _parse(run.stdout).text
+    console = [line for line in run.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert console == []
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_screenshot_in_headless_chromium(result, tmp_path):
+    """The page paints: a PNG of the requested size, not one colour (the style and text are there)."""
+    import struct
+    import zlib
+
+    page = [p for p in write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS) if p.suffix == ".html"]
+    shot = tmp_path / "report.png"
+    _chromium(
+        tmp_path, f"--screenshot={shot}", "--window-size=1000,1400", "--hide-scrollbars", page[0].resolve().as_uri()
+    )
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (1000, 1400)
+    # The image's rows, decompressed: a blank page would be one byte value repeated.
+    chunks, at = [], 8
+    while at < len(data):
+        (length,) = struct.unpack(">I", data[at : at + 4])
+        if data[at + 4 : at + 8] == b"IDAT":
+            chunks.append(data[at + 8 : at + 8 + length])
+        at += 12 + length
+    pixels = zlib.decompress(b"".join(chunks))
+    assert len(set(pixels)) > 16

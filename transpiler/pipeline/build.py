@@ -487,6 +487,15 @@ def rule_rows(result: BuildResult) -> list[RuleRow]:
     return [RuleRow(c, REGISTRY[c].name, found[c], max(found[c] - left[c], 0), left[c]) for c in codes]
 
 
+def file_counts(result: BuildResult) -> tuple[int, int]:
+    """Files written with kernels but no fix or import rewritten, and files copied unchanged; with
+    `result.rewritten` and `result.unreadable` they add up to `result.files` (the summary and the report
+    count them so)."""
+    changed = {d.path for d in result.applied} | {r.path for r in result.imports}
+    kernels_only = sum(1 for src in result.regions if str(src) not in changed)
+    return kernels_only, result.files - len(result.rewritten) - kernels_only - len(result.unreadable)
+
+
 # Findings about a file that could not be read, parsed or compiled: the compact summary lists them too.
 _FILE_ERRORS = ("TP901", "TP902")
 
@@ -500,9 +509,7 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool, detail: str = "c
     prints only the findings left, one a line (as `ruff -q` prints only diagnostics): a tree of a few
     hundred files has thousands of kernel names and findings, which bury the counts."""
     rows = rule_rows(result)
-    changed = {d.path for d in result.applied} | {r.path for r in result.imports}
-    kernels_only = sum(1 for src in result.regions if str(src) not in changed)
-    copied = result.files - len(result.rewritten) - kernels_only - len(result.unreadable)
+    kernels_only, copied = file_counts(result)
     left = sorted(result.remaining, key=lambda d: (d.path, d.line, d.col, d.code))
     if fmt == "json":
         document = {

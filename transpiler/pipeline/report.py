@@ -1,9 +1,10 @@
 """The build report: what `transpile SRC -o OUT` found, rewrote and compiled, file by file, as
 `OUT/transpile-report.json` for scripts and `OUT/transpile-report.html` for people.
 
-The HTML page is static and self-contained (inline CSS, no script, no external asset), so it opens
-from the output directory with no server. Both files are byte-identical for identical builds: no
-timestamps, everything sorted.
+The HTML page is self-contained (inline CSS and one inline script, the index's filter; no external
+asset), so it opens from the output directory with no server and offline; without script it is all
+shown. Its counts are those of the build's summary (`build.rule_rows`, `build.file_counts`). Both
+files are byte-identical for identical builds: no timestamps, everything sorted.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import html
 import json
 import math
+import difflib
 import posixpath
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -24,12 +27,12 @@ from transpiler.lint.formats import diagnostic_record
 from transpiler.compiler.ir import Constant, Node, Region, format_region
 from transpiler.source.writing import write_atomic
 
-if TYPE_CHECKING:  # transpile.py writes the report: importing it here at run time would be circular
+if TYPE_CHECKING:
     from transpiler.pipeline.build import BuildResult
 
 REPORT_JSON = "transpile-report.json"
 REPORT_HTML = "transpile-report.html"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the summary counts as the build's summary does; imports, diff, kernel code
 
 
 def write_report(
@@ -74,8 +77,14 @@ def report_data(
     and directories. `shown` (source -> name) names the sources, so that the report does not depend
     on where they are (transpile.shown_path); a source not in it keeps its path.
     """
+    from transpiler.pipeline.build import file_counts, rule_rows  # build.py imports this module when it runs
+
     lines, shown = lines or {}, shown or {}
+    imports: dict[Path, list[dict]] = {}
+    for r in sorted(result.imports, key=lambda r: (r.path, r.line)):
+        imports.setdefault(Path(r.path), []).append({"line": r.line, "relative": r.relative, "absolute": r.absolute})
     sources = {Path(d.path) for d in (*result.found, *result.applied)} | set(result.regions) | set(result.unreadable)
+    sources |= imports.keys()
     outputs = {src: _destination(src, result, destinations) for src in sources}
     source_of = {dst: src for src, dst in outputs.items() if dst is not None}
     # Findings left name the output files; those of files with no known output keep their own path.
@@ -87,13 +96,16 @@ def report_data(
     for src in sorted(sources | remaining.keys(), key=Path.as_posix):
         kernel_files = sorted(result.kernels.get(src, ()), key=Path.as_posix)  # as the build named them
         claimed.update(kernel_files)
+        name = shown.get(src, src.as_posix())
+        output = outputs.get(src)
         files.append(
             {
-                "path": shown.get(src, src.as_posix()),
-                "output": outputs[src].as_posix() if outputs.get(src) else None,
+                "path": name,
+                "output": output.as_posix() if output else None,
                 "diagnostics": _diagnostics((d for d in result.found if Path(d.path) == src), shown),
                 "applied": _diagnostics((d for d in result.applied if Path(d.path) == src), shown),
                 "remaining": _diagnostics(remaining.get(src, ())),
+                "imports": imports.get(src, []),
                 "regions": _regions(result.regions.get(src, []), src, lines, kernel_files),
                 "cuda_graphs": {
                     "replayed": list(result.graphed.get(src, ())),
@@ -103,22 +115,33 @@ def report_data(
                     ],
                 },
                 "kernel_files": [k.as_posix() for k in kernel_files],
+                "diff": _diff(src, output, name) if output in result.rewritten or src in result.regions else "",
             }
         )
-    regions = sum(len(f["regions"]) for f in files)
+    kernels_only, copied = file_counts(result)
+    rows = rule_rows(result)
     return {
         "version": SCHEMA_VERSION,
         "tool": "transpile",
         "output": result.out.as_posix(),
         "summary": {
             "files": result.files,
+            "rewritten_files": len(result.rewritten),
+            "kernels_only_files": kernels_only,
+            "copied_files": copied,
+            "unreadable_files": len(result.unreadable),
             "findings": len(result.found),
-            "rewrites": len(result.applied),
+            "findings_rewritten": sum(row.rewritten for row in rows),
             "remaining": len(result.remaining),
-            "regions": regions,
+            "fixes_applied": len(result.applied),
+            "imports_made_absolute": len(result.imports),
+            "regions": sum(len(f["regions"]) for f in files),
+            "region_files": sum(1 for f in files if f["regions"]),
             "cuda_graph_forwards": sum(len(f["cuda_graphs"]["replayed"]) for f in files),
+            "forwards_not_replayed": sum(len(f["cuda_graphs"]["not_replayed"]) for f in files),
             "kernel_files": len(result.kernel_files),
         },
+        "rules": [asdict(row) for row in rows],
         "files": files,
         # The runtime support package, written once into the output root.
         "runtime_files": sorted(k.as_posix() for k in result.kernel_files if k not in claimed),
@@ -180,9 +203,53 @@ def _regions(
                 {"line": n, "text": numbered[n]} for n in range(r.first_line, r.last_line + 1) if n in numbered
             ],
             "kernel_files": [k.as_posix() for k in kernel_files],
+            "kernel_code": _kernel_code(r.name, kernel_files),
         }
         for r in sorted(regions, key=lambda r: (r.first_line, r.name))
     ]
+
+
+def _kernel_code(name: str, kernel_files: list[Path]) -> dict[str, str]:
+    """The generated code of kernel `name`, by backend ("triton", "cpp"), cut out of the kernel files
+    beside its module; a backend whose file cannot be read or lacks the kernel is left out."""
+    code = {}
+    for path in kernel_files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if path.name.endswith("_triton.py"):
+            code["triton"] = _triton_kernel(text, name)
+        elif path.suffix == ".cpp":
+            code["cpp"] = _cpp_kernel(text, name)
+    return {backend: text for backend, text in sorted(code.items()) if text}
+
+
+def _triton_kernel(module: str, name: str) -> str:
+    """The `@triton.jit` function `<name>_kernel` of a generated module: from its decorator to the next
+    top-level statement."""
+    found = re.search(rf"^@triton\.jit\ndef {re.escape(name)}_kernel\(.*?(?=^\S|\Z)", module, re.M | re.S)
+    return found.group(0).rstrip() if found else ""
+
+
+def _cpp_kernel(module: str, name: str) -> str:
+    """The C++ template of kernel `name`: from the comment that names it (`// name: path:lines, ...`) to
+    the brace that closes it, the first one in column 0."""
+    found = re.search(rf"^// {re.escape(name)}: .*?^}}$", module, re.M | re.S)
+    return found.group(0) if found else ""
+
+
+def _diff(src: Path, output: Path | None, name: str) -> str:
+    """The output module as a unified diff against its source, both as on disk; empty when either
+    cannot be read."""
+    if output is None:
+        return ""
+    try:
+        before, after = read_source(src), read_source(output)
+    except (OSError, UnicodeDecodeError, SyntaxError):
+        return ""
+    out_name = f"{name} (transpiled)"
+    return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), name, out_name, n=2))
 
 
 def _source_lines(src: Path, lines: Mapping[Path, Mapping[int, str]]) -> Mapping[int, str]:
@@ -209,96 +276,160 @@ def _json_constant(value: Constant | str) -> Constant | str:
 _CSS = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 0; color: #1b1b1b; background: #fff; }
 main { max-width: 72rem; margin: 0 auto; padding: 1rem 1.5rem 3rem; }
-h1 { font-size: 1.6rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ccc; } h4 { margin-bottom: .3rem; }
+h1 { font-size: 1.6rem; overflow-wrap: anywhere; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ccc; }
+h2, h3, h4 { overflow-wrap: anywhere; } h4 { margin-bottom: .3rem; }
 table { border-collapse: collapse; margin: .4rem 0 1rem; }
 th, td { border: 1px solid #ccc; padding: .25rem .55rem; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; }
 td.number { text-align: right; font-variant-numeric: tabular-nums; }
 code, pre { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: .9em; }
-caption { text-align: left; color: #555; padding-bottom: .2rem; }
 pre { background: #f6f8fa; border: 1px solid #ddd; padding: .5rem .75rem; overflow-x: auto; }
+pre.wrap { white-space: pre-wrap; overflow-wrap: anywhere; }
 .region { border-left: 4px solid #4a7fb5; padding-left: 1rem; margin: 1.2rem 0; }
 .none { color: #555; font-style: italic; }
+.refused { border-left: 4px solid #b58a4a; padding-left: 1rem; }
+summary { cursor: pointer; color: #0b57a4; }
+.add { color: #116329; } .del { color: #82071e; } .hunk { color: #555; }
+#filter { font: inherit; padding: .25rem .5rem; width: min(30rem, 100%); }
 a { color: #0b57a4; }
+""".strip()
+
+# The index's filter: rows whose path does not contain the text typed (or `?q=` of the address) hide.
+_SCRIPT = """
+const box = document.getElementById("filter");
+const rows = Array.from(document.querySelectorAll("#index tbody tr"));
+const count = document.getElementById("shown");
+function filter() {
+  const text = box.value.trim().toLowerCase();
+  let shown = 0;
+  for (const row of rows) {
+    row.hidden = text !== "" && !row.dataset.path.includes(text);
+    if (!row.hidden) shown += 1;
+  }
+  count.textContent = shown + " of " + rows.length + " files";
+}
+box.value = new URLSearchParams(location.search).get("q") || "";
+box.addEventListener("input", filter);
+filter();
 """.strip()
 
 
 def render_html(data: dict) -> str:
-    """The report as one static HTML page; every text from the data is escaped."""
+    """The report as one HTML page; every text from the data is escaped."""
     title = f"transpile report: {data['output']}"
     body = [
         f"<h1>{_e(title)}</h1>",
         _summary(data),
+        _index(data),
         *(_file_section(entry, index, data["output"]) for index, entry in enumerate(data["files"], 1)),
         _runtime_section(data),
     ]
+    script = f"<script>\n{_SCRIPT}\n</script>\n" if data["files"] else ""
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{_e(title)}</title>\n<style>\n{_CSS}\n</style>\n</head>\n<body>\n<main>\n"
         + "\n".join(part for part in body if part)
-        + "\n</main>\n</body>\n</html>\n"
+        + f"\n</main>\n{script}</body>\n</html>\n"
     )
 
 
 def _summary(data: dict) -> str:
-    summary = data["summary"]
-    rows = [
-        ("Files", summary["files"]),
-        ("Findings in the input", summary["findings"]),
-        ("Rewrites applied", summary["rewrites"]),
-        ("Findings left in the output", summary["remaining"]),
-        ("Regions compiled into kernels", summary["regions"]),
-        ("Forwards replayed as CUDA graphs", summary["cuda_graph_forwards"]),
-        ("Kernel and runtime files written", summary["kernel_files"]),
-    ]
-    table = "".join(
-        f'<tr><th scope="row">{_e(label)}</th><td class="number">{value}</td></tr>' for label, value in rows
+    """The build summary's counts, in its words, and its per-rule table."""
+    s = data["summary"]
+    files = f"{s['rewritten_files']} rewritten, " + (
+        f"{s['kernels_only_files']} with kernels only, " if s["kernels_only_files"] else ""
     )
-    links = "".join(
-        f'<li><a href="#file-{index}"><code>{_e(entry["path"])}</code></a>: {_counts(entry)}</li>'
+    files += f"{s['copied_files']} copied unchanged" + (
+        f", {s['unreadable_files']} unreadable (not copied)" if s["unreadable_files"] else ""
+    )
+    rows = [
+        ("Files", f"{s['files']}: {files}"),
+        ("Findings in the input", s["findings"]),
+        ("Findings rewritten", f"{s['findings_rewritten']} (by {_plural(s['fixes_applied'], 'fix')} applied)"),
+        ("Findings left in the output", s["remaining"]),
+        ("Relative imports made absolute", s["imports_made_absolute"]),
+        ("Regions compiled into kernels", f"{s['regions']} in {_plural(s['region_files'], 'file')}"),
+        ("Forwards replayed as CUDA graphs", f"{s['cuda_graph_forwards']} ({s['forwards_not_replayed']} refused)"),
+        ("Kernel and runtime files written", s["kernel_files"]),
+    ]
+    table = "".join(f'<tr><th scope="row">{_e(label)}</th><td>{_e(value)}</td></tr>' for label, value in rows)
+    rules = ""
+    if data["rules"]:
+        head = "".join(f'<th scope="col">{name}</th>' for name in ("Rule", "Found", "Rewritten", "Left"))
+        body = "".join(
+            f'<tr><td><code>{_e(r["code"])}</code> {_e(r["name"])}</td>'
+            + "".join(f'<td class="number">{r[k]}</td>' for k in ("found", "rewritten", "left"))
+            + "</tr>"
+            for r in data["rules"]
+        )
+        rules = f"<table><caption>Per rule</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n"
+    return (
+        f'<section aria-labelledby="summary">\n<h2 id="summary">Summary</h2>\n<table>{table}</table>\n{rules}</section>'
+    )
+
+
+def _index(data: dict) -> str:
+    """One row per file, with what it has, and a filter over the paths."""
+    if not data["files"]:
+        return '<p class="none">No file has findings, rewrites or regions.</p>'
+    head = "".join(
+        f'<th scope="col">{name}</th>' for name in ("File", "Findings", "Fixes", "Left", "Regions", "Refused")
+    )
+    rows = "".join(
+        f'<tr data-path="{_e(entry["path"].lower())}"><td><a href="#file-{index}"><code>{_e(entry["path"])}</code></a></td>'
+        + "".join(f'<td class="number">{n}</td>' for n in _counts(entry))
+        + "</tr>"
         for index, entry in enumerate(data["files"], 1)
     )
-    contents = f"<ul>{links}</ul>" if links else '<p class="none">No file has findings or regions.</p>'
     return (
-        '<section aria-labelledby="summary">\n<h2 id="summary">Summary</h2>\n'
-        f"<table>{table}</table>\n{contents}\n</section>"
+        '<section aria-labelledby="files">\n<h2 id="files">Files</h2>\n'
+        '<p><label>Filter by path: <input id="filter" type="search" placeholder="e.g. llama"></label>'
+        ' <span id="shown" aria-live="polite"></span></p>\n'
+        f'<table id="index"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>\n</section>'
     )
 
 
-def _counts(entry: dict) -> str:
-    counts = [
-        (len(entry["diagnostics"]), "finding"),
-        (len(entry["applied"]), "rewrite"),
-        (len(entry["regions"]), "region"),
-    ]
-    return ", ".join(_plural(n, word) for n, word in counts)
+def _counts(entry: dict) -> tuple[int, ...]:
+    refused = len(entry["cuda_graphs"]["not_replayed"])
+    applied = len(entry["applied"]) + len(entry["imports"])
+    return len(entry["diagnostics"]), applied, len(entry["remaining"]), len(entry["regions"]), refused
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+    return f"{n} {word}{'' if n == 1 or word.endswith('s') else 'es' if word.endswith('x') else 's'}"
 
 
 def _file_section(entry: dict, index: int, out: str) -> str:
+    """A file's findings, fixes, imports, regions and refusals; empty parts are left out (a tree of a few
+    thousand files would otherwise be mostly "none")."""
     parts = [
         f'<section aria-labelledby="file-{index}">',
         f'<h2 id="file-{index}"><code>{_e(entry["path"])}</code></h2>',
     ]
     if entry["output"]:
-        parts.append(f'<p>Output: <a href="{_href(entry["output"], out)}"><code>{_e(entry["output"])}</code></a></p>')
-    parts += [
-        "<h3>Findings in the input</h3>",
-        _diagnostic_table(entry["diagnostics"], "No findings."),
-        "<h3>Rewrites applied</h3>",
-        _diagnostic_table(entry["applied"], "No rewrites."),
-        "<h3>Findings left in the output</h3>",
-        _diagnostic_table(entry["remaining"], "None left."),
-        "<h3>Regions compiled into kernels</h3>",
-        *(_region(region, out) for region in entry["regions"]),
-    ]
-    if not entry["regions"]:
-        parts.append('<p class="none">No regions.</p>')
-    parts += ["<h3>Forwards replayed as CUDA graphs</h3>", _graphs(entry["cuda_graphs"])]
+        shown = posixpath.relpath(entry["output"], out)
+        parts.append(f'<p>Output: <a href="{_href(entry["output"], out)}"><code>{_e(shown)}</code></a></p>')
+    for title, key in (
+        ("Findings in the input", "diagnostics"),
+        ("Rewrites applied", "applied"),
+        ("Findings left in the output", "remaining"),
+    ):
+        if entry[key]:
+            parts += [f"<h3>{title}</h3>", _diagnostic_table(entry[key])]
+    if entry["imports"]:
+        items = "".join(
+            f"<li>line {i['line']}: <code>{_e(i['relative'])}</code> &rarr; <code>{_e(i['absolute'])}</code></li>"
+            for i in entry["imports"]
+        )
+        parts += ["<h3>Relative imports made absolute</h3>", f"<ul>{items}</ul>"]
+    if entry["diff"]:
+        parts.append(_details("The transpiled module, as a diff against the source", _diff_html(entry["diff"])))
+    if entry["regions"]:
+        parts += ["<h3>Regions compiled into kernels</h3>", *(_region(region, out) for region in entry["regions"])]
+    graphs = entry["cuda_graphs"]
+    if graphs["replayed"] or graphs["not_replayed"]:
+        parts += ["<h3>Forwards replayed as CUDA graphs</h3>", _graphs(graphs)]
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -308,40 +439,42 @@ def _graphs(graphs: dict) -> str:
     not."""
     items = [f"<li><code>{_e(cls)}.forward</code>: replayed</li>" for cls in graphs["replayed"]]
     items += [
-        f'<li><code>{_e(n["class"])}.forward</code>: not replayed (line {n["line"]}): {_e(n["reason"])}</li>'
+        f'<li class="refused"><code>{_e(n["class"])}.forward</code>: not replayed (line {n["line"]}):'
+        f' {_prose(n["reason"])}</li>'
         for n in graphs["not_replayed"]
     ]
-    return f"<ul>{''.join(items)}</ul>" if items else '<p class="none">No model or block forwards.</p>'
+    return f"<ul>{''.join(items)}</ul>"
 
 
-def _diagnostic_table(diagnostics: list[dict], empty: str) -> str:
-    if not diagnostics:
-        return f'<p class="none">{_e(empty)}</p>'
-    paths = ", ".join(sorted({d["path"] for d in diagnostics}))
+def _diagnostic_table(diagnostics: list[dict]) -> str:
     head = "".join(f'<th scope="col">{name}</th>' for name in ("Line:col", "Rule", "Message", "Fix"))
     rows = "".join(
         "<tr>"
         f'<td><code>{d["line"]}:{d["col"]}</code></td>'
         f'<td><a href="{_e(d["url"])}"><code>{_e(d["code"])}</code></a> {_e(d["name"])}</td>'
-        f"<td>{_e(d['message'])}</td>"
+        f"<td>{_prose(d['message'])}</td>"
         f"<td>{_fix(d)}</td>"
         "</tr>"
         for d in diagnostics
     )
-    caption = f"<caption>in <code>{_e(paths)}</code></caption>"
-    return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
 def _fix(diagnostic: dict) -> str:
     if not diagnostic["fix"]:
-        return _e(diagnostic["no_fix"] or "none")
+        return _prose(diagnostic["no_fix"] or "none")
     safety = f' ({_e(diagnostic["fix_applicability"])})' if diagnostic["fix_applicability"] else ""
-    return _e(diagnostic["fix"]) + safety
+    return _prose(diagnostic["fix"]) + safety
 
 
 def _region(region: dict, out: str) -> str:
     width = len(str(region["last_line"]))
     source = "\n".join(f"{line['line']:>{width}}  {line['text']}" for line in region["source_lines"])
+    code = [
+        _details(f"Generated {label} kernel", f"<pre><code>{_e(region['kernel_code'][backend])}</code></pre>")
+        for backend, label in (("triton", "Triton (CUDA)"), ("cpp", "C++ (CPU)"))
+        if backend in region["kernel_code"]
+    ]
     return "\n".join(
         [
             '<article class="region">',
@@ -351,8 +484,8 @@ def _region(region: dict, out: str) -> str:
             f"<p>{'Line' if region['first_line'] == region['last_line'] else 'Lines'}"
             f" {region['lines']} of the source:</p>",
             f"<pre><code>{_e(source)}</code></pre>" if source else '<p class="none">Source text not available.</p>',
-            "<p>Region IR:</p>",
-            f"<pre><code>{_e(region['ir'])}</code></pre>",
+            *code,
+            _details("Region IR", f"<pre class=\"wrap\"><code>{_e(region['ir'])}</code></pre>"),
             (
                 f"<p>Kernel files:</p>{_file_links(region['kernel_files'], out)}"
                 if region["kernel_files"]
@@ -361,6 +494,20 @@ def _region(region: dict, out: str) -> str:
             "</article>",
         ]
     )
+
+
+def _details(summary: str, body: str) -> str:
+    return f"<details><summary>{_e(summary)}</summary>\n{body}\n</details>"
+
+
+def _diff_html(diff: str) -> str:
+    """A unified diff with its added, removed and hunk lines marked."""
+    classes = {"+": "add", "-": "del", "@": "hunk"}
+    lines = []
+    for line in diff.splitlines():
+        kind = classes.get(line[:1]) if not line.startswith(("+++", "---")) else None
+        lines.append(f'<span class="{kind}">{_e(line)}</span>' if kind else _e(line))
+    return "<pre><code>" + "\n".join(lines) + "</code></pre>"
 
 
 def _runtime_section(data: dict) -> str:
@@ -374,12 +521,26 @@ def _runtime_section(data: dict) -> str:
 
 
 def _file_links(paths: list[str], out: str) -> str:
-    return "<ul>" + "".join(f'<li><a href="{_href(p, out)}"><code>{_e(p)}</code></a></li>' for p in paths) + "</ul>"
+    """Links to `paths`, named relative to the output directory."""
+    return (
+        "<ul>"
+        + "".join(f'<li><a href="{_href(p, out)}"><code>{_e(posixpath.relpath(p, out))}</code></a></li>' for p in paths)
+        + "</ul>"
+    )
 
 
 def _href(path: str, out: str) -> str:
     """A link from the report (in `out`) to `path`; both as the build spelled them."""
     return _e(quote(posixpath.relpath(path, out)))
+
+
+def _prose(text: str) -> str:
+    """A message as the linter writes it: `backticked` spans become code, the rest is escaped text; an
+    unpaired backtick stays a backtick."""
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # an odd number of backticks: the last one is a character
+        parts[-2:] = [parts[-2] + "`" + parts[-1]]
+    return "".join(f"<code>{_e(p)}</code>" if i % 2 else _e(p) for i, p in enumerate(parts))
 
 
 def _e(text: str) -> str:
