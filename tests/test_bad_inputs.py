@@ -342,10 +342,14 @@ def test_an_interrupt_exits_130_and_leaves_what_it_wrote_listed(cli, tmp_path, m
 
 # The real command, with the lint's per-file progress sending SIGINT to its own process at the 30th file: the
 # signal arrives at a known step whatever the machine's speed (a timed signal from outside raced the build).
+# Python's own SIGINT handler is put back first: a process started in the background by a non-interactive
+# shell (a CI script's `cmd &`) inherits SIGINT ignored, and so would this one.
 INTERRUPTED_AT_THE_30TH_FILE = """
 import os, signal, sys
 from transpiler.lint import engine
 from transpiler.cli.main import main
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 tick = engine._tick
 
