@@ -324,8 +324,8 @@ def _parse(page: str) -> _Page:
 
 
 # Header cells: the summary's 8 row headers, the rule table's 4 and the index's 6 column headers, and 4 for each
-# of the 4 finding tables (layers: found and fixed; sub: found and left). Empty parts of a file are left out.
-HEADER_CELLS = 8 + 4 + 6 + 4 * 4
+# of the 2 finding tables (layers: fixed; sub: left). Empty parts of a file are left out.
+HEADER_CELLS = 8 + 4 + 6 + 4 * 2
 
 
 def test_html_escapes_and_structure(result):
@@ -338,8 +338,8 @@ def test_html_escapes_and_structure(result):
         "Summary", "Files", "src/pkg/layers.py", "src/pkg/sub/layers.py", "Runtime support"
     ]  # fmt: skip
     assert parsed.headings["h3"] == [
-        "Findings in the input", "Rewrites applied", "Regions compiled into kernels",
-        "Findings in the input", "Findings left in the output", "Regions compiled into kernels",
+        "Rewrites applied", "Regions compiled into kernels",
+        "Findings left in the output", "Regions compiled into kernels",
     ]  # fmt: skip
     assert parsed.headings["h4"] == ["Kernel fused_clamp", "Kernel fused_abs"]
     # Escaped text reads back as the original characters.
@@ -349,7 +349,7 @@ def test_html_escapes_and_structure(result):
     assert "pkg.layers.scaled.<locals>.<lambda>" in "".join(parsed.text)
     assert not {"b", "lambda", "locals"} & {tag for tag, _ in parsed.tags}
     tags = [tag for tag, _ in parsed.tags]
-    assert tags.count("table") == 7 and tags.count("th") == HEADER_CELLS
+    assert tags.count("table") == 5 and tags.count("th") == HEADER_CELLS
     # The index names each file by its relative path, with a filter over them.
     index = [attrs["data-path"] for tag, attrs in parsed.tags if tag == "tr" and "data-path" in attrs]
     assert index == ["src/pkg/layers.py", "src/pkg/sub/layers.py"]

@@ -115,7 +115,12 @@ def report_data(
                     ],
                 },
                 "kernel_files": [k.as_posix() for k in kernel_files],
-                "diff": _diff(src, output, name) if output in result.rewritten or src in result.regions else "",
+                # Imports alone are listed above: a diff of them would be most of a large tree's page.
+                "diff": (
+                    _diff(src, output, name)
+                    if src in result.regions or any(Path(d.path) == src for d in result.applied)
+                    else ""
+                ),
             }
         )
     kernels_only, copied = file_counts(result)
@@ -317,14 +322,18 @@ filter();
 def render_html(data: dict) -> str:
     """The report as one HTML page; every text from the data is escaped."""
     title = f"transpile report: {data['output']}"
+    # Files whose only change is imports made absolute (most of a package's) are named once, at the end.
+    keys = ("diagnostics", "applied", "remaining", "regions")
+    shown = [e for e in data["files"] if any(e[k] for k in keys) or any(e["cuda_graphs"].values())]
     body = [
         f"<h1>{_e(title)}</h1>",
         _summary(data),
-        _index(data),
-        *(_file_section(entry, index, data["output"]) for index, entry in enumerate(data["files"], 1)),
+        _index(shown),
+        *(_file_section(entry, index, data["output"]) for index, entry in enumerate(shown, 1)),
+        _imports_only([entry for entry in data["files"] if entry not in shown]),
         _runtime_section(data),
     ]
-    script = f"<script>\n{_SCRIPT}\n</script>\n" if data["files"] else ""
+    script = f"<script>\n{_SCRIPT}\n</script>\n" if shown else ""
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -369,9 +378,20 @@ def _summary(data: dict) -> str:
     )
 
 
-def _index(data: dict) -> str:
+def _imports_only(entries: list[dict]) -> str:
+    if not entries:
+        return ""
+    items = "".join(f"<li><code>{_e(e['path'])}</code>: {len(e['imports'])}</li>" for e in entries)
+    return (
+        '<section aria-labelledby="imports-only">\n<h2 id="imports-only">Files with imports made absolute only</h2>\n'
+        + _details(f"{_plural(len(entries), 'file')}, with the number of imports", f"<ul>{items}</ul>")
+        + "\n</section>"
+    )
+
+
+def _index(files: list[dict]) -> str:
     """One row per file, with what it has, and a filter over the paths."""
-    if not data["files"]:
+    if not files:
         return '<p class="none">No file has findings, rewrites or regions.</p>'
     head = "".join(
         f'<th scope="col">{name}</th>' for name in ("File", "Findings", "Fixes", "Left", "Regions", "Refused")
@@ -380,7 +400,7 @@ def _index(data: dict) -> str:
         f'<tr data-path="{_e(entry["path"].lower())}"><td><a href="#file-{index}"><code>{_e(entry["path"])}</code></a></td>'
         + "".join(f'<td class="number">{n}</td>' for n in _counts(entry))
         + "</tr>"
-        for index, entry in enumerate(data["files"], 1)
+        for index, entry in enumerate(files, 1)
     )
     return (
         '<section aria-labelledby="files">\n<h2 id="files">Files</h2>\n'
@@ -410,19 +430,19 @@ def _file_section(entry: dict, index: int, out: str) -> str:
     if entry["output"]:
         shown = posixpath.relpath(entry["output"], out)
         parts.append(f'<p>Output: <a href="{_href(entry["output"], out)}"><code>{_e(shown)}</code></a></p>')
+    # The findings of the input are those rewritten and those left: listing them too doubled a large tree's page.
     for title, key in (
-        ("Findings in the input", "diagnostics"),
         ("Rewrites applied", "applied"),
         ("Findings left in the output", "remaining"),
     ):
         if entry[key]:
             parts += [f"<h3>{title}</h3>", _diagnostic_table(entry[key])]
     if entry["imports"]:
-        items = "".join(
-            f"<li>line {i['line']}: <code>{_e(i['relative'])}</code> &rarr; <code>{_e(i['absolute'])}</code></li>"
+        items = "; ".join(
+            f"line {i['line']} <code>{_e(i['relative'])}</code> &rarr; <code>{_e(i['absolute'])}</code>"
             for i in entry["imports"]
         )
-        parts += ["<h3>Relative imports made absolute</h3>", f"<ul>{items}</ul>"]
+        parts.append(f"<p>Relative imports made absolute: {items}.</p>")
     if entry["diff"]:
         parts.append(_details("The transpiled module, as a diff against the source", _diff_html(entry["diff"])))
     if entry["regions"]:
