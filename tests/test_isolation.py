@@ -157,22 +157,6 @@ def test_a_loop_helper_is_not_isolated_again(iso):
     assert iso.fix_source(text)[0] == text
 
 
-def test_a_break_statement_that_rebinds_the_name_it_reads_gets_it_passed_and_returned(iso):
-    source = forward("""
-        y = x + 1
-        for step in range(3):
-            y = torch.tanh(y)
-            y = y + torch.tensor(sorted(y.tolist()))
-            y = y * step
-        return y
-    """)
-    text, _ = iso.fix_source(source)
-    assert "def _isolated_break_12_1(y: torch.Tensor):" in text and "y = _isolated_break_12_1(y)" in text
-    inputs = torch.randn(5, generator=torch.Generator().manual_seed(3))
-    outputs = [iso.load(code, f"iso_rebind_{n}").Model()(inputs) for n, code in enumerate((source, text))]
-    assert torch.equal(*outputs)
-
-
 def test_isolation_keeps_errors_raised_in_the_loop(iso):
     source = forward("""
         total = x.sum()
