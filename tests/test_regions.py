@@ -278,3 +278,37 @@ def test_a_name_deleted_after_the_region_is_an_output():
         "a = x * 2.0 + y\nlogits = a.exp()\nz = self.fc(a)\ndel logits\nreturn z", init="self.fc = nn.Linear(8, 8)"
     )
     assert {o.target for o in region.outputs} == {"a", "logits"}
+
+
+def test_tensor_code_left_eager_is_listed_with_its_reason():
+    """What a reader expects in a kernel and does not find there, with the reason: an op the table lacks or
+    takes with other arguments, one op alone between library calls. A statement that is one library call
+    (`self.proj(h)`, `torch.matmul(a, b)`) and the statements of a region are not listed."""
+    body = """
+        s = torch.matmul(x, y) * 0.5
+        s = s + y
+        p = F.softmax(s, dim=-1, dtype=torch.float32).to(x.dtype)
+        o = torch.matmul(p, y)
+        h = torch.tanh(o * 2.0) * o
+        return self.proj(h)
+    """
+    text = (
+        HEADER
+        + "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        + "        self.proj = nn.Linear(4, 4)\n\n    def forward(self, x, y):\n"
+        + textwrap.indent(textwrap.dedent(body).strip(), " " * 8)
+        + "\n"
+    )
+    not_fused: list = []
+    regions = find_regions(ast.parse(text), "m.py", "m", False, text, not_fused=not_fused)
+    first = text.splitlines().index("        s = torch.matmul(x, y) * 0.5") + 1
+    assert [(r.first_line - first, r.last_line - first) for r in regions] == [(4, 4)]
+    assert [(n.function, n.line - first, n.reason) for n in not_fused] == [
+        ("m.M.forward", 0, "`torch.matmul` is not in the op table (a library call, or an op not written yet)"),
+        ("m.M.forward", 1, "`add` alone, between statements the kernels do not compute: eager runs it as one kernel already"),
+        (
+            "m.M.forward",
+            2,
+            "`torch.nn.functional.softmax` with these arguments (dim=, dtype=): no spelling of the op table takes them",
+        ),
+    ]

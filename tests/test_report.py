@@ -509,3 +509,33 @@ def test_screenshot_in_headless_chromium(result, tmp_path):
         at += 12 + length
     pixels = zlib.decompress(b"".join(chunks))
     assert len(set(pixels)) > 16
+
+
+def test_tensor_code_left_eager_is_in_the_report_with_its_reason(tmp_path):
+    """The report says why code a reader expects in a kernel stays eager (LLaMA's mask add and softmax)."""
+    from click.testing import CliRunner
+
+    from transpiler.cli.main import main
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "attn.py").write_text(
+        "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
+        "class Attention(nn.Module):\n"
+        "    def forward(self, q, k, mask):\n"
+        "        s = torch.matmul(q, k)\n"
+        "        s = s + mask\n"
+        "        p = F.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)\n"
+        "        return torch.tanh(p * 2.0) * p\n"
+    )
+    out = tmp_path / "out"
+    run = CliRunner().invoke(main, ["build", "--no-cache", str(tmp_path / "src"), "-o", str(out)])
+    assert run.exit_code == 0, run.output
+    (entry,) = [f for f in json.loads((out / REPORT_JSON).read_text())["files"] if f["path"].endswith("attn.py")]
+    assert len(entry["regions"]) == 1
+    assert [(n["line"], n["reason"].split(":")[0]) for n in entry["not_fused"]] == [
+        (9, "`add` alone, between statements the kernels do not compute"),
+        (10, "`torch.nn.functional.softmax` with these arguments (dim=, dtype=)"),
+    ]
+    page = (out / REPORT_HTML).read_text()
+    assert "Tensor code left eager, and why (2)" in page
+    assert "<code>torch.nn.functional.softmax</code> with these arguments" in page

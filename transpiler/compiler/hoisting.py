@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from transpiler.analysis.walker import Walker, Context
 from transpiler.compiler.inlining import Callee
-from transpiler.compiler.ir import Origin, Region
+from transpiler.compiler.ir import NotFused, Origin, Region
 from transpiler.analysis.kinds import Kind
 from transpiler.compiler.regions import (
     MIN_OPS,
@@ -35,6 +35,7 @@ from transpiler.compiler.regions import (
     cost,
     find_regions,
     named_regions,
+    outside_regions,
     translate,
     translate_part,
 )
@@ -58,6 +59,7 @@ class Hoisting:
     regions: list[Region]
     origin: Origin
     splits: int  # statements split
+    not_fused: tuple[NotFused, ...] = ()  # on the lines of `text`
 
 
 @dataclass(frozen=True)
@@ -82,16 +84,19 @@ def hoist_regions(
 ) -> Hoisting:
     """The regions of one file (as `regions.find_regions` finds them) after splitting the statements
     whose pointwise part then joins a region."""
-    splits, taken, unsplit = _plan(tree, path, module, is_package, text, compiled, tensor_params)
+    splits, taken, unsplit, left = _plan(tree, path, module, is_package, text, compiled, tensor_params)
     while True:
         split_text, ranges, temporaries, pointwise = _apply(text, splits, taken)
         if not splits:  # the plan's own passes read this very text: their regions are find_regions'
-            return Hoisting(split_text, unsplit, Origin(text, ranges), 0)
+            return Hoisting(split_text, unsplit, Origin(text, ranges), 0, left)
         split_tree = ast.parse(split_text) if splits else tree
-        regions = find_regions(split_tree, path, module, is_package, split_text, compiled, tensor_params, temporaries)
+        not_fused: list[NotFused] = []
+        regions = find_regions(
+            split_tree, path, module, is_package, split_text, compiled, tensor_params, temporaries, not_fused
+        )
         covered = [s for s, lines in zip(splits, pointwise) if all(_in_region(line, regions) for line in lines)]
         if len(covered) == len(splits):
-            return Hoisting(split_text, regions, Origin(text, ranges), len(splits))
+            return Hoisting(split_text, regions, Origin(text, ranges), len(splits), tuple(not_fused))
         splits = covered  # those left out may have bounded others' regions: find them again
 
 
@@ -135,9 +140,12 @@ def alone_on_its_lines(statement: ast.stmt, lines: list[bytes]) -> bool:
     return not before.strip() and (not after or after.startswith(b"#"))
 
 
-def _plan(tree, path, module, is_package, text, compiled, tensor_params) -> tuple[list[_Split], dict, list[Region]]:
+def _plan(
+    tree, path, module, is_package, text, compiled, tensor_params
+) -> tuple[list[_Split], dict, list[Region], tuple[NotFused, ...]]:
     """Every statement that could be split, in text order, per function the names it uses, and the regions
-    of the text as it is (what `find_regions` returns for it: the plan runs its passes).
+    of the text as it is with the statements left out of them (what `find_regions` returns for it: the plan
+    runs its passes).
 
     As `find_regions`, helpers whose parameters the project's call sites type are planned again
     with those types."""
@@ -155,7 +163,8 @@ def _plan(tree, path, module, is_package, text, compiled, tensor_params) -> tupl
         taken.update(typed.taken)
         typed_regions = typed_finder.regions
     ordered = sorted((s for found in splits.values() for s in found), key=lambda s: s.statement.lineno)
-    return ordered, taken, named_regions(finder.regions, typed_regions, tensor_params)
+    regions = named_regions(finder.regions, typed_regions, tensor_params)
+    return ordered, taken, regions, outside_regions((typed_finder if tensor_params else finder).not_fused, regions)
 
 
 def _split(statement: ast.stmt, ctx: Context, callees: dict[str, Callee]) -> _Split | None:

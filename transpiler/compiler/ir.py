@@ -173,6 +173,15 @@ class GraphSite:
 
 
 @dataclass(frozen=True)
+class NotFused:
+    """Tensor code a reader would expect in a kernel that stays eager, and why: `reason` at `line` of `function`."""
+
+    function: str
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class NotGraphed:
     """A block whose forward is not replayed, and why: `reason` at `line`."""
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from transpiler.compiler.graphing import Hazard, graph_sites
 from transpiler.compiler.hoisting import Hoisting, hoist_regions
 from transpiler.compiler.convs import conv_sites
-from transpiler.compiler.ir import ConvSite, Epilogue, GraphSite, NotGraphed, Origin, Region, format_region
+from transpiler.compiler.ir import ConvSite, Epilogue, GraphSite, NotFused, NotGraphed, Origin, Region, format_region
 from transpiler.compiler.linears import epilogue_sites
 from transpiler.compiler.lowering import NotLowerable, has_reductions, kernel_view, lower
 from transpiler.compiler.tails import copy_tails
@@ -50,6 +50,7 @@ class Unit:
     hazards: Mapping[str, Hazard] = field(default_factory=dict)  # per function, a graph break the fixes left in it
     graphs: tuple[GraphSite, ...] = ()  # blocks whose forward replays as a CUDA graph
     not_graphed: tuple[NotGraphed, ...] = ()  # blocks whose forward does not, and why
+    not_fused: tuple[NotFused, ...] = ()  # tensor statements left eager, and why (lines of the file on disk)
     _hoisted: dict[str, Hoisting] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -141,7 +142,8 @@ def _regions(unit: Unit) -> Unit:
     found = unit.hoisted(unit.text)
     if found.text != unit.text:
         raise ValueError("the regions pass runs on split text: after split_statements")
-    return replace(unit, regions=tuple(found.regions))
+    on_disk = tuple(replace(n, line=unit.origin.ranges[n.line - 1][0]) for n in found.not_fused)
+    return replace(unit, regions=tuple(found.regions), not_fused=on_disk)
 
 
 def _linear_sites(unit: Unit) -> Unit:
@@ -149,7 +151,7 @@ def _linear_sites(unit: Unit) -> Unit:
         return unit  # a file without regions is not compiled at all
     tree = ast.parse(unit.text)
     sites = epilogue_sites(tree, unit.module, unit.is_package, unit.text, unit.compiled, list(unit.regions))
-    return replace(unit, epilogues=tuple(sites))
+    return replace(unit, epilogues=tuple(sites), not_fused=_outside(unit, sites))
 
 
 def _conv_sites(unit: Unit) -> Unit:
@@ -157,7 +159,13 @@ def _conv_sites(unit: Unit) -> Unit:
         return unit  # a file without regions is not compiled at all
     tree = ast.parse(unit.text)
     sites = conv_sites(tree, unit.module, unit.is_package, unit.text, unit.compiled, list(unit.regions))
-    return replace(unit, convs=tuple(sites))
+    return replace(unit, convs=tuple(sites), not_fused=_outside(unit, sites))
+
+
+def _outside(unit: Unit, sites: list) -> tuple[NotFused, ...]:
+    """The statements left eager that a site of the pass (a linear + activation, a conv + norm) does not take."""
+    taken = [(unit.origin.ranges[s.first - 1][0], unit.origin.ranges[s.last - 1][1]) for s in sites]
+    return tuple(n for n in unit.not_fused if not any(first <= n.line <= last for first, last in taken))
 
 
 PASSES = (
@@ -246,6 +254,9 @@ def explain(unit: Unit) -> list[str]:
 
     previous = [unit.text]
     unit = compile_unit(unit, show)
+    if unit.not_fused:
+        out.append("== tensor code left eager (no region, linear or convolution site takes it), and why")
+        out.extend(f"   {n.function} ({unit.path}:{n.line}): {n.reason}" for n in unit.not_fused)
     regions: list[Region | None] = [unit.shown(r) for r in unit.regions]
     for step in KERNEL_PASSES:
         out.append(f"== after {step.name} (per region, in the emitters): {step.summary}")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from transpiler.analysis.walker import Walker, Context
 from transpiler.compiler.inlining import Callee, callee_of, can_inline, guards, inline
-from transpiler.compiler.ir import RETURN, Input, Node, Output, Region
+from transpiler.compiler.ir import RETURN, Input, Node, NotFused, Output, Region
 from transpiler.analysis.kinds import Kind
 from transpiler.compiler.lowering import NotLowerable, has_reductions, kernel_view
 from transpiler.compiler.ops import (
@@ -75,7 +75,12 @@ _SCALAR_CALLS = frozenset({"size", "dim", "numel"})
 
 
 class _NotFusible(Exception):
-    pass
+    """A statement the kernels cannot compute; the message, where there is one, says why for the report, and
+    `call` is the call the op table has no entry for, if that is why."""
+
+    def __init__(self, reason: str = "", call: ast.Call | None = None) -> None:
+        super().__init__(reason)
+        self.call = call
 
 
 # -- one statement ---------------------------------------------------------------------
@@ -213,7 +218,8 @@ class _Translator:
             cast = self.cast(func, node)
             if cast is not None:
                 return cast
-            return self.bind(spellings_of(f"Tensor.{func.attr}"), [func.value, *node.args], node.keywords)
+            spellings = spellings_of(f"Tensor.{func.attr}")
+            return self.bind(spellings, [func.value, *node.args], node.keywords, f".{func.attr}", node)
         attr = self.ctx.self_attr(func)
         if attr is not None and self.ctx.cls is not None and attr in self.ctx.cls.attr_ctors:
             return self.module_call(attr, node)
@@ -233,7 +239,7 @@ class _Translator:
         rotated = rotated_operand(node, self.ctx)
         if rotated is not None:
             return self.shifted("rotate_half", rotated)
-        return self.bind(spellings_of(qualname), node.args, node.keywords)
+        return self.bind(spellings_of(qualname), node.args, node.keywords, qualname, node)
 
     def shifted(self, op: str, operand: ast.expr) -> Ref:
         """`op` of ops.SHIFTED_OPS on `operand`, which must be a tensor the region reads, named: the kernels
@@ -311,7 +317,10 @@ class _Translator:
             if module is not None and module.random_in_training:
                 self.random.append(attr)
             return self.node(spelling.op.name, refs)
-        raise _NotFusible
+        name = ctor.rpartition(".")[2]
+        if spellings_of(f"module:{ctor}"):
+            raise _NotFusible(f"`self.{attr}` ({name}) is called with arguments the op table does not take")
+        raise _NotFusible(f"`self.{attr}` ({name}) is not a module the kernels compute", node)
 
     def module_operands(
         self, spelling: Spelling, attr: str, call_args: list[ast.expr], args: tuple, kwargs: dict
@@ -351,7 +360,11 @@ class _Translator:
         self.conditions += guards(callee, attr)
         return result
 
-    def bind(self, spellings: list[Spelling], args: list[ast.expr], keywords: list[ast.keyword]) -> Ref:
+    def bind(
+        self, spellings: list[Spelling], args: list[ast.expr], keywords: list[ast.keyword], name: str, call: ast.Call
+    ) -> Ref:
+        if not spellings:
+            raise _NotFusible(f"`{name}` is not in the op table (a library call, or an op not written yet)", call)
         given = {k.arg: k.value for k in keywords}
         if "unbiased" in given and "correction" not in given:  # var/std's older spelling
             unbiased = _constant(given.pop("unbiased"))
@@ -375,7 +388,10 @@ class _Translator:
             if spelling.op.kind is OpKind.REDUCTION:
                 _check_reduction_constants(spelling, refs)
             return self.node(spelling.op.name, refs)
-        raise _NotFusible
+        keywords_given = ", ".join(f"{k.arg}=" for k in keywords)
+        raise _NotFusible(
+            f"`{name}` with these arguments{f' ({keywords_given})' if keywords else ''}: no spelling of the op table takes them"
+        )
 
 
 def _chosen_at_run_time(cls: ClassInfo, attr: str) -> bool:
@@ -638,10 +654,15 @@ def _half_of(node: ast.expr) -> tuple[ast.expr, str] | None:
 
 
 def translate(
-    statement: ast.stmt, ctx: Context, callees: Callees | None = None, tensors: frozenset[str] = frozenset()
+    statement: ast.stmt,
+    ctx: Context,
+    callees: Callees | None = None,
+    tensors: frozenset[str] = frozenset(),
+    why: list[str] | None = None,
 ) -> Fragment | None:
     """The statement as a fragment, or None when it is not fusible. `callees`: classes whose calls are
-    inlined, functions that are one op; `tensors`: names holding tensors whatever the analysis says (temporaries of split statements).
+    inlined, functions that are one op; `tensors`: names holding tensors whatever the analysis says (temporaries of split statements);
+    `why`: gets the reason a statement with tensor operations is not fusible, where the translation knows one.
     """
     line = statement.lineno
     translator = _Translator(ctx, line, callees or {}, tensors)
@@ -682,7 +703,12 @@ def translate(
             result = translator.expr(statement.value)
         else:
             return None
-    except _NotFusible:
+    except _NotFusible as error:
+        # A statement that is one library call (`y = self.proj(h)`, `return torch.matmul(a, b)`) is not what a
+        # reader expects in a kernel: only tensor code around or inside it gets a reason.
+        value = getattr(statement, "value", None)
+        if why is not None and str(error) and (error.call is None or error.call is not value):
+            why.append(str(error))
         return None
     is_alias = (
         result[0] == "leaf" and result[1].is_tensor and isinstance(statement, ast.Assign) and not translator.nodes
@@ -911,12 +937,17 @@ class RegionFinder:
         self.callees: Callees = {} if callees is None else callees
         self.temporaries = temporaries or {}  # per function, the tensor temporaries of split statements
         self.regions: list[Region] = []
+        self.not_fused: list[NotFused] = []  # tensor statements left eager in compiled functions, and why
         self._fragments: dict[int, Fragment | None] = {}
+        self._why: dict[int, str] = {}
 
     def _visit(self, node: ast.stmt, ctx: Context) -> None:
         if id(node) not in self._fragments:
             tensors = self.temporaries.get(ctx.function.qualname, frozenset())
-            self._fragments[id(node)] = translate(node, ctx, self.callees, tensors)
+            why: list[str] = []
+            self._fragments[id(node)] = translate(node, ctx, self.callees, tensors, why)
+            if why:
+                self._why[id(node)] = why[0]
 
     visit_Assign = visit_AnnAssign = visit_AugAssign = visit_Expr = visit_Return = _visit
 
@@ -936,6 +967,8 @@ class RegionFinder:
             run: list[Fragment] = []
             for statement in [*body, None]:
                 fragment = self._fragments.get(id(statement)) if statement is not None else None
+                if statement is not None and id(statement) in self._why:
+                    self.not_fused.append(NotFused(ctx.function.qualname, statement.lineno, self._why[id(statement)]))
                 if fragment is not None and _alone_on_its_lines(statement, body):
                     run.append(fragment)
                     if fragment.target != RETURN:
@@ -956,12 +989,26 @@ class RegionFinder:
 
     def _finish(self, builder: _Builder, ctx: Context) -> None:
         if cost(n.op for n in builder.nodes) < MIN_OPS:
+            if builder.nodes:
+                ops = ", ".join(f"`{n.op}`" for n in builder.nodes)
+                self._refuse(
+                    builder,
+                    ctx,
+                    f"{ops} alone, between statements the kernels do not compute: eager runs it as one kernel already",
+                )
             return
         first = builder.fragments[0].statement.lineno
         last = builder.fragments[-1].statement.end_lineno
         live = _live_after(ctx.node, first, last)
         outputs = _outputs(builder.env, live)
-        if not outputs or builder.aliases_outside(outputs):
+        if not outputs:
+            return
+        if builder.aliases_outside(outputs):
+            self._refuse(
+                builder,
+                ctx,
+                "a result would be a tensor made before the region (a view or the same tensor), which a kernel cannot return",
+            )
             return
         region = Region(
             _kernel_name(builder.nodes),
@@ -977,9 +1024,14 @@ class RegionFinder:
         if has_reductions(region):
             try:
                 kernel_view(region)
-            except NotLowerable:
+            except NotLowerable as error:
+                self._refuse(builder, ctx, f"no kernel for its reductions ({error})")
                 return
         self.regions.append(region)
+
+    def _refuse(self, builder: _Builder, ctx: Context, reason: str) -> None:
+        first = builder.fragments[0].statement.lineno
+        self.not_fused.append(NotFused(ctx.function.qualname, first, reason))
 
 
 def _outputs(env: Mapping[str, str], live: set[str]) -> tuple[Output, ...]:
@@ -1038,8 +1090,10 @@ def find_regions(
     compiled: set[str] | None = None,
     tensor_params: dict[str, frozenset[str]] | None = None,
     temporaries: Mapping[str, frozenset[str]] | None = None,
+    not_fused: list[NotFused] | None = None,
 ) -> list[Region]:
-    """The regions of one parsed file, in functions named in `compiled` (all when None).
+    """The regions of one parsed file, in functions named in `compiled` (all when None); `not_fused` gets the
+    tensor statements left out of them, and why, where it is given.
 
     `tensor_params` (from the project's call sites, see `engine.project_facts`) types
     the parameters of helpers such as `def gelu(x)`, whose regions are found again
@@ -1052,7 +1106,17 @@ def find_regions(
     if tensor_params:
         typed = RegionFinder(path, compiled, finder.callees, temporaries)
         Walker([typed]).check(tree, module, is_package, text, tensor_params)
-    return named_regions(finder.regions, typed.regions if typed else [], tensor_params)
+    regions = named_regions(finder.regions, typed.regions if typed else [], tensor_params)
+    if not_fused is not None:
+        not_fused.extend(outside_regions((typed or finder).not_fused, regions))
+    return regions
+
+
+def outside_regions(reasons: Iterable[NotFused], regions: list[Region]) -> tuple[NotFused, ...]:
+    """The reasons at lines no region covers, once each, in line order (the typed walk's, where it ran:
+    it knows more of the helpers' parameters)."""
+    kept = dict.fromkeys(n for n in reasons if not any(r.first_line <= n.line <= r.last_line for r in regions))
+    return tuple(sorted(kept, key=lambda n: n.line))
 
 
 def named_regions(

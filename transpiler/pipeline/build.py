@@ -151,6 +151,7 @@ class BuildResult:
     # By source file: classes whose forward replays as a CUDA graph, and blocks that do not (class, line, why).
     graphed: dict[Path, tuple[str, ...]] = field(default_factory=dict)
     not_graphed: dict[Path, tuple[tuple[str, int, str], ...]] = field(default_factory=dict)
+    not_fused: dict[Path, tuple[tuple[str, int, str], ...]] = field(default_factory=dict)  # (function, line, why)
     kernel_files: list[Path] = field(default_factory=list)  # generated beside the modules, and the runtime
     kernels: dict[Path, list[Path]] = field(default_factory=dict)  # by source file, the kernel files beside its module
     imports: list[ImportRewrite] = field(default_factory=list)  # relative imports leaving `out`, made absolute
@@ -214,6 +215,8 @@ def build(
         result.regions[src], lines[src] = list(outcome.regions), outcome.lines
         if outcome.graphed or outcome.not_graphed:
             result.graphed[src], result.not_graphed[src] = outcome.graphed, outcome.not_graphed
+        if outcome.not_fused:
+            result.not_fused[src] = outcome.not_fused
         for name, text in outcome.files:
             target = dst.with_name(name)
             _write_if_changed(target, encode_source(src, text) if target == dst else text.encode(), like=src)

@@ -56,6 +56,7 @@ class Compiled:
     lines: dict[int, str]  # the lines of the text that the regions span
     graphed: tuple[str, ...] = ()  # classes whose forward replays as a CUDA graph
     not_graphed: tuple[tuple[str, int, str], ...] = ()  # blocks that do not: (class, line, why)
+    not_fused: tuple[tuple[str, int, str], ...] = ()  # tensor statements left eager: (function, line, why)
 
 
 @dataclass(frozen=True)
@@ -191,12 +192,14 @@ def _compile(job: Job, text: str, tree: ast.Module, facts: ProjectFacts) -> Comp
     unit = start(job.shown, job.module, is_package, disk, text, frozenset(facts.compiled), typed, dict(job.hazards))
     unit = compile_unit(unit)  # the passes in order (transpiler/compiler/passes.py)
     not_graphed = tuple((n.cls, n.line, n.reason) for n in unit.not_graphed)
+    not_fused = tuple((n.function, n.line, n.reason) for n in unit.not_fused)
     graphed = tuple(site.cls for site in unit.graphs)
     if not unit.regions:
         if not unit.graphs:
             return None
         module = graph_forwards(text, list(unit.graphs), job.depth, job.shown)
-        return Compiled(job.src, (), ((job.src.name, newlines_like(module, text)),), {}, graphed, not_graphed)
+        files = ((job.src.name, newlines_like(module, text)),)
+        return Compiled(job.src, (), files, {}, graphed, not_graphed, not_fused)
     regions = list(unit.regions)
     emitted = emit(unit.text, regions, job.shown, job.depth, unit.origin, unit.epilogues, job.stem, unit.convs)
     # Unaligned linear layers' calls in the emitted module, routed through the runtime's `linear`.
@@ -208,7 +211,8 @@ def _compile(job: Job, text: str, tree: ast.Module, facts: ProjectFacts) -> Comp
     shown = tuple(unit.shown(r) for r in regions)
     numbered = disk.splitlines()
     lines = {n: numbered[n - 1] for r in shown for n in range(r.first_line, r.last_line + 1) if n <= len(numbered)}
-    return Compiled(job.src, shown, tuple((f.name, f.text) for f in emitted), lines, graphed, not_graphed)
+    files = tuple((f.name, f.text) for f in emitted)
+    return Compiled(job.src, shown, files, lines, graphed, not_graphed, not_fused)
 
 
 def compiled_modules(facts: ProjectFacts) -> frozenset[str]:

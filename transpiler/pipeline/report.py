@@ -114,6 +114,10 @@ def report_data(
                         for cls, line, why in result.not_graphed.get(src, ())
                     ],
                 },
+                "not_fused": [
+                    {"function": function, "line": line, "reason": why}
+                    for function, line, why in result.not_fused.get(src, ())
+                ],
                 "kernel_files": [k.as_posix() for k in kernel_files],
                 # Imports alone are listed above: a diff of them would be most of a large tree's page.
                 "diff": (
@@ -447,6 +451,13 @@ def _file_section(entry: dict, index: int, out: str) -> str:
         parts.append(_details("The transpiled module, as a diff against the source", _diff_html(entry["diff"])))
     if entry["regions"]:
         parts += ["<h3>Regions compiled into kernels</h3>", *(_region(region, out) for region in entry["regions"])]
+    if entry["not_fused"]:
+        items = "".join(
+            f'<li class="refused">line {n["line"]} (<code>{_e(n["function"])}</code>): {_prose(n["reason"])}</li>'
+            for n in entry["not_fused"]
+        )
+        title = f"Tensor code left eager, and why ({len(entry['not_fused'])})"
+        parts.append(_details(title, f"<ul>{items}</ul>"))
     graphs = entry["cuda_graphs"]
     if graphs["replayed"] or graphs["not_replayed"]:
         parts += ["<h3>Forwards replayed as CUDA graphs</h3>", _graphs(graphs)]
