@@ -261,7 +261,8 @@ DATA_DEPENDENT: dict[str, str] = {
 class Layer(nn.Module):
     def __init__(self):
         super().__init__()
-        self.pre, self.post = Block(), Block()
+        self.pre = Block()
+        self.post = Block()
         self.experts = nn.ModuleList(Block() for _ in range(8))
 
     def forward(self, x):
@@ -277,7 +278,8 @@ class Layer(nn.Module):
 class Layer(nn.Module):
     def __init__(self):
         super().__init__()
-        self.pre, self.post = Block(), Block()
+        self.pre = Block()
+        self.post = Block()
         self.experts = nn.ModuleList(Block() for _ in range(8))
 
     def forward(self, x):
@@ -293,7 +295,9 @@ class Layer(nn.Module):
 class Layer(nn.Module):
     def __init__(self):
         super().__init__()
-        self.pre, self.post, self.step = Block(), Block(), Block()
+        self.pre = Block()
+        self.post = Block()
+        self.step = Block()
         self.seen = []
 
     def forward(self, x):
@@ -308,7 +312,9 @@ class Layer(nn.Module):
 class Layer(nn.Module):
     def __init__(self):
         super().__init__()
-        self.pre, self.post, self.step = Block(), Block(), Block()
+        self.pre = Block()
+        self.post = Block()
+        self.step = Block()
         self.seen = []
 
     def forward(self, x):
@@ -323,7 +329,9 @@ class Layer(nn.Module):
 class Layer(nn.Module):
     def __init__(self):
         super().__init__()
-        self.pre, self.post, self.step = Block(), Block(), Block()
+        self.pre = Block()
+        self.post = Block()
+        self.step = Block()
         self.seen = []
 
     def forward(self, x):
@@ -390,7 +398,7 @@ def compare(name: str) -> dict:
     original = program(name)
     fixed, left = fix_source(original)
     versions = {"original": load(original, f"iso_{name}_o"), "isolated": load(fixed, f"iso_{name}_i")}
-    row: dict = {"program": name, "isolated": "_isolated_loop_" in fixed, "left": sorted({d.code for d in left})}
+    row: dict = {"program": name, "rewritten": "_isolated_loop_" in fixed, "left": sorted({d.code for d in left})}
     results = []
     weights = None
     for version, module in versions.items():
@@ -419,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         o, i = r["original"], r["isolated"]
         print(
-            f"| {r['program']} | {'yes' if r['isolated'] else 'no'} | {'equal' if r['equal'] else 'DIFFERENT'} | "
+            f"| {r['program']} | {'yes' if r['rewritten'] else 'no'} | {'equal' if r['equal'] else 'DIFFERENT'} | "
             f"{o['in_graphs']}/{o['ops']} ({o['fraction']:.0%}) -> {i['in_graphs']}/{i['ops']} ({i['fraction']:.0%}) | "
             f"{o['graphs']} -> {i['graphs']} | {o['graph_calls']} -> {i['graph_calls']} |"
         )
