@@ -68,10 +68,10 @@ class LoopPlan:
     body_outputs: tuple[str, ...]
     tensors: tuple[str, ...]  # parameters annotated `torch.Tensor`, so the linter still types them
     body_length: int  # statements of the body, to match the libcst body against
-    # Runs of body statements (first index, end index, names they return) that hold the breaks: each runs
-    # as a `torch.compiler.disable(recursive=False)` function, so Dynamo does not trace the Python state they
-    # touch (the functions they call are still compiled, each in its own frame).
-    disabled: tuple[tuple[int, int, tuple[str, ...]], ...] = ()
+    # Runs of body statements (first index, end index, names they return, names passed in) that hold the
+    # breaks: each runs as a `torch.compiler.disable(recursive=False)` function defined in the loop helper, so
+    # Dynamo does not trace the Python state they touch (what they call still compiles, in its own frame).
+    disabled: tuple[tuple[int, int, tuple[str, ...], tuple[str, ...]], ...] = ()
 
     @property
     def loop_name(self) -> str:
@@ -187,20 +187,21 @@ def plan_loop(
         tuple(dict.fromkeys(n for n in (*loop_inputs, *body_inputs) if n in tensors)),
         len(loop.body),
         tuple(
-            (first, end, _ordered(function, outputs))
-            for first, end, outputs in _disabled_runs(loop.body, breaks, needed, body_inputs)
+            (first, end, _ordered(function, outputs), _ordered(function, inputs))
+            for first, end, outputs, inputs in _disabled_runs(loop.body, breaks, needed, body_inputs)
         ),
     )
 
 
 def _disabled_runs(
     body: list[ast.stmt], breaks: frozenset[int], needed: set[str], inputs: tuple[str, ...]
-) -> list[tuple[int, int, set[str]]]:
+) -> list[tuple[int, int, set[str], set[str]]]:
     """Runs of consecutive body statements holding a break that can move into a function of their own.
 
-    Such a function reads the body's names as a closure; the names it binds are its locals, so a run may
-    not read a name it also binds from before it (it would read its own unbound local), and the names it
-    binds that are read after it (`needed`, or later statements) must be bound on every path through it."""
+    The function is defined once, in the loop helper (Dynamo skips that frame: applying the decorator in
+    the body would be a break of its own each time the body is traced); the body's names it reads or may
+    rebind are passed in (all bound there: `plan_loop` checked), and the names it binds that are read after
+    it (`needed`, or later statements) are returned: bound on every path through it, or passed in."""
     holds = [any(s.lineno <= line <= s.end_lineno for line in breaks) for s in body]  # type: ignore[operator]
     runs, index = [], 0
     while index < len(body):
@@ -214,10 +215,9 @@ def _disabled_runs(
         stored = _stores(run)
         later = _loads(body[end:]) | _loads(body[:index]) | needed
         outputs = stored & later
-        earlier = set(inputs) | _stores(body[:index])
-        reads_own = stored & _loads(run) & (earlier | outputs)
-        if not reads_own and outputs <= _definite(run):
-            runs.append((index, end, outputs))
+        passed = (_loads(run) | outputs) & (set(inputs) | _stores(body[:index]))
+        if outputs <= _definite(run) | passed:
+            runs.append((index, end, outputs, passed))
         index = end
     return runs
 
@@ -407,19 +407,21 @@ def apply_loop(node: "cst.For | cst.While", plan: LoopPlan, breaks: str, edit: "
 
     body = node.body
     statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [cst.SimpleStatementLine(body.body)]
+    runs = []
     if len(statements) == plan.body_length:  # else `;`-joined statements: the runs do not line up
-        for first, end, outputs in reversed(plan.disabled):
+        for first, end, outputs, inputs in reversed(plan.disabled):
             name = f"{PREFIX}break_{plan.line}_{first}"
-            disabled = _function(name, (), plan, [*statements[first:end], *_return(outputs)], edit)
+            run = _function(name, inputs, plan, [*statements[first:end], *_return(outputs)], edit)
             # Not recursive: Dynamo skips only the run's own frame and still compiles what it calls (a submodule
             # called in a break statement stays compiled, as in the skipped loop; recursive it ran eagerly).
             decorator = cst.Decorator(edit.torch("compiler.disable(recursive=False)"))
-            disabled = disabled.with_changes(decorators=[decorator])
-            statements[first:end] = [disabled, _call(outputs, name, ())]
+            runs.insert(0, run.with_changes(decorators=[decorator]))
+            statements[first:end] = [_call(outputs, name, inputs)]
     body_def = _function(plan.body_name, plan.body_inputs, plan, [*statements, *_return(plan.body_outputs)], edit)
     call_body = _call(plan.body_outputs, plan.body_name, plan.body_inputs)
     loop = node.with_changes(body=cst.IndentedBlock([call_body]), leading_lines=())
-    loop_def = _function(plan.loop_name, plan.loop_inputs, plan, [body_def, loop, *_return(plan.loop_outputs)], edit)
+    helpers = [*runs, body_def, loop, *_return(plan.loop_outputs)]
+    loop_def = _function(plan.loop_name, plan.loop_inputs, plan, helpers, edit)
     comments = [
         f"# transpile (TP501): {breaks} stay{'s' if breaks.startswith('the break ') else ''} a graph break, isolated:",
         "# the loop runs in these helpers, so Dynamo compiles the rest of the function and each iteration.",

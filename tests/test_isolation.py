@@ -54,12 +54,12 @@ def test_the_loop_and_its_body_become_helpers_and_the_break_a_disabled_function(
         # transpile (TP501): the break at line 14 (TP303) stays a graph break, isolated:
         # the loop runs in these helpers, so Dynamo compiles the rest of the function and each iteration.
         def _isolated_loop_12(self, y: torch.Tensor):
+            @torch.compiler.disable(recursive=False)
+            def _isolated_break_12_1(self, y: torch.Tensor):
+                self.seen.append(int(y.argmax()))
             def _isolated_body_12(self, y: torch.Tensor, step):
                 y = torch.tanh(y) * 2
-                @torch.compiler.disable(recursive=False)
-                def _isolated_break_12_1():
-                    self.seen.append(int(y.argmax()))
-                _isolated_break_12_1()
+                _isolated_break_12_1(self, y)
                 y = y + step
                 return y
             for step in range(3):
@@ -123,8 +123,8 @@ def test_an_f_string_key_of_a_tensor_runs_with_the_breaks(iso):
     # Dynamo formats the key after the graph, so the lookup raises inside it and the body's frame is skipped:
     # isolated with the break alone, switch_transformers' expert loop compiled nothing more.
     text, _ = iso.fix_source(iso.program("switch_experts_by_key"))
-    run = text[text.index("@torch.compiler.disable") : text.index("final.index_add_")]
-    assert 'self[f"expert_{expert_idx[0]}"](current_state)' in run and run.count("@torch.compiler.disable") == 2
+    runs = text[text.index("@torch.compiler.disable") : text.index("def _isolated_body_")]
+    assert 'self[f"expert_{expert_idx[0]}"](current_state)' in runs and runs.count("@torch.compiler.disable") == 2
 
 
 def test_a_break_in_a_while_test_is_in_the_loop_and_one_in_a_for_iterable_is_not():
@@ -155,6 +155,22 @@ def test_a_loop_helper_is_not_isolated_again(iso):
         "the loop is already isolated (its `while` test runs in the loop helper)"
     ]
     assert iso.fix_source(text)[0] == text
+
+
+def test_a_break_statement_that_rebinds_the_name_it_reads_gets_it_passed_and_returned(iso):
+    source = forward("""
+        y = x + 1
+        for step in range(3):
+            y = torch.tanh(y)
+            y = y + torch.tensor(sorted(y.tolist()))
+            y = y * step
+        return y
+    """)
+    text, _ = iso.fix_source(source)
+    assert "def _isolated_break_12_1(y: torch.Tensor):" in text and "y = _isolated_break_12_1(y)" in text
+    inputs = torch.randn(5, generator=torch.Generator().manual_seed(3))
+    outputs = [iso.load(code, f"iso_rebind_{n}").Model()(inputs) for n, code in enumerate((source, text))]
+    assert torch.equal(*outputs)
 
 
 def test_isolation_keeps_errors_raised_in_the_loop(iso):

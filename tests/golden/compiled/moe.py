@@ -66,12 +66,12 @@ class MoE(nn.Module):
         # transpile (TP501): the break at line 44 (TP401) stays a graph break, isolated:
         # the loop runs in these helpers, so Dynamo compiles the rest of the function and each iteration.
         def _isolated_loop_43(self, tokens: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor, out: torch.Tensor):
+            @torch.compiler.disable(recursive=False)
+            def _isolated_break_43_0(experts: torch.Tensor, e):
+                rows, slots = torch.where(experts == e)  # TP401 + TP501: one-argument where, in the loop
+                return rows, slots
             def _isolated_body_43(self, tokens: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor, out: torch.Tensor, e):
-                @torch.compiler.disable(recursive=False)
-                def _isolated_break_43_0():
-                    rows, slots = torch.where(experts == e)  # TP401 + TP501: one-argument where, in the loop
-                    return rows, slots
-                rows, slots = _isolated_break_43_0()
+                rows, slots = _isolated_break_43_0(experts, e)
                 out = out.index_add(0, rows, self.experts[e](tokens[rows]) * weights[rows, slots, None])
                 return out
             for e in torch.unique(experts).tolist():
