@@ -59,7 +59,8 @@ class GraphBreakInLoop(BreakInBlock):
     ## Fix safety
     Fixing the inner break fixes this one. Where no fix removes it, the fix
     (safe) isolates it: the loop becomes a helper function and its body a
-    second one, the statements holding the break a function inside it under
+    second one, the statements holding the break (and those formatting a
+    tensor into an f-string, a key Dynamo cannot look up) a function under
     `torch.compiler.disable(recursive=False)` (`rewrites/isolation.py`; not
     recursive, so what they call, a submodule, still compiles). The break
     stays, once per iteration, but Dynamo compiles the function's other
