@@ -246,3 +246,30 @@ def test_a_failed_compile_in_sync_mode_falls_back_for_good_and_says_why(make_ker
     failed = "fallback: the kernel failed to compile (RuntimeError)"
     assert kernel.counts == {failed: 2}
     assert kernel.triton_kernel.compiled_at_launch == 1
+
+
+def test_triton_start_up_is_warmed_off_the_first_call_only_where_kernels_will_compile(monkeypatch):
+    """Triton's file hash (and its CUDA driver) are computed on a thread at import where CUDA is there;
+    nothing starts without CUDA, under the interpreter, with TRANSPILE_BACKEND=eager or sync compiles."""
+    triton = pytest.importorskip("triton")
+    triton.runtime.cache.triton_key.cache_clear()
+    runtime._warm_triton()  # no CUDA driver here: the driver part is skipped quietly
+    assert triton.runtime.cache.triton_key.cache_info().currsize == 1
+    monkeypatch.setattr(runtime.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    started = []
+    monkeypatch.setattr(runtime.threading.Thread, "start", lambda thread: started.append(thread.name))
+    monkeypatch.setattr(runtime.atexit, "register", lambda *args: None)
+    assert runtime._warm_up_triton_in_background() is not None and started == ["transpile-warm-triton"]
+    with monkeypatch.context() as patch:  # one runs already (another copy of the runtime started it)
+        patch.setattr(runtime, "_warming", lambda: [object()])
+        assert runtime._warm_up_triton_in_background() is None
+    for name, value in [("_FORCED", "eager"), ("_BACKGROUND", False)]:
+        with monkeypatch.context() as patch:
+            patch.setattr(runtime, name, value)
+            assert runtime._warm_up_triton_in_background() is None
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert runtime._warm_up_triton_in_background() is None
+    monkeypatch.setattr(runtime.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert runtime._warm_up_triton_in_background() is None

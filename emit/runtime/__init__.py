@@ -165,6 +165,52 @@ EXIT_WAIT_S = 60.0  # a compile takes ~1 s; a hung one must not keep the process
 atexit.register(_COMPILER.shutdown)
 
 
+def _warm_triton() -> None:
+    """Triton's per-process start-up, off the first call's path: the hash of its installed files that keys its
+    caches (`triton_key`, 0.75 s on the lent H100's host) and its CUDA driver's helper module (built with the C
+    compiler when ~/.triton/cache is empty, 0.5 s). Neither touches the GPU. Where the main thread gets there
+    first, it computes them itself, as before."""
+    global WARM_ERROR
+    try:
+        import triton
+    except Exception as error:  # the first kernel call says why, as before
+        WARM_ERROR = error
+        return
+    for step in (triton.runtime.cache.triton_key, lambda: triton.runtime.driver.active):  # the property builds
+        try:
+            step()
+        except Exception as error:  # no active driver (no GPU): the first kernel call says why, as before
+            WARM_ERROR = error
+
+
+WARM_ERROR: Exception | None = None  # why `_warm_triton` stopped early, if it did (nothing depends on it)
+
+
+WARM_THREAD = "transpile-warm-triton"
+
+
+def _warm_up_triton_in_background() -> threading.Thread | None:
+    """Start `_warm_triton` on a daemon thread where Triton kernels will compile (CUDA, background compiles),
+    unless one runs already: a process may import two copies of this package (an output tree imported both as
+    a package and from its root on sys.path), and Triton's start-up is the process's."""
+    if _FORCED == "eager" or not _BACKGROUND or os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    if importlib.util.find_spec("triton") is None or not torch.cuda.is_available() or _warming():
+        return None
+    thread = threading.Thread(target=_warm_triton, name=WARM_THREAD, daemon=True)
+    thread.start()
+    # Joined at exit, as the compile threads are: cut off inside its C compiler run, it could crash the exit.
+    atexit.register(thread.join, EXIT_WAIT_S)
+    return thread
+
+
+def _warming() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == WARM_THREAD]
+
+
+_warm_up_triton_in_background()
+
+
 def wait_for_kernels(timeout: float | None = None) -> bool:
     """Block until every kernel compile started so far has finished; False if `timeout` seconds passed first.
 
@@ -803,6 +849,8 @@ class _Triton(_Backend):
     name = "triton"
 
     def __init__(self) -> None:
+        for thread in _warming():  # what is left of Triton's start-up, rather than all of it again on this thread
+            thread.join()
         from . import triton_support
 
         self.support = triton_support
