@@ -305,7 +305,11 @@ def test_tensor_code_left_eager_is_listed_with_its_reason():
     assert [(r.first_line - first, r.last_line - first) for r in regions] == [(4, 4)]
     assert [(n.function, n.line - first, n.reason) for n in not_fused] == [
         ("m.M.forward", 0, "`torch.matmul` is not in the op table (a library call, or an op not written yet)"),
-        ("m.M.forward", 1, "`add` alone, between statements the kernels do not compute: eager runs it as one kernel already"),
+        (
+            "m.M.forward",
+            1,
+            "`add` alone, between statements the kernels do not compute: eager runs it as one kernel already",
+        ),
         (
             "m.M.forward",
             2,
