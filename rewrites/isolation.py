@@ -97,11 +97,7 @@ def plan(
     found = innermost_function(ctx.node, line)
     if found is None:
         return {"no_fix": "the loop was not found"}
-    function, loop = found
-    if getattr(function, "name", "").startswith(PREFIX):
-        # A loop helper keeps the header: a break in a `while` test stays in its loop (the helper is the frame
-        # Dynamo skips, by design); isolating it again would only nest helpers.
-        return {"no_fix": "the loop is already isolated (its `while` test runs in the loop helper)"}
+    function, loop = found  # never a loop helper's own loop: TP501 does not report those (`reported`)
     inner = sorted({(f.line, f.code) for f in findings if ("loop", line) in f.blocks and f.code != rule.code})
     planned = plan_loop(function, loop, tensors, frozenset(n for n, _ in inner) | untraced)  # type: ignore[arg-type]
     if isinstance(planned, str):

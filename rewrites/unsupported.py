@@ -34,7 +34,7 @@ class BreakInBlock(Rule):
             if rule.family != "break" or issubclass(rule, BreakInBlock):
                 continue
             lines = [line for kind, line in finding.blocks if kind == self.block]
-            if lines:
+            if lines and self.reported(lines[0], ctx):
                 # Fixing the inner finding fixes the copy; where it stays, the copy's own fix (if any) moves it.
                 message = self.message.format(line=lines[-1])
                 plan = self.isolate(lines[0], findings, ctx)
@@ -43,6 +43,10 @@ class BreakInBlock(Rule):
     def isolate(self, line: int, findings: list[Finding], ctx: Context) -> dict:
         """`fix`/`no_fix` for the copy of a finding inside the block starting at `line` (the outermost one)."""
         return {"fix": None, "no_fix": None}
+
+    def reported(self, line: int, ctx: Context) -> bool:
+        """Whether the block starting at `line` gets a copy of the findings inside it."""
+        return True
 
 
 class GraphBreakInLoop(BreakInBlock):
@@ -66,7 +70,9 @@ class GraphBreakInLoop(BreakInBlock):
     stays, once per iteration, but Dynamo compiles the function's other
     statements and each iteration's around it instead of skipping the
     function (a break in a `while` test stays in the loop helper, whose frame
-    Dynamo skips, by design). Eager runs execute
+    Dynamo skips, by design: that loop is not reported again, the break
+    itself is, and so is a loop in any function named `_isolated_...`).
+    Eager runs execute
     the same statements on the same objects: names the loop reads are passed
     in, names it rebinds that are read elsewhere are returned. Not isolated
     (the reason is given): a loop with its own `break`/`continue`, a `return`,
@@ -106,6 +112,12 @@ class GraphBreakInLoop(BreakInBlock):
         self.tensors_at.clear()
         self.plans.clear()
         self.formatted.clear()
+
+    def reported(self, line: int, ctx: Context) -> bool:
+        # A loop the isolation fix moved into its loop helper (a break in its `while` test stays there): that
+        # helper is the frame meant to run eagerly. The break itself is still reported where it is.
+        found = isolation.innermost_function(ctx.node, line)
+        return found is None or not getattr(found[0], "name", "").startswith(isolation.PREFIX)
 
     def isolate(self, line: int, findings: list[Finding], ctx: Context) -> dict:
         if line not in self.plans:

@@ -475,7 +475,7 @@ class Block(nn.Module):
     def forward(self, x, y):
         print("block")
         a = torch.sigmoid(x) * y + 1.0
-        n = a.max().item()
+        n = a.max().tolist()  # TP302: no automatic fix, whatever the fix policy (a finding left per file)
         return a / n
 """
 
@@ -508,7 +508,7 @@ def test_build_summary_is_compact_by_default(tree):
     ]
     assert lines[-1] == "4 findings left (`--verbose` lists them with the reason each was left, as does the report)."
     code, verbose, _ = build("src", "-o", "out", "--no-kernels", "-v", cwd=tree.parent)
-    assert code == 1 and "Left as they were (4):" in verbose and verbose.count("TP301") == 4  # 3 lines + the table
+    assert code == 1 and "Left as they were (4):" in verbose and verbose.count("TP302") == 4  # 3 lines + the table
     code, quiet, _ = build("src", "-o", "out", "--no-kernels", "-q", cwd=tree.parent)
     listed = [line.strip() for line in verbose.splitlines() if line.startswith("  out/")]
     assert code == 1 and quiet.splitlines() == listed
