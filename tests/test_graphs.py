@@ -10,6 +10,7 @@ import copy
 import gc
 import inspect
 import os
+import threading
 import weakref
 
 import pytest
@@ -357,6 +358,29 @@ def test_a_recording_that_fails_for_any_reason_runs_the_source_forward(monkeypat
         forward.counts["original forward: the forward cannot be recorded (a tensor subclass the mode does not know)"]
         == 2
     )
+
+
+def test_recordings_in_two_threads_keep_the_answer_until_the_last_one_ends():
+    from emit.runtime import host_reads
+
+    flag = torch.zeros((), dtype=torch.bool)
+    first, second = (host_reads.Answering([], flag, flag) for _ in range(2))
+    entered, first_ended, seen = threading.Event(), threading.Event(), []
+
+    def record_in_another_thread():
+        with second:
+            entered.set()
+            first_ended.wait(10)
+            seen.append(torch.cuda.is_current_stream_capturing)
+
+    thread = threading.Thread(target=record_in_another_thread)
+    with first:
+        thread.start()
+        entered.wait(10)
+    first_ended.set()  # the other recording is still under way: still told
+    thread.join(10)
+    assert seen == [host_reads._capturing_as_told]
+    assert torch.cuda.is_current_stream_capturing is host_reads._is_capturing  # the last one ended
 
 
 def test_a_host_read_differs_exactly_when_the_value_would_read_otherwise():

@@ -58,6 +58,18 @@ def _capturing_as_told() -> bool:
     return False if getattr(_LOCAL, "answering", False) else _is_capturing()
 
 
+_TELLING = [0]  # recordings under way in any thread: torch's function is put back when the last one ends
+_TELLING_LOCK = threading.Lock()
+
+
+def _tell(change: int) -> None:
+    """Put `_capturing_as_told` in `torch.cuda.is_current_stream_capturing` while any thread records; other
+    threads get the true answer from it."""
+    with _TELLING_LOCK:
+        _TELLING[0] += change
+        torch.cuda.is_current_stream_capturing = _capturing_as_told if _TELLING[0] else _is_capturing
+
+
 class Unanswered(Exception):
     """The recording made a host read the warm-up did not make, or one no comparison can check."""
 
@@ -108,13 +120,13 @@ class Answering(TorchDispatchMode):
             self.flag.zero_()
             self.fixed_flag.zero_()
         _LOCAL.answering = True
-        torch.cuda.is_current_stream_capturing = _capturing_as_told
+        _tell(+1)
         self._pointers.__enter__()
         return super().__enter__()
 
     def __exit__(self, *exc):
         _LOCAL.answering = False
-        torch.cuda.is_current_stream_capturing = _is_capturing
+        _tell(-1)
         self._pointers.__exit__(*exc)
         return super().__exit__(*exc)
 
