@@ -904,7 +904,10 @@ class TensorToString(DecidedAfterWalk):
     number (GB0033) and Dynamo gives up on the whole function (it runs without
     a graph), and `format(t)` fails inside Dynamo
     (InternalTorchDynamoError). (f-strings and `str.format` of tensors are
-    formatted after the graph and do not break it.)
+    formatted after the graph and do not break it, unless the string is used
+    as a key while tracing: `self.experts[f"expert_{idx[0]}"]` or
+    `getattr(self, f"head_{i}")` with a tensor `idx`/`i` has no string to look
+    up (GB0088), and Dynamo gives up on the function.)
 
     ## Fix safety
     A string only read by code that compiled runs skip (a `print` or a log
@@ -934,7 +937,7 @@ class TensorToString(DecidedAfterWalk):
     name = "tensor-to-string"
     summary = "`str()`/`repr()`/`format()`/`%` of a tensor"
     message = "`{callee}` of a tensor breaks the graph; format tensors outside the compiled function"
-    dynamo_codes = ("GB0059", "GB0569", "GB0033")
+    dynamo_codes = ("GB0059", "GB0569", "GB0033", "GB0088")
     fix_safety = "safe or unsafe"
 
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
@@ -943,6 +946,12 @@ class TensorToString(DecidedAfterWalk):
             self.report(ctx, node, callee=f"{name[9:]}()")
         elif name == "builtins.format" and node.args and ctx.kind(node.args[0]).is_tensor:
             self.report(ctx, node, callee="format()")
+        elif name == "builtins.getattr" and len(node.args) >= 2 and _formats_tensor(node.args[1], ctx):
+            self.report(ctx, node.args[1], no_fix=_NO_KEY_FIX, callee="an f-string key")
+
+    def visit_Subscript(self, node: ast.Subscript, ctx: Context) -> None:
+        if isinstance(node.ctx, ast.Load) and _formats_tensor(node.slice, ctx):
+            self.report(ctx, node.slice, no_fix=_NO_KEY_FIX, callee="an f-string key")
 
     def visit_BinOp(self, node: ast.BinOp, ctx: Context) -> None:
         if isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
@@ -1006,8 +1015,23 @@ class TensorToString(DecidedAfterWalk):
                 print(message)
                 return y * 2
         """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.heads = nn.ModuleDict({f"head_{i}": nn.Linear(8, 8) for i in range(3)})
+
+            def forward(self, x):
+                choice = x.abs().sum(dim=-1).argmax() % 3
+                return self.heads[f"head_{choice}"](x) * 2
+        """,
     ]
-    VALID = ["""
+    VALID = [
+        """
         import torch
         from torch import nn
 
@@ -1017,7 +1041,31 @@ class TensorToString(DecidedAfterWalk):
                 y = x + 1
                 self.last = str(y.shape)
                 return y * 2
-        """]
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.heads = nn.ModuleDict({f"head_{i}": nn.Linear(8, 8) for i in range(3)})
+
+            def forward(self, x):
+                return self.heads[f"head_{x.shape[0] % 3}"](x) * 2
+        """,
+    ]
+
+
+_NO_KEY_FIX = "the key names a module or entry by a tensor's value, which only eager code can read"
+
+
+def _formats_tensor(node: ast.expr, ctx: Context) -> bool:
+    """An f-string that formats a tensor: a key Dynamo only makes after the graph."""
+    return isinstance(node, ast.JoinedStr) and any(
+        isinstance(part, ast.FormattedValue) and ctx.kind(part.value).is_tensor for part in node.values
+    )
 
 
 # One %-conversion: `%[flags][width][.precision][length]type` (mapping keys and `*` are not rewritten).
