@@ -149,6 +149,8 @@ class Typer:
         self.classes = classes or {}  # classes defined earlier in the file, by qualified name
         self._memo: dict[int, Kind] = {}
         self._names: dict[int, str | None] = {}
+        # Names last bound to a list comprehension, for the kind of its elements when iterated.
+        self._comprehensions: dict[str, ast.ListComp] = {}
 
     # -- names -------------------------------------------------------------------------
     def qualname(self, node: ast.expr) -> str | None:
@@ -365,6 +367,10 @@ class Typer:
         """Record the kind of names assigned by `target = <value of kind>`."""
         if isinstance(target, ast.Name):
             self.env[target.id] = kind
+            if isinstance(value, ast.ListComp):
+                self._comprehensions[target.id] = value
+            else:
+                self._comprehensions.pop(target.id, None)
         elif isinstance(target, (ast.Tuple, ast.List)):
             if isinstance(value, (ast.GeneratorExp, ast.ListComp)):
                 # q, k, v = (t.transpose(1, 2) for t in (q, k, v)): every element has the kind
@@ -390,7 +396,7 @@ class Typer:
                     return
             if name == "builtins.enumerate" and iterable.args and len(target.elts) == 2:
                 self.bind(target.elts[0], Kind.SCALAR)
-                self.bind(target.elts[1], self.element_kind(iterable.args[0]))
+                self.bind_iteration(target.elts[1], iterable.args[0])  # for i, (a, b) in enumerate(zip(...))
                 return
             if name == "builtins.zip" and len(iterable.args) == len(target.elts):
                 for element, arg in zip(target.elts, iterable.args):
@@ -411,6 +417,9 @@ class Typer:
         if isinstance(iterable, (ast.Tuple, ast.List)) and iterable.elts:
             kinds = {self.kind(e) for e in iterable.elts}  # for t in (q, k, v)
             kind = kinds.pop() if len(kinds) == 1 else Kind.UNKNOWN
+        elif isinstance(iterable, ast.Name) and iterable.id in self._comprehensions:
+            # pads = [longest - n for n in sizes]: the element was typed when the walker visited it
+            kind = self.kind(self._comprehensions[iterable.id].elt)
         else:
             kind = self.kind(iterable)
         return kind if kind in (Kind.TENSOR, Kind.MODULE, Kind.SCALAR) else Kind.UNKNOWN
