@@ -308,7 +308,7 @@ def test_a_read_of_values_made_from_constants_is_proved_fixed_and_the_host_does_
             x = torch.randn(5, device="cuda")
             torch.testing.assert_close(forward(x), x * 2, rtol=0, atol=0)
     assert forward.counts["recorded with host reads proved fixed (checked one replay later)"] == 1
-    ((graph),) = [g for g in forward._graphs.values() if not isinstance(g, str)]
+    (graph,) = [g for g in forward._graphs.values() if not isinstance(g, str)]
     assert (graph.fixed_reads, graph.checked_reads) == (1, 0)
 
 
@@ -321,7 +321,7 @@ def test_memory_handed_to_a_kernel_outside_the_dispatcher_is_not_proved_fixed(mo
         x = torch.rand(5, device="cuda") + 0.1
         for _ in range(3):
             torch.testing.assert_close(forward(x), x * 2, rtol=0, atol=0)
-        ((graph),) = [g for g in forward._graphs.values() if not isinstance(g, str)]
+        (graph,) = [g for g in forward._graphs.values() if not isinstance(g, str)]
         assert (graph.fixed_reads, graph.checked_reads) == (0, 1)
         y = -x
         torch.testing.assert_close(forward(y), y - 1, rtol=0, atol=0)  # the check, before the outputs go out

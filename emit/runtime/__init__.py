@@ -168,22 +168,17 @@ atexit.register(_COMPILER.shutdown)
 def _warm_triton() -> None:
     """Triton's per-process start-up, off the first call's path: the hash of its installed files that keys its
     caches (`triton_key`, 0.75 s on the lent H100's host) and its CUDA driver's helper module (built with the C
-    compiler when ~/.triton/cache is empty, 0.5 s). Neither touches the GPU. Where the main thread gets there
-    first, it computes them itself, as before."""
-    global WARM_ERROR
+    compiler when ~/.triton/cache is empty, 0.5 s). Neither touches the GPU. The first kernel call joins this
+    thread (`_Triton`) rather than doing the same work beside it."""
     try:
         import triton
-    except Exception as error:  # the first kernel call says why, as before
-        WARM_ERROR = error
+    except Exception:  # the first kernel call says why, as before
         return
     for step in (triton.runtime.cache.triton_key, lambda: triton.runtime.driver.active):  # the property builds
         try:
             step()
-        except Exception as error:  # no active driver (no GPU): the first kernel call says why, as before
-            WARM_ERROR = error
-
-
-WARM_ERROR: Exception | None = None  # why `_warm_triton` stopped early, if it did (nothing depends on it)
+        except Exception:  # no active driver (no GPU): the first kernel call says why, as before
+            pass
 
 
 WARM_THREAD = "transpile-warm-triton"

@@ -101,7 +101,8 @@ class Answering(TorchDispatchMode):
     A read of a value the recording proves fixed (`fixed_reads`: made in the forward from constants by
     deterministic PyTorch ops, `torch.arange(n) + 1`, never handed to code outside PyTorch's dispatcher by
     pointer) reads the same at every replay: its check goes into `fixed_flag`, which a replay looks at only
-    at the next replay, after the device has run it, so the host need not wait. Every other read
+    at the next replay, after the device has run it: this call does not wait for it (the next one waits
+    at most for this replay to end before it launches its own). Every other read
     (`checked_reads`) goes into `flag`, which a replay reads before handing its outputs out. Both flags are
     0-dim bool tensors made before the capture and cleared at its start."""
 
@@ -201,7 +202,7 @@ class _Pointers(TorchFunctionMode):
 
 def _differs(tensor: torch.Tensor, value) -> torch.Tensor:
     """A 0-dim bool tensor: whether `tensor` would read as another value than `value` (NaN and -0.0 included)."""
-    if isinstance(value, bool) or isinstance(value, int):
+    if isinstance(value, int):  # bool too
         return tensor != value
     if isinstance(value, float):
         if math.isnan(value):
