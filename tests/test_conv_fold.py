@@ -194,9 +194,9 @@ def test_the_fold_computes_the_modules_result(dtype, channels_last, options, mon
         eager = norm(conv(x))
     assert runtime.counts == {"folded": 1}
     assert got.dtype == eager.dtype and got.shape == eager.shape
-    assert got.is_contiguous(memory_format=torch.channels_last) == eager.is_contiguous(
-        memory_format=torch.channels_last
-    )
+    # channels_last by default (TRANSPILE_CHANNELS_LAST): on the CPU too, where oneDNN is faster on it
+    nhwc = runtime.CHANNELS_LAST or eager.is_contiguous(memory_format=torch.channels_last)
+    assert got.is_contiguous(memory_format=torch.channels_last) == nhwc
     wanted, bound = exact(conv, norm, x), error_bound(conv, norm, x)
     assert ((eager.double() - wanted).abs() <= bound).all()  # the bound holds for eager itself
     assert ((got.double() - wanted).abs() <= bound).all()

@@ -59,8 +59,12 @@ def test_snapshot_sees_replacements_moves_and_modes():
     snapshot = _Snapshot(model)
     assert snapshot.holds()
     with torch.no_grad():
-        model[0].linear.weight.mul_(2)  # in place: the recorded kernels read the same memory
-    assert snapshot.holds()
+        # In place: the recorded kernels read the same memory, but values derived from it and kept (a folded
+        # batch norm, a tape's folded values) are made again only by a new recording.
+        model[0].linear.weight.mul_(2)
+    assert not snapshot.holds()
+    assert snapshot.settle() and snapshot.holds()  # the versions taken as they are now: a forward's own writes
+    assert not snapshot.settle()
     model[0].linear.weight = nn.Parameter(torch.randn(16, 16))
     assert not snapshot.holds()
     snapshot = _Snapshot(model)

@@ -44,7 +44,8 @@ from .activations import Activation as Activation, Activations as Activations
 from .graphs import CudaGraphs as CudaGraphs, GraphedBlocks as GraphedBlocks
 from .graphs import cuda_graph_blocks as cuda_graph_blocks, cuda_graphs as cuda_graphs
 from .graphs import default_graph_counts as default_graph_counts, graphed as graphed
-from .graphs import set_default_graphs as set_default_graphs
+from .graphs import set_default_graphs as set_default_graphs, set_default_tapes as set_default_tapes
+from . import tapes
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _SCALARS = (bool, int, float)
@@ -334,6 +335,18 @@ class Kernel:
         return f"<kernel {self.name} for {self.source}>"
 
     def __call__(self, *args):
+        """The region's outputs computed by a kernel, or None to run the original code; while a tape records
+        (tapes.py), a call that ran its kernel is recorded as one call."""
+        recorder = tapes.recorder()
+        if recorder is None:
+            return self._run(*args)
+        with recorder.paused():
+            outputs = self._run(*args)
+        if outputs is not None:
+            recorder.kernel(self, args, outputs)
+        return outputs
+
+    def _run(self, *args):
         """The region's outputs computed by a kernel, or None to run the original code.
 
         The path of a call whose signature was seen before is kept short (it runs on every call of a

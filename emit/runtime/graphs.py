@@ -50,13 +50,13 @@ import threading
 import time
 import types
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 
-from . import host_reads
+from . import host_reads, tapes
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout)
 WARMUP_CALLS = 1  # eager calls of a signature before it is recorded: lazy initialisation happens there
@@ -305,9 +305,31 @@ def _check_unchanged(before, arguments, versions, inputs, attributes, module) ->
 
 _MISSING = object()
 _TRAINING = operator.attrgetter("training")
+_VERSION = operator.attrgetter("_version")
 _STUCK = object()
-_DIFFERS = object()
+_DIFFERS = tapes.MISS
 _BROKEN = object()
+
+
+class _Ran(NamedTuple):
+    """A recording that ran the call itself (a tape records an eager call): the call's outputs."""
+
+    outputs: Any
+
+
+def _versions(tensors: list) -> list[int]:
+    """The version counters of `tensors` (-1 for an inference tensor, which has none)."""
+    try:
+        return list(map(_VERSION, tensors))
+    except RuntimeError:
+        return [_version(t) for t in tensors]
+
+
+def _version(tensor: torch.Tensor) -> int:
+    try:
+        return tensor._version
+    except RuntimeError:
+        return -1
 
 
 class _Snapshot:
@@ -364,8 +386,18 @@ class _Snapshot:
         self.values = list(itertools.chain.from_iterable(map(dict.values, self.tables)))
         self.tensors = [value for value in self.values if isinstance(value, torch.Tensor)]
         self.pointers = list(map(torch.Tensor.data_ptr, self.tensors))
+        # In-place writes (`load_state_dict`, an optimizer step): derived values the runtime keeps (a convolution
+        # folded with its batch norm) and a tape's folded values follow them only through a new recording.
+        self.versions = _versions(self.tensors)
         self.modules = modules
         self.training = list(map(_TRAINING, modules))
+
+    def settle(self) -> bool:
+        """Take the tensors' versions as they are now; whether they had changed (the forward writes its own)."""
+        versions = _versions(self.tensors)
+        changed = versions != self.versions
+        self.versions = versions
+        return changed
 
     def _watch(self, value: object) -> None:
         """Guard every plain field of an object the forward reads (a model's config): libraries around the
@@ -389,6 +421,7 @@ class _Snapshot:
             and all(map(operator.is_, values, self.values))
             and list(itertools.chain.from_iterable(self.tables)) == self.names
             and list(map(torch.Tensor.data_ptr, self.tensors)) == self.pointers  # `.data = ...`, `.to()` in place
+            and _versions(self.tensors) == self.versions
             and list(map(_TRAINING, self.modules)) == self.training
             # after the tables: the submodules a read starts from are still those of the tree
             and all(_same(_read(get, owner), value, plain) for _, owner, get, value, plain in self.reads)
@@ -471,6 +504,8 @@ class _Pool:
 class CudaGraphs:
     """A callable that runs `function` (a module or a module's bound forward) through CUDA graphs."""
 
+    REPLAYED = "graph replay"  # what its counts call a call its recording ran
+
     def __init__(
         self,
         function: Callable,
@@ -497,6 +532,7 @@ class CudaGraphs:
         self._seen: collections.Counter[tuple] = collections.Counter()
         self._pool.release()
         self._state = None
+        self._writes_own = False  # whether the forward writes into its own parameters or buffers
 
     def __call__(self, *args, **kwargs):
         reason = self._signature(args, kwargs)
@@ -519,8 +555,13 @@ class CudaGraphs:
             self._seen[key] += 1
             if self._seen[key] <= WARMUP_CALLS:
                 self.counts["warm-up (original forward)"] += 1
-                return self.function(*args, **kwargs)
+                outputs = self.function(*args, **kwargs)
+                self._writes_own |= self._state.settle()
+                return outputs
             graph = self._record(key, args, kwargs, tensors)
+            self._writes_own |= self._state.settle()  # the recording ran the forward: its own writes are not a change
+            if isinstance(graph, _Ran):
+                return graph.outputs
         if isinstance(graph, str):
             self.counts[graph] += 1
             return self.function(*args, **kwargs)
@@ -540,7 +581,9 @@ class CudaGraphs:
             reason = self._graphs[key] = "original forward: a host read differed from the one its recording answered"
             self.counts[reason] += 1
             return self.function(*args, **kwargs)
-        self.counts["graph replay"] += 1
+        self.counts[self.REPLAYED] += 1
+        if self._writes_own:  # a tape's replay writes them as the forward did: not a change to record again for
+            self._state.settle()
         return outputs
 
     def _signature(self, args: tuple, kwargs: dict) -> tuple[tuple, list] | str:
@@ -609,6 +652,9 @@ MAX_DEFAULT_GRAPHS = 256  # recordings held at once by every default replay toge
 # guards), so it lives on the module (`_Recordings`) and goes with it; this set holds it weakly.
 _REPLAYERS: "weakref.WeakSet[_DefaultGraphs]" = weakref.WeakSet()
 _KEY = "_transpile_graphs"  # the instance attribute holding a module's `_Recordings`
+_TAPES_KEY = "_transpile_tapes"  # the same for its tapes (tapes.py): the CPU's replay
+# `TRANSPILE_TAPES=0` (read at import) or `set_default_tapes(False)` turns the CPU's default replay off.
+_TAPES_ON = os.environ.get("TRANSPILE_TAPES", "1") != "0"
 _POOLS: dict[tuple, _Pool] = {}  # per device and stream: graphs that never run at once share memory
 
 
@@ -617,10 +663,22 @@ def set_default_graphs(enabled: bool) -> None:
     global _DEFAULT_ON
     _DEFAULT_ON = enabled
     if not enabled:
-        for replayer in list(_REPLAYERS):
-            replayer.reset()
-            vars(replayer.module).pop(_KEY, None)
-        _REPLAYERS.clear()
+        _forget_replayers(_DefaultGraphs, _KEY)
+
+
+def _forget_replayers(kind: type, key: str) -> None:
+    for kept in [r for r in list(_REPLAYERS) if isinstance(r, kind)]:
+        kept.reset()
+        vars(kept.module).pop(key, None)
+        _REPLAYERS.discard(kept)
+
+
+def set_default_tapes(enabled: bool) -> None:
+    """Turn the CPU's default replay of graphed forwards (tapes) on or off for this process (off forgets them)."""
+    global _TAPES_ON
+    _TAPES_ON = enabled
+    if not enabled:
+        _forget_replayers(_DefaultTapes, _TAPES_KEY)
 
 
 def default_graph_counts() -> collections.Counter[str]:
@@ -628,9 +686,9 @@ def default_graph_counts() -> collections.Counter[str]:
     return sum((r.counts for r in list(_REPLAYERS)), collections.Counter())
 
 
-def replayer(module: torch.nn.Module) -> "_DefaultGraphs | None":
-    """The replayer of `module`'s graphed forward, once a call on CUDA made one."""
-    kept = vars(module).get(_KEY)
+def replayer(module: torch.nn.Module, key: str = _KEY) -> "CudaGraphs | None":
+    """The replayer of `module`'s graphed forward, once a call on CUDA (on the CPU, with `_TAPES_KEY`) made one."""
+    kept = vars(module).get(key)
     return kept.replayer if isinstance(kept, _Recordings) and kept.replayer.module is module else None
 
 
@@ -709,6 +767,68 @@ def _forget() -> None:
     _DefaultGraphs.recorded -= 1
 
 
+class _DefaultTapes(CudaGraphs):
+    """The CPU's default replay of a module whose forward the build marked `graphed`: each call signature is
+    recorded once as a tape (tapes.py) and replayed; the `cuda_graphs` rules of signatures, warm-up and
+    guards hold. A tape records an eager call, and that call returns its own outputs. Tapes count against
+    MAX_DEFAULT_GRAPHS with the graphs: they hold the values they fold."""
+
+    REPLAYED = "tape replay"
+
+    def _signature(self, args: tuple, kwargs: dict) -> tuple[tuple, list] | str:
+        if torch.is_grad_enabled():
+            return "original forward: autograd is on (tapes are for inference: use torch.no_grad())"
+        if torch.is_autocast_enabled("cpu"):
+            return "original forward: autocast is on"
+        tensors: list = []
+        try:
+            description = _describe((args, kwargs), tensors)
+        except _Unsupported as error:
+            return f"original forward: {error}"
+        if not tensors or not all([t.device.type == "cpu" for t in tensors]):
+            return "original forward: an input is not a CPU tensor, or none is a tensor"
+        identities = list(map(id, tensors))  # an argument given twice is one slot of the tape
+        repeats = () if len(set(identities)) == len(identities) else tuple(map(identities.index, identities))
+        return (description, repeats, torch.is_inference_mode_enabled(), torch.get_default_dtype()), tensors
+
+    def _record(self, key: tuple, args: tuple, kwargs: dict, tensors: list) -> "_Ran | str":
+        if _DefaultGraphs.recorded >= MAX_DEFAULT_GRAPHS:
+            return "original forward: MAX_DEFAULT_GRAPHS recordings held already"
+        if len(self._graphs) >= self.max_graphs:
+            return "original forward: more call signatures than max_graphs"
+        from . import wait_for_kernels  # kernels still compiling would be recorded as the original code
+
+        wait_for_kernels()
+        held = {t.untyped_storage().data_ptr() for t in (*self.module.parameters(), *self.module.buffers())}
+        if any(t.untyped_storage().data_ptr() in held for t in tensors):
+            return "original forward: an input is a parameter or buffer of the module, or a view of one"
+        before = _describe((args, kwargs), [])
+        attributes = _attributes(self.module)
+        recorder = tapes.Recorder(tensors)
+        _RECORDING.depth = getattr(_RECORDING, "depth", 0) + 1
+        try:
+            with recorder:
+                output = self.function(*args, **kwargs)
+        finally:
+            _RECORDING.depth -= 1
+        try:
+            _check_unchanged(before, (args, kwargs), [], [], attributes, self.module)
+            tape: tapes.Tape | str = recorder.tape(output, getattr(self.function, "__qualname__", "the forward"))
+        except _Unsupported as error:
+            tape = str(error)
+        except Exception as error:  # noqa: BLE001 - the call ran and returns; later calls run the source's forward
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            tape = f"the forward cannot be recorded ({first[:120]})"
+        if isinstance(tape, str):
+            self._graphs[key] = f"original forward: {tape}"
+        else:
+            self._graphs[key] = tape
+            _DefaultGraphs.recorded += 1
+            weakref.finalize(tape, _forget)
+            self.counts["recorded as a tape"] += 1
+        return _Ran(output)
+
+
 TRIALS = 2
 
 
@@ -733,15 +853,21 @@ def graphed(reads: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
     def decorate(forward: Callable) -> Callable:
         @functools.wraps(forward)
         def replayed(self, *args, **kwargs):
-            if not _DEFAULT_ON or self.training or torch.is_grad_enabled() or recording():
+            if self.training or torch.is_grad_enabled() or recording():
                 return forward(self, *args, **kwargs)
             first = _first_tensor(args, kwargs)
-            if first is None or not first.is_cuda or torch.compiler.is_compiling():
+            if first is None or torch.compiler.is_compiling():
                 return forward(self, *args, **kwargs)
-            kept = replayer(self)  # None also for a shallow copy, which shares the original's attribute
+            if first.is_cuda and _DEFAULT_ON:
+                key, kind = _KEY, _DefaultGraphs
+            elif first.device.type == "cpu" and _TAPES_ON:
+                key, kind = _TAPES_KEY, _DefaultTapes
+            else:
+                return forward(self, *args, **kwargs)
+            kept = replayer(self, key)  # None also for a shallow copy, which shares the original's attribute
             if kept is None:
-                kept = _DefaultGraphs(forward.__get__(self), reads=reads)
-                vars(self)[_KEY] = _Recordings(kept)
+                kept = kind(forward.__get__(self), reads=reads)
+                vars(self)[key] = _Recordings(kept)
                 _REPLAYERS.add(kept)
             return kept(*args, **kwargs)
 
