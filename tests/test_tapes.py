@@ -173,6 +173,31 @@ def test_parameters_changed_in_place_are_read_and_folded_values_follow_them():
         assert torch.equal(model(x), x * 6 + torch.arange(4))
 
 
+def test_values_made_from_buffers_are_folded_and_follow_changes_to_them():
+    class Rotary(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, 8, 2) / 8), persistent=False)
+
+        @graphed()
+        def forward(self, x):
+            angles = torch.arange(x.shape[1])[:, None] * self.inv_freq[None, :]
+            emb = torch.cat((angles, angles), dim=-1)
+            return x * emb.cos() + x.flip(-1) * emb.sin()
+
+    model = Rotary().eval()
+    x = torch.randn(2, 6, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(model(x), source(model, x))
+        text = only_tape(model).source
+        assert "cos" not in text and "sin" not in text and "cat" not in text, text
+        model.inv_freq.mul_(2)  # in place: the guards see its version, the tape records again
+        for _ in range(3):
+            assert torch.equal(model(x), source(model, x))
+    assert tape_of(model).counts["recorded as a tape"] == 2
+
+
 def test_outputs_are_new_tensors_at_each_call():
     model = Masked().eval()
     x = torch.randn(2, 5, 16)

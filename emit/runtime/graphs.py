@@ -799,12 +799,13 @@ class _DefaultTapes(CudaGraphs):
         from . import wait_for_kernels  # kernels still compiling would be recorded as the original code
 
         wait_for_kernels()
-        held = {t.untyped_storage().data_ptr() for t in (*self.module.parameters(), *self.module.buffers())}
+        state = self._state.tensors  # what the guards watch: the tape may fold values made from them
+        held = {t.untyped_storage().data_ptr() for t in state}
         if any(t.untyped_storage().data_ptr() in held for t in tensors):
             return "original forward: an input is a parameter or buffer of the module, or a view of one"
         before = _describe((args, kwargs), [])
         attributes = _attributes(self.module)
-        recorder = tapes.Recorder(tensors)
+        recorder = tapes.Recorder(tensors, state)
         _RECORDING.depth = getattr(_RECORDING, "depth", 0) + 1
         try:
             with recorder:

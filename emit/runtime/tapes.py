@@ -16,9 +16,12 @@ Python function, a tape, which later calls of the same signature run instead of 
 
 What the tape leaves out, it proves it may:
 
-- **Values fixed by the forward** (made from constants alone by deterministic ops, with no write a
-  replay would repeat: transformers' causal masks, position ids, `arange`s) are computed once, at the
-  recording, and bound into the tape. A host read of such a value (`.item()`, `bool(t)`) needs no check.
+- **Values fixed by the forward** (made by deterministic ops from constants and from the module's
+  parameters and buffers alone, with no write a replay would repeat: transformers' causal masks,
+  position ids, rotary tables, embeddings of position ids) are computed once, at the recording, and
+  bound into the tape, up to FOLDED_BYTES. A host read of such a value (`.item()`, `bool(t)`) needs no
+  check. The replayer's guards (graphs.py's `_Snapshot`) watch the parameters and buffers (identity,
+  memory, version counter): `load_state_dict`, an optimizer step or `.to()` records the tape again.
 - **Ops whose results nothing uses** (and that write nothing and draw no random numbers) are dropped.
 - **Host reads of other values** stay, each followed by a check against the value the recording read:
   a replay whose read differs stops there, and the call runs the source's forward (the signature keeps
@@ -62,6 +65,9 @@ _RAW_READS = {
     torch.Tensor.__dlpack__: "__dlpack__()",
 }
 _LITERALS = (type(None), bool, int, str)
+# The memory a tape may hold in folded values; the values past it are computed at each replay. A causal mask
+# for 8k tokens (64 MiB in bool) is one: eager makes it at each call, the peak holds it either way.
+FOLDED_BYTES = 64 << 20
 
 
 def recorder() -> "Recorder | None":
@@ -101,7 +107,10 @@ _NO_READ = object()
 class Recorder(TorchDispatchMode):
     """Records the calls of one forward; `tape()` turns them into a `Tape`, or says why it cannot."""
 
-    def __init__(self, tensors: list[torch.Tensor]) -> None:
+    def __init__(self, tensors: list[torch.Tensor], state: list[torch.Tensor] = ()) -> None:
+        """`tensors`: the call's tensor arguments, in order. `state`: the module tree's parameters and buffers,
+        which the replayer's guards watch (identity, memory and version): values made from them alone may be
+        folded, since any change to them records the tape again."""
         super().__init__()
         self.entries: list[_Entry] = []
         self.refused = ""  # why no tape can stand for the forward; recording stops at the first reason
@@ -114,6 +123,8 @@ class Recorder(TorchDispatchMode):
         # A storage seen (its address: held by the weak reference, never reused while recording) -> its base slot.
         self._storages: dict[int, tuple[StorageWeakRef, int]] = {}
         self._raw = _RawReads(self)
+        self._state = {id(t) for t in state}
+        self.state: set[int] = set()  # the slots of `state` tensors
         self.inputs = [self._slot(tensor, "input") for tensor in tensors]  # per argument; a repeated tensor repeats
 
     # -- recording ---------------------------------------------------------------------------------
@@ -207,6 +218,9 @@ class Recorder(TorchDispatchMode):
         self.base.append(self._base(tensor, slot))
         if kind == "constant":
             self.held[slot] = tensor
+            if id(tensor) in self._state:
+                self.state.add(slot)
+                self.maybe_fixed.add(slot)
         return slot
 
     def _base(self, tensor: torch.Tensor, slot: int) -> int:
@@ -273,6 +287,7 @@ class Recorder(TorchDispatchMode):
         while True:
             fixed: set[int] = set()
             folded: list[bool] = []
+            budget = FOLDED_BYTES
             for entry in self.entries:
                 slots = _slots_of(entry.outs)
                 inputs = [r.slot for r in pytree.tree_leaves((entry.args, entry.kwargs)) if isinstance(r, _Ref)]
@@ -284,12 +299,15 @@ class Recorder(TorchDispatchMode):
                     not entry.random
                     and all(s in self.maybe_fixed for s in slots)
                     and all(self.base[s] not in banned for s in slots + entry.writes)
-                    and all(s in fixed or (lifted and self.kind[s] == "constant") for s in inputs)
-                    and all(s in fixed for s in entry.writes)
+                    and all(s in fixed or s in self.state or (lifted and self.kind[s] == "constant") for s in inputs)
+                    # writes into tensors the forward made: the ones it was given, or keeps, are written each call
+                    and all(s in fixed and self.kind[self.base[s]] == "result" for s in entry.writes)
+                    and budget >= _bytes(self.held, self.base, slots)
                 )
                 folded.append(folds)
                 if folds:
                     fixed.update(slots)
+                    budget -= _bytes(self.held, self.base, slots)
             more: set[int] = set()
             read_by_replay: set[int] = set()
             for entry, folds in zip(self.entries, folded):
@@ -320,6 +338,11 @@ class Recorder(TorchDispatchMode):
             live.update(self.base[s] for s in used)
         kept.reverse()
         return kept
+
+
+def _bytes(held: dict[int, torch.Tensor], base: list[int], slots: list[int]) -> int:
+    """The memory folding `slots` would hold: their allocations (a view holds its base's memory)."""
+    return sum(held[s].untyped_storage().nbytes() for s in slots if s in held and base[s] == s)
 
 
 def _slots_of(outs) -> list[int]:
