@@ -198,6 +198,24 @@ def test_values_made_from_buffers_are_folded_and_follow_changes_to_them():
     assert tape_of(model).counts["recorded as a tape"] == 2
 
 
+def test_an_output_viewing_a_parameter_stays_a_view_of_it():
+    class Exposed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.zeros(3, 2))
+
+        @graphed()
+        def forward(self, x):
+            return x + 1, self.weight.t()
+
+    model = Exposed().eval()
+    with torch.no_grad():
+        for _ in range(4):
+            _, view = model(torch.ones(2))
+        view.add_(1)  # through the view, as in eager
+    assert torch.equal(model.weight, torch.ones(3, 2)) and only_tape(model).ops >= 2
+
+
 def test_outputs_are_new_tensors_at_each_call():
     model = Masked().eval()
     x = torch.randn(2, 5, 16)

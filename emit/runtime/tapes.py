@@ -284,6 +284,7 @@ class Recorder(TorchDispatchMode):
         banned: set[int] = set()  # bases a replayed op writes, or reads before a folded write
         output_bases = [self.base[o.slot] for o in outs if isinstance(o, _Ref)]
         banned |= {b for b in output_bases if output_bases.count(b) > 1}  # outputs sharing memory keep it
+        banned |= {b for b in output_bases if self.kind[b] != "result"}  # a view of a parameter stays one
         while True:
             fixed: set[int] = set()
             folded: list[bool] = []
@@ -387,7 +388,7 @@ class Tape:
                 code = f"{names.target(entry.outs)} = {call}"
             else:
                 targets = [names.target(s) for s in entry.outs]
-                code = f"{', '.join(targets)}{',' if len(targets) == 1 else ''} = {call}"
+                code = f"{', '.join(targets)}{',' if len(targets) == 1 else ''} = {call}" if targets else call
             for slot in used:
                 last_use[slot] = len(body)
             body.append((code, _slots_of(entry.outs)))
