@@ -10,7 +10,8 @@ build, a child process
 1. builds the tiny model from the original code (config, seed and inputs chosen there),
 2. runs `transpile build <transformers>/models/<family> -o <tmp>/pkg/<family>` (kernels on),
 3. builds the same class from the transpiled modeling file with the ORIGINAL's config object
-   and seed, runs both on the same inputs and compares every output tensor,
+   and seed, runs both on the same inputs and compares every output tensor (the transpiled model
+   is called CALLS times, each compared: the third call replays the tapes of its graphed forwards),
 4. reads the runtime's counters (`_transpile_runtime.counters()`): which path each kernel
    call took (`cpp`, `triton`, or a fallback with its reason).
 
@@ -49,6 +50,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TOOLS = ROOT.parent / "shared" / "tools"
 DEFAULT_CACHE = Path.home() / ".cache" / "transpile-hf-families"
 KERNEL_PATHS = ("cpp", "triton")  # counter keys of calls a generated kernel computed
+# Transpiled forwards per family, each compared with the original's: the third replays the tapes the second
+# recorded (emit/runtime/tapes.py); a family that differs says at which call (`call`).
+CALLS = 3
 
 
 def check(family: str, tools: Path, work: Path) -> dict:
@@ -95,6 +99,16 @@ def check(family: str, tools: Path, work: Path) -> dict:
         torch.manual_seed(hff.SEED)
         actual = hff.run_forward(compiled, inputs)
         row["forward_s"] = round(time.monotonic() - begin, 1)
+        # The later calls: a graphed forward's second call records its tape (on the CPU), the third replays it.
+        for call in range(2, CALLS + 1):
+            torch.manual_seed(hff.SEED)
+            again = hff.run_forward(compiled, inputs)
+            equal, detail = hff.compare_outputs(expected, again)
+            if not equal:
+                actual = again
+                row["call"] = call
+                break
+        row["replays"] = _replays(package, family)
     except Exception as error:
         return {**row, "status": stage, "reason": _short(error), "counters": _counters(package, family)}
     equal, detail = hff.compare_outputs(expected, actual)
@@ -106,6 +120,15 @@ def check(family: str, tools: Path, work: Path) -> dict:
             row.update(status="equal", rounding=rounding, detail=f"{detail}; {rounding}")
     row["seconds"] = round(time.monotonic() - started, 1)
     return row
+
+
+def _replays(package: str, family: str) -> dict[str, int]:
+    """What the calls of the graphed forwards ran (`default_graph_counts()`: tape replays, and why not)."""
+    try:
+        runtime = importlib.import_module(f"{package}.{family}._transpile_runtime")
+    except ImportError:
+        return {}
+    return dict(runtime.default_graph_counts())
 
 
 def _counters(package: str, family: str) -> dict[str, dict[str, int]]:
