@@ -67,12 +67,14 @@ def test_the_transpiled_model_matches_eager_on_the_kernel_path(run):
     cpp_calls = sum(kernel["cpp"] for kernel in transpiled["kernels"].values())
     assert transpiled["ops_per_forward"] == transpiled["profile"]["aten_ops"] + cpp_calls
     eager = row["variants"]["eager"]
-    # the fused regions replaced aten ops: fewer of them, even counting each kernel call as one
-    assert transpiled["ops_per_forward"] < eager["ops_per_forward"]
     assert eager["seconds"] > 0 and transpiled["seconds"] > 0
     # reach: the kernel calls of the profiled forward are its generated kernels; the layer norms they fused
     # leave the library calls, the residual adds the leftover eager ops
     reach, eager_reach = transpiled["profile"]["reach"], eager["profile"]["reach"]
+    # the fused regions (and the tape's folded values) replaced aten ops that do work: fewer of them, counting
+    # each kernel call as one. All calls are not fewer: the tape calls `view` and `addmm` where eager calls `linear`.
+    work = reach["generated"] + reach["library"] + reach["leftover"]
+    assert work < eager_reach["library"] + eager_reach["leftover"]
     assert reach["generated"] == cpp_calls and eager_reach["generated"] == 0
     assert reach["library_by_class"]["matmul"] == eager_reach["library_by_class"]["matmul"]
     assert reach["library_by_class"].get("normalization", 0) < eager_reach["library_by_class"]["normalization"]
