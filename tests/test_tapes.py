@@ -246,7 +246,9 @@ def test_what_a_tape_cannot_stand_for_runs_the_source_with_the_reason():
         for _ in range(3):
             assert torch.equal(raw(torch.ones(3)), torch.full((3,), 3.0))
             x = torch.ones(2)
-            assert torch.equal(late(x, torch.tensor(True)), torch.full((2,), 4.0)) and torch.equal(x, torch.full((2,), 2.0))
+            assert torch.equal(late(x, torch.tensor(True)), torch.full((2,), 4.0)) and torch.equal(
+                x, torch.full((2,), 2.0)
+            )
     (why,) = tape_of(raw)._graphs.values()
     assert "outside PyTorch's dispatcher (`tolist()`)" in why
     (why,) = tape_of(late)._graphs.values()
