@@ -502,6 +502,9 @@ def steady_state(model: Model, args: argparse.Namespace) -> dict:
         result["ops_per_forward"] = ops_per_forward(variant, counts, result.get("kernels", {}), args.device)
         if call.graphs is not None:
             result["graph_counts"] = dict(call.graphs.counts)
+        runtime = transpiled_runtime(model, args.compiled) if variant.startswith("transpiled") else None
+        if runtime is not None:  # what the default replays ran (CUDA graphs, tapes), over every call so far
+            result["default_replays"] = dict(runtime.default_graph_counts())
     return row
 
 

@@ -68,6 +68,9 @@ def test_the_transpiled_model_matches_eager_on_the_kernel_path(run):
     assert transpiled["ops_per_forward"] == transpiled["profile"]["aten_ops"] + cpp_calls
     eager = row["variants"]["eager"]
     assert eager["seconds"] > 0 and transpiled["seconds"] > 0
+    # the timed calls replayed the tape the second call recorded (BertModel's forward is `graphed`)
+    replays = transpiled["default_replays"]
+    assert replays["recorded as a tape"] == 1 and replays["tape replay"] >= transpiled["iterations"]
     # reach: the kernel calls of the profiled forward are its generated kernels; the layer norms they fused
     # leave the library calls, the residual adds the leftover eager ops
     reach, eager_reach = transpiled["profile"]["reach"], eager["profile"]["reach"]
