@@ -255,6 +255,41 @@ def test_what_a_tape_cannot_stand_for_runs_the_source_with_the_reason():
     assert "before a host read" in why
 
 
+def test_past_the_folding_budget_values_are_computed_at_each_replay(monkeypatch):
+    monkeypatch.setattr(graphs.tapes, "FOLDED_BYTES", 0)
+    model = Masked().eval()
+    calls(model, [(torch.randn(2, 5, 16),)])
+    text = only_tape(model).source
+    assert "arange" in text and "tril" in text  # nothing folded: the mask and the positions are made each call
+    assert "aten_t_default" not in text  # views of parameters hold no memory of their own: still bound
+
+
+def test_inputs_that_are_parameters_attribute_stores_and_autocast_are_refused():
+    class Attributes(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(3))
+            self.calls = 0
+
+        @graphed()
+        def forward(self, x):
+            self.calls += 1
+            return x * self.weight
+
+    model, other = Attributes().eval(), Attributes().eval()
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(model(model.weight), torch.ones(3))
+            other(torch.ones(3))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(torch.ones(3))
+    assert tape_of(model).counts["original forward: an input is a parameter or buffer of the module, or a view of one"]
+    assert tape_of(model).counts["original forward: autocast is on"] == 1
+    (why,) = tape_of(other)._graphs.values()
+    assert why == "original forward: the forward sets Python attributes of its modules"
+    assert other.calls == 3  # every call ran the source, the recording's included
+
+
 def test_autograd_training_and_the_switch_run_the_source():
     model = Masked()
     x = torch.randn(2, 5, 16)

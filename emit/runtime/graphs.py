@@ -83,6 +83,15 @@ def _describe(value: Any, tensors: list) -> Any:
     raise _Unsupported(f"an argument of type {type(value).__name__} (not a tensor or a plain value)")
 
 
+def _described(args: tuple, kwargs: dict) -> tuple[tuple, list] | str:
+    """A call's arguments as `_describe` gives them, and their tensors; or why they cannot key a recording."""
+    tensors: list = []
+    try:
+        return _describe((args, kwargs), tensors), tensors
+    except _Unsupported as error:
+        return f"original forward: {error}"
+
+
 def _rebuild(value: Any, tensors) -> Any:
     """`value` with its tensors replaced, in `_describe`'s order, by the next of `tensors`."""
     if isinstance(value, torch.Tensor):
@@ -590,11 +599,10 @@ class CudaGraphs:
         """The call's key and tensors, or why it runs the original forward."""
         if torch.is_grad_enabled():
             return "original forward: autograd is on (graphs are for inference: use torch.no_grad())"
-        tensors: list = []
-        try:
-            description = _describe((args, kwargs), tensors)
-        except _Unsupported as error:
-            return f"original forward: {error}"
+        described = _described(args, kwargs)
+        if isinstance(described, str):
+            return described
+        description, tensors = described
         if not tensors or not all(t.is_cuda for t in tensors):
             # A CPU tensor's values reach a graph only as they were when it was recorded (as kernel arguments).
             return "original forward: an input is not a CUDA tensor, or none is a tensor"
@@ -628,8 +636,7 @@ class CudaGraphs:
         except Exception as error:  # noqa: BLE001 - a wait on the device, CUDA refusing an operation while
             # recording, or the recording's dispatch modes meeting code they do not suit: the source's forward
             # runs instead, and raises there if the error is its own.
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            graph = f"original forward: the forward cannot be recorded ({first[:120]})"
+            graph = f"original forward: the forward cannot be recorded ({_first_line(error)})"
         else:
             if graph.checked_reads:
                 self.counts["recorded with host reads checked at each replay"] += 1
@@ -637,6 +644,12 @@ class CudaGraphs:
                 self.counts["recorded with host reads proved fixed (checked one replay later)"] += 1
         self._graphs[key] = graph
         return graph
+
+
+def _first_line(error: Exception) -> str:
+    """An error's message as a reason: its first line, shortened."""
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:120]
 
 
 def cuda_graphs(function: Callable, copy_outputs: bool = True, max_graphs: int = 16) -> CudaGraphs:
@@ -780,11 +793,10 @@ class _DefaultTapes(CudaGraphs):
             return "original forward: autograd is on (tapes are for inference: use torch.no_grad())"
         if torch.is_autocast_enabled("cpu"):
             return "original forward: autocast is on"
-        tensors: list = []
-        try:
-            description = _describe((args, kwargs), tensors)
-        except _Unsupported as error:
-            return f"original forward: {error}"
+        described = _described(args, kwargs)
+        if isinstance(described, str):
+            return described
+        description, tensors = described
         if not tensors or not all([t.device.type == "cpu" for t in tensors]):
             return "original forward: an input is not a CPU tensor, or none is a tensor"
         identities = list(map(id, tensors))  # an argument given twice is one slot of the tape
@@ -818,8 +830,7 @@ class _DefaultTapes(CudaGraphs):
         except _Unsupported as error:
             tape = str(error)
         except Exception as error:  # noqa: BLE001 - the call ran and returns; later calls run the source's forward
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            tape = f"the forward cannot be recorded ({first[:120]})"
+            tape = f"the forward cannot be recorded ({_first_line(error)})"
         if isinstance(tape, str):
             self._graphs[key] = f"original forward: {tape}"
         else:

@@ -68,6 +68,8 @@ _LITERALS = (type(None), bool, int, str)
 # The memory a tape may hold in folded values; the values past it are computed at each replay. A causal mask
 # for 8k tokens (64 MiB in bool) is one: eager makes it at each call, the peak holds it either way.
 FOLDED_BYTES = 64 << 20
+# `torch.tensor(data)`: a tensor made from Python values outside the dispatcher, first seen as these ops' argument.
+_LIFTS = (torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default)
 
 
 def recorder() -> "Recorder | None":
@@ -87,13 +89,14 @@ class _Ref:
 class _Entry:
     """One call the forward made: an aten op, or a fused kernel of the runtime."""
 
-    __slots__ = ("func", "name", "args", "kwargs", "outs", "reads", "writes", "random", "effect")
+    __slots__ = ("func", "name", "args", "kwargs", "inputs", "outs", "reads", "writes", "random", "effect")
 
-    def __init__(self, func, name: str, args, kwargs, outs, reads, writes, random: bool, effect: bool) -> None:
+    def __init__(self, func, name: str, args, kwargs, inputs, outs, reads, writes, random: bool, effect: bool) -> None:
         self.func = func
         self.name = name  # the global the tape calls it by
         self.args = args  # the arguments, tensors as `_Ref`s
         self.kwargs = kwargs
+        self.inputs = inputs  # the slots of its tensor arguments
         self.outs = outs  # a slot, a list of slots (None for a missing tensor), or None (a value: `reads`)
         self.reads = reads  # the plain value the op returned (a host read), or _NO_READ
         self.writes = writes  # the slots it writes into (in place, `out=`)
@@ -179,8 +182,8 @@ class Recorder(TorchDispatchMode):
             inputs = [r.slot for r in pytree.tree_leaves((arg_refs, kwarg_refs)) if isinstance(r, _Ref)]
             writes = [self._slot(t, "constant") for t in pytree.tree_leaves(written) if isinstance(t, torch.Tensor)]
             fixed = not random and all(s in self.maybe_fixed for s in inputs)
-            if func is torch.ops.aten.lift_fresh.default or func is torch.ops.aten.lift_fresh_copy.default:
-                fixed = True  # `torch.tensor(data)`: a tensor made from Python values, seen first here
+            if func in _LIFTS:
+                fixed = True
             # A view of constants alone (`weight.t()`): its memory is theirs, so it is bound once and still reads
             # what they hold at each replay.
             viewing = not random and not writes and all(self.kind[s] == "constant" or s in self.views for s in inputs)
@@ -195,7 +198,7 @@ class Recorder(TorchDispatchMode):
                 self.refuse(f"{name} returned a {type(result).__name__}, neither tensors nor a plain value")
                 return
             effect = random or bool(writes) or (result is None)
-            self.entries.append(_Entry(func, name, arg_refs, kwarg_refs, outs, reads, writes, random, effect))
+            self.entries.append(_Entry(func, name, arg_refs, kwarg_refs, inputs, outs, reads, writes, random, effect))
 
     def _refs(self, value):
         if isinstance(value, torch.Tensor):
@@ -291,8 +294,7 @@ class Recorder(TorchDispatchMode):
             budget = FOLDED_BYTES
             for entry in self.entries:
                 slots = _slots_of(entry.outs)
-                inputs = [r.slot for r in pytree.tree_leaves((entry.args, entry.kwargs)) if isinstance(r, _Ref)]
-                lifted = entry.func in (torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default)
+                lifted = entry.func in _LIFTS
                 if slots and all(s in self.views for s in slots):
                     folded.append(True)  # bound as it is: a view reads its constants' memory at each replay
                     continue
@@ -300,7 +302,9 @@ class Recorder(TorchDispatchMode):
                     not entry.random
                     and all(s in self.maybe_fixed for s in slots)
                     and all(self.base[s] not in banned for s in slots + entry.writes)
-                    and all(s in fixed or s in self.state or (lifted and self.kind[s] == "constant") for s in inputs)
+                    and all(
+                        s in fixed or s in self.state or (lifted and self.kind[s] == "constant") for s in entry.inputs
+                    )
                     # writes into tensors the forward made: the ones it was given, or keeps, are written each call
                     and all(s in fixed and self.kind[self.base[s]] == "result" for s in entry.writes)
                     and budget >= _bytes(self.held, self.base, slots)
@@ -312,12 +316,11 @@ class Recorder(TorchDispatchMode):
             more: set[int] = set()
             read_by_replay: set[int] = set()
             for entry, folds in zip(self.entries, folded):
-                inputs = [r.slot for r in pytree.tree_leaves((entry.args, entry.kwargs)) if isinstance(r, _Ref)]
                 if folds:
                     more |= {self.base[s] for s in entry.writes if self.base[s] in read_by_replay}
                 else:
                     more |= {self.base[s] for s in entry.writes}
-                    read_by_replay |= {self.base[s] for s in inputs}
+                    read_by_replay |= {self.base[s] for s in entry.inputs}
             if more <= banned:
                 return fixed, folded  # the views bound are `self.views`, not fixed: their values may change
             banned |= more
@@ -334,9 +337,8 @@ class Recorder(TorchDispatchMode):
             if not (entry.effect or entry.reads is not _NO_READ or any(s in live for s in _slots_of(entry.outs))):
                 continue
             kept.append(index)
-            used = [r.slot for r in pytree.tree_leaves((entry.args, entry.kwargs)) if isinstance(r, _Ref)]
-            live.update(used)
-            live.update(self.base[s] for s in used)
+            live.update(entry.inputs)
+            live.update(self.base[s] for s in entry.inputs)
         kept.reverse()
         return kept
 
@@ -378,7 +380,6 @@ class Tape:
             arguments = [names.render(a) for a in entry.args]
             arguments += [f"{k}={names.render(v)}" for k, v in entry.kwargs.items()]
             call = f"{function}({', '.join(arguments)})"
-            used = [r.slot for r in pytree.tree_leaves((entry.args, entry.kwargs)) if isinstance(r, _Ref)]
             if entry.reads is not _NO_READ:
                 value = names.constant(entry.reads)
                 code = f"if not _same({call}, {value}):\n        return MISS"
@@ -389,7 +390,7 @@ class Tape:
             else:
                 targets = [names.target(s) for s in entry.outs]
                 code = f"{', '.join(targets)}{',' if len(targets) == 1 else ''} = {call}" if targets else call
-            for slot in used:
+            for slot in entry.inputs:
                 last_use[slot] = len(body)
             body.append((code, _slots_of(entry.outs)))
         returned = []
@@ -416,14 +417,6 @@ class Tape:
         )
         exec(compile(self.source, f"<transpile tape of {label}>", "exec"), namespace)
         self.run: Callable[..., Any] = namespace["replay"]
-
-    @property
-    def checked_reads(self) -> int:
-        return self.guards
-
-    @property
-    def fixed_reads(self) -> int:
-        return self.folded_reads
 
     def replay(self, tensors: list, copy_outputs: bool = True) -> Any:
         """The forward's outputs for `tensors`, or MISS where a host read differs from the recording's."""
@@ -494,8 +487,10 @@ def _kernel_call(kernel, outputs: int) -> Callable:
     """A runtime kernel as a tape calls it: its outputs, or its eager reference's where it declines a call (its
     plans forgotten, a kernel compiling again): the recording saw it run on this signature."""
 
+    run = kernel._run  # not `kernel(...)`: a replay never runs inside a recording, which that call checks for
+
     def call(*args):
-        result = kernel(*args)
+        result = run(*args)
         return result if result is not None else kernel.reference(*args)[:outputs]
 
     return call
