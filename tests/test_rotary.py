@@ -308,7 +308,12 @@ def test_kernels_read_the_input_at_the_shifted_coordinate():
     triton = render_triton_file([ROTARY_REGION], {}, "emit.runtime.triton_support")
     assert "t1 = rounded(rotate_half(q_ptr, q_offsets, offsets, q_half, mask), t1_dtype)" in triton
     cpp = render_cpp_file([ROTARY_REGION], {}, "")
-    assert "const C t1 = rounded<T, C>(rotate_half<C>(q_ptr, q_offset, index, q_half));" in cpp
+    assert "const C t1 = rounded<T, C>(rotate_half<C>(q_ptr, q_offset, first, half));" in cpp
+    assert "const int64_t half = static_cast<int64_t>(q_half), width = 2 * half;" in cpp
+    # The C++ kernel runs each half of the rotated dim in a loop of its own, where `first` is a constant.
+    assert cpp.count("compute(i, std::true_type(), i, i, i);") == 1
+    assert cpp.count("compute(i, std::false_type(), i, i, i);") == 1
+    assert cpp.count("std::true_type(), q_row + d3 * q_strides[3]") == 1
 
 
 # -- a built tree: the caller's checks -----------------------------------------------------------------

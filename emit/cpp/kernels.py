@@ -64,8 +64,8 @@ _CPP_KEYWORDS = frozenset(
 # unqualified (a local variable `gelu` would hide `gelu(...)`, `rotate_half` would hide
 # `rotate_half<C>(...)`): a value with one of these names is renamed.
 _GENERATED_NAMES = frozenset(
-    "T C n sizes contiguous compute index i d0 d1 d2 d3 size0 size1 size2 size3 row std transpile half bfloat16 "
-    "n_elements strides parallel_grain store load_bool ACT".split()
+    "T C n sizes contiguous compute index i d0 d1 d2 d3 size0 size1 size2 size3 row std transpile half bfloat16 width "
+    "first run n_elements strides parallel_grain store load_bool ACT".split()
 ) | {
     name
     for op in CPP_OPS.values()
@@ -486,7 +486,9 @@ def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
         (f"const int64_t* {names.strides(t.name)}", f"strided path: 4 element strides of {t.source}") for t in tensors
     ]
     parameters.append(("bool contiguous", "every input is contiguous with the output's shape"))
-    lambda_parameters = ["int64_t index"] + [f"int64_t {names.offset(t.name)}" for t in tensors]
+    half = _rotation_half(region, names, kinds)
+    lambda_parameters = ["int64_t index", *(["auto first"] if half else [])]
+    lambda_parameters += [f"int64_t {names.offset(t.name)}" for t in tensors]
     offsets = ", ".join(lambda_parameters)
     if len(f"  const auto compute = [=]({offsets}) {{") > 120:
         offsets = f"\n{_wrap(lambda_parameters, ' ' * 6)}"
@@ -494,13 +496,24 @@ def _render_kernel(region: Region, source_lines: dict[int, str]) -> str:
     return (
         f"// {region.name}: {region.path}:{region.lines}, in {region.function}\n"
         f"{_signature(region.name, parameters, names)}"
+        f"{_rotation_width(half) if half else ''}"
         "  // One element: load the inputs at their offsets, compute, store at the output index.\n"
         f"  const auto compute = [=]({offsets}) {{\n"
         f"{body}"
         "  };\n"
-        f"{_render_loops(tensors, names)}"
+        f"{_render_rotated_loops(tensors, names) if half else _render_loops(tensors, names)}"
         "}\n"
     )
+
+
+def _rotation_half(region: Region, names: CppNames, kinds: dict[str, ValueKind]) -> str | None:
+    """The half width of the region's `rotate_half` ops, as a C++ expression; None without one.
+
+    Each rotated tensor's last dim is the output's (ops.SHIFTED_OPS), so every `rotate_half` of a region rotates
+    by the same half: the first one's operand says it.
+    """
+    rotations = [node for node in region.nodes if node.op == "rotate_half"]
+    return _render_operand(rotations[0], 1, names, kinds) if rotations else None
 
 
 def _ctype(kind: ValueKind) -> str:
@@ -579,6 +592,74 @@ def _render_loops(tensors: Iterable, names: CppNames) -> str:
         "#pragma omp simd\n"
         "        for (int64_t d3 = 0; d3 < size3; ++d3) {\n"
         f"          compute({inner});\n"
+        "        }\n"
+        "      }\n"
+        "    }\n"
+        "  }\n"
+    )
+
+
+def _rotation_width(half: str) -> str:
+    # An integer of the kernel's own, not the scalar input: a float captured by the lambda is loaded again
+    # after each store (a store of floats may write it), and converted again.
+    return (
+        "  // The rotated dim: 2 * half elements, each half a vector loop (rotate_half).\n"
+        f"  const int64_t half = static_cast<int64_t>({half}), width = 2 * half;\n"
+    )
+
+
+def _render_rotated_loops(tensors: Iterable, names: CppNames) -> str:
+    """The loops of a kernel with `rotate_half`: each run of `2 * half` output elements (one row of the rotated
+    last dim) in two vector loops, its first half and its second, so that `first` is a constant in each and the
+    rotated tensor is read at contiguous addresses: an element index modulo the width decided per element made
+    gathers of every load (four times slower on the CPU)."""
+    tensors = list(tensors)
+    same = ", ".join(["i"] * (len(tensors) + 1))
+    row_offsets = "".join(
+        f"        const int64_t {names.row(t.name)} = "
+        f"d0 * {names.strides(t.name)}[0] + d1 * {names.strides(t.name)}[1] + d2 * {names.strides(t.name)}[2];\n"
+        for t in tensors
+    )
+    halves = []
+    for first, start, end in (("true", "run", "run + half"), ("false", "run + half", "run + width")):
+        offsets = [f"row + d3, std::{first}_type()"]
+        offsets += [f"{names.row(t.name)} + d3 * {names.strides(t.name)}[3]" for t in tensors]
+        inner = ", ".join(offsets)
+        if len(f"            compute({inner});") > 120:
+            inner = f"\n{_wrap(offsets, ' ' * 16)}"
+        halves.append(
+            "#pragma omp simd\n"
+            f"          for (int64_t d3 = {start}; d3 < {end}; ++d3) {{\n"
+            f"            compute({inner});\n"
+            "          }\n"
+        )
+    return (
+        "  if (contiguous) {\n"
+        "    // Contiguous path: element i of every tensor is at offset i; n is a multiple of the width.\n"
+        "#pragma omp parallel for schedule(static) if (n >= parallel_grain)\n"
+        "    for (int64_t run = 0; run < n; run += width) {\n"
+        "#pragma omp simd\n"
+        "      for (int64_t i = run; i < run + half; ++i) {\n"
+        f"        compute({same.replace('i, ', 'i, std::true_type(), ', 1)});\n"
+        "      }\n"
+        "#pragma omp simd\n"
+        "      for (int64_t i = run + half; i < run + width; ++i) {\n"
+        f"        compute({same.replace('i, ', 'i, std::false_type(), ', 1)});\n"
+        "      }\n"
+        "    }\n"
+        "    return;\n"
+        "  }\n"
+        "  // Strided path: threads share the three outer dimensions; the last one, a multiple of the width (it may\n"
+        "  // hold the rotated dim merged with dims before it), runs as the contiguous path's runs do.\n"
+        "  const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];\n"
+        "#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)\n"
+        "  for (int64_t d0 = 0; d0 < size0; ++d0) {\n"
+        "    for (int64_t d1 = 0; d1 < size1; ++d1) {\n"
+        "      for (int64_t d2 = 0; d2 < size2; ++d2) {\n"
+        "        const int64_t row = ((d0 * size1 + d1) * size2 + d2) * size3;\n"
+        f"{row_offsets}"
+        "        for (int64_t run = 0; run < size3; run += width) {\n"
+        f"{''.join(halves)}"
         "        }\n"
         "      }\n"
         "    }\n"

@@ -300,19 +300,18 @@ inline C gelu_tanh(C x) {
 // Inputs read at other elements (transpiler/ops.py SHIFTED_OPS).
 // ---------------------------------------------------------------------------------------------
 
-// torch.cat((-x[..., half:], x[..., :half]), dim=-1) at output element `index`, where x's element at
-// the same coordinates is x[offset]. x's last dim has size 2 * half and stride 1 (the caller checks),
-// so coordinate j of that dim is index % (2 * half) (the output is contiguous, or shares x's dense
-// layout), and x[..., j +- half] is `half` elements away. `half` is a scalar input: C holds it exactly.
-template <typename C, typename T>
-inline C rotate_half(const T* x, int64_t offset, int64_t index, C half) {
-  const int64_t h = static_cast<int64_t>(half);
-  const int64_t width = 2 * h;
-  // A power of two (a head's size, in practice) takes a mask: an integer division per element does not
-  // vectorise, and was most of the rotary kernel's time on the CPU.
-  const bool first = ((width & (width - 1)) == 0 ? index & (width - 1) : index % width) < h;
-  const C value = static_cast<C>(x[offset + (first ? h : -h)]);
-  return first ? -value : value;
+// torch.cat((-x[..., half:], x[..., :half]), dim=-1) at an output element whose coordinate in the last dim
+// is in the first half (`first`) or the second, where x's element at the same coordinates is x[offset].
+// x's last dim has size 2 * half and stride 1 (the caller checks), so x[..., j +- half] is `half` elements
+// away. The kernel runs each half of the dim in a loop of its own (emit/cpp/kernels.py), where `first` is
+// a constant: the loads are contiguous.
+template <typename C, typename T, bool First>
+inline C rotate_half(const T* x, int64_t offset, std::bool_constant<First>, int64_t half) {
+  if constexpr (First) {
+    return -static_cast<C>(x[offset + half]);
+  } else {
+    return static_cast<C>(x[offset - half]);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

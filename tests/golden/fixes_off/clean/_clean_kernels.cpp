@@ -182,29 +182,39 @@ static void fused_rotary(
     const int64_t* cos_strides,  // strided path: 4 element strides of cos
     const int64_t* sin_strides,  // strided path: 4 element strides of sin
     bool contiguous) {           // every input is contiguous with the output's shape
+  // The rotated dim: 2 * half elements, each half a vector loop (rotate_half).
+  const int64_t half = static_cast<int64_t>(q_half), width = 2 * half;
   // One element: load the inputs at their offsets, compute, store at the output index.
-  const auto compute = [=](int64_t index, int64_t q_offset, int64_t cos_offset, int64_t sin_offset) {
+  const auto compute = [=](int64_t index, auto first, int64_t q_offset, int64_t cos_offset, int64_t sin_offset) {
     // Load the inputs.
     const C q = static_cast<C>(q_ptr[q_offset]);
     const auto cos = static_cast<held_t<T1, C>>(cos_ptr[cos_offset]);
     const auto sin = static_cast<held_t<T2, C>>(sin_ptr[sin_offset]);
     // line 91: q = (q * cos) + (rotate_half(q) * sin)
     const C t0 = rounded<T3, C>(q * C(cos));
-    const C t1 = rounded<T, C>(rotate_half<C>(q_ptr, q_offset, index, q_half));
+    const C t1 = rounded<T, C>(rotate_half<C>(q_ptr, q_offset, first, half));
     const C t2 = rounded<T4, C>(t1 * C(sin));
     const C q_1 = rounded<T5, C>(t0 + t2);
     // Store the outputs.
     store(q_1_out, index, q_1);
   };
   if (contiguous) {
-    // Contiguous path: element i of every tensor is at offset i.
-#pragma omp parallel for simd schedule(static) if (parallel: n >= parallel_grain)
-    for (int64_t i = 0; i < n; ++i) {
-      compute(i, i, i, i);
+    // Contiguous path: element i of every tensor is at offset i; n is a multiple of the width.
+#pragma omp parallel for schedule(static) if (n >= parallel_grain)
+    for (int64_t run = 0; run < n; run += width) {
+#pragma omp simd
+      for (int64_t i = run; i < run + half; ++i) {
+        compute(i, std::true_type(), i, i, i);
+      }
+#pragma omp simd
+      for (int64_t i = run + half; i < run + width; ++i) {
+        compute(i, std::false_type(), i, i, i);
+      }
     }
     return;
   }
-  // Strided path: threads share the three outer dimensions, the last one is a vector loop.
+  // Strided path: threads share the three outer dimensions; the last one, a multiple of the width (it may
+  // hold the rotated dim merged with dims before it), runs as the contiguous path's runs do.
   const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];
 #pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)
   for (int64_t d0 = 0; d0 < size0; ++d0) {
@@ -214,9 +224,19 @@ static void fused_rotary(
         const int64_t q_row = d0 * q_strides[0] + d1 * q_strides[1] + d2 * q_strides[2];
         const int64_t cos_row = d0 * cos_strides[0] + d1 * cos_strides[1] + d2 * cos_strides[2];
         const int64_t sin_row = d0 * sin_strides[0] + d1 * sin_strides[1] + d2 * sin_strides[2];
+        for (int64_t run = 0; run < size3; run += width) {
 #pragma omp simd
-        for (int64_t d3 = 0; d3 < size3; ++d3) {
-          compute(row + d3, q_row + d3 * q_strides[3], cos_row + d3 * cos_strides[3], sin_row + d3 * sin_strides[3]);
+          for (int64_t d3 = run; d3 < run + half; ++d3) {
+            compute(
+                row + d3, std::true_type(), q_row + d3 * q_strides[3], cos_row + d3 * cos_strides[3],
+                sin_row + d3 * sin_strides[3]);
+          }
+#pragma omp simd
+          for (int64_t d3 = run + half; d3 < run + width; ++d3) {
+            compute(
+                row + d3, std::false_type(), q_row + d3 * q_strides[3], cos_row + d3 * cos_strides[3],
+                sin_row + d3 * sin_strides[3]);
+          }
         }
       }
     }
