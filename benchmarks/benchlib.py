@@ -14,6 +14,7 @@ per-variant directories, so a first run is cold and the next one warm.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import datetime
 import json
@@ -36,7 +37,10 @@ L2_FLUSH_BYTES = 256 * 2**20
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRANSPILE_CACHE_DIR")
 PARENT_START = "BENCH_PARENT_START"  # the parent's clock when it started the child
 MMAP_THRESHOLD = 128 * 1024  # glibc serves blocks this large by mmap: freed, they leave the resident set
-M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+# Where glibc's own thresholds settle in a process that frees blocks of a size again and again: it raises the mmap
+# threshold to each freed block's size up to DEFAULT_MMAP_THRESHOLD_MAX (64-bit), and trims at twice that.
+SETTLED_MMAP_THRESHOLD = 32 * 1024 * 1024
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
 
 
 # -- steady state ------------------------------------------------------------------------
@@ -175,6 +179,7 @@ def peak_extra_bytes(call: Callable[[], object], device: str) -> int | None:
         call()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
+    call()  # once untimed: the heap (blocks below the mmap threshold) grows to what a call of this one needs
     try:
         base = _status_kib("VmRSS")
         Path("/proc/self/clear_refs").write_text("5")  # the high water mark restarts from the current RSS
@@ -184,14 +189,28 @@ def peak_extra_bytes(call: Callable[[], object], device: str) -> int | None:
         return None
 
 
-def pin_mmap_threshold() -> None:
+def allocator_for_memory() -> None:
     """In this process, as `MALLOC_MMAP_THRESHOLD_` does for a child: freed tensors return to the OS, so the
     resident set that `peak_extra_bytes` reads on CPU tracks live ones (glibc otherwise raises the threshold
-    as blocks are freed, and keeps them). A no-op off glibc."""
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    except (OSError, AttributeError):
-        pass
+    as blocks are freed, and keeps them). A no-op off glibc. Not for timings: `allocator_for_timing`."""
+    _mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    _mallopt(M_TRIM_THRESHOLD, MMAP_THRESHOLD)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # what the heap holds free goes back now
+
+
+def allocator_for_timing() -> None:
+    """glibc's thresholds where a long-running process settles by itself (SETTLED_MMAP_THRESHOLD): a freed tensor's
+    memory serves the next call's. Once `allocator_for_memory` pinned them low (glibc stops adjusting them once
+    set), every CPU call faulted its tensors in afresh: each variant of models_bench's CPU run took 2-2.5 times
+    as long as in a process of its own, the variants that allocate most the most. A no-op off glibc."""
+    _mallopt(M_MMAP_THRESHOLD, SETTLED_MMAP_THRESHOLD)
+    _mallopt(M_TRIM_THRESHOLD, 2 * SETTLED_MMAP_THRESHOLD)
+
+
+def _mallopt(parameter: int, value: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(parameter, value)
 
 
 def _status_kib(field_name: str) -> int:

@@ -30,7 +30,7 @@ from types import ModuleType
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and models_bench, also when loaded by path
-from benchlib import alternating_seconds, pick, pin_mmap_threshold  # noqa: E402
+from benchlib import allocator_for_timing, alternating_seconds, pick  # noqa: E402
 from models_bench import MODELS_BY_NAME, Model, build, make_inputs, model_class, transpiled_runtime  # noqa: E402
 
 
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args.models = pick(parser, args.models, MODELS_BY_NAME, "model")
     args.compiled, args.baseline = args.compiled.resolve(), args.baseline.resolve()
     args.device, args.attention = "cpu", "sdpa"
-    pin_mmap_threshold()
+    allocator_for_timing()
     print(
         "| model | dtype | what | eager | baseline runtime | this runtime | baseline / this "
         "| eager / transpiled (baseline / this) |"
