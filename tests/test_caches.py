@@ -318,3 +318,21 @@ def test_the_lint_cache_refuses_another_users_or_a_shared_directory(tmp_path, mo
     cache.put("a" * 64, RunResult([], []))
     assert cache.get("a" * 64) is None
     assert [p for p in directory.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.skipif(cpp_support.find_compiler() is None, reason="no C++ compiler")
+def test_cpu_options_follow_the_cpus_features(monkeypatch):
+    """512-bit vectors where the CPU has AVX-512 (and the compiler knows the option), none without; the
+    options are part of the cache key through `flags`."""
+    compiler = cpp_support.find_compiler()
+    for features, wide in (("fpu sse2 avx2", False), ("fpu sse2 avx2 avx512f", True)):
+        monkeypatch.setattr(cpp_support, "cpu_identity", lambda features=features: f"flags\t\t: {features}")
+        cpp_support.flags.cache_clear()
+        flags = cpp_support.flags(compiler)
+        assert flags[: len(cpp_support.FLAGS)] == cpp_support.FLAGS
+        assert cpp_support.NO_FP16_INSTRUCTIONS not in flags
+        if wide:
+            assert (cpp_support.WIDE_VECTORS in flags) == cpp_support._knows(compiler, cpp_support.WIDE_VECTORS)
+        else:
+            assert cpp_support.WIDE_VECTORS not in flags
+    cpp_support.flags.cache_clear()

@@ -562,26 +562,31 @@ def _render_nodes(
 
 def _render_loops(tensors: Iterable, names: CppNames) -> str:
     tensors = list(tensors)
-    same = ", ".join(["i"] * (len(tensors) + 1))
-    row_offsets = "".join(
-        f"        const int64_t {names.row(t.name)} = "
-        f"d0 * {names.strides(t.name)}[0] + d1 * {names.strides(t.name)}[1] + d2 * {names.strides(t.name)}[2];\n"
-        for t in tensors
-    )
-    inner_offsets = ["row + d3"] + [f"{names.row(t.name)} + d3 * {names.strides(t.name)}[3]" for t in tensors]
-    inner = ", ".join(inner_offsets)
-    if len(f"          compute({inner});") > 120:
-        inner = f"\n{_wrap(inner_offsets, ' ' * 14)}"
+    inner = "#pragma omp simd\n        for (int64_t d3 = 0; d3 < size3; ++d3) {\n"
+    inner += f"{_strided_call('row + d3', tensors, names, 10)}        }}\n"
     return (
         "  if (contiguous) {\n"
         "    // Contiguous path: element i of every tensor is at offset i.\n"
         "#pragma omp parallel for simd schedule(static) if (parallel: n >= parallel_grain)\n"
         "    for (int64_t i = 0; i < n; ++i) {\n"
-        f"      compute({same});\n"
+        f"      compute({', '.join(['i'] * (len(tensors) + 1))});\n"
         "    }\n"
         "    return;\n"
         "  }\n"
         "  // Strided path: threads share the three outer dimensions, the last one is a vector loop.\n"
+        f"{_strided_nest(tensors, names, inner)}"
+    )
+
+
+def _strided_nest(tensors: list, names: CppNames, inner: str) -> str:
+    """The strided path's loops over the three outer dimensions, with each tensor's offset of the row, around
+    `inner` (the loops over the last one)."""
+    row_offsets = "".join(
+        f"        const int64_t {names.row(t.name)} = "
+        f"d0 * {names.strides(t.name)}[0] + d1 * {names.strides(t.name)}[1] + d2 * {names.strides(t.name)}[2];\n"
+        for t in tensors
+    )
+    return (
         "  const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];\n"
         "#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)\n"
         "  for (int64_t d0 = 0; d0 < size0; ++d0) {\n"
@@ -589,14 +594,20 @@ def _render_loops(tensors: Iterable, names: CppNames) -> str:
         "      for (int64_t d2 = 0; d2 < size2; ++d2) {\n"
         "        const int64_t row = ((d0 * size1 + d1) * size2 + d2) * size3;\n"
         f"{row_offsets}"
-        "#pragma omp simd\n"
-        "        for (int64_t d3 = 0; d3 < size3; ++d3) {\n"
-        f"          compute({inner});\n"
-        "        }\n"
+        f"{inner}"
         "      }\n"
         "    }\n"
         "  }\n"
     )
+
+
+def _strided_call(first: str, tensors: list, names: CppNames, indent: int) -> str:
+    """`compute(first, <each tensor's offset of element d3 of the row>);` at `indent`, wrapped past 120 columns."""
+    offsets = [first] + [f"{names.row(t.name)} + d3 * {names.strides(t.name)}[3]" for t in tensors]
+    inner = ", ".join(offsets)
+    if len(f"{' ' * indent}compute({inner});") > 120:
+        inner = f"\n{_wrap(offsets, ' ' * (indent + 4))}"
+    return f"{' ' * indent}compute({inner});\n"
 
 
 def _rotation_width(half: str) -> str:
@@ -608,62 +619,43 @@ def _rotation_width(half: str) -> str:
     )
 
 
+# Each half of a run of the rotated dim: whether it is the first, and its bounds after the run's start.
+_HALVES = (("std::true_type()", "", " + half"), ("std::false_type()", " + half", " + width"))
+
+
 def _render_rotated_loops(tensors: Iterable, names: CppNames) -> str:
     """The loops of a kernel with `rotate_half`: each run of `2 * half` output elements (one row of the rotated
     last dim) in two vector loops, its first half and its second, so that `first` is a constant in each and the
     rotated tensor is read at contiguous addresses: an element index modulo the width decided per element made
     gathers of every load (four times slower on the CPU)."""
     tensors = list(tensors)
-    same = ", ".join(["i"] * (len(tensors) + 1))
-    row_offsets = "".join(
-        f"        const int64_t {names.row(t.name)} = "
-        f"d0 * {names.strides(t.name)}[0] + d1 * {names.strides(t.name)}[1] + d2 * {names.strides(t.name)}[2];\n"
-        for t in tensors
+    contiguous = "".join(
+        "#pragma omp simd\n"
+        f"      for (int64_t i = run{start}; i < run{end}; ++i) {{\n"
+        f"        compute({', '.join(['i', first] + ['i'] * len(tensors))});\n"
+        "      }\n"
+        for first, start, end in _HALVES
     )
-    halves = []
-    for first, start, end in (("true", "run", "run + half"), ("false", "run + half", "run + width")):
-        offsets = [f"row + d3, std::{first}_type()"]
-        offsets += [f"{names.row(t.name)} + d3 * {names.strides(t.name)}[3]" for t in tensors]
-        inner = ", ".join(offsets)
-        if len(f"            compute({inner});") > 120:
-            inner = f"\n{_wrap(offsets, ' ' * 16)}"
-        halves.append(
-            "#pragma omp simd\n"
-            f"          for (int64_t d3 = {start}; d3 < {end}; ++d3) {{\n"
-            f"            compute({inner});\n"
-            "          }\n"
-        )
+    halves = "".join(
+        "#pragma omp simd\n"
+        f"          for (int64_t d3 = run{start}; d3 < run{end}; ++d3) {{\n"
+        f"{_strided_call(f'row + d3, {first}', tensors, names, 12)}"
+        "          }\n"
+        for first, start, end in _HALVES
+    )
+    runs = f"        for (int64_t run = 0; run < size3; run += width) {{\n{halves}        }}\n"
     return (
         "  if (contiguous) {\n"
         "    // Contiguous path: element i of every tensor is at offset i; n is a multiple of the width.\n"
         "#pragma omp parallel for schedule(static) if (n >= parallel_grain)\n"
         "    for (int64_t run = 0; run < n; run += width) {\n"
-        "#pragma omp simd\n"
-        "      for (int64_t i = run; i < run + half; ++i) {\n"
-        f"        compute({same.replace('i, ', 'i, std::true_type(), ', 1)});\n"
-        "      }\n"
-        "#pragma omp simd\n"
-        "      for (int64_t i = run + half; i < run + width; ++i) {\n"
-        f"        compute({same.replace('i, ', 'i, std::false_type(), ', 1)});\n"
-        "      }\n"
+        f"{contiguous}"
         "    }\n"
         "    return;\n"
         "  }\n"
         "  // Strided path: threads share the three outer dimensions; the last one, a multiple of the width (it may\n"
         "  // hold the rotated dim merged with dims before it), runs as the contiguous path's runs do.\n"
-        "  const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];\n"
-        "#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)\n"
-        "  for (int64_t d0 = 0; d0 < size0; ++d0) {\n"
-        "    for (int64_t d1 = 0; d1 < size1; ++d1) {\n"
-        "      for (int64_t d2 = 0; d2 < size2; ++d2) {\n"
-        "        const int64_t row = ((d0 * size1 + d1) * size2 + d2) * size3;\n"
-        f"{row_offsets}"
-        "        for (int64_t run = 0; run < size3; run += width) {\n"
-        f"{''.join(halves)}"
-        "        }\n"
-        "      }\n"
-        "    }\n"
-        "  }\n"
+        f"{_strided_nest(tensors, names, runs)}"
     )
 
 
