@@ -94,6 +94,7 @@ import platform
 import re
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import warnings
@@ -249,7 +250,8 @@ def _graph_break_log() -> Iterator[list[str]]:
 
     class Collect(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            messages.append(record.getMessage())
+            if not _tracing_stdlib():
+                messages.append(record.getMessage())
 
     torch._logging.set_logs(graph_breaks=True)
     collect = Collect()
@@ -269,6 +271,20 @@ def _graph_break_log() -> Iterator[list[str]]:
         torch._logging.set_logs()
 
 
+def _tracing_stdlib() -> bool:
+    """Whether the frame Dynamo is compiling is a standard-library function (`logging.Logger.debug`): code that
+    runs eagerly (a frame Dynamo skipped) calls it, Dynamo tries to compile that call as a frame of its own and
+    logs a break in it, with the eager caller's line on the stack. No graph of the model is split there."""
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+
+    try:
+        filename = InstructionTranslator.current_tx().f_code.co_filename
+    except Exception:  # no translation under way, or another torch's internals: count the break
+        return False
+    return filename.startswith(_STDLIB) and "site-packages" not in filename
+
+
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _AT = re.compile(r"^Graph break.* in user code at (.+):(\d+)$", re.MULTILINE)
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)', re.MULTILINE)
 _SKIPPED = re.compile(r"Skipping the (function|frame)|frame skipped")

@@ -205,8 +205,11 @@ def main(argv: list[str] | None = None) -> int:
                 row = future.result()
                 rows.append(row)
                 brief = {v: row[v].get("statements", "error") for v in ("before", *bf.VERSIONS) if v in row}
-                print(f"[{done}/{len(stems)}] {row['family']}: {row['status']} {brief or row.get('error')}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[{done}/{len(stems)}] {row['family']}: {row['status']} {brief or row.get('error')}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     rows.sort(key=lambda r: r["family"])
     summary = bf.totals(rows)
     command = "python benchmarks/corpus_breaks.py " + " ".join(argv if argv is not None else sys.argv[1:])

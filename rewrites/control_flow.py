@@ -54,6 +54,15 @@ def _reports_only(statement: ast.stmt, ctx: Context) -> bool:
     return isinstance(func, ast.Attribute) and ctx.kind(func.value) is Kind.LOGGER
 
 
+def _check_and_report(node: ast.If, ctx: Context, elifs: dict[int, bool]) -> bool:
+    """`if <number read from a tensor>: <reports only>` (`if not math.isfinite(loss): logger.warning(...)`):
+    Dynamo breaks at the conversion in the test, and the whole check exists for its report, so it is
+    reported here too (on the same statement) to get the report fix: the check runs only when not compiling."""
+    if node.orelse or id(node) in elifs or not all(_reports_only(s, ctx) for s in node.body):
+        return False
+    return any(isinstance(n, ast.expr) and ctx.kind(n) is Kind.DATA_SCALAR for n in ast.walk(node.test))
+
+
 def _is_compile_guard(node: "cst.If") -> bool:
     """`if not <...>.is_compiling():` without `else`, as the side-effect fixes write it."""
     import libcst as cst
@@ -163,7 +172,7 @@ class DataDependentIf(Rule):
 
     def visit_If(self, node: ast.If, ctx: Context) -> None:
         elifs = self._elifs_of(ctx)
-        if data_dependent(node.test, ctx):
+        if data_dependent(node.test, ctx) or _check_and_report(node, ctx, elifs):
             claim(node.test, ctx)
             self.report(ctx, node.test, **self.plan_if(node, ctx, elifs.get(id(node))))
             for inner in branches.if_chain_nodes(node)[1:]:

@@ -715,3 +715,34 @@ def test_an_if_that_reports_and_computes_is_not_a_check(tmp_path):
     source = REPORT_ONLY.replace('            print("bad", h.shape)\n', "            h = h.nan_to_num()\n")
     fixed = fix(source, tmp_path)
     assert all(d.fix.safety == "unsafe" for d in fixed.applied)
+
+
+NUMBER_CHECK = """\
+import logging
+import math
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+
+class Model(nn.Module):
+    def forward(self, h):
+        loss = (h * 2).mean()
+        if not math.isfinite(loss):
+            logger.warning("non-finite loss %.3f", loss.item())
+        return loss + 1
+"""
+
+
+def test_a_check_on_a_number_read_from_a_tensor_that_only_reports_is_skipped_under_compile():
+    """Dynamo breaks at `math.isfinite(loss)`; the `if` is reported with it and the whole check guarded, so the
+    conversion and the `.item()` in the report run only in eager code. All rules on, default flags."""
+    from tests.rule_examples import fix_snippet
+
+    result, text = fix_snippet(NUMBER_CHECK, unsafe=False)
+    assert "if not torch.compiler.is_compiling() and not math.isfinite(loss):" in text
+    assert [d.fix.safety for d in result.applied] == ["safe"] * len(result.applied)
+    assert result.remaining == []
+    assert_equivalent(NUMBER_CHECK, text, signed(4))

@@ -264,5 +264,6 @@ def why_not_fixed(d: Diagnostic) -> str:
     if d.no_fix:
         return d.no_fix
     if d.fix is not None:
-        return f"{d.fix.safety} fix not enabled ({d.fix.title}); use --unsafe-fixes"
+        enable = "--fix" if d.fix.safety == "safe" else "--fix --unsafe-fixes"  # a safe fix needs only --fix
+        return f"{d.fix.safety} fix not enabled ({d.fix.title}); use {enable}"
     return "no automatic fix"
