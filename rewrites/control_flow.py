@@ -104,6 +104,9 @@ class DataDependentIf(Rule):
     only `print`, logging and `warnings.warn` calls (guarded or not) becomes
     `if not torch.compiler.is_compiling() and <cond>:`; eager runs evaluate the
     condition and report exactly as before, and compiled runs skip the check.
+    Such a check on a number read from a tensor (`if not math.isfinite(loss):`,
+    `if kl.item() < 0.1:`), where Dynamo breaks at the conversion in the
+    condition, is reported here too (the same statement) and fixed alike.
 
     Safe when proven equal (`rewrites/where_proof.py`), else unsafe. When every branch of the `if`/`elif`/`else` chain is a sequence of
     pure tensor assignments (`name = expr` calling only torch operators and tensor
