@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING, ClassVar
 
-from rewrites.base import TensorMethodRule
+from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import (
     DIVISIONS,
     atom,
@@ -985,4 +985,52 @@ class BincountCall(TensorMethodRule):
                 labels = x.abs().long() % 4
                 counts = torch.zeros(4, dtype=torch.long).scatter_add_(0, labels, torch.ones_like(labels))
                 return x * counts.sum()
+        """]
+
+
+class CtcLossCall(CallRule):
+    __doc__ = f"""## What it does
+    Checks for `F.ctc_loss` and `torch.ctc_loss`.
+
+    ## Why is this bad?
+    The kernel's intermediate (the forward variables, one row per target label and
+    blank) is as long as the longest target, read from `target_lengths`: an
+    operator with a data-dependent output shape, even when the lengths are Python
+    lists. {_SHAPE_WHY}
+
+    ## Fix safety
+    No fix: no static form computes the same loss. Compute the loss outside the
+    compiled function (return the log-probabilities), or isolate it.
+    """
+
+    code = "TP408"
+    name = "ctc-loss-call"
+    summary = "`ctc_loss`"
+    message = "`ctc_loss` has a data-dependent intermediate shape and breaks the graph; compute it outside"
+    dynamo_codes = ("GB0036",)
+    callees = frozenset({"torch.nn.functional.ctc_loss", "torch.ctc_loss"})
+
+    INVALID = ["""
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                log_probs = x.reshape(8, 1, 1).expand(8, 1, 5).log_softmax(-1)
+                targets = torch.ones(1, 2, dtype=torch.long)
+                loss = F.ctc_loss(log_probs, targets, [8], [2])
+                return x * loss
+        """]
+    VALID = ["""
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                log_probs = x.reshape(8, 1, 1).expand(8, 1, 5).log_softmax(-1)
+                return x * log_probs.sum()
         """]
