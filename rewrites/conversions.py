@@ -295,11 +295,51 @@ def exact_problem(
     return None, any(divisor)
 
 
+def count_beside_tensor(
+    node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST], divisor: list[bool]
+) -> bool:
+    """A use of an exact count (a Python int, or the int64 0-d tensor standing for it) as an operand of
+    `+ - *`, the divisor of `/ // %` or a comparison whose other operand is a tensor where the int64 0-d
+    tensor computes what the int did; `divisor` notes the divisions."""
+    divides = isinstance(parent, ast.BinOp) and isinstance(parent.op, DIVISIONS) and parent.right is node
+    direct = divides or isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub, ast.Mult))
+    direct = direct or isinstance(parent, ast.Compare) and len(parent.ops) == 1
+    divisor.append(divides)
+    if not (direct and tensor_arithmetic_step(node, parent, ctx, parents) is True):
+        return False
+    # The int64 count yields to the tensor's dtype as the int did, but for a 0-d tensor of a narrower
+    # integer dtype (a uint8 0-d tensor times an int stays uint8, times an int64 0-d tensor is int64):
+    # the tensor must be proven int64, boolean, floating or complex.
+    other = _operand_beside(node, parent)
+    meta = proven_meta(other, ctx, parent)
+    if meta is not None:
+        return meta.dtype == "int64" or "int" not in meta.kinds
+    return proven_floating(other, ctx, parent)
+
+
+def _operand_beside(node: ast.expr, parent: ast.BinOp | ast.Compare) -> ast.expr:
+    """The other operand of the binary operation or single comparison `parent` of `node`."""
+    if isinstance(parent, ast.BinOp):
+        return parent.right if parent.left is node else parent.left
+    return parent.comparators[0] if parent.left is node else parent.left
+
+
 def proven_dtype(expr: ast.expr, ctx: Context, at: ast.AST) -> str | None:
     """The symbolic dtype of the tensor `expr` as the branch prover knows it at `at` (`dtype(x)`,
     `float32`, ...), or None when it is not known."""
     meta = proven_meta(expr, ctx, at)
     return meta.dtype if meta is not None else None
+
+
+def proven_floating(expr: ast.expr, ctx: Context, at: ast.AST) -> bool:
+    """Whether the tensor `expr` is proven floating or complex at `at` (its metadata, or a call whose result
+    is: a floating submodule, a loss that raises on integers, through views and reductions)."""
+    from rewrites import branches, where_proof
+
+    meta = proven_meta(expr, ctx, at)
+    if meta is not None:
+        return meta.kinds <= frozenset({"float", "complex"})
+    return where_proof.Prover(ctx.node, branches.branch_typer(ctx), at).floating_call(expr)
 
 
 def proven_meta(expr: ast.expr, ctx: Context, at: ast.AST) -> "where_proof.Meta | None":
@@ -490,9 +530,12 @@ class ScalarConversionRule(DecidedAfterWalk):
         form = self.form(node, ctx)
         title = f"keep the value a tensor: {self.title(form)}" + (f", and `{clamp}=` of `.clamp()`" if clamp else "")
         reshape = not is_zero_dim(self.source(node), ctx)
-        unproven, on_cpu = (
-            self.unproven(node, ctx, parents, form) if not (clamp or reshape) else ("it is clamped or reshaped", False)
-        )
+        if clamp and not reshape and _is_count(self.source(node), ctx):
+            unproven, on_cpu = _clamped_count_problem(target, _other(target.args, node), ctx, parents)
+        elif clamp or reshape:
+            unproven, on_cpu = "it is clamped or reshaped", False
+        else:
+            unproven, on_cpu = self.unproven(node, ctx, parents, form)
         data = (reshape, clamp, target.args.index(node) if clamp else 0, form, on_cpu)
         if unproven is None:
             title += ", on the CPU as the number was (a divisor)" if on_cpu else ""
@@ -534,7 +577,10 @@ class ScalarConversionRule(DecidedAfterWalk):
             tensor = method_call(tensor, "reshape", cst.Arg(cst.Tuple([])))
         tensor = self.tensor_form(form, tensor, edit)
         if clamp:
-            tensor = method_call(tensor, "clamp", keyword_arg(clamp, node.args[1 - index].value))
+            bound = node.args[1 - index].value
+            if fix.safety == "safe" and isinstance(bound, cst.Float):  # proven for the integer it holds
+                bound = cst.Integer(str(int(float(bound.value))))
+            tensor = method_call(tensor, "clamp", keyword_arg(clamp, bound))
         return with_parens_of(node, tensor)
 
     def cst_source(self, call: "cst.Call") -> "cst.BaseExpression":
@@ -543,6 +589,47 @@ class ScalarConversionRule(DecidedAfterWalk):
     def tensor_form(self, form: str, tensor: "cst.BaseExpression", edit: "Edit") -> "cst.BaseExpression":
         """The detached 0-d `tensor` turned into what stands for the converted number."""
         return tensor
+
+
+def _is_count(source: ast.expr, ctx: Context) -> bool:
+    """`b.sum()`, `torch.sum(b)` or `b.count_nonzero()` of a boolean tensor `b`: an int64 count, exact."""
+    if not isinstance(source, ast.Call) or source.keywords:
+        return False
+    func = source.func
+    if ctx.qualname(func) == "torch.sum" and len(source.args) == 1:
+        return ctx.kind(source.args[0]) is Kind.BOOL_TENSOR
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in ("sum", "count_nonzero")
+        and not source.args
+        and ctx.qualname(func) is None
+        and ctx.kind(func.value) is Kind.BOOL_TENSOR
+    )
+
+
+def _clamped_count_problem(
+    target: ast.Call, bound: ast.expr, ctx: Context, parents: dict[int, ast.AST]
+) -> tuple[str | None, bool]:
+    """Why `max(count, k)` / `min(count, k)` as `count.clamp(min=k)` (an int64 0-d tensor, `k` written as an
+    int) is not proven to compute what the Python number did (or None), and whether it must stay on the CPU.
+
+    The count is an exact integer and `k` an integer-valued literal, so the clamp holds the same integer as
+    `max`/`min` did; it may have been the float `k` (`max(0, 1.0)` is `1.0`), which meets a floating or
+    complex tensor as the integer does, and an integer or boolean one otherwise: then `k` must be an int."""
+    value = bound.value if isinstance(bound, ast.Constant) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
+        return "its bound is not an integer literal", False
+    divisor: list[bool] = []
+
+    def step(node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST]) -> bool:
+        if not count_beside_tensor(node, parent, ctx, parents, divisor):
+            return False
+        return isinstance(value, int) or proven_floating(_operand_beside(node, parent), ctx, parent)
+
+    problem = flow_problem(target, ctx, parents, step)
+    if problem:
+        return problem.replace("not only in tensor arithmetic", "not only beside a tensor it meets exactly"), False
+    return None, any(divisor)
 
 
 def _span(node: ast.AST) -> tuple[int, int, int, int]:

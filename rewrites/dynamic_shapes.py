@@ -9,6 +9,7 @@ from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import (
     DIVISIONS,
     atom,
+    count_beside_tensor,
     flow_problem,
     keyword_arg,
     parent_map,
@@ -165,7 +166,7 @@ class ReducedSelection(Rule):
         # kernels, no arithmetic among numbers; see `conversions.exact_problem`).
         divisor: list[bool] = []
         exact = use in ("numel", "count") and same_shape
-        safe = exact and not flow_problem(use_node, ctx, parents, lambda *use: _beside_tensor(*use, divisor))
+        safe = exact and not flow_problem(use_node, ctx, parents, lambda *use: count_beside_tensor(*use, divisor))
         data = (use, form, _path_to(node, use_node), safe and any(divisor))
         return self.make_fix(title, cst_node, use_node, safety="safe" if safe else "unsafe", data=data)
 
@@ -205,28 +206,6 @@ class ReducedSelection(Rule):
 def _mask_over(m: str, x: str) -> str:
     """The mask `m` over the leading dimensions of `x` (as indexing reads it), broadcast over the rest."""
     return f"{m}.reshape({m}.shape + (1,) * ({x}.dim() - {m}.dim()))"
-
-
-def _beside_tensor(
-    node: ast.expr, parent: ast.AST | None, ctx: Context, parents: dict[int, ast.AST], divisor: list[bool]
-) -> bool:
-    """A use of a number as an operand of `+ - *`, the divisor of `/ // %` or a comparison whose
-    other operand is a tensor; `divisor` notes the divisions."""
-    divides = isinstance(parent, ast.BinOp) and isinstance(parent.op, DIVISIONS) and parent.right is node
-    direct = divides or isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub, ast.Mult))
-    direct = direct or isinstance(parent, ast.Compare) and len(parent.ops) == 1
-    divisor.append(divides)
-    if not (direct and tensor_arithmetic_step(node, parent, ctx, parents) is True):
-        return False
-    # The int64 count yields to the tensor's dtype as the int did, but for a 0-d tensor of a narrower
-    # integer dtype (a uint8 0-d tensor times an int stays uint8, times an int64 0-d tensor is int64):
-    # the tensor must be proven int64, boolean, floating or complex.
-    if isinstance(parent, ast.BinOp):
-        other = parent.right if parent.left is node else parent.left
-    else:
-        other = parent.comparators[0] if parent.left is node else parent.left
-    meta = proven_meta(other, ctx, parent)
-    return meta is not None and (meta.dtype == "int64" or "int" not in meta.kinds)
 
 
 def _path_to(selection: ast.expr, use: ast.expr) -> tuple[str, ...]:

@@ -44,6 +44,16 @@ _FLOATING_MODULES = frozenset(
 )
 # Elementwise functions whose result is floating (integers and booleans become the default float).
 _TO_FLOATING = frozenset("exp log sqrt sigmoid tanh sin cos".split())
+# Losses that raise on integer and boolean inputs (NotImplementedError/RuntimeError, every reduction): a
+# result that exists is floating or complex.
+_TO_FLOATING |= frozenset(
+    "binary_cross_entropy_with_logits binary_cross_entropy mse_loss smooth_l1_loss huber_loss cross_entropy "
+    "nll_loss kl_div".split()
+)
+# Methods whose result stays in the receiver's dtype category when that is floating or complex.
+_CATEGORY_KEEPING = frozenset(
+    "squeeze unsqueeze view reshape flatten transpose permute contiguous t sum mean amax amin clone detach".split()
+)
 _CATEGORY = {"bool": "bool", "float16": "float", "bfloat16": "float", "float32": "float", "float64": "float"}
 _MODULES = ("torch.", "torch.nn.functional.")
 # Operations whose result keeps the operand's shape, dtype and gradient sources, whose derivative
@@ -147,16 +157,19 @@ class Prover:
             cast = _CASTS.get(value.func.attr) if not self.typer.qualname(value.func) else None
             if cast is not None:  # `h = self.fc(x).float()`: the dtype is known, if not the shape
                 return Meta(shape, cast, frozenset({name}), frozenset({"float"}))
-        kinds = _FLOATING if value is not None and self._floating_call(value) else ANY
+        kinds = _FLOATING if value is not None and self.floating_call(value) else ANY
         return Meta(shape, f"dtype({name})", frozenset({name}), kinds)
 
-    def _floating_call(self, value: ast.expr) -> bool:
+    def floating_call(self, value: ast.expr) -> bool:
         """Whether `value` is a call whose result is a floating or complex tensor: a submodule whose
         parameters set its output's dtype (`nn.Module.to` takes floating and complex dtypes only, and
         parameters of other dtypes cannot require grad), or a torch function that turns integers
         and booleans into floats."""
         if not isinstance(value, ast.Call):
             return False
+        func = value.func
+        if isinstance(func, ast.Attribute) and func.attr in _CATEGORY_KEEPING and not self.typer.qualname(func):
+            return self.floating_call(func.value)  # `self.head(x).squeeze(-1)`
         owner = self.typer.self_attr(value.func)
         if owner is not None and self.typer.cls is not None:
             return self.typer.cls.attr_ctors.get(owner) in _FLOATING_MODULES

@@ -32,6 +32,14 @@ SAFE = {
     "count-divides": "h = x.double()\nn = h[h > 0].numel()\nreturn h / n, h // n, h % n, h * n, h > n",
     "augmented": "h = x.clone()\nh -= h.amax().item()\nh *= h.amin().item()\nreturn h",
     "float-of-floating": "y = x.double()\nreturn y - float(y.mean()), float(y.amax()) * y",
+    # `max(count, 1.0)` of a boolean count: the integer clamp holds the number's value; as the float `1.0`
+    # it met only floating tensors (a loss of the functional API raises on integers, so it is floating)
+    "clamped-count": "h = x.double()\nn = max((h > 0).sum().item(), 1.0)\nreturn h / n, h * n, h > n, h.sum() / n",
+    "clamped-count-int": "m = x > 0\nn = max(int(m.sum()), 1)\ny = x.float()\nreturn y / n, y - n, m * n",
+    "count-normalises-loss": (
+        "h = x.double()\nn = max((h > 1).sum().item(), 1.0)\n"
+        "return torch.nn.functional.mse_loss(h, h * 2, reduction='sum') / n"
+    ),
 }
 # Forward bodies whose conversion stays unsafe, and the words of the reason.
 UNSAFE = {
@@ -46,6 +54,9 @@ UNSAFE = {
     "walrus-in-statement": ("x = x * 1\nreturn x - x.amax().item() + (h := x).sum()", "`x` is bound more than once"),
     "element": ("s = x[0].item()\nreturn x - s", "clamped or reshaped"),
     "max-eps": ("return x * max(x.amax().item(), 1.0)", "clamped or reshaped"),
+    # the float `1.0` times an integer tensor is floating, the int64 clamp times it integral
+    "clamped-count-beside-any-dtype": ("n = max((x > 0).sum().item(), 1.0)\nreturn x * n", "meets exactly"),
+    "clamped-count-fractional-bound": ("y = x.double()\nreturn y / max((y > 0).sum().item(), 0.5)", "integer"),
     "int": ("n = int(x.amax())\nreturn x - n", "`int()` truncates"),
     "count-beside-any-dtype": ("n = x[x > 0].numel()\nreturn x * n", ""),
     "augmented-power": ("h = x.clone()\nh **= h.amax().item()\nreturn h", "in `h **= h.amax().item()`"),
