@@ -7,13 +7,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import (
-    DIVISIONS,
     atom,
     count_beside_tensor,
     flow_problem,
     keyword_arg,
     parent_map,
-    proven_meta,
     tensor_arithmetic_step,
     with_parens_of,
 )
