@@ -687,7 +687,11 @@ class TensorItemCall(ScalarConversionRule, TensorMethodRule):
     (`x ** 0.5` of a number is `sqrt`), `clamp`, `-s` (`-True` is -1), nor
     arithmetic among numbers. A number bound to a name and used in
     later statements needs the receiver to read names with one value in the
-    function (a parameter, or one top-level assignment).
+    function (a parameter, or one top-level assignment). A clamped count,
+    `max(mask.sum().item(), 1.0)` of a boolean `mask` with an integer-valued
+    bound, is safe too: it becomes `mask.sum().detach().clamp(min=1)` (the
+    bound written as an int), met as the counts of TP402 are, and with a
+    float bound only beside tensors proven floating or complex.
     Otherwise the fix is unsafe (the title says what is not proven): arithmetic among numbers (`s + eps`) now happens in the
     tensor's dtype instead of float64; an integer tensor times a floating
     `.item()` takes the 0-d tensor's floating dtype instead of the default one;
