@@ -311,6 +311,7 @@ def logged_breaks(messages: list[str], folders: list[Path]) -> list[dict]:
         stacks.setdefault(where, frames)
         inside = [(f, n, folder) for f, n in frames for folder in folders if _inside(f, folder)]
         site = inside[-1] if inside else None
+        root = inside[0] if inside else None  # the outermost frame of the family's code: the one a skip drops
         skipped = bool(_SKIPPED.search(message))
         out.append(
             {
@@ -322,6 +323,8 @@ def logged_breaks(messages: list[str], folders: list[Path]) -> list[dict]:
                 "statement": _statement(site[0], site[1]) if site else None,
                 "text": linecache.getline(site[0], site[1]).strip() if site else None,
                 "via": None if site and frames[-1] == site[:2] else f"{frames[-1][0]}:{frames[-1][1]}",
+                "root_file": os.path.relpath(root[0], root[2]) if root else None,
+                "root_line": root[1] if root else None,
             }
         )
     return out
@@ -458,8 +461,13 @@ def lint_against_dynamo(folder: Path, before: dict, executed: dict[str, set[int]
     except ValueError:
         return {"error": f"lint: {_short(result.output or result.exception)}"}
     breaks = {(b["file"], b["statement"]) for b in before["detail"] if b["file"]}
+    # A skip drops the frame Dynamo was compiling: the outermost of the family's frames on the break's stack
+    # (a break inside an inlined helper called in a loop skips the caller).
     skipped = {
-        (b["file"], _function(str(folder / b["file"]), b["line"]))
+        (
+            b.get("root_file") or b["file"],
+            _function(str(folder / (b.get("root_file") or b["file"])), b.get("root_line") or b["line"]),
+        )
         for b in before["detail"]
         if b["file"] and b["frame_skipped"]
     }

@@ -92,7 +92,7 @@ def measure_file(stem: str, outs: dict[str, Path]) -> dict:
     for version, out in outs.items():
         row[version] = transpiled(stem, version, out, expected, state)
     done = all(row[v].get("error") is None for v in ("before", *outs))
-    row["status"] = "ok" if done else "error"
+    row["status"] = ("ok" if outs else "screened") if done else "error"
     if not done:
         row["stage"], row["error"] = next((v, row[v]["error"]) for v in ("before", *outs) if row[v].get("error"))
     return row
@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per file")
     parser.add_argument("--json", type=Path, help="write every file's row and the totals here")
     parser.add_argument("--markdown", type=Path, help="write the report here too")
+    parser.add_argument("--before-only", action="store_true", help="the original's breaks and the lint only")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--outs", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")])}
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="corpus_breaks_") as work:
-        outs, summaries = build_versions(Path(work))
+        outs, summaries = ({}, {}) if args.before_only else build_versions(Path(work))
         rows = []
         with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
             futures = [pool.submit(run_one, stem, outs, args.timeout, env) for stem in stems]

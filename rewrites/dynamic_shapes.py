@@ -345,7 +345,8 @@ def _whole_index(node: ast.expr, parent: ast.AST | None, ctx: Context, parents: 
 class BooleanMaskIndex(ReducedSelection):
     __doc__ = f"""## What it does
     Checks for reading a tensor through a boolean mask: `x[mask]` where `mask`
-    holds booleans (a comparison, `isnan`, `~m`, ...).
+    holds booleans (a comparison, `isnan`, `~m`, ...), also beside other
+    indices (`edge_index[:, mask]`).
 
     ## Why is this bad?
     {_SHAPE_WHY}
@@ -403,8 +404,13 @@ class BooleanMaskIndex(ReducedSelection):
     dynamo_codes = ("GB0036",)
 
     def visit_Subscript(self, node: ast.Subscript, ctx: Context) -> None:
-        if isinstance(node.ctx, ast.Load) and ctx.kind(node.value).may_be_tensor:
-            if ctx.kind(node.slice) is Kind.BOOL_TENSOR:
+        # Only tensors (and arrays) take a boolean tensor as an index: a list or tuple raises, so a value of
+        # unknown kind (an unannotated parameter) indexed by one is a tensor where the code runs.
+        if isinstance(node.ctx, ast.Load) and (
+            ctx.kind(node.value).may_be_tensor or ctx.kind(node.value) is Kind.UNKNOWN
+        ):
+            indices = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            if any(ctx.kind(index) is Kind.BOOL_TENSOR for index in indices):  # `x[m]`, `edge_index[:, m]`
                 self.report(ctx, node)
 
     cst_node = "Subscript"
@@ -414,6 +420,8 @@ class BooleanMaskIndex(ReducedSelection):
         assert isinstance(node, ast.Subscript)
         if not ctx.kind(node.value).is_tensor:
             return {"no_fix": "the indexed value is not known to be a tensor"}
+        if isinstance(node.slice, ast.Tuple):
+            return {"no_fix": "a mask beside other indices is left alone (no static form is written for it)"}
         statement = ctx.statement
         if isinstance(statement, ast.Assign) and statement.value is node:
             if any(isinstance(t, ast.Subscript) for t in statement.targets):
@@ -455,7 +463,8 @@ class BooleanMaskIndex(ReducedSelection):
     def operands(self, node: "cst.CSTNode") -> tuple["cst.BaseExpression", "cst.BaseExpression"]:
         return node.value, node.slice[0].slice.value  # `x[mask]`: one plain index (planned from ast)
 
-    INVALID = ["""
+    INVALID = [
+        """
         import torch
         from torch import nn
 
@@ -465,7 +474,19 @@ class BooleanMaskIndex(ReducedSelection):
                 y = x + 1
                 total = y[y > 0].sum()
                 return y * total
-        """]
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                edges = torch.stack([x.argsort(), x.argsort().flip(0)])
+                kept = edges[:, x.argsort() != x.argsort().flip(0)]
+                return x * kept.sum()
+        """,
+    ]
     VALID = ["""
         import torch
         from torch import nn
