@@ -1233,18 +1233,46 @@ class ExplicitGraphBreak(CallRule):
         """]
 
 
+_GENERATOR_CLASSES = frozenset({"torch.Generator", "torch._C.Generator"})
+# The methods Dynamo refuses to trace (torch/_dynamo/trace_rules.py, `_GENERATOR_METHODS_THAT_GRAPH_BREAK`, 2.13).
+_GENERATOR_METHODS = frozenset(
+    {
+        "clone_state",
+        "get_offset",
+        "get_state",
+        "graphsafe_get_state",
+        "graphsafe_set_state",
+        "initial_seed",
+        "manual_seed",
+        "seed",
+        "set_offset",
+        "set_state",
+    }
+)
+# What takes `generator=` and draws from it; each breaks with a generator there (measured, torch 2.13).
+_SAMPLING_FUNCTIONS = frozenset(
+    [f"torch.{name}" for name in ("randn", "rand", "randint", "randperm", "multinomial", "normal", "bernoulli")]
+    + [f"torch.{name}" for name in ("poisson", "binomial", "rand_like", "randn_like", "randint_like")]
+    + [f"torch.nn.init.{name}" for name in ("uniform_", "normal_", "trunc_normal_", "sparse_", "orthogonal_")]
+    + [f"torch.nn.init.{kind}_{law}_" for kind in ("kaiming", "xavier") for law in ("uniform", "normal")]
+)
+# (`random_` breaks with or without a generator: TP513.)
+_SAMPLING_METHODS = frozenset(
+    ("uniform_", "normal_", "bernoulli", "bernoulli_", "exponential_", "cauchy_", "geometric_", "log_normal_")
+    + ("multinomial",)
+)
+
+
 class GeneratorInCompiledCode(CallRule):
     """## What it does
-    Checks for `torch.Generator(...)` objects created in compiled code, and for
-    generators passed to operators there (`torch.randn(..., generator=g)` with
-    `g` a module attribute or a local name; a `generator` parameter, often
-    `None`, is not reported).
+    Checks for `torch.Generator(...)` objects created in compiled code
+    (`torch.Generator(device=x.device)`, `torch.Generator().manual_seed(seed)`).
+    Uses of a generator are TP522.
 
     ## Why is this bad?
     A generator is opaque state: Dynamo cannot create one while tracing
-    (GB0363), call its methods (`manual_seed`, GB7650) nor turn it into a graph
-    argument of an operator (GB0055), whether it was made in `forward` or in
-    `__init__`. Each use is one more break.
+    (GB0363). Making it in `__init__` or in the caller instead removes this
+    break but not the ones where the generator is used (TP522).
 
     ## Fix safety
     No automatic fix: a seeded stream of its own has no traced equivalent.
@@ -1254,18 +1282,12 @@ class GeneratorInCompiledCode(CallRule):
 
     code = "TP518"
     name = "generator-in-compiled-code"
-    summary = "`torch.Generator` created or used in compiled code"
-    message = "{what} a `torch.Generator` in compiled code breaks the graph; draw the numbers outside and pass them in"
-    dynamo_codes = ("GB0363", "GB0055")
-    callees = frozenset({"torch.Generator", "torch._C.Generator"})
-
-    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
-        if ctx.qualname(node.func) in self.callees:
-            self.report(ctx, node, what="creating")
-            return
-        for keyword in node.keywords:
-            if keyword.arg == "generator" and _bound_generator(keyword.value, ctx):
-                self.report(ctx, keyword.value, what="passing")
+    summary = "`torch.Generator` created in compiled code"
+    message = (
+        "creating a `torch.Generator` in compiled code breaks the graph; draw the numbers outside and pass them in"
+    )
+    dynamo_codes = ("GB0363",)
+    callees = _GENERATOR_CLASSES
 
     INVALID = [
         """
@@ -1285,13 +1307,11 @@ class GeneratorInCompiledCode(CallRule):
 
 
         class Model(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.generator = torch.Generator().manual_seed(0)
+            seed = 0
 
             def forward(self, x):
                 y = x + 1
-                noise = torch.rand(8, generator=self.generator)
+                noise = torch.randn(8, generator=torch.Generator(device=x.device).manual_seed(self.seed))
                 return y * noise
         """,
     ]
@@ -1313,23 +1333,258 @@ class GeneratorInCompiledCode(CallRule):
         """]
 
 
-def _bound_generator(value: ast.expr, ctx: Context) -> bool:
-    """A `generator=` argument known to hold a generator: a module attribute not set to `None`, or
-    a name the function binds to `torch.Generator(...)` (parameters are often `None`: not reported)."""
-    attr = ctx.self_attr(value)
-    if attr is not None:
-        return ctx.cls is not None and ctx.cls.attrs.get(attr) not in (None, Kind.NONE)
-    if not isinstance(value, ast.Name):
+class GeneratorUseInCompiledCode(Rule):
+    """## What it does
+    Checks for uses of a `torch.Generator` in compiled code: its state
+    methods (`g.manual_seed(s)`, `g.seed()`, `g.get_state()`, ...) and
+    passing it to what draws random numbers (`torch.randn(..., generator=g)`,
+    `torch.multinomial`, `torch.normal`, `x.uniform_(..., generator=g)`,
+    `x.bernoulli`, `nn.init.normal_`, ...). Only a value known to be a
+    generator is reported: a local name bound to `torch.Generator(...)` (or
+    to `None` on another path), a parameter annotated `torch.Generator` (not
+    `Optional`, no `None` default) and `torch.default_generator`; passed as
+    `generator=`, also a `self.` attribute that `__init__` does not set to
+    `None` alone (one set from a constructor argument that is `None` when
+    called is reported too, though it traces). A `generator=None`
+    parameter, the methods of a `self.` attribute (`self.env.seed()`) and a
+    generator handed to a function of the project (Dynamo breaks inside it,
+    where it is used) are not.
+
+    ## Why is this bad?
+    Dynamo cannot put a generator into a graph: its methods read or reseed
+    RNG state it does not trace (GB7650), and it cannot be an operator's
+    argument (GB0055). Wherever the generator was made (in `forward`, TP518;
+    in `__init__`; by the caller), each use is one more break.
+    `generator=None` and the global generator trace.
+
+    ## Fix safety
+    No fix: the generator's stream cannot be reproduced in a graph (traced
+    random operators draw from the global RNG state), so no rewrite keeps
+    the numbers drawn. Draw them outside the compiled function, with the
+    generator, and pass the tensor in; or seed the global generator outside
+    and drop `generator=`.
+    """
+
+    code = "TP522"
+    name = "generator-use-in-compiled-code"
+    summary = "`torch.Generator` reseeded or passed to a random operator in compiled code"
+    message = "{what} in compiled code breaks the graph; draw the numbers outside and pass them in"
+    dynamo_codes = ("GB7650", "GB0055")
+
+    def visit_Call(self, node: ast.Call, ctx: Context) -> None:
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _GENERATOR_METHODS and _known_generator(func.value, ctx):
+            self.report(ctx, node, what=f"`{func.attr}()` of a `torch.Generator`")
+            return
+        generator = next((k.value for k in node.keywords if k.arg == "generator"), None)
+        if generator is None or not (_known_generator(generator, ctx) or _generator_attribute(generator, ctx)):
+            return
+        callee = ctx.qualname(func)
+        if callee in _SAMPLING_FUNCTIONS:
+            self.report(ctx, node, what=f"passing a `torch.Generator` to `{callee}()`")
+        elif (
+            callee is None
+            and isinstance(func, ast.Attribute)
+            and func.attr in _SAMPLING_METHODS
+            and ctx.kind(func.value).may_be_tensor
+        ):
+            self.report(ctx, node, what=f"passing a `torch.Generator` to `.{func.attr}()`")
+
+    INVALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x, generator: torch.Generator):
+                y = x + 1
+                noise = torch.randn(x.shape, generator=generator)
+                return y + noise
+
+
+        def make_inputs(call):
+            return torch.randn(8), torch.Generator().manual_seed(call)
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                y = x + 1
+                generator = torch.Generator(device=x.device)
+                y = y * 2
+                generator.manual_seed(0)
+                y = y - 1
+                keep = torch.bernoulli(torch.full_like(y, 0.9), generator=generator)
+                return y * keep
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        def jitter(t: torch.Tensor, generator: torch.Generator):
+            scale = t.abs() + 1
+            return scale * torch.empty_like(t).uniform_(-1, 1, generator=generator)
+
+
+        class Model(nn.Module):
+            def forward(self, x, generator: torch.Generator):
+                y = x + 1
+                return jitter(y, generator)
+
+
+        def make_inputs(call):
+            return torch.randn(8), torch.Generator().manual_seed(call)
+        """,
+    ]
+    VALID = [
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x, noise):
+                y = x + 1
+                return y + noise
+
+
+        def make_inputs(call):
+            generator = torch.Generator().manual_seed(call)
+            return torch.randn(8), torch.randn(8, generator=generator)
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x, generator=None):
+                y = x + torch.rand(8, generator=None)
+                if generator is not None:
+                    y = y + 1
+                return y * torch.randn(8, generator=generator)
+        """,
+    ]
+
+
+def _known_generator(value: ast.expr, ctx: Context) -> bool:
+    """`value` holds a `torch.Generator` wherever it is used this way (see TP522), and is not made
+    right there (a creation in the same expression is TP518's finding)."""
+    if any(isinstance(n, ast.Call) and ctx.names.resolve(n.func) in _GENERATOR_CLASSES for n in ast.walk(value)):
         return False
-    return any(
-        isinstance(statement, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == value.id for t in statement.targets)
-        and any(
-            isinstance(call, ast.Call) and ctx.qualname(call.func) in GeneratorInCompiledCode.callees
-            for call in ast.walk(statement.value)
-        )
-        for statement in ast.walk(ctx.node)
-    )
+    return _generator_value(value, ctx, _own_scope_names(ctx.node), frozenset()) == "generator"
+
+
+def _generator_attribute(value: ast.expr, ctx: Context) -> bool:
+    """`self.attr` that `__init__` sets to something other than `None` alone: as a `generator=`
+    argument of a random operator, a generator unless it is a constructor argument left `None`."""
+    attr = ctx.self_attr(value)
+    return attr is not None and ctx.cls is not None and ctx.cls.attrs.get(attr) not in (None, Kind.NONE)
+
+
+def _generator_value(value: ast.expr, ctx: Context, own: set[int], following: frozenset[str]) -> str | None:
+    """What `value` holds: "generator", "none", or None where that is not known. Names are followed
+    in the function's own scope (`own`); one being followed (a rebinding such as `g = g.manual_seed(1)`)
+    is neutral there: its other bindings decide."""
+    if isinstance(value, ast.Constant) and value.value is None:
+        return "none"
+    if isinstance(value, ast.Call):
+        func = value.func
+        if ctx.names.resolve(func) in _GENERATOR_CLASSES:
+            return "generator"
+        if isinstance(func, ast.Attribute) and func.attr == "manual_seed":  # returns the generator
+            return "generator" if _generator_value(func.value, ctx, own, following) is not None else None
+        return None
+    if isinstance(value, ast.Attribute):
+        return "generator" if ctx.names.resolve(value) == "torch.default_generator" else None
+    if not isinstance(value, ast.Name) or id(value) not in own:
+        return None  # also a name in a lambda or nested function, or a comprehension's own variable
+    if value.id in following:
+        return "none"
+    bindings = _bindings(ctx.node, value.id, ctx, own)
+    if bindings is None:
+        return None
+    held = {
+        "generator" if isinstance(b, ast.arg) else _generator_value(b, ctx, own, following | {value.id})
+        for b in bindings
+    }
+    return "generator" if held in ({"generator"}, {"generator", "none"}) else None
+
+
+def _bindings(
+    func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: Context, own: set[int]
+) -> list[ast.expr | ast.arg] | None:
+    """The values `func` binds `name` to in its own scope, and the parameter if it is annotated
+    `torch.Generator` (not optional, no `None` default); None where a binding is anything else:
+    another parameter, unpacking, a loop or `with` variable, `global`, a nested definition..."""
+    arguments = func.args
+    positional = arguments.posonlyargs + arguments.args
+    defaults = [None] * (len(positional) - len(arguments.defaults)) + list(arguments.defaults)
+    values: list[ast.expr | ast.arg] = []
+    for arg, default in [*zip(positional, defaults), *zip(arguments.kwonlyargs, arguments.kw_defaults)]:
+        if arg.arg == name:
+            if _annotation(arg.annotation, ctx) not in _GENERATOR_CLASSES or (
+                isinstance(default, ast.Constant) and default.value is None
+            ):
+                return None
+            values.append(arg)
+    if name in {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}:
+        return None
+    assigned: set[int] = set()
+    for node in ast.walk(func):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id == name and id(target) in own:
+                    values.append(node.value)
+                    assigned.add(id(target))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return None
+        elif node is not func and name in (getattr(node, "name", None), getattr(node, "rest", None)):
+            return None  # an `except ... as`, a nested `def` or `class`, a `match` capture, an import
+        elif isinstance(node, ast.alias) and node.asname == name:
+            return None
+    for node in ast.walk(func):
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+            if id(node) in own and id(node) not in assigned:
+                return None  # unpacked, a loop or `with` variable, augmented, deleted, a walrus target
+    return values
+
+
+def _annotation(node: ast.expr | None, ctx: Context) -> str | None:
+    """The qualified name a parameter annotation spells (`torch.Generator`, `"torch.Generator"`)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            node = ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return None
+    return ctx.names.resolve(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+
+
+def _own_scope_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[int]:
+    """The `Name` nodes of `func` that are its own locals (or globals): not those in a nested
+    function, lambda or class, nor a comprehension's own variables."""
+    found: set[int] = set()
+
+    def visit(node: ast.AST, hidden: frozenset[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if isinstance(child, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                targets = (n for g in child.generators for n in ast.walk(g.target) if isinstance(n, ast.Name))
+                visit(child, hidden | {n.id for n in targets})
+                continue
+            if isinstance(child, ast.Name) and child.id not in hidden:
+                found.add(id(child))
+            visit(child, hidden)
+
+    visit(func, frozenset())
+    return found
 
 
 class BuiltinIterationOverTensor(SequenceRule):
