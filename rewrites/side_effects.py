@@ -589,7 +589,8 @@ class GlobalSeedInCompiledCode(CallRule):
     (GB0007); the graph breaks at every call.
 
     ## Fix safety
-    No automatic fix: seed once outside, or pass a `torch.Generator`.
+    No automatic fix: seed once outside the compiled function. (Passing a
+    `torch.Generator` to the random operators breaks too: TP522.)
     """
 
     code = "TP110"
