@@ -737,10 +737,11 @@ class CopyModuleOnTensor(Rule):
     still takes `copy.deepcopy`, which raises for one with autograd history
     exactly as before. Only the memory layout may differ: a deep copy keeps the
     strides and storage offset of a view, `clone()` of a view that is not
-    dense is contiguous. Inputs and attributes of the module are not fixed (a
-    parameter's deep copy is an `nn.Parameter`; an input may be a subclass or
-    carry a `.grad`, which a deep copy keeps), nor `deepcopy(t, memo)`, nor
-    `copy.copy(t)`, which shares the storage of `t`.
+    dense is contiguous. Unsafe for an input of the function (the same form: an
+    input may be an `nn.Parameter`, whose deep copy is one, a subclass, or carry
+    a `.grad`, which a deep copy keeps). Attributes of the module are not fixed
+    (a parameter's or buffer's deep copy keeps its class), nor `deepcopy(t,
+    memo)`, nor `copy.copy(t)`, which shares the storage of `t`.
     """
 
     code = "TP511"
@@ -749,7 +750,7 @@ class CopyModuleOnTensor(Rule):
     message = "`{callee}()` of a tensor breaks the graph; use `.clone()`"
     dynamo_codes = ("GB4198", "GB0208")
 
-    fix_safety = "safe"
+    fix_safety = "safe or unsafe"
 
     def visit_IfExp(self, node: ast.IfExp, ctx: Context) -> None:
         # The fixed form: its `deepcopy` arm only runs for tensors that require grad, whose deep
@@ -769,12 +770,16 @@ class CopyModuleOnTensor(Rule):
             return {"no_fix": "only `copy.deepcopy(t)` with one argument has a `clone()` form"}
         arg = node.args[0]
         parameters = {a.arg for a in ctx.node.args.args + ctx.node.args.kwonlyargs}
-        if not isinstance(arg, ast.Name) or arg.id in parameters:
+        title = "copy with `detach().clone()` where no grad is required"
+        if isinstance(arg, ast.Name) and arg.id in parameters:
+            why = "an input may be an `nn.Parameter` or a subclass, whose deep copy keeps its class and `.grad`"
+            return self.make_fix(f"{title} (not proven: {why})", "Call", node, safety="unsafe")
+        if not isinstance(arg, ast.Name):
             return {
-                "no_fix": "only a tensor computed in the function has a known type: an input or attribute "
-                "may be a parameter or subclass whose deep copy keeps its class and `.grad`"
+                "no_fix": "only a tensor computed in the function or an input has a known type: an attribute "
+                "may be a parameter or buffer whose deep copy keeps its class"
             }
-        return self.make_fix("copy with `detach().clone()` where no grad is required", "Call", node)
+        return self.make_fix(title, "Call", node)
 
     def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
         import libcst as cst
@@ -1907,4 +1912,52 @@ class BuiltinOperatorOnTensor(CallRule):
                 energy = (x**2).mean() + torch.pow(x, 2).sum()
                 scale = pow(x.shape[0], 0.5)
                 return x / energy * scale
+        """]
+
+
+class PackedSequenceCall(CallRule):
+    """## What it does
+    Checks for `pack_padded_sequence` and `pack_sequence` in compiled code.
+
+    ## Why is this bad?
+    Dynamo skips these functions of `torch.nn.utils.rnn` (GB0007): packing
+    reads the lengths into Python and builds a `PackedSequence` whose data has
+    as many rows as the lengths add up to. The graph breaks at the call, and the
+    recurrent module it feeds breaks again (TP512).
+
+    ## Fix safety
+    No automatic fix. Run the recurrent module on the padded batch and mask the
+    padded steps (`lengths` compared with `torch.arange`), or pack outside the
+    compiled function.
+    """
+
+    code = "TP523"
+    name = "packed-sequence-call"
+    summary = "`pack_padded_sequence`/`pack_sequence`"
+    message = "`{callee}()` in compiled code breaks the graph (Dynamo skips it); mask the padded steps instead"
+    dynamo_codes = ("GB0007",)
+    callees = frozenset({"torch.nn.utils.rnn.pack_padded_sequence", "torch.nn.utils.rnn.pack_sequence"})
+
+    INVALID = ["""
+        import torch
+        from torch import nn
+        from torch.nn.utils.rnn import pack_padded_sequence
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                steps = x.reshape(2, 4, 1)
+                packed = pack_padded_sequence(steps, [4, 2], batch_first=True)
+                return x * packed.data.sum()
+        """]
+    VALID = ["""
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                steps = x.reshape(2, 4, 1)
+                valid = torch.arange(4) < torch.tensor([4, 2])[:, None]
+                return x * (steps.squeeze(-1) * valid).sum()
         """]

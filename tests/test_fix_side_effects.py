@@ -146,7 +146,6 @@ def test_deepcopy_fix_compiles_as_one_graph():
 @pytest.mark.parametrize(
     ("lines", "reason"),
     [
-        ("return copy.deepcopy(x)", "only a tensor computed in the function"),
         ("y = x + 1\nreturn copy.deepcopy(y, {})", "only `copy.deepcopy(t)` with one argument"),
         ("y = x + 1\nreturn copy.copy(y)", "only `copy.deepcopy(t)` with one argument"),
         ("return copy.deepcopy(x + 1)", "only a tensor computed in the function"),
@@ -184,3 +183,20 @@ def test_guarded_bars_and_copies_are_not_reported_again():
             text, _ = fix(source)
             again, left = fix(text)
             assert again == text and left == []
+
+
+def test_deepcopy_of_an_input_is_fixed_only_as_unsafe():
+    """An input may be an `nn.Parameter` (its deep copy is one, the clone a plain tensor): unsafe, the same form;
+    on plain tensors the values, grad mode and raised error are the deep copy's."""
+    source = body("snapshot = copy.deepcopy(x)\nsnapshot.add_(1)\nreturn x, snapshot")
+    text, left = fix(source)
+    assert text == textwrap.dedent(source).lstrip("\n") and [d.fix.safety for d in left] == ["unsafe"]
+    text, left = fix(source, unsafe=True)
+    assert left == [] and "(x.detach().clone() if not x.requires_grad else copy.deepcopy(x))" in text
+    original, rewritten = load_example(source, "TP511-input-original"), load_example(text, "TP511-input-rewritten")
+    x = torch.randn(4)
+    assert all(torch.equal(a, b) for a, b in zip(original.Model()(x), rewritten.Model()(x)))
+    parameter = torch.nn.Parameter(torch.randn(4), requires_grad=False)
+    copied, cloned = original.Model()(parameter)[1], rewritten.Model()(parameter)[1]
+    assert isinstance(copied, torch.nn.Parameter) and not isinstance(cloned, torch.nn.Parameter)  # why unsafe
+    assert run_example(text, name="TP511-input-after").clean()
