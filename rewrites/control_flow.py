@@ -107,6 +107,11 @@ class DataDependentIf(Rule):
     Such a check on a number read from a tensor (`if not math.isfinite(loss):`,
     `if kl.item() < 0.1:`), where Dynamo breaks at the conversion in the
     condition, is reported here too (the same statement) and fixed alike.
+    A branch whose reports come first and whose other statements are
+    assignments (`warnings.warn(...)` then `x = torch.nan_to_num(x)`) splits
+    in two: the reports become such a check, the assignments `torch.where`
+    (safe or unsafe as below); the pure condition is evaluated twice in eager
+    runs.
 
     Safe when proven equal (`rewrites/where_proof.py`), else unsafe. When every branch of the `if`/`elif`/`else` chain is a sequence of
     pure tensor assignments (`name = expr` calling only torch operators and tensor
@@ -199,6 +204,10 @@ class DataDependentIf(Rule):
             return self.make_fix(title, "If", node, safety="safe", data=("report",))
         if elif_of is None and not node.orelse and len(node.body) == 1 and isinstance(node.body[0], ast.Raise):
             return self._plan_raise(node, ctx)
+        if elif_of is None and not node.orelse:
+            split = self._plan_report_then_where(node, ctx)
+            if split is not None:
+                return split
         skip = branches.static_prefix(node, ctx) if elif_of is None else 0
         where = branches.where_plan(node, ctx, skip)
         if isinstance(where, tuple):
@@ -218,6 +227,25 @@ class DataDependentIf(Rule):
         target, kind = (node, "If") if cond[3] < 0 else (ctx.node, "FunctionDef")
         return self.make_fix(title, kind, target, safety="unsafe", data=("cond", cond))
 
+    def _plan_report_then_where(self, node: ast.If, ctx: Context) -> dict | None:
+        """`if c: <reports>; <assignments>` (`warnings.warn(...)` then `x = torch.nan_to_num(x)`): the reports
+        become the check that runs only when not compiling, the assignments `torch.where`. Both evaluate the
+        pure condition `c` (twice in eager runs), and the reports come first, reading what they read before."""
+        count = next((i for i, s in enumerate(node.body) if not _reports_only(s, ctx)), len(node.body))
+        rest = node.body[count:]
+        if not count or not rest or any(_reports_only(s, ctx) for s in rest):
+            return None
+        if branches.impurity(node.test, ctx.typer) is not None:
+            return None
+        assigning = ast.copy_location(ast.If(test=node.test, body=rest, orelse=[]), node)
+        assigning.end_lineno, assigning.end_col_offset = node.end_lineno, node.end_col_offset
+        where = branches.where_plan(assigning, ctx, 0)
+        if not isinstance(where, tuple):
+            return None
+        title, safety = _where_title(where_proof.where_unproven(assigning, ctx, 0, where[3]))
+        title = f"run the report only when not compiling, and {title}"
+        return self.make_fix(title, "If", node, safety=safety, data=("report then where", count, where))
+
     def _plan_raise(self, node: ast.If, ctx: Context) -> dict:
         """`if <tensor>: raise E(msg)`, a guard: `torch._assert_async(~<tensor>, msg)` stays in the graph."""
         recipe = branches.bool_recipe(node.test, ctx.typer)
@@ -234,6 +262,15 @@ class DataDependentIf(Rule):
         how, *rest = fix.data
         if how == "report":
             return self._apply_report(node, edit)
+        if how == "report then where":
+            import libcst as cst
+
+            count, where = rest
+            statements = list(node.body.body)
+            report = self._apply_report(node.with_changes(body=node.body.with_changes(body=statements[:count])), edit)
+            assigning = node.with_changes(body=node.body.with_changes(body=statements[count:]), leading_lines=[])
+            lines = self._apply_where(assigning, False, 0, where, edit)
+            return cst.FlattenSentinel([report, *lines.nodes])
         if how == "raise":
             return self._apply_raise(node, *rest, edit)
         return self._apply_where(node, *rest, edit) if how == "where" else self._apply_cond(node, *rest, edit)

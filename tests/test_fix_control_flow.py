@@ -746,3 +746,45 @@ def test_a_check_on_a_number_read_from_a_tensor_that_only_reports_is_skipped_und
     assert [d.fix.safety for d in result.applied] == ["safe"] * len(result.applied)
     assert result.remaining == []
     assert_equivalent(NUMBER_CHECK, text, signed(4))
+
+
+REPORT_THEN_FILL = """\
+import warnings
+
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, h):
+        h = h * 2
+        # fill NaNs, and say so
+        if torch.isnan(h).any():
+            warnings.warn(f"NaNs in the activations: {h.isnan().sum()} values")
+            h = torch.nan_to_num(h)
+        return h + 1
+"""
+
+
+def test_a_check_that_reports_then_assigns_becomes_a_guarded_report_and_where(tmp_path):
+    """The report runs only when not compiling, before the assignments, on the values it read before; the
+    assignment becomes `torch.where` (unsafe here: `nan_to_num` raises on complex tensors)."""
+    import warnings
+
+    from tests.rule_examples import fix_snippet
+
+    result, text = fix_snippet(REPORT_THEN_FILL, unsafe=True)
+    assert "        if not torch.compiler.is_compiling() and torch.isnan(h).any():\n            warnings.warn(" in text
+    assert "        h = torch.where(torch.isnan(h).any(), torch.nan_to_num(h), h)\n" in text
+    assert "# fill NaNs, and say so" in text and result.remaining == []
+    assert_equivalent(REPORT_THEN_FILL, text, signed(4))
+    before, after = load(REPORT_THEN_FILL), load(text)
+    for (x,) in signed(4):
+        with warnings.catch_warnings(record=True) as said_before:
+            warnings.simplefilter("always")
+            before(x)
+        with warnings.catch_warnings(record=True) as said_after:
+            warnings.simplefilter("always")
+            after(x)
+        assert [str(w.message) for w in said_before] == [str(w.message) for w in said_after]
+    assert fix_snippet(REPORT_THEN_FILL, unsafe=False)[1].count("torch.where") == 0  # not proven: stays unsafe
