@@ -311,7 +311,6 @@ def logged_breaks(messages: list[str], folders: list[Path]) -> list[dict]:
         stacks.setdefault(where, frames)
         inside = [(f, n, folder) for f, n in frames for folder in folders if _inside(f, folder)]
         site = inside[-1] if inside else None
-        root = inside[0] if inside else None  # the outermost frame of the family's code: the one a skip drops
         skipped = bool(_SKIPPED.search(message))
         out.append(
             {
@@ -323,8 +322,7 @@ def logged_breaks(messages: list[str], folders: list[Path]) -> list[dict]:
                 "statement": _statement(site[0], site[1]) if site else None,
                 "text": linecache.getline(site[0], site[1]).strip() if site else None,
                 "via": None if site and frames[-1] == site[:2] else f"{frames[-1][0]}:{frames[-1][1]}",
-                "root_file": os.path.relpath(root[0], root[2]) if root else None,
-                "root_line": root[1] if root else None,
+                "frames": [(os.path.relpath(f, folder), n) for f, n, folder in inside],  # outermost first
             }
         )
     return out
@@ -461,16 +459,7 @@ def lint_against_dynamo(folder: Path, before: dict, executed: dict[str, set[int]
     except ValueError:
         return {"error": f"lint: {_short(result.output or result.exception)}"}
     breaks = {(b["file"], b["statement"]) for b in before["detail"] if b["file"]}
-    # A skip drops the frame Dynamo was compiling: the outermost of the family's frames on the break's stack
-    # (a break inside an inlined helper called in a loop skips the caller).
-    skipped = {
-        (
-            b.get("root_file") or b["file"],
-            _function(str(folder / (b.get("root_file") or b["file"])), b.get("root_line") or b["line"]),
-        )
-        for b in before["detail"]
-        if b["file"] and b["frame_skipped"]
-    }
+    skipped = {_skipped_frame(folder, b) for b in before["detail"] if b["file"] and b["frame_skipped"]}
     ran = {(os.path.relpath(path, folder), _statement(path, n)) for path, lines in executed.items() for n in lines}
     claims: dict[tuple[str, int], set[str]] = collections.defaultdict(set)
     shadowed: set[tuple[str, int]] = set()
@@ -506,6 +495,31 @@ def lint_against_dynamo(folder: Path, before: dict, executed: dict[str, set[int]
         ),
         "missed": sorted(f"{f}:{n} {_categories_at(before, f, n)}" for f, n in breaks - hits),
     }
+
+
+def _skipped_frame(folder: Path, b: dict) -> tuple[str, int]:
+    """The function whose frame Dynamo skipped for the break `b`: the innermost frame of the family's code on
+    its stack that is inside a loop there (a break in a helper called in a loop skips the caller's frame)."""
+    for file, line in reversed(b.get("frames") or [(b["file"], b["line"])]):
+        if _in_loop(str(folder / file), line):
+            return file, _function(str(folder / file), line)
+    return b["file"], _function(str(folder / b["file"]), b["line"])
+
+
+@functools.lru_cache(maxsize=None)
+def _loops(path: str) -> tuple[tuple[int, int, int], ...]:
+    """(first line, last line, first line of the function holding it) of every `for`/`while` of a file."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    loops = (n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.While)))
+    return tuple((n.lineno, n.end_lineno, _function(path, n.lineno)) for n in loops)
+
+
+def _in_loop(path: str, line: int) -> bool:
+    function = _function(path, line)
+    return any(first <= line <= last and owner == function for first, last, owner in _loops(path))
 
 
 def _categories_at(run: dict, file: str, statement: int) -> str:
