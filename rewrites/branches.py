@@ -264,7 +264,7 @@ def where_plan(node: ast.If, ctx: "Context", skip: int = 0) -> tuple | str:
             outputs.setdefault(statement.targets[0].id)
     # A name one branch assigns only for its own use (unbound before, read nowhere else) stays local.
     inside = {id(n) for n in ast.walk(node)}
-    outside = {n.id for n in ast.walk(ctx.node) if isinstance(n, ast.Name) and id(n) not in inside}
+    outside = {n.id for n in ctx.nodes() if isinstance(n, ast.Name) and id(n) not in inside}
     for name in list(outputs):
         if name not in before and name not in outside and any(not _assigns(body, name) for body in bodies):
             del outputs[name]
@@ -748,9 +748,7 @@ def while_plan(node: ast.While, ctx: "Context") -> tuple | str:
     assigned = list(dict.fromkeys(n for s in node.body for n in _assigned(s)))
     inside = {id(n) for statement in node.body for n in ast.walk(statement)}
     read_outside = {
-        n.id
-        for n in ast.walk(ctx.node)
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in inside
+        n.id for n in ctx.nodes() if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in inside
     }
     free = set(_free_names(node.body))
     carried = []

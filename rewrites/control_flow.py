@@ -191,7 +191,7 @@ class DataDependentIf(Rule):
         False for the others (an `if` on a Python value, or one Dynamo folds away unvisited)."""
         if getattr(self, "_ctx", None) is not ctx:
             self._ctx, self._elifs = ctx, {}
-            for node in ast.walk(ctx.node):
+            for node in ctx.nodes():
                 if isinstance(node, ast.If):
                     self._elifs.update((id(inner), False) for inner in branches.if_chain_nodes(node)[1:])
         return self._elifs

@@ -876,10 +876,10 @@ def _bound_before(value: ast.expr, origin: ast.stmt | None, ctx: Context) -> boo
     """Whether `value` is a name (or `self.<name>`) that holds the same tensor at `origin` as where it
     is read: a parameter never assigned, or a local assigned once, above `origin`."""
     if isinstance(value, ast.Attribute) and ctx.self_attr(value) is not None:
-        return not any(_stored(n, value.attr) for n in ast.walk(ctx.node) if isinstance(n, ast.Attribute))
+        return not any(_stored(n, value.attr) for n in ctx.nodes() if isinstance(n, ast.Attribute))
     if not isinstance(value, ast.Name) or origin is None:
         return False
-    stores = [n for n in ast.walk(ctx.node) if isinstance(n, ast.Name) and _stored(n, value.id)]
+    stores = [n for n in ctx.nodes() if isinstance(n, ast.Name) and _stored(n, value.id)]
     if value.id in {a.arg for a in ast.walk(ctx.node.args) if isinstance(a, ast.arg)}:
         return not stores
     return len(stores) == 1 and stores[0].end_lineno < origin.lineno

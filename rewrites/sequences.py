@@ -202,7 +202,7 @@ def _scalar_name(name: str, ctx: Context) -> bool:
     it is assigned."""
     typer = scratch(ctx)  # the other statements are typed out of order: not with the walker's memo
     bound = False
-    for node in ast.walk(ctx.node):
+    for node in ctx.nodes():
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:

@@ -12,7 +12,7 @@ from rewrites.conversions import atom, with_parens_of
 from rewrites.sequences import SequenceRule, Sequences, scratch
 from transpiler.analysis.symbols import DISABLE_DECORATORS
 from transpiler.analysis.kinds import Kind
-from transpiler.analysis.typer import Typer
+from transpiler.analysis.typer import GENERATOR_CLASSES, Typer
 from transpiler.analysis.walker import Context
 from transpiler.lint.rule import Fix
 from transpiler.lint.rule import REGISTRY, Finding, Rule
@@ -1074,7 +1074,7 @@ def _leaf_is_read(call: ast.Call, ctx: Context) -> bool:
     inside = {id(n) for n in ast.walk(statement)}
     return any(
         isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load) and id(n) not in inside
-        for n in ast.walk(ctx.node)
+        for n in ctx.nodes()
     )
 
 
@@ -1238,7 +1238,6 @@ class ExplicitGraphBreak(CallRule):
         """]
 
 
-_GENERATOR_CLASSES = frozenset({"torch.Generator", "torch._C.Generator"})
 # The methods Dynamo refuses to trace (torch/_dynamo/trace_rules.py, `_GENERATOR_METHODS_THAT_GRAPH_BREAK`, 2.13).
 _GENERATOR_METHODS = frozenset(
     {
@@ -1292,7 +1291,7 @@ class GeneratorInCompiledCode(CallRule):
         "creating a `torch.Generator` in compiled code breaks the graph; draw the numbers outside and pass them in"
     )
     dynamo_codes = ("GB0363",)
-    callees = _GENERATOR_CLASSES
+    callees = GENERATOR_CLASSES
 
     INVALID = [
         """
@@ -1480,7 +1479,7 @@ class GeneratorUseInCompiledCode(Rule):
 def _known_generator(value: ast.expr, ctx: Context) -> bool:
     """`value` holds a `torch.Generator` wherever it is used this way (see TP522), and is not made
     right there (a creation in the same expression is TP518's finding)."""
-    if any(isinstance(n, ast.Call) and ctx.names.resolve(n.func) in _GENERATOR_CLASSES for n in ast.walk(value)):
+    if any(isinstance(n, ast.Call) and ctx.names.resolve(n.func) in GENERATOR_CLASSES for n in ast.walk(value)):
         return False
     return _generator_value(value, ctx, _own_scope_names(ctx.node), frozenset()) == "generator"
 
@@ -1500,7 +1499,7 @@ def _generator_value(value: ast.expr, ctx: Context, own: set[int], following: fr
         return "none"
     if isinstance(value, ast.Call):
         func = value.func
-        if ctx.names.resolve(func) in _GENERATOR_CLASSES:
+        if ctx.names.resolve(func) in GENERATOR_CLASSES:
             return "generator"
         if isinstance(func, ast.Attribute) and func.attr == "manual_seed":  # returns the generator
             return "generator" if _generator_value(func.value, ctx, own, following) is not None else None
@@ -1525,7 +1524,7 @@ def _bindings(
     func: ast.FunctionDef | ast.AsyncFunctionDef, name: str, ctx: Context, own: set[int]
 ) -> list[ast.expr | ast.arg] | None:
     """The values `func` binds `name` to in its own scope, and the parameter if it is annotated
-    `torch.Generator` (not optional, no `None` default); None where a binding is anything else:
+    `torch.Generator` (not optional, no `None` default) or every call in the file passes one; None where a binding is anything else:
     another parameter, unpacking, a loop or `with` variable, `global`, a nested definition..."""
     arguments = func.args
     positional = arguments.posonlyargs + arguments.args
@@ -1533,7 +1532,10 @@ def _bindings(
     values: list[ast.expr | ast.arg] = []
     for arg, default in [*zip(positional, defaults), *zip(arguments.kwonlyargs, arguments.kw_defaults)]:
         if arg.arg == name:
-            if _annotation(arg.annotation, ctx) not in _GENERATOR_CLASSES or (
+            if ctx.parameters.get(name) is Kind.GENERATOR:  # every call of the function passes one (calls.py)
+                values.append(arg)
+                continue
+            if _annotation(arg.annotation, ctx) not in GENERATOR_CLASSES or (
                 isinstance(default, ast.Constant) and default.value is None
             ):
                 return None
@@ -1843,7 +1845,7 @@ def _computed(node: ast.expr, ctx: Context, typer: Typer, depth: int) -> bool:
     if depth == 0:
         return False
     names = _operands(node)
-    for statement in ast.walk(ctx.node):
+    for statement in ctx.nodes():
         if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and statement.value is not None:
             targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
             bound = {t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)}

@@ -50,10 +50,9 @@ _TO_FLOATING |= frozenset(
     "binary_cross_entropy_with_logits binary_cross_entropy mse_loss smooth_l1_loss huber_loss cross_entropy "
     "nll_loss kl_div".split()
 )
-# Methods whose result stays in the receiver's dtype category when that is floating or complex.
-_CATEGORY_KEEPING = frozenset(
-    "squeeze unsqueeze view reshape flatten transpose permute contiguous t sum mean amax amin clone detach".split()
-)
+# Reductions whose result stays in the receiver's dtype category when that is floating or complex
+# (besides the methods that keep the dtype, `Typer.keeps_dtype`).
+_CATEGORY_KEEPING = frozenset("sum mean amax amin".split())
 _CATEGORY = {"bool": "bool", "float16": "float", "bfloat16": "float", "float32": "float", "float64": "float"}
 _MODULES = ("torch.", "torch.nn.functional.")
 # Operations whose result keeps the operand's shape, dtype and gradient sources, whose derivative
@@ -168,7 +167,8 @@ class Prover:
         if not isinstance(value, ast.Call):
             return False
         func = value.func
-        if isinstance(func, ast.Attribute) and func.attr in _CATEGORY_KEEPING and not self.typer.qualname(func):
+        keeps = isinstance(func, ast.Attribute) and func.attr in _CATEGORY_KEEPING and not self.typer.qualname(func)
+        if keeps or self.typer.keeps_dtype(value):
             return self.floating_call(func.value)  # `self.head(x).squeeze(-1)`
         owner = self.typer.self_attr(value.func)
         if owner is not None and self.typer.cls is not None:

@@ -159,7 +159,7 @@ class Project:
         found = {}
         for qualname, sites in incoming.items():
             info = self.lookup(qualname)
-            if info is None or qualname not in compiled or not info.open_params:
+            if info is None or qualname not in compiled or not info.open_params or info.unseen_calls:
                 continue
             positions = {name: index for index, name in enumerate(info.params)}
             tensors = frozenset(

@@ -12,7 +12,7 @@ import builtins
 import re
 from dataclasses import dataclass, field
 
-from transpiler.analysis.kinds import Kind
+from transpiler.analysis.kinds import Kind, Returned
 
 # Attribute names that say "an activation module": `act`, `act_fn`, `activation`, `hidden_act`,
 # `intermediate_act_fn`, `act_layer`, `act1`, `activation_function`. Not `act_dropout`, `act_scale`.
@@ -65,6 +65,9 @@ class FunctionInfo:
     # unannotated, without a default. Their kinds can come from the call sites instead.
     params: tuple[str, ...] = ()
     open_params: frozenset[str] = frozenset()
+    # Used in its file other than by calls the analysis follows (as a value, through getattr): its
+    # call sites do not tell the kinds of its parameters (calls.py).
+    unseen_calls: bool = False
     # For each call edge, one entry per call site: the positions and keyword names of
     # the arguments that are tensors there.
     tensor_args: dict[tuple[str, str], list[frozenset[int | str]]] = field(default_factory=dict)
@@ -110,6 +113,12 @@ class Names:
         self.loggers: set[str] = set()
         self.defined: set[str] = set()
         self.disabled: set[str] = set()  # module-level functions decorated with torch.compiler.disable
+        # What calls of the file's functions give, by qualified name (`Class.method` for `self.method()`
+        # in that class): set by the walker once it has found them (calls.py).
+        self.returns: dict[str, Returned] = {}
+        # NumPy arrays made from tensors are typed as Dynamo traces them (Kind.ARRAY): set by a walker of
+        # lint rules; the compiler's walks, which ask what is a torch.Tensor at run time, leave them unknown.
+        self.arrays = False
         package = module if is_package else module.rpartition(".")[0]
         for node in module_level(tree):
             if isinstance(node, ast.Import):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-from transpiler.analysis.kinds import Kind, join
+from transpiler.analysis.kinds import Kind, Returned, join
 from transpiler.analysis.symbols import ClassInfo, Names, is_library_module_class
 
 # Tensor attributes that are static metadata to Dynamo.
@@ -44,6 +44,25 @@ TORCH_BOOL = frozenset(
     "isnan isinf isfinite isneginf isposinf eq ne lt gt le ge greater less equal "
     "logical_and logical_or logical_not logical_xor isin any all isclose signbit".split()
 )
+# NumPy functions whose result is no array (or is the file system's business): given an array
+# made from a tensor, everything else under `numpy.` gives one.
+NUMPY_NON_ARRAY = frozenset(
+    "shape ndim size isscalar iscomplexobj isrealobj result_type can_cast min_scalar_type dtype finfo iinfo "
+    "save savez savez_compressed savetxt tofile set_printoptions array2string array_repr array_str".split()
+)
+# ndarray methods that give an array (`.item()` and `.tolist()` give Python values, as a tensor's do).
+GENERATOR_CLASSES = frozenset({"torch.Generator", "torch._C.Generator"})
+# Operations that return a named tuple of (values, indices) tensors (with a `dim`, for min and max).
+NAMED_RESULTS = frozenset("max min topk sort kthvalue median nanmedian mode cummax cummin".split())
+# Tensor methods whose result has the receiver's dtype: they move, copy or select elements.
+LAYOUT_METHODS = frozenset(
+    "view reshape flatten ravel squeeze unsqueeze transpose permute t contiguous clone detach expand "
+    "expand_as view_as reshape_as repeat flip roll narrow select diagonal movedim swapaxes".split()
+)
+ARRAY_METHODS = frozenset(
+    "all any argmax argmin argsort astype clip conj conjugate copy cumprod cumsum diagonal dot flatten max "
+    "mean min prod ptp ravel repeat reshape round squeeze std sum swapaxes take trace transpose var".split()
+)
 TENSOR_NAMESPACES = ("torch.", "torch.nn.functional.", "torch.special.", "torch.linalg.", "torch.fft.")
 PY_SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "complex"})
 
@@ -56,17 +75,19 @@ def annotation_kind(node: ast.expr | None) -> Kind | None:
     """
     if node is None:
         return None
-    alternatives = [ast.unparse(a) for a in _union_members(node)]
+    alternatives = [ast.unparse(a) for a in union_members(node)]
     alternatives = [a for a in alternatives if a != "None"]
     if len(alternatives) != 1:
         return Kind.UNKNOWN
     (text,) = alternatives
     if "Tensor" in text:
         return Kind.TENSOR
+    if text in ("torch.Generator", "Generator") and len(union_members(node)) == 1:
+        return Kind.GENERATOR  # not `Optional[...]`: None there uses the global generator, which traces
     return Kind.SCALAR if text in PY_SCALAR_ANNOTATIONS else Kind.UNKNOWN
 
 
-def _union_members(node: ast.expr) -> list[ast.expr]:
+def union_members(node: ast.expr) -> list[ast.expr]:
     """`A | B`, `Union[A, B]`, `Optional[A]` and their string forms, flattened."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         try:
@@ -74,12 +95,12 @@ def _union_members(node: ast.expr) -> list[ast.expr]:
         except SyntaxError:
             return [node]
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        return _union_members(node.left) + _union_members(node.right)
+        return union_members(node.left) + union_members(node.right)
     if isinstance(node, ast.Subscript):
         head = ast.unparse(node.value).rpartition(".")[2]
         if head in ("Optional", "Union"):
             inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-            members = [m for element in inner for m in _union_members(element)]
+            members = [m for element in inner for m in union_members(element)]
             return members + ([ast.Constant(None)] if head == "Optional" else [])
     return [node]
 
@@ -151,6 +172,8 @@ class Typer:
         self._names: dict[int, str | None] = {}
         # Names last bound to a list comprehension, for the kind of its elements when iterated.
         self._comprehensions: dict[str, ast.ListComp] = {}
+        self.saw_arrays = False  # some expression was a NumPy array made from a tensor
+        self._typing: set[int] = set()  # comprehensions whose element is being typed (element_of)
 
     # -- names -------------------------------------------------------------------------
     def qualname(self, node: ast.expr) -> str | None:
@@ -185,6 +208,8 @@ class Typer:
         found = self._memo.get(key)
         if found is None:
             found = self._memo[key] = self._kind(node)
+            if found is Kind.ARRAY:
+                self.saw_arrays = True
         return found
 
     def _kind(self, node: ast.expr) -> Kind:
@@ -214,7 +239,13 @@ class Typer:
             if attr in ("logger", "log", "_logger"):
                 return Kind.LOGGER
             return Kind.UNKNOWN
+        if node.attr in ("values", "indices") and self._named_result(node.value):
+            return Kind.TENSOR  # x.max(dim=-1).values, torch.topk(x, k).indices
         base = self.kind(node.value)
+        if base is Kind.ARRAY:
+            if node.attr in META_ATTRS:
+                return Kind.SCALAR
+            return Kind.ARRAY if node.attr in ("T", "real", "imag") else Kind.UNKNOWN
         if base.may_be_tensor:
             if node.attr in META_ATTRS:
                 return Kind.SCALAR
@@ -224,8 +255,20 @@ class Typer:
             return Kind.SCALAR
         return Kind.UNKNOWN
 
+    def _named_result(self, node: ast.expr) -> bool:
+        """A call of a torch operation that returns a (values, indices) named tuple."""
+        if not isinstance(node, ast.Call):
+            return False
+        func = node.func
+        qualname = self.qualname(func)
+        if qualname is not None:
+            return qualname.startswith("torch.") and qualname[6:] in NAMED_RESULTS
+        return isinstance(func, ast.Attribute) and func.attr in NAMED_RESULTS and self.kind(func.value).is_tensor
+
     def _kind_Subscript(self, node: ast.Subscript) -> Kind:
         base = self.kind(node.value)
+        if base.may_be_tensor and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            return Kind.UNKNOWN  # outputs["logits"]: a mapping after all (a wrong annotation), not a tensor
         if base.is_tensor:
             return base
         if base is Kind.MAYBE_TENSOR:
@@ -235,6 +278,10 @@ class Typer:
         return Kind.UNKNOWN
 
     def _kind_BinOp(self, node: ast.BinOp) -> Kind:
+        kind = self._binop_kind(node)
+        return Kind.ARRAY if kind.is_tensor and Kind.ARRAY in (self.kind(node.left), self.kind(node.right)) else kind
+
+    def _binop_kind(self, node: ast.BinOp) -> Kind:
         left, right = self.kind(node.left), self.kind(node.right)
         if left.may_be_tensor or right.may_be_tensor:
             if isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)) and (
@@ -269,7 +316,7 @@ class Typer:
         if any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
             return Kind.SCALAR if all(k is Kind.SCALAR for k in kinds) else Kind.UNKNOWN
         if any(k.is_tensor for k in kinds):
-            return Kind.BOOL_TENSOR
+            return Kind.ARRAY if Kind.ARRAY in kinds else Kind.BOOL_TENSOR
         if Kind.DATA_SCALAR in kinds:
             return Kind.DATA_SCALAR
         if all(k in (Kind.SCALAR, Kind.NONE) for k in kinds):
@@ -281,19 +328,30 @@ class Typer:
         if all(k is Kind.SCALAR for k in kinds):
             return Kind.SCALAR
         if any(k.is_tensor for k in kinds):
-            return Kind.TENSOR
+            return Kind.ARRAY if Kind.ARRAY in kinds else Kind.TENSOR
         return Kind.UNKNOWN
 
     def _kind_IfExp(self, node: ast.IfExp) -> Kind:
         return join(self.kind(node.body), self.kind(node.orelse))
 
     def _kind_Call(self, node: ast.Call) -> Kind:
+        returned = self.returned(node)
+        if returned is not None:
+            return returned.kind
         func = node.func
         qualname = self.qualname(func)
         if qualname is not None:
             return self._call_kind(qualname, node)
         if isinstance(func, ast.Attribute):
             receiver = self.kind(func.value)
+            if receiver is Kind.ARRAY:
+                if func.attr in DATA_METHODS:
+                    return Kind.DATA_SCALAR
+                return Kind.ARRAY if func.attr in ARRAY_METHODS else Kind.UNKNOWN
+            if receiver is Kind.GENERATOR and func.attr == "manual_seed":
+                return Kind.GENERATOR  # it returns the generator
+            if receiver is Kind.BOOL_TENSOR and self.keeps_dtype(node):
+                return Kind.BOOL_TENSOR  # is_pos.view(-1)
             if receiver.may_be_tensor:
                 return self._method_kind(func.attr)
             if receiver is Kind.MODULE and self.self_attr(func) is None:
@@ -304,6 +362,36 @@ class Typer:
         if callee is Kind.MODULE:
             return Kind.TENSOR  # calling a submodule; its outputs are treated as tensors
         return Kind.UNKNOWN
+
+    def keeps_dtype(self, call: ast.Call) -> bool:
+        """A tensor method call whose result has its receiver's dtype (`m.view(-1)`, not `m.view(torch.uint8)`)."""
+        func = call.func
+        if not isinstance(func, ast.Attribute) or func.attr not in LAYOUT_METHODS or self.qualname(func):
+            return False
+        if func.attr != "view" or len(call.args) > 1 or call.keywords:
+            return not call.keywords or func.attr != "view"
+        # `view(dtype)` reinterprets the bits: a single argument may be `torch.<dtype>` or a name holding one.
+        (arg,) = call.args or [ast.Constant(-1)]
+        if isinstance(arg, ast.Attribute):
+            return arg.attr == "shape"  # `other.shape`; not `torch.uint8`, `self.dtype`
+        return isinstance(arg, (ast.Constant, ast.UnaryOp, ast.BinOp, ast.Tuple, ast.List, ast.Call, ast.Subscript))
+
+    def returned(self, node: ast.expr) -> Returned | None:
+        """What a call of one of the file's functions gives (`helper(x)`, `self.method(x)`), when known."""
+        if not isinstance(node, ast.Call) or not self.names.returns:
+            return None
+        func = node.func
+        attr = self.self_attr(func)
+        if attr is not None:
+            if self.cls is None or attr in self.cls.attrs:
+                return None
+            returned = self.names.returns.get(f"{self.cls.qualname}.{attr}")
+        elif isinstance(func, ast.Name):
+            qualname = self.qualname(func)
+            returned = self.names.returns.get(qualname) if qualname is not None else None
+        else:
+            return None
+        return returned if returned is None or self.names.arrays else returned.without_arrays()
 
     def _submodule_class_attr(self, node: ast.Attribute) -> Kind | None:
         """Kind of `attr` in `self.sub.attr`, when `self.sub`'s class is defined in this file."""
@@ -320,7 +408,9 @@ class Typer:
             return Kind.DATA_SCALAR
         if method in BOOL_METHODS:
             return Kind.BOOL_TENSOR
-        if method in ("numpy", "__array__", "storage", "untyped_storage", "register_hook"):
+        if method == "numpy":
+            return Kind.ARRAY if self.names.arrays else Kind.UNKNOWN
+        if method in ("__array__", "storage", "untyped_storage", "register_hook"):
             return Kind.UNKNOWN
         return Kind.TENSOR
 
@@ -334,6 +424,10 @@ class Typer:
             return Kind.DATA_SCALAR if any(a.may_be_tensor or a is Kind.DATA_SCALAR for a in args) else Kind.SCALAR
         if is_library_module_class(qualname):
             return Kind.MODULE
+        if qualname.startswith("numpy."):
+            return self._numpy_kind(qualname[6:], node)
+        if qualname in GENERATOR_CLASSES:
+            return Kind.GENERATOR
         if qualname.startswith(TENSOR_NAMESPACES):
             short = qualname[6:]
             last = short.rpartition(".")[2]
@@ -348,6 +442,14 @@ class Typer:
                 return Kind.TENSOR
         return Kind.UNKNOWN
 
+    def _numpy_kind(self, name: str, node: ast.Call) -> Kind:
+        """`np.mean(a)`, `np.clip(a, 0, 1)`, `np.nonzero(a)` of an array made from a tensor: an array
+        (or arrays, unpacked). Arrays made from anything else are not typed."""
+        if name in NUMPY_NON_ARRAY or name.startswith("random."):
+            return Kind.UNKNOWN
+        values = [*node.args, *(k.value for k in node.keywords)]
+        return Kind.ARRAY if any(self.kind(v) is Kind.ARRAY for v in values) else Kind.UNKNOWN
+
     def _builtin_kind(self, name: str, node: ast.Call) -> Kind:
         args = [self.kind(a) for a in node.args]
         if name in ("float", "int", "bool", "complex"):
@@ -357,7 +459,7 @@ class Typer:
         if name in ("len", "isinstance", "issubclass", "hasattr", "callable", "id", "str", "repr", "type"):
             return Kind.SCALAR
         if name in ("max", "min", "abs", "sum") and any(a.may_be_tensor for a in args):
-            return Kind.TENSOR
+            return Kind.ARRAY if Kind.ARRAY in args else Kind.TENSOR
         if name in ("max", "min", "abs", "round") and args and all(a is Kind.SCALAR for a in args):
             return Kind.SCALAR
         return Kind.UNKNOWN
@@ -366,6 +468,8 @@ class Typer:
     def bind(self, target: ast.expr, kind: Kind, value: ast.expr | None = None) -> None:
         """Record the kind of names assigned by `target = <value of kind>`."""
         if isinstance(target, ast.Name):
+            if isinstance(value, ast.ListComp):
+                self.element_of(value)  # typed before the name is rebound: `xs = [f(x) for x in xs]`
             self.env[target.id] = kind
             if isinstance(value, ast.ListComp):
                 self._comprehensions[target.id] = value
@@ -374,15 +478,21 @@ class Typer:
         elif isinstance(target, (ast.Tuple, ast.List)):
             if isinstance(value, (ast.GeneratorExp, ast.ListComp)):
                 # q, k, v = (t.transpose(1, 2) for t in (q, k, v)): every element has the kind
-                # of the comprehension's element (typed when the walker visited it).
-                kind = self.kind(value.elt)
+                # of the comprehension's element.
+                kind = self.element_of(value)
             elements = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+            returned = self.returned(value) if value is not None else None
+            unpacked = None
+            if returned is not None and not any(isinstance(e, ast.Starred) for e in target.elts):
+                unpacked = returned.unpacked(len(target.elts))  # a, b = helper(x) -> tuple[Tensor, Tensor]
             for index, element in enumerate(target.elts):
                 if elements is not None and len(elements) == len(target.elts):
                     self.bind(element, self.kind(elements[index]), elements[index])
+                elif unpacked is not None:
+                    self.bind(element, unpacked[index])
                 else:
                     inner = element.value if isinstance(element, ast.Starred) else element
-                    self.bind(inner, kind if kind in (Kind.TENSOR, Kind.MODULE) else Kind.UNKNOWN)
+                    self.bind(inner, kind if kind in (Kind.TENSOR, Kind.MODULE, Kind.ARRAY) else Kind.UNKNOWN)
 
     def bind_iteration(self, target: ast.expr, iterable: ast.expr) -> None:
         """Kinds of loop variables: modules from ModuleLists, tensors from tensors, ints from range."""
@@ -404,6 +514,25 @@ class Typer:
                 return
         self.bind(target, self.element_kind(iterable))
 
+    def element_of(self, comprehension: ast.ListComp | ast.GeneratorExp) -> Kind:
+        """Kind of a comprehension's element, typed with its loop variables bound: by the walker when it
+        visited the comprehension, else here (a walk that skips expressions, calls.py)."""
+        found = self._memo.get(id(comprehension.elt))
+        if found is not None:
+            return found
+        if id(comprehension) in self._typing:
+            return Kind.UNKNOWN  # its own loop reads the name it is bound to
+        self._typing.add(id(comprehension))
+        saved = dict(self.env)
+        try:
+            for generator in comprehension.generators:
+                self.bind_iteration(generator.target, generator.iter)
+            return self.kind(comprehension.elt)
+        finally:
+            self.env.clear()
+            self.env.update(saved)
+            self._typing.discard(id(comprehension))
+
     def element_kind(self, iterable: ast.expr) -> Kind:
         if isinstance(iterable, ast.Call):
             name = self.qualname(iterable.func)
@@ -419,10 +548,10 @@ class Typer:
             kind = kinds.pop() if len(kinds) == 1 else Kind.UNKNOWN
         elif isinstance(iterable, ast.Name) and iterable.id in self._comprehensions:
             # pads = [longest - n for n in sizes]: the element was typed when the walker visited it
-            kind = self.kind(self._comprehensions[iterable.id].elt)
+            kind = self.element_of(self._comprehensions[iterable.id])
         else:
             kind = self.kind(iterable)
-        return kind if kind in (Kind.TENSOR, Kind.MODULE, Kind.SCALAR) else Kind.UNKNOWN
+        return kind if kind in (Kind.TENSOR, Kind.MODULE, Kind.SCALAR, Kind.ARRAY) else Kind.UNKNOWN
 
     def merge(self, *branches: dict[str, Kind]) -> None:
         """Join the environments at the end of branches into this one."""

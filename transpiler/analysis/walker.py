@@ -9,8 +9,9 @@ by content alone, since which functions are compiled depends on other files.
 from __future__ import annotations
 
 import ast
+import bisect
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from transpiler.source.diagnostics import Fix
@@ -25,9 +26,11 @@ from transpiler.analysis.symbols import (
     module_level,
     is_library_module_class,
 )
+from transpiler.analysis.calls import Unit, infer_calls
 from transpiler.analysis.typer import Typer, open_parameters, parameter_kinds
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_ARRAYS_NO_FIX = "it is about a NumPy array made from a tensor, and the fix writes torch code"
 _COMPILE_DECORATORS = frozenset({"torch.compile", "torch._dynamo.optimize"})
 _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -71,6 +74,15 @@ class Context:
     # Expressions already reported as part of an enclosing construct (an `if` test).
     claimed: set[int] = field(default_factory=set)
     statement: ast.stmt | None = None  # the innermost statement being visited
+    parameters: dict[str, Kind] = field(default_factory=dict)  # the kinds the parameters start with
+    _nodes: list[ast.AST] | None = None
+
+    def nodes(self) -> list[ast.AST]:
+        """Every node of the function, in `ast.walk` order: built once, since rules scan the whole
+        function for each candidate (a name's other assignments and reads)."""
+        if self._nodes is None:
+            self._nodes = list(ast.walk(self.node))
+        return self._nodes
 
     def kind(self, node: ast.expr) -> Kind:
         return self.typer.kind(node)
@@ -101,8 +113,15 @@ class Context:
 
 
 class Walker:
-    def __init__(self, rules: Iterable[Visitor]) -> None:
+    def __init__(self, rules: Iterable[Visitor], lint: bool | None = None) -> None:
+        """With `lint`, kinds also flow between the functions of a file (calls.py) and NumPy arrays made from
+        tensors are typed as Dynamo traces them (Kind.ARRAY): what graph-break rules ask. By default when
+        the visitors are such rules (they name the Dynamo codes they report). The compiler's walks keep the
+        kinds it was built and tested on: it asks what is a torch.Tensor at run time, and learns a helper's
+        parameters from the project's call sites (`tensor_params`)."""
         self.rules = list(rules)
+        self.lint = any(hasattr(rule, "dynamo_codes") for rule in self.rules) if lint is None else lint
+        self._plain: Walker | None = None  # the same rules, fresh, with arrays unknown (for their fixes)
         self.handlers: dict[type, list] = {}
         for rule in self.rules:
             for attr in dir(rule):
@@ -125,64 +144,125 @@ class Walker:
         checked again; the summary then describes just them.
         """
         names = Names(tree, module, is_package)
+        names.arrays = self.lint
         summary = FileSummary(module, aliases=dict(names.aliases))
         findings: dict[str, list[Finding]] = {}
         if ".compile" in text or "compile(" in text:  # skips the many `is_compiling()` mentions
             _find_compile_calls(tree, names, summary)
+        units: list[Unit] = []
         for node in module_level(tree):  # also definitions under `try:`/`if` (optional imports)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 info = FunctionInfo(f"{module}.{node.name}", node.name, node.lineno)
-                if tensor_params is None or info.qualname in tensor_params:
-                    summary.functions[info.qualname] = info
-                    self._check_function(node, info, None, names, findings, summary, tensor_params or {})
+                units.append(_unit(node, info, None, dict(summary.classes), names, summary, tensor_params or {}))
             elif isinstance(node, ast.ClassDef):
                 cls = _class_info(node, module, names)
                 _inherit_local(cls, summary)
                 summary.classes[cls.qualname] = cls
+                view = dict(summary.classes)
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         info = FunctionInfo(f"{cls.qualname}.{item.name}", item.name, item.lineno, cls.qualname)
-                        if tensor_params is None or info.qualname in tensor_params:
-                            cls.methods[item.name] = info
-                            self._check_function(item, info, cls, names, findings, summary, tensor_params or {})
+                        units.append(_unit(item, info, cls, view, names, summary, tensor_params or {}))
+        if self.lint:
+            infer_calls(tree, units, names, text, summary.classes, _walk_for_facts)
+        for unit in units:
+            info = unit.info
+            if tensor_params is None or info.qualname in tensor_params:
+                if unit.cls is None:
+                    summary.functions[info.qualname] = info
+                else:
+                    unit.cls.methods[info.name] = info
+                if unit.compiled:
+                    summary.compile_roots.add(("name", info.qualname))
+                self._check_function(unit, names, findings)
         return summary, findings
 
-    def _check_function(
-        self,
-        node: _FunctionNode,
-        info: FunctionInfo,
-        cls: ClassInfo | None,
-        names: Names,
-        findings: dict[str, list[Finding]],
-        summary: FileSummary,
-        tensor_params: dict[str, frozenset[str]],
-    ) -> None:
-        decorators = {names.resolve(_decorator_callee(d)) for d in node.decorator_list}
-        if decorators & _COMPILE_DECORATORS:
-            summary.compile_roots.add(("name", info.qualname))
-        info.disabled = names.is_disabled(node)
-        # Entry points get tensor-typed parameters: `forward` and torch.compile targets.
-        is_forward = cls is not None and node.name == "forward" or ("name", info.qualname) in summary.compile_roots
-        info.params, info.open_params = open_parameters(node)
-        kinds = parameter_kinds(node, is_forward)
-        kinds.update(dict.fromkeys(tensor_params.get(info.qualname, ()), Kind.TENSOR))
-        typer = Typer(names, cls, kinds, summary.classes)
-        ctx = Context(names, typer, info, node, cls, is_forward)
-        walker = _Walker(self.handlers, ctx)
-        walker.body(node.body)
+    def _check_function(self, unit: Unit, names: Names, findings: dict[str, list[Finding]]) -> None:
+        found, arrays = self._walk(unit, names, unit.kinds, record_calls=True)
+        if arrays:
+            found = self._fixes_without_arrays(unit, names, found)
+        if found:
+            findings[unit.info.qualname] = found
+
+    def _walk(self, unit: Unit, names: Names, kinds: dict[str, Kind], record_calls: bool) -> tuple[list[Finding], bool]:
+        """The findings of one function, and whether it holds NumPy arrays made from tensors."""
+        typer = Typer(names, unit.cls, dict(kinds), unit.classes)
+        ctx = Context(names, typer, unit.info, unit.node, unit.cls, unit.is_forward, parameters=dict(kinds))
+        _Walker(self.handlers, ctx, record_calls=record_calls).body(unit.node.body)
         for rule in self.rules:
             rule.check_function(ctx.findings, ctx)
-        if ctx.findings:
-            findings[info.qualname] = ctx.findings
+        return ctx.findings, typer.saw_arrays
+
+    def _fixes_without_arrays(self, unit: Unit, names: Names, found: list[Finding]) -> list[Finding]:
+        """`found` with the fixes the function gets when its NumPy arrays are unknown: the fixes write torch
+        code for what they take for tensors. A finding only the arrays show gets none."""
+        if self._plain is None:
+            self._plain = Walker((type(rule)() for rule in self.rules), lint=False)
+        names.arrays = False
+        try:
+            kinds = {name: Kind.UNKNOWN if kind is Kind.ARRAY else kind for name, kind in unit.kinds.items()}
+            plain, _ = self._plain._walk(unit, names, kinds, record_calls=False)
+        finally:
+            names.arrays = True
+        fixes = {(f.code, f.line, f.col, f.end_line, f.end_col): f for f in plain}
+        kept = []
+        for finding in found:
+            twin = fixes.get((finding.code, finding.line, finding.col, finding.end_line, finding.end_col))
+            if twin is not None:
+                kept.append(replace(finding, fix=twin.fix, no_fix=twin.no_fix))
+            else:
+                kept.append(replace(finding, fix=None, no_fix=_ARRAYS_NO_FIX if finding.fix else finding.no_fix))
+        return kept
+
+
+def _unit(
+    node: _FunctionNode,
+    info: FunctionInfo,
+    cls: ClassInfo | None,
+    classes: dict[str, ClassInfo],
+    names: Names,
+    summary: FileSummary,
+    tensor_params: dict[str, frozenset[str]],
+) -> Unit:
+    decorators = {names.resolve(_decorator_callee(d)) for d in node.decorator_list}
+    compiled = bool(decorators & _COMPILE_DECORATORS)
+    info.disabled = names.is_disabled(node)
+    # Entry points get tensor-typed parameters: `forward` and torch.compile targets.
+    is_forward = (
+        cls is not None and node.name == "forward" or compiled or ("name", info.qualname) in summary.compile_roots
+    )
+    info.params, info.open_params = open_parameters(node)
+    kinds = parameter_kinds(node, is_forward)
+    kinds.update(dict.fromkeys(tensor_params.get(info.qualname, ()), Kind.TENSOR))
+    return Unit(node, info, cls, classes, is_forward, compiled, kinds)
+
+
+def _walk_for_facts(unit: Unit, names: Names, handlers: dict[type, list], stop: float, lines: list[int]) -> None:
+    """Walk `unit` with only `handlers` (no rules, no call graph), up to the statements starting on line
+    `stop`, visiting only the expressions on `lines` (statements are all dispatched)."""
+    typer = Typer(names, unit.cls, dict(unit.kinds), unit.classes)
+    ctx = Context(names, typer, unit.info, unit.node, unit.cls, unit.is_forward, parameters=dict(unit.kinds))
+    _Walker(handlers, ctx, record_calls=False, stop=stop, lines=lines).body(unit.node.body)
 
 
 class _Walker:
     """Walks statements in order, keeping the typing environment up to date."""
 
-    def __init__(self, handlers: dict[type, list], ctx: Context) -> None:
+    def __init__(
+        self,
+        handlers: dict[type, list],
+        ctx: Context,
+        record_calls: bool = True,
+        stop: float = float("inf"),
+        lines: list[int] | None = None,
+    ) -> None:
         self.handlers = handlers
         self.ctx = ctx
         self.typer = ctx.typer
+        self.record_calls = record_calls  # the call graph and its tensor arguments, in ctx.function
+        self.stop = stop  # statements starting after this line are not walked
+        # With `lines` (sorted), only expressions on them are visited: statements still bind their names.
+        self.lines = lines
 
     def dispatch(self, node: ast.AST) -> None:
         for handler in self.handlers.get(type(node), ()):
@@ -190,6 +270,8 @@ class _Walker:
 
     def body(self, statements: list[ast.stmt]) -> None:
         for statement in statements:
+            if statement.lineno > self.stop:
+                return
             self.statement(statement)
 
     def branches(self, *bodies: list[ast.stmt]) -> None:
@@ -285,9 +367,9 @@ class _Walker:
             self.expr(node.value)
             self.expr(node.target)
             if isinstance(node.target, ast.Name):
-                current = typer.kind(node.target)
-                if current.may_be_tensor or typer.kind(node.value).may_be_tensor:
-                    typer.env[node.target.id] = Kind.TENSOR
+                current, value = typer.kind(node.target), typer.kind(node.value)
+                if current.may_be_tensor or value.may_be_tensor:
+                    typer.env[node.target.id] = Kind.ARRAY if Kind.ARRAY in (current, value) else Kind.TENSOR
         elif isinstance(node, ast.Match):
             self.expr(node.subject)
             self.branches(*[case.body for case in node.cases])
@@ -297,6 +379,10 @@ class _Walker:
                     self.expr(child)
 
     def expr(self, node: ast.expr) -> None:
+        if self.lines is not None:
+            index = bisect.bisect_left(self.lines, node.lineno)
+            if index == len(self.lines) or self.lines[index] > (node.end_lineno or node.lineno):
+                return
         if isinstance(node, ast.IfExp):
             taken = branch_under_compile(node.test, self.typer)
             if taken is not None:  # `a if torch.compiler.is_compiling() else b`: Dynamo traces one arm
@@ -304,7 +390,8 @@ class _Walker:
                 return
         self.dispatch(node)
         if isinstance(node, ast.Call):
-            self._record_call(node)
+            if self.record_calls:
+                self._record_call(node)
             if _is_check(node, self.typer):
                 # `torch._check(cond, lambda: f"...")`: the message lambda only runs on failure.
                 for child in [node.func, *node.args, *(k.value for k in node.keywords)]:
@@ -345,8 +432,8 @@ class _Walker:
         if edge is None:
             return
         self.ctx.function.calls.add(edge)
-        tensors: set[int | str] = {i for i, a in enumerate(node.args) if self.typer.kind(a).is_tensor}
-        tensors |= {k.arg for k in node.keywords if k.arg and self.typer.kind(k.value).is_tensor}
+        tensors: set[int | str] = {i for i, a in enumerate(node.args) if _is_torch_tensor(self.typer.kind(a))}
+        tensors |= {k.arg for k in node.keywords if k.arg and _is_torch_tensor(self.typer.kind(k.value))}
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             tensors = set()  # *args / **kwargs: positions unknown
         self.ctx.function.tensor_args.setdefault(edge, []).append(frozenset(tensors))
@@ -355,10 +442,12 @@ class _Walker:
         """self.method(...), super().method(...), imported_or_local_function(...), and
         self.submodule.method(...) as `SubmoduleClass.method`."""
         if isinstance(func, ast.Attribute):
+            cls = self.ctx.cls
             if self.typer.self_attr(func) is not None:
+                if cls is not None and func.attr in cls.attr_ctors:  # self.assigner(...): its class's __call__
+                    return ("name", f"{cls.attr_ctors[func.attr]}.__call__")
                 return ("self", func.attr)
             owner = self.typer.self_attr(func.value)
-            cls = self.ctx.cls
             if owner is not None and cls is not None and owner in cls.attr_ctors:
                 return ("name", f"{cls.attr_ctors[owner]}.{func.attr}")
             value = func.value
@@ -368,6 +457,11 @@ class _Walker:
         if qualname and not qualname.startswith(("builtins.", "torch.", "math.")):
             return ("name", qualname)
         return None
+
+
+def _is_torch_tensor(kind: Kind) -> bool:
+    """A torch.Tensor at run time: what a helper's parameter may be typed as from its call sites."""
+    return kind.is_tensor and kind is not Kind.ARRAY
 
 
 def _resumable_context(expr: ast.expr, typer: Typer) -> bool:
