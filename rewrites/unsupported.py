@@ -1346,13 +1346,15 @@ class GeneratorUseInCompiledCode(Rule):
     `x.bernoulli`, `nn.init.normal_`, ...). Only a value known to be a
     generator is reported: a local name bound to `torch.Generator(...)` (or
     to `None` on another path), a parameter annotated `torch.Generator` (not
-    `Optional`, no `None` default) and `torch.default_generator`; passed as
-    `generator=`, also a `self.` attribute that `__init__` does not set to
-    `None` alone (one set from a constructor argument that is `None` when
-    called is reported too, though it traces). A `generator=None`
-    parameter, the methods of a `self.` attribute (`self.env.seed()`) and a
-    generator handed to a function of the project (Dynamo breaks inside it,
-    where it is used) are not.
+    `Optional`, no `None` default), a parameter that every call in its file
+    passes a generator (also one defaulting to `None`), and
+    `torch.default_generator`; passed as `generator=`, also a `self.`
+    attribute that `__init__` does not set to `None` alone (one set from a
+    constructor argument that is `None` when called is reported too, though it
+    traces). A `generator=None` parameter left `None` by a call, the methods of
+    a `self.` attribute (`self.env.seed()`) and the call that hands a
+    generator to a function of the project (Dynamo breaks inside it, where it
+    is used) are not.
 
     ## Why is this bad?
     Dynamo cannot put a generator into a graph: its methods read or reseed
@@ -1439,6 +1441,25 @@ class GeneratorUseInCompiledCode(Rule):
             def forward(self, x, generator: torch.Generator):
                 y = x + 1
                 return jitter(y, generator)
+
+
+        def make_inputs(call):
+            return torch.randn(8), torch.Generator().manual_seed(call)
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        def jitter(t, generator=None):
+            scale = t.abs() + 1
+            return scale * torch.rand(t.shape, generator=generator)
+
+
+        class Model(nn.Module):
+            def forward(self, x, generator: torch.Generator):
+                y = x + 1
+                return jitter(y, generator=generator)
 
 
         def make_inputs(call):
