@@ -253,6 +253,9 @@ class Typer:
                 return Kind.TENSOR
         if base is Kind.SCALAR:
             return Kind.SCALAR
+        if base is Kind.MODULE:
+            held = self._submodule_class_attr(node)  # self.scheduler.timesteps, set by its class's __init__
+            return held if held in (Kind.TENSOR, Kind.BOOL_TENSOR) else Kind.UNKNOWN
         return Kind.UNKNOWN
 
     def _named_result(self, node: ast.expr) -> bool:
