@@ -891,3 +891,31 @@ def test_message_lambda_of_a_check_is_not_traced():
             return x * 2
     """
     assert codes(text) == []
+
+
+# -- methods a tensor does not have ------------------------------------------------------
+
+
+def test_the_tensor_names_cover_the_installed_torch():
+    torch = pytest.importorskip("torch")
+    from transpiler.analysis.tensor_names import TENSOR_NAMES
+
+    missing = sorted(n for n in dir(torch.Tensor) if not n.startswith("_") and n not in TENSOR_NAMES)
+    assert not missing, f"regenerate transpiler/analysis/tensor_names.py (its docstring says how): {missing}"
+
+
+def test_a_method_no_tensor_has_says_the_guessed_parameter_is_no_tensor():
+    text = textwrap.dedent("""
+        import torch
+        from torch import nn
+
+
+        class Block(nn.Module):
+            def forward(self, x, cache):
+                if cache.get_seq_length(0) > 0:
+                    x = x * 2
+                if cache.sum() > 0:
+                    x = x + 1
+                return x
+        """)
+    assert codes(text) == [(line_of(text, "cache.sum()"), "TP201")]

@@ -12,6 +12,7 @@ import re
 
 from transpiler.analysis.kinds import Kind, Returned, join
 from transpiler.analysis.symbols import ClassInfo, Names, is_library_module_class
+from transpiler.analysis.tensor_names import TENSOR_NAMES
 
 # Tensor attributes that are static metadata to Dynamo.
 META_ATTRS = frozenset(
@@ -413,8 +414,8 @@ class Typer:
             return Kind.BOOL_TENSOR
         if method == "numpy":
             return Kind.ARRAY if self.names.arrays else Kind.UNKNOWN
-        if method in ("__array__", "storage", "untyped_storage", "register_hook"):
-            return Kind.UNKNOWN
+        if method in ("__array__", "storage", "untyped_storage", "register_hook") or method not in TENSOR_NAMES:
+            return Kind.UNKNOWN  # not a tensor's method: the receiver was guessed wrong (`cache.get_seq_length()`)
         return Kind.TENSOR
 
     def _call_kind(self, qualname: str, node: ast.Call) -> Kind:
