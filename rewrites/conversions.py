@@ -1153,9 +1153,11 @@ _NO_KEY_FIX = "the key names a module or entry by a tensor's value, which only e
 
 
 def _formats_tensor(node: ast.expr, ctx: Context) -> bool:
-    """An f-string that formats a tensor: a key Dynamo only makes after the graph."""
+    """An f-string that formats a tensor: a key Dynamo only makes after the graph. A bare `forward` parameter
+    is not taken for one here: names put into keys are mostly strings (`f"{layer_type}_inv_freq"`)."""
     return isinstance(node, ast.JoinedStr) and any(
-        isinstance(part, ast.FormattedValue) and ctx.kind(part.value).is_tensor for part in node.values
+        isinstance(part, ast.FormattedValue) and ctx.kind(part.value).is_tensor and not ctx.guessed(part.value)
+        for part in node.values
     )
 
 

@@ -919,3 +919,18 @@ def test_a_method_no_tensor_has_says_the_guessed_parameter_is_no_tensor():
                 return x
         """)
     assert codes(text) == [(line_of(text, "cache.sum()"), "TP201")]
+
+
+def test_a_forward_parameter_put_into_a_key_is_not_taken_for_a_tensor():
+    text = textwrap.dedent("""
+        import torch
+        from torch import nn
+
+
+        class Rotary(nn.Module):
+            def forward(self, x, layer_type, idx):
+                inv_freq = getattr(self, f"{layer_type}_inv_freq")
+                expert = getattr(self, f"expert_{idx[0]}")
+                return x * inv_freq + expert(x)
+        """)
+    assert codes(text) == [(line_of(text, "idx[0]"), "TP305")]

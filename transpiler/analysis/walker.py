@@ -87,6 +87,19 @@ class Context:
     def kind(self, node: ast.expr) -> Kind:
         return self.typer.kind(node)
 
+    def guessed(self, node: ast.expr) -> bool:
+        """`node` is an unannotated parameter of an entry point, never rebound: a tensor by guess alone
+        (`layer_type` in `forward(self, x, layer_type)` is often a string)."""
+        if not self.is_forward or not isinstance(node, ast.Name):
+            return False
+        args = self.node.args
+        params = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+        if not any(a.arg == node.id and a.annotation is None for a in params):
+            return False
+        return not any(
+            isinstance(n, ast.Name) and n.id == node.id and not isinstance(n.ctx, ast.Load) for n in self.nodes()
+        )
+
     def qualname(self, node: ast.expr) -> str | None:
         return self.typer.qualname(node)
 
