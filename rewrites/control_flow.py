@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from rewrites import branches, sequences, where_proof
+from rewrites import branches, sequences, stacking, where_proof
 from rewrites.sequences import SequenceRule
 from rewrites.conversions import atom, with_parens_of
 from transpiler.analysis.walker import Context
@@ -827,6 +827,13 @@ def _literal_message(
     return branches.string(f"assert {_code(part)}")
 
 
+def _fresh(name: str, used: set[str]) -> str:
+    """`name`, or `name_`, `name__`, ...: the first that the function does not use."""
+    while name in used:
+        name += "_"
+    return name
+
+
 def _code(node: "cst.CSTNode") -> str:
     import libcst as cst
 
@@ -873,35 +880,89 @@ class SortedOnTensors(SequenceRule):
         else:
             return
         elements = self.sequences.elements(items, ctx)
-        if sequences.any_tensor(self.sequences.keys(elements, sequences.keyword(node, "key"), ctx)):
+        key = sequences.keyword(node, "key")
+        if sequences.any_tensor(self.sequences.keys(elements, key, ctx)):
             self.report(ctx, node)
+        elif isinstance(key, ast.Lambda) and len(key.args.args) == 1:  # tuples of tensors, by a 0-dim field
+            stacked = stacking.stacked(items, ctx)
+            if isinstance(stacked, stacking.Stacked) and stacking.scalar_key(key, stacked, self.sequences, ctx):
+                self.report(ctx, node)
 
     def plan(self, node: ast.AST, ctx: Context) -> dict:
         assert isinstance(node, ast.Call)
         if ctx.qualname(node.func) != "builtins.sorted" or len(node.args) != 1:
             return {"no_fix": "only `sorted(values)` has a `torch.sort` form (`list.sort()` sorts in place)"}
-        if any(k.arg != "reverse" for k in node.keywords):
-            return {"no_fix": "with a `key`, no stacked form is proven to keep the order and the elements"}
+        if any(k.arg not in ("key", "reverse") for k in node.keywords):
+            return {"no_fix": "`**kwargs` may hold other arguments of `sorted`"}
+        key = sequences.keyword(node, "key")
+        if key is not None and not (isinstance(key, ast.Constant) and key.value is None):
+            return self._plan_key(node, key, ctx)
         values = node.args[0]
         if isinstance(values, ast.ListComp):
             return {"no_fix": "a comprehension may be empty, and an empty list has no stack: name it first"}
         if not sequences.scalar_elements(values, ctx):
             return {"no_fix": "the elements are not known to be 0-dim (full reductions): stacking them may fail"}
         # A named list may be empty (built in a loop): `[]` then, as `sorted` gives (Dynamo knows the length).
-        data = (values.id,) if isinstance(values, ast.Name) else ()
+        data = ("values", values.id) if isinstance(values, ast.Name) else ("values",)
         return self.make_fix("sort the stacked values with a stable `torch.sort`", "Call", node, "unsafe", data)
+
+    def _plan_key(self, node: ast.Call, key: ast.expr, ctx: Context) -> dict:
+        """`sorted(xs, key=lambda c: ...)`: a stable `torch.argsort` of the stacked keys orders
+        the stacked elements (`stacking.py` proves both stack)."""
+        args = key.args if isinstance(key, ast.Lambda) else None
+        if args is None or len(args.args) != 1 or args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg:
+            return {"no_fix": "only a `lambda` key of one parameter has a stacked form (its body gives the keys)"}
+        elements = stacking.stacked(node.args[0], ctx)
+        if isinstance(elements, str):
+            return {"no_fix": elements}
+        if not stacking.scalar_key(key, elements, self.sequences, ctx):
+            return {
+                "no_fix": "the key is not known to give 0-dim tensors (a full reduction such as `h.norm()`, a "
+                "0-dim field `c[0]`, `scores[i]` of a 1-D `scores`): their stack need not have one key per element"
+            }
+        if elements.form == "range" and not stacking.index_uses(node, ctx):
+            return {
+                "no_fix": "the sorted indices would become 0-dim tensors, which mean the same ints only in "
+                "arithmetic with a tensor (`t * order[0]`) or `len(order)`; other uses (indexing, `range`) read them"
+            }
+        used = {n.id for n in ctx.nodes() if isinstance(n, ast.Name)} | {
+            a.arg for a in ast.walk(ctx.node) if isinstance(a, ast.arg)
+        }
+        order, field = (_fresh(name, used) for name in ("order", "field"))
+        title = "order the stacked elements by a stable `torch.argsort` of the stacked keys"
+        return self.make_fix(title, "Call", node, "unsafe", (elements.form, order, field))
 
     def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
         import libcst as cst
 
         values = _code(node.args[0].value)
-        reverse = [_code(a.value) for a in node.args[1:] if a.keyword is not None]
+        reverse = [_code(a.value) for a in node.args[1:] if a.keyword is not None and a.keyword.value == "reverse"]
         descending = f", descending={reverse[0]}" if reverse else ""
-        sort, stack = _code(edit.torch("sort")), _code(edit.torch("stack"))
-        text = f"list({sort}({stack}({values}){descending}, stable=True).values.unbind(0))"
-        if not fix.data:
-            return with_parens_of(node, cst.parse_expression(text))
-        return atom(with_parens_of(node, cst.parse_expression(f"{text} if {fix.data[0]} else []")))
+        argsort, sort, stack = (_code(edit.torch(f)) for f in ("argsort", "sort", "stack"))
+        form, *names = fix.data
+        if form == "values":
+            text = f"list({sort}({stack}({values}){descending}, stable=True).values.unbind(0))"
+            if not names:
+                return with_parens_of(node, cst.parse_expression(text))
+            return atom(with_parens_of(node, cst.parse_expression(f"{text} if {names[0]} else []")))
+        key = next(a.value for a in node.args[1:] if a.keyword is not None and a.keyword.value == "key")
+        assert isinstance(key, cst.Lambda)
+        keys = f"[{_code(key.body)} for {key.params.params[0].name.value} in {values}]"
+        order = f"{argsort}({stack}({keys}){descending}, stable=True)"
+        if form == "range":
+            text = f"list({order}.unbind(0))"
+            bound = node.args[0].value.args[0].value
+            if isinstance(bound, cst.Integer):  # `range(3)`: never empty
+                return with_parens_of(node, cst.parse_expression(text))
+            empty = f"{_code(bound)} > 0"
+        elif form == "tuples":
+            o, f = names
+            text = f"list(zip(*[{stack}({f})[{o}].unbind(0) for {o} in [{order}] for {f} in zip(*{values})]))"
+            empty = values
+        else:
+            text = f"list({stack}({values})[{order}].unbind(0))"
+            empty = values
+        return atom(with_parens_of(node, cst.parse_expression(f"{text} if {empty} else []")))
 
     INVALID = [
         """
@@ -937,6 +998,22 @@ class SortedOnTensors(SequenceRule):
             def forward(self, x):
                 order = sorted(range(4), key=lambda i: x[i])
                 return x * order[0]
+        """,
+        """
+        import torch
+        from torch import nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                candidates = []
+                for row in x.unbind(0):
+                    candidates.append((row.nan_to_num().norm(), row))
+                ranked = sorted(candidates, key=lambda c: c[0], reverse=True)
+                return torch.stack([row for _, row in ranked[:2]])
+
+        def make_inputs(call):
+            return torch.randn(5, 3)
         """,
     ]
     VALID = [
