@@ -6,7 +6,7 @@ import ast
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
-from rewrites import isolation
+from rewrites import capture, isolation
 from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import atom, with_parens_of
 from rewrites.sequences import SequenceRule, Sequences, scratch
@@ -29,9 +29,12 @@ class BreakInBlock(Rule):
     block: ClassVar[str]
 
     def check_function(self, findings: list[Finding], ctx: Context) -> None:
+        # Breaks Dynamo can capture in the graph get that fix first (or, captured already, are no breaks):
+        # captured, they leave the block too. Idempotent, so each block rule may ask.
+        capture.offer(findings, ctx)
         for finding in findings:
             rule = REGISTRY[finding.code]
-            if rule.family != "break" or issubclass(rule, BreakInBlock):
+            if rule.family != "break" or issubclass(rule, BreakInBlock) or capture.is_capture(finding.fix):
                 continue
             lines = [line for kind, line in finding.blocks if kind == self.block]
             if lines and self.reported(lines[0], ctx):

@@ -24,7 +24,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from transpiler.source.diagnostics import Diagnostic
-from transpiler.lint.rule import REGISTRY, Edit, SideEffects
+from transpiler.lint.rule import REGISTRY, SHARED_FIXES, Edit, SideEffects
 from transpiler.source.reading import decode, encode_source as encode_source, read_source as read_source
 
 # Each round fixes what does not overlap; nested fixes (a print inside a branch that
@@ -138,7 +138,11 @@ class _Applier(cst.CSTTransformer):
         result = updated
         diagnostic = self.planned.get(self._key(original)) if nested == 0 else None
         if diagnostic is not None:
-            result = REGISTRY[diagnostic.code]().apply_fix(updated, diagnostic.fix, self.edit)
+            fix = diagnostic.fix
+            shared = SHARED_FIXES.get(fix.data)
+            result = (
+                shared(updated, self.edit) if shared else REGISTRY[diagnostic.code]().apply_fix(updated, fix, self.edit)
+            )
             self.applied.append(diagnostic)
             nested = 1
         if self.inside:
