@@ -844,7 +844,7 @@ class SortedOnTensors(SequenceRule):
     """## What it does
     Checks for `sorted()` and `list.sort()` whose keys are tensors: a list of tensors sorted
     by value, or any list sorted with a `key` that returns a tensor (`key=lambda t: t.norm()`,
-    `key=lambda i: scores[i]`).
+    `key=lambda i: scores[i]`, `key=lambda c: c[0]` over tuples whose first field is one).
 
     ## Why is this bad?
     Sorting compares the keys in Python, which needs their values; Dynamo sorts only keys
@@ -856,12 +856,21 @@ class SortedOnTensors(SequenceRule):
     lists of full reductions (`h.sum()`, `h.norm()`: 0-dim tensors, also appended in a loop),
     becomes `list(torch.sort(torch.stack(xs), stable=True).values.unbind(0))` (`descending=`
     for `reverse=`; for a name, `... if xs else []`, since `torch.stack` refuses an empty list
-    and Dynamo knows the length). A stable sort keeps equal values in their order, as Python's sort does, also
-    descending. What differs: NaN values (Python's comparisons leave them where they fall,
-    `torch.sort` puts them last), elements of different dtypes (stacked, they are promoted to
-    one) and identity (the results are new tensors, not the list's objects). Other sorts have
-    no fix: with a `key`, or over elements whose shapes are not known to be equal, no stacked
-    form is proven to keep the meaning; sort a stacked tensor with `torch.sort`/`argsort`.
+    and Dynamo knows the length). With `key=lambda c: ...` whose body is proven to give 0-dim
+    tensors (a full reduction such as `h.norm()`, a 0-dim field `c[0]`, `scores[i]` of a 1-D
+    `scores`, negated or scaled), a stable `torch.argsort` of the stacked keys orders the
+    elements: a name bound only to `t.unbind(...)` (rows of one shape) becomes
+    `list(torch.stack(xs)[order].unbind(0))`, a list grown by one `append((a, b, ...))` in a
+    loop over rows (each field a full reduction, the row, `t[i]` or elementwise math on them)
+    is stacked and ordered field by field and zipped back into tuples, and `range(n)` becomes
+    `list(order.unbind(0))` where its indices are only used in arithmetic with a tensor or
+    `len()` (they become 0-dim int64 tensors). A stable sort keeps equal keys in their order,
+    as Python's sort does, also descending. What differs: NaN keys (Python's comparisons
+    leave them where they fall, `torch.sort` puts them last), keys or elements of different
+    dtypes (stacked, they are promoted to one) and identity (the results are new tensors, not
+    the list's objects or views of their tensor). Other sorts have no fix: `list.sort()`, a
+    key that is not a one-parameter lambda or not known to give 0-dim tensors, elements not
+    known to stack, an expression evaluated twice (name it first), indices used otherwise.
     """
 
     code = "TP206"
