@@ -205,8 +205,9 @@ def graph_share(hff: Any, model: Any, inputs: dict) -> dict:
     return {"in_graphs": measured.in_graphs, "ops": measured.ops, "graphs": measured.graphs}
 
 
-def explain(model: Any, inputs: dict, folders: list[Path]) -> dict:
-    """Dynamo's graphs and breaks of one forward: explain's counts, the graph_break counter, and every break logged."""
+def explain(model: Any, inputs: dict, folders: list[Path], args: tuple = ()) -> dict:
+    """Dynamo's graphs and breaks of one forward (`model(*args, **inputs)`, the model the frame Dynamo starts
+    from, as `torch.compile(model)` has it): explain's counts, the graph_break counter, and every break logged."""
     import torch
     import torch._dynamo
     from torch._dynamo.utils import counters
@@ -218,7 +219,7 @@ def explain(model: Any, inputs: dict, folders: list[Path]) -> dict:
             torch._dynamo.reset()
             counters.clear()
             torch.manual_seed(0)
-            explained = torch._dynamo.explain(model)(**copy.deepcopy(inputs))
+            explained = torch._dynamo.explain(model)(*copy.deepcopy(args), **copy.deepcopy(inputs))
             counted = sum(counters["graph_break"].values())
     except Exception as error:
         return {"error": _short(error), "seconds": round(time.monotonic() - began, 1)}
@@ -574,6 +575,9 @@ def totals(rows: list[dict]) -> dict:
     for version in VERSIONS:
         out[version]["removed"] = {key: _removed(out["before"][key], out[version][key]) for key in COUNTS[:3]}
         out[version]["outputs"] = dict(collections.Counter(r[version]["output"] for r in ok))
+        compiled = [r[version]["compiled_output"] for r in ok if "compiled_output" in r[version]]
+        if compiled:  # corpus_breaks.py: the transpiled model under torch.compile against the original's eager
+            out[version]["compiled_outputs"] = dict(collections.Counter(compiled))
     lints = [r["lint"] for r in rows if "precision" in r.get("lint", {})]  # screened families too
     keys = ("break_statements", "finding_statements", "true_positives", "shadowed", "unexecuted_findings")
     keys += ("own_break_statements", "own_true_positives")
@@ -645,6 +649,12 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
             f"{b['breaks']} -> {v['breaks']} ({_pct(gone['breaks'])}); Dynamo's graph_break counter "
             f"{b['counter']} -> {v['counter']}; graphs {b['graphs']} -> {v['graphs']}; outputs "
             + ", ".join(f"{k} {n}" for k, n in v["outputs"].items())
+            + (
+                "; compiled (aot_eager) against the original's eager: "
+                + ", ".join(f"{k} {n}" for k, n in v["compiled_outputs"].items())
+                if "compiled_outputs" in v
+                else ""
+            )
         )
     if all("share" in s[v] for v in versions):
         lines.append(

@@ -99,23 +99,9 @@ def measure_file(stem: str, outs: dict[str, Path]) -> dict:
 
 
 def explain(model: Any, args: tuple, folders: list[Path]) -> dict:
-    """break_families.explain for a model called with positional arguments."""
-
-    class Positional(torch_module()):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, **named: Any) -> Any:  # positional arguments travel as keywords: explain passes those
-            return self.model(*named.values())
-
-    return bf.explain(Positional(), {f"arg{i}": a for i, a in enumerate(args)}, folders)
-
-
-def torch_module() -> type:
-    from torch import nn
-
-    return nn.Module
+    """break_families.explain for a model called with positional arguments (the model itself is the frame
+    Dynamo compiles, as with `torch.compile(model)`)."""
+    return bf.explain(model, {}, folders, args)
 
 
 def transpiled(stem: str, version: str, out: Path, expected: Any, state: dict) -> dict:
@@ -133,6 +119,7 @@ def transpiled(stem: str, version: str, out: Path, expected: Any, state: dict) -
         return {"error": f"{stage}: {bf._short(error)}"}
     result: dict = {}
     result["output"], result["output_detail"] = compare(expected, actual)
+    result["compiled_output"], result["compiled_detail"] = compiled_forward(model, args, expected)
     result.update(explain(model, args, [out, CORPUS]))
     # Breaks at the calls of the helpers TP501 isolates a loop's breaks into (`torch.compiler.disable`d): the
     # break is still there, moved out of the loop (counted as isolated, not removed).
@@ -140,6 +127,22 @@ def transpiled(stem: str, version: str, out: Path, expected: Any, state: dict) -
         {(b["file"], b["statement"]) for b in result.get("detail", []) if b["file"] and _isolating(b["text"] or "")}
     )
     return result
+
+
+def compiled_forward(model: Any, args: tuple, expected: Any) -> tuple[str, str]:
+    """The transpiled model under `torch.compile` (AOTAutograd, eager kernels: what Dynamo and the rewrites
+    decide, without Inductor's rounding) against the original's eager output; `error` if it does not compile."""
+    import torch
+
+    torch._dynamo.reset()
+    try:
+        with bf._graph_break_log():
+            actual = forward(torch.compile(model, backend="aot_eager"), args)
+    except Exception as error:
+        return "error", bf._short(error)
+    finally:
+        torch._dynamo.reset()
+    return compare(expected, actual)
 
 
 def _isolating(text: str) -> bool:

@@ -1750,6 +1750,10 @@ class TensorAsPythonInt(SequenceRule):
     ## Fix safety
     No automatic fix: keep the bound static (a shape, a config value) and mask instead of
     slicing, or compute the size outside the compiled function and pass it in as an int.
+
+    Where none of that applies and the value stays in tensor math (not branched on, iterated or
+    read back), the fix (safe) decorates the function so that Dynamo captures the value in its
+    graph instead (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP520"
