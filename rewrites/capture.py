@@ -9,7 +9,9 @@ says so while that function is traced,
     def forward(self, x, lengths):
 
 The decorator sets the two flags while the function runs and restores them after; eager runs compute
-exactly what they computed (Dynamo reads the flags, nothing else does). Compiled from its own frame (the
+exactly what they computed (Dynamo reads the flags, nothing else does). The fix is unsafe all the same: a
+backend may fail to compile what Dynamo captured (Inductor of torch 2.11 on CUDA did, for a length read
+with `int()` and used both as `arange`'s size and as a slice), where the original compiled around a break. Compiled from its own frame (the
 model given to `torch.compile`), the function becomes one graph. Called from a frame Dynamo is tracing,
 the call is a break (Dynamo cannot enter the patch while tracing) and the function a graph of its own:
 a break inside it made the caller break at that call already, since 2.13 does not resume graphs inside a
@@ -94,10 +96,11 @@ def offer(findings: list["Finding"], ctx: "Context") -> None:
         if problem is None:
             title = (
                 f"capture the value in the graph: decorate `{ctx.node.name}` with `{PATCH}"
-                "(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True)`"
+                "(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True)` (eager is unchanged; a"
+                " backend may fail to compile what it captures)"
             )
             span = (ctx.node.lineno, ctx.node.col_offset, ctx.node.end_lineno, ctx.node.end_col_offset)
-            findings[index] = replace(finding, fix=Fix("safe", title, "FunctionDef", span, TAG), no_fix=None)
+            findings[index] = replace(finding, fix=Fix("unsafe", title, "FunctionDef", span, TAG), no_fix=None)
         elif "not captured in the graph" not in (finding.no_fix or ""):  # each block rule offers: say it once
             reason = f"not captured in the graph either: {problem}"
             findings[index] = replace(finding, no_fix=f"{finding.no_fix}; {reason}" if finding.no_fix else reason)

@@ -715,8 +715,9 @@ class TensorItemCall(ScalarConversionRule, TensorMethodRule):
     be a tensor.
 
     Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (safe) decorates the function so that Dynamo captures the value in its
-    graph instead (docs/fixes.md, "Capturing data-dependent values").
+    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
+    captured) decorates the function so that Dynamo captures the value in its graph instead
+    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP301"
@@ -837,8 +838,9 @@ class TensorToPythonScalar(ScalarConversionRule):
     skipped too (safe, as for TP301).
 
     Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (safe) decorates the function so that Dynamo captures the value in its
-    graph instead (docs/fixes.md, "Capturing data-dependent values").
+    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
+    captured) decorates the function so that Dynamo captures the value in its graph instead
+    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     # float(t): `* 1.0` promotes integers to the default float dtype and leaves floats untouched.

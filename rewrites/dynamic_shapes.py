@@ -244,8 +244,9 @@ class NonzeroCall(TensorMethodRule):
     way (gathered, offset, returned) are left alone.
 
     Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (safe) decorates the function so that Dynamo captures the value in its
-    graph instead (docs/fixes.md, "Capturing data-dependent values").
+    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
+    captured) decorates the function so that Dynamo captures the value in its graph instead
+    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP401"
@@ -399,8 +400,9 @@ class BooleanMaskIndex(ReducedSelection):
     `index_put_` raised. Other uses of the selection are left alone.
 
     Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (safe) decorates the function so that Dynamo captures the value in its
-    graph instead (docs/fixes.md, "Capturing data-dependent values").
+    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
+    captured) decorates the function so that Dynamo captures the value in its graph instead
+    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP402"
@@ -554,8 +556,9 @@ class MaskedSelectCall(ReducedSelection, TensorMethodRule):
     Other uses of the selection are left alone.
 
     Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (safe) decorates the function so that Dynamo captures the value in its
-    graph instead (docs/fixes.md, "Capturing data-dependent values").
+    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
+    captured) decorates the function so that Dynamo captures the value in its graph instead
+    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP403"
@@ -625,8 +628,9 @@ class UniqueCall(TensorMethodRule):
     indices `x` itself. The finding's reason says which case it is.
 
     Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (safe) decorates the function so that Dynamo captures the value in its
-    graph instead (docs/fixes.md, "Capturing data-dependent values").
+    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
+    captured) decorates the function so that Dynamo captures the value in its graph instead
+    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP404"
@@ -685,8 +689,9 @@ class RepeatInterleaveWithTensorRepeats(TensorMethodRule):
     it must equal `repeats.sum()` for every input, so the fix is not automatic.
 
     Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (safe) decorates the function so that Dynamo captures the value in its
-    graph instead (docs/fixes.md, "Capturing data-dependent values").
+    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
+    captured) decorates the function so that Dynamo captures the value in its graph instead
+    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP405"
@@ -933,8 +938,9 @@ class BincountCall(TensorMethodRule):
     the data and nothing static equals it; weighted counts are left alone.
 
     Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (safe) decorates the function so that Dynamo captures the value in its
-    graph instead (docs/fixes.md, "Capturing data-dependent values").
+    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
+    captured) decorates the function so that Dynamo captures the value in its graph instead
+    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP407"

@@ -1752,8 +1752,9 @@ class TensorAsPythonInt(SequenceRule):
     slicing, or compute the size outside the compiled function and pass it in as an int.
 
     Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (safe) decorates the function so that Dynamo captures the value in its
-    graph instead (docs/fixes.md, "Capturing data-dependent values").
+    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
+    captured) decorates the function so that Dynamo captures the value in its graph instead
+    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP520"
