@@ -107,10 +107,6 @@ def offer(findings: list["Finding"], ctx: "Context") -> None:
     findings[:] = [f for i, f in enumerate(findings) if i not in dropped]
 
 
-def is_capture(fix: Fix | None) -> bool:
-    return fix is not None and fix.data == TAG
-
-
 def capture_problem(node: ast.expr, ctx: "Context", parents: dict[int, ast.AST]) -> str | None:
     """None when the value of `node` (a number read from a tensor, or a tensor whose shape is data), and
     everything computed from it in the function, stays a value of the graph; else the first use that does
@@ -242,8 +238,10 @@ def _undecoratable(ctx: "Context") -> str | None:
         return "it is not in a plain function (`async def` or a lambda)"
     if function.decorator_list:
         return f"`{function.name}` has decorators already (the patch must wrap the function itself)"
-    if ctx.function.name.startswith("_isolated_"):
-        return "it is in a helper of an isolated loop (TP501), whose frame Dynamo skips by design"
+    if not ctx.is_forward or function.name != "forward":
+        # A helper's callers are what `torch.compile` starts from; a decorated helper called from a captured
+        # forward would break at the call, where the forward's flags alone would have traced it.
+        return f"it is in `{function.name}`, not in a module's `forward` (only a forward is decorated)"
     if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ctx.nodes()):
         return f"`{function.name}` is a generator (the patch would end before its body runs)"
     return None

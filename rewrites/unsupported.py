@@ -29,12 +29,13 @@ class BreakInBlock(Rule):
     block: ClassVar[str]
 
     def check_function(self, findings: list[Finding], ctx: Context) -> None:
-        # Breaks Dynamo can capture in the graph get that fix first (or, captured already, are no breaks):
-        # captured, they leave the block too. Idempotent, so each block rule may ask.
+        # Breaks Dynamo can capture in the graph get that fix (or, captured already, are no breaks). The copy
+        # keeps its own plan: the capture fix is unsafe, and where it is applied the copy's gives way (fixer.py).
+        # Idempotent, so each block rule may ask.
         capture.offer(findings, ctx)
         for finding in findings:
             rule = REGISTRY[finding.code]
-            if rule.family != "break" or issubclass(rule, BreakInBlock) or capture.is_capture(finding.fix):
+            if rule.family != "break" or issubclass(rule, BreakInBlock):
                 continue
             lines = [line for kind, line in finding.blocks if kind == self.block]
             if lines and self.reported(lines[0], ctx):

@@ -238,6 +238,11 @@ def fix_project(
         for d in diagnostics:
             if d.fix is not None and (unsafe or d.fix.safety == "safe"):
                 wanted.setdefault(d.path, []).append(d)
+        # A break a shared fix removes (the capture fix rewrites its whole function) needs no other plan at its
+        # place: the copy a block rule made of it (TP501's isolation of its loop) gives way.
+        shared = {(d.path, d.line, d.col) for found in wanted.values() for d in found if d.fix.data in SHARED_FIXES}
+        for path, found in wanted.items():
+            wanted[path] = [d for d in found if d.fix.data in SHARED_FIXES or (d.path, d.line, d.col) not in shared]
         progress = False
         for path, todo in wanted.items():
             key = Path(path)
