@@ -713,11 +713,6 @@ class TensorItemCall(ScalarConversionRule, TensorMethodRule):
     `torch.full_like`, which reads it as a Python number), when the name it is
     bound to is assigned more than once, or when the receiver is not known to
     be a tensor.
-
-    Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
-    captured) decorates the function so that Dynamo captures the value in its graph instead
-    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP301"
@@ -836,11 +831,6 @@ class TensorToPythonScalar(ScalarConversionRule):
     control flow, TP2xx), nor are numbers used any other way (see TP301).
     A number only read by code skipped under compile has its statement
     skipped too (safe, as for TP301).
-
-    Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
-    captured) decorates the function so that Dynamo captures the value in its graph instead
-    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     # float(t): `* 1.0` promotes integers to the default float dtype and leaves floats untouched.

@@ -242,11 +242,6 @@ class NonzeroCall(TensorMethodRule):
     is 0-d), `x[m]` raises or adds a dimension where the indices indexed.
     `nonzero()` without `as_tuple=True`, `argwhere` and indices used any other
     way (gathered, offset, returned) are left alone.
-
-    Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
-    captured) decorates the function so that Dynamo captures the value in its graph instead
-    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP401"
@@ -398,11 +393,6 @@ class BooleanMaskIndex(ReducedSelection):
     selected element; `x[m] = y[m]` with `y` of another shape than `x`
     broadcasts where indexing raised, and with another dtype casts where
     `index_put_` raised. Other uses of the selection are left alone.
-
-    Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
-    captured) decorates the function so that Dynamo captures the value in its graph instead
-    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP402"
@@ -554,11 +544,6 @@ class MaskedSelectCall(ReducedSelection, TensorMethodRule):
     are rewritten as for TP402. Unsafe: the
     elements are added in another order (floating-point rounding may differ).
     Other uses of the selection are left alone.
-
-    Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
-    captured) decorates the function so that Dynamo captures the value in its graph instead
-    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP403"
@@ -626,11 +611,6 @@ class UniqueCall(TensorMethodRule):
     mask `torch.zeros(n, dtype=torch.bool).index_fill_(0, x.flatten(), True)`, their
     counts `torch.bincount(x, minlength=n)` (TP407 fixes it), the inverse
     indices `x` itself. The finding's reason says which case it is.
-
-    Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
-    captured) decorates the function so that Dynamo captures the value in its graph instead
-    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP404"
@@ -687,11 +667,6 @@ class RepeatInterleaveWithTensorRepeats(TensorMethodRule):
     ## Fix safety
     Passing `output_size=` (when the total is known) keeps the shape static;
     it must equal `repeats.sum()` for every input, so the fix is not automatic.
-
-    Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
-    captured) decorates the function so that Dynamo captures the value in its graph instead
-    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP405"
@@ -936,11 +911,6 @@ class BincountCall(TensorMethodRule):
     more bins, raises in `index_add_`; a uint8 `x` raises (`index_add_` takes
     int32/int64 indices). Without `minlength` the number of bins is read from
     the data and nothing static equals it; weighted counts are left alone.
-
-    Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
-    captured) decorates the function so that Dynamo captures the value in its graph instead
-    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP407"

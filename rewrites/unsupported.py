@@ -6,7 +6,7 @@ import ast
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
-from rewrites import capture, isolation
+from rewrites import isolation
 from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import atom, with_parens_of
 from rewrites.sequences import SequenceRule, Sequences, scratch
@@ -29,10 +29,6 @@ class BreakInBlock(Rule):
     block: ClassVar[str]
 
     def check_function(self, findings: list[Finding], ctx: Context) -> None:
-        # Breaks Dynamo can capture in the graph get that fix (or, captured already, are no breaks). The copy
-        # keeps its own plan: the capture fix is unsafe, and where it is applied the copy's gives way (fixer.py).
-        # Idempotent, so each block rule may ask.
-        capture.offer(findings, ctx)
         for finding in findings:
             rule = REGISTRY[finding.code]
             if rule.family != "break" or issubclass(rule, BreakInBlock):
@@ -1751,11 +1747,6 @@ class TensorAsPythonInt(SequenceRule):
     ## Fix safety
     No automatic fix: keep the bound static (a shape, a config value) and mask instead of
     slicing, or compute the size outside the compiled function and pass it in as an int.
-
-    Where none of that applies and the value stays in tensor math (not branched on, iterated or
-    read back), the fix (unsafe: eager is unchanged, but a backend may fail to compile what is
-    captured) decorates the function so that Dynamo captures the value in its graph instead
-    (docs/fixes.md, "Capturing data-dependent values").
     """
 
     code = "TP520"

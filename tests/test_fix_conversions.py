@@ -13,7 +13,6 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch._dynamo  # noqa: E402, F811
 
-from rewrites import capture  # noqa: E402
 from tests.rule_examples import RULES  # noqa: E402
 from transpiler.lint import engine  # noqa: E402
 from transpiler.lint import fixer  # noqa: E402
@@ -232,19 +231,12 @@ NO_FIX = {
 
 
 @pytest.mark.parametrize("name", sorted(NO_FIX))
-def test_no_fix_and_why(name, without_capture):
+def test_no_fix_and_why(name):
     body, code, reason = NO_FIX[name]
     found = [d for d in lint(module(body)) if d.code == code]
     assert found and all(d.fix is None for d in found)
     assert reason in found[0].no_fix, found[0].no_fix
     assert code not in {d.code for d in fix(module(body))[1].applied}
-
-
-@pytest.fixture
-def without_capture(monkeypatch):
-    """The rule's own refusal, with the capture fix (rewrites/capture.py, tests/test_fix_capture.py) out of the
-    way: it would otherwise fix some of these findings by decorating the function."""
-    monkeypatch.setattr(capture, "CAPTURED", frozenset())
 
 
 def test_breaks_in_a_loop_are_removed_before_the_loop_is_isolated():

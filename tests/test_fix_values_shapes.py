@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch._dynamo  # noqa: E402, F811
 
-from tests.test_fix_conversions import fix, lint, without_capture  # noqa: E402, F401
+from tests.test_fix_conversions import fix, lint  # noqa: E402
 
 HEADER = (
     "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
@@ -175,7 +175,6 @@ NO_FIX = {
 }
 
 
-@pytest.mark.usefixtures("without_capture")
 @pytest.mark.parametrize("name", sorted(NO_FIX))
 def test_no_fix_and_why(name):
     body, code, reason = NO_FIX[name]

@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-c", "from transpiler.cli.main import main; main(prog_name='transpile')"]
 
 # A package whose model uses a helper through a relative import. `forward` prints (TP101,
-# which has a safe fix) and, in LEFT_MODEL only, branches on a data-dependent shape (TP401,
-# which stays, with `--unsafe-fixes` too: a captured shape would break at the branch instead).
+# which has a safe fix) and, in LEFT_MODEL only, reads a data-dependent shape (TP401,
+# which stays).
 INIT = "from .model import Net\n"
 HELPERS = """\
 def scale(x):
@@ -62,7 +62,7 @@ class Net(nn.Module):
 """
 LEFT_MODEL = MODEL.replace(
     "        return scale(self.lin(x))\n",
-    "        nz = torch.nonzero(x)\n        if nz.shape[0] > 0:\n            x = x + 1\n        return scale(self.lin(x))\n",
+    "        nz = torch.nonzero(x)\n        return scale(self.lin(x)) + nz.shape[0]\n",
 )
 
 

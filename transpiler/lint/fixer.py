@@ -24,7 +24,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from transpiler.source.diagnostics import Diagnostic
-from transpiler.lint.rule import REGISTRY, SHARED_FIXES, Edit, SideEffects
+from transpiler.lint.rule import REGISTRY, Edit, SideEffects
 from transpiler.source.reading import decode, encode_source as encode_source, read_source as read_source
 
 # Each round fixes what does not overlap; nested fixes (a print inside a branch that
@@ -138,11 +138,7 @@ class _Applier(cst.CSTTransformer):
         result = updated
         diagnostic = self.planned.get(self._key(original)) if nested == 0 else None
         if diagnostic is not None:
-            fix = diagnostic.fix
-            shared = SHARED_FIXES.get(fix.data)
-            result = (
-                shared(updated, self.edit) if shared else REGISTRY[diagnostic.code]().apply_fix(updated, fix, self.edit)
-            )
+            result = REGISTRY[diagnostic.code]().apply_fix(updated, diagnostic.fix, self.edit)
             self.applied.append(diagnostic)
             nested = 1
         if self.inside:
@@ -238,11 +234,6 @@ def fix_project(
         for d in diagnostics:
             if d.fix is not None and (unsafe or d.fix.safety == "safe"):
                 wanted.setdefault(d.path, []).append(d)
-        # A break a shared fix removes (the capture fix rewrites its whole function) needs no other plan at its
-        # place: the copy a block rule made of it (TP501's isolation of its loop) gives way.
-        shared = {(d.path, d.line, d.col) for found in wanted.values() for d in found if d.fix.data in SHARED_FIXES}
-        for path, found in wanted.items():
-            wanted[path] = [d for d in found if d.fix.data in SHARED_FIXES or (d.path, d.line, d.col) not in shared]
         progress = False
         for path, todo in wanted.items():
             key = Path(path)

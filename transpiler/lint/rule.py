@@ -20,8 +20,6 @@ from transpiler.analysis.walker import Context as Context, Finding as Finding
 from transpiler.source.diagnostics import FILE_CODES as FILE_CODES, Fix as Fix, FixApplicability as FixApplicability
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import libcst as cst
 
 
@@ -29,9 +27,6 @@ Family = Literal["break", "recompile", "perf", "meta"]
 SideEffects = Literal["guard", "remove"]
 
 REGISTRY: dict[str, type["Rule"]] = {}
-# Fixes that several rules plan alike (one rewrite serves the findings of all of them), by the `data` of
-# their plans: the fixer applies these instead of asking the finding's rule.
-SHARED_FIXES: dict[tuple, "Callable[[cst.CSTNode, Edit], cst.CSTNode]"] = {}
 
 
 @dataclass
