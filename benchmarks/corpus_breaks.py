@@ -8,9 +8,11 @@ or the rules, in the styles of research code; each defines `build() -> (model, a
 transpiled twice, as a user would (`transpile build DIR -o OUT --no-kernels`, then with `--unsafe-fixes`), and
 then each file is measured in its own interpreter the way `break_families.py` measures a transformers family:
 the original's forward (twice: a file whose two runs differ is marked nondeterministic), Dynamo's break
-statements (`explain` with the graph_breaks log), `transpile lint` against them (precision and recall over the
-statements the forward executed), and for each transpiled version its output against the original's (`equal`
-bit for bit, `within tolerance` of torch.testing's float32 defaults, or `different`) and its breaks. The
+statements (`explain` of the model itself, the frame `torch.compile(model)` starts from, with the graph_breaks
+log), `transpile lint` against them (precision and recall over the statements the forward executed), and for
+each transpiled version its output against the original's (`equal` bit for bit, `within tolerance` of
+torch.testing's float32 defaults, or `different`), the same for the transpiled model compiled with AOTAutograd
+(or `error` where it does not compile), and its breaks. The
 transpiled model gets the original's `state_dict`, so only the code differs.
 """
 
