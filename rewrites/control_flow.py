@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from rewrites import branches, sequences, stacking, where_proof
+from rewrites import branches, sequences, stacking, state_updates, where_proof
 from rewrites.sequences import SequenceRule
 from rewrites.conversions import atom, with_parens_of
 from transpiler.analysis.walker import Context
@@ -164,6 +164,16 @@ class DataDependentIf(Rule):
     runs the branches through Dynamo even in eager mode (the first call is
     slow), and needs a one-element condition.
 
+    An `if` without `else` whose body updates module state in place
+    (`self.scale.data.copy_(v)`, a registered buffer's `fill_(v)`, `copy_(v)` or
+    `zero_()`), besides pure assignments to names local to the branch, is the
+    one-time initialisation of research code: `cond = <test>` is read once,
+    the assignments run on every call, and each update becomes
+    `t.copy_(torch.where(cond, v, t))`, writing the old values back where the
+    condition is false (unsafe: the new values are computed, and may raise, on
+    every call; a buffer written from a value that requires grad requires grad
+    afterwards; only `.data` and buffers, never a parameter autograd records).
+
     Left alone (with the reason shown): branches with calls that may have side
     effects (submodules, `print`, random numbers, in-place methods, `out=`),
     augmented or attribute/subscript assignments, `raise`/`assert`, values not
@@ -216,6 +226,12 @@ class DataDependentIf(Rule):
             return self.make_fix(title, "If", node, safety=safety, data=("where", elif_of is False, skip, where))
         if elif_of is not None:
             return {"no_fix": where}
+        updates = state_updates.plan(node, ctx)
+        if isinstance(updates, tuple):
+            title = "apply the in-place updates on every call, through `torch.where`"
+            return self.make_fix(title, "If", node, safety="unsafe", data=("updates", updates))
+        if state_updates.updates_state(node):  # `torch.cond` takes no in-place updates either
+            return {"no_fix": updates}
         _, bodies = branches.if_chain(node)
         statements = [s for body in bodies for s in body]
         # Returns and unpacking need `torch.cond`; otherwise say why `torch.where` does not fit.
@@ -273,6 +289,13 @@ class DataDependentIf(Rule):
             return cst.FlattenSentinel([report, *lines.nodes])
         if how == "raise":
             return self._apply_raise(node, *rest, edit)
+        if how == "updates":
+            import libcst as cst
+
+            lines = state_updates.statements(node, *rest, edit)
+            comments = [*node.leading_lines, *branches.chain_comments(node), *lines[0].leading_lines]
+            lines[0] = lines[0].with_changes(leading_lines=comments)
+            return cst.FlattenSentinel(lines)
         return self._apply_where(node, *rest, edit) if how == "where" else self._apply_cond(node, *rest, edit)
 
     @staticmethod

@@ -788,3 +788,82 @@ def test_a_check_that_reports_then_assigns_becomes_a_guarded_report_and_where(tm
             after(x)
         assert [str(w.message) for w in said_before] == [str(w.message) for w in said_after]
     assert fix_snippet(REPORT_THEN_FILL, unsafe=False)[1].count("torch.where") == 0  # not proven: stays unsafe
+
+
+# -- TP201: in-place updates of module state (one-time initialisation) -----------------------------------
+
+INIT_ONCE = """\
+import math
+
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(3))
+        self.register_buffer("initialized", torch.zeros(1, dtype=torch.uint8))
+        self.register_buffer("seen", torch.zeros(3))
+
+    def forward(self, x):
+        # initialise from the first batch
+        if self.initialized == 0:
+            std = x.detach().std(0)
+            self.scale.data.copy_(1 / (std + 1e-6))
+            self.seen.zero_()
+            self.initialized.fill_(1)
+        return x * self.scale / math.sqrt(3)
+"""
+
+
+def _state(model: torch.nn.Module) -> dict:
+    return {name: value.clone() for name, value in model.state_dict().items()}
+
+
+def test_state_updates_under_a_tensor_condition_become_masked_writes(tmp_path):
+    """Each update writes through `torch.where` on every call, the condition read once before the first;
+    over several calls (the first initialises, the others do not) outputs and state stay equal, eager
+    and compiled, and Dynamo sees one graph."""
+    result = fix(INIT_ONCE, tmp_path)
+    assert result.remaining == []
+    assert "        # initialise from the first batch\n        # transpile (TP201): these updates run" in result.text
+    assert "        cond = self.initialized == 0\n        std = x.detach().std(0)\n" in result.text
+    assert "self.scale.data.copy_(torch.where(cond, 1 / (std + 1e-6), self.scale.data))" in result.text
+    assert "self.seen.copy_(torch.where(cond, 0, self.seen))" in result.text
+    assert "self.initialized.copy_(torch.where(cond, 1, self.initialized))" in result.text
+    batches = [torch.randn(5, 3, generator=torch.Generator().manual_seed(i)) * (i + 1) for i in range(3)]
+    for compiled in (False, True):
+        before, after = load(INIT_ONCE), load(result.text)
+        after.seen.fill_(7.0)
+        before.seen.fill_(7.0)
+        run = torch.compile(after, backend="aot_eager", fullgraph=True) if compiled else after
+        for x in batches:
+            torch.testing.assert_close(run(x), before(x), rtol=0, atol=0)
+            torch.testing.assert_close(_state(after), _state(before), rtol=0, atol=0)
+    torch._dynamo.reset()
+    assert torch._dynamo.explain(load(result.text))(batches[0]).graph_break_count == 0
+    assert torch._dynamo.explain(load(INIT_ONCE))(batches[0]).graph_break_count > 0
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("self.scale.copy_(x.mean(0))", "`self.scale.copy_()` may write into a tensor autograd records"),
+        ("self.seen.add_(x.mean(0))", "a branch calls `self.seen.add_()` for its side effects"),
+        ("self.seen.copy_(x.mean(0), non_blocking=True)", "is called with other arguments than the value"),
+        (
+            "m = x.mean(0)\n            self.seen.copy_(m)\n        y = m",
+            "`m` is assigned in the branch and read outside it",
+        ),
+    ],
+)
+def test_state_updates_left_alone_say_why(body, reason, tmp_path):
+    source = INIT_ONCE.replace(
+        "std = x.detach().std(0)\n            self.scale.data.copy_(1 / (std + 1e-6))\n            self.seen.zero_()\n"
+        "            self.initialized.fill_(1)",
+        body,
+    )
+    assert body in source
+    (finding,) = fix(source, tmp_path).remaining
+    assert reason in finding.no_fix

@@ -93,6 +93,8 @@ class ClassInfo:
     scalar_attrs: set[str] = field(default_factory=set)
     # Methods decorated with torch.compiler.disable.
     disabled_methods: set[str] = field(default_factory=set)
+    # Attributes registered with `self.register_buffer(...)`: tensors no autograd writes through.
+    buffers: set[str] = field(default_factory=set)
 
 
 @dataclass

@@ -550,6 +550,8 @@ def _class_info(node: ast.ClassDef, module: str, names: Names) -> ClassInfo:
                     first = sub.args[0]
                     if sub.func.attr in ("register_buffer", "register_parameter") and isinstance(first, ast.Constant):
                         cls.attrs[str(first.value)] = Kind.TENSOR
+                        if sub.func.attr == "register_buffer":
+                            cls.buffers.add(str(first.value))
                     elif sub.func.attr == "add_module" and isinstance(first, ast.Constant):
                         cls.attrs[str(first.value)] = Kind.MODULE
     return cls
@@ -566,6 +568,7 @@ def _inherit_local(cls: ClassInfo, summary: FileSummary) -> None:
             cls.attr_ctor_args = {**parent.attr_ctor_args, **cls.attr_ctor_args}
             cls.scalar_attrs |= parent.scalar_attrs - own
             cls.disabled_methods |= parent.disabled_methods
+            cls.buffers |= parent.buffers
 
 
 def _record_attr(cls: ClassInfo, attr: str, value: ast.expr, typer: Typer | None) -> None:
