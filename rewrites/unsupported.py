@@ -6,7 +6,7 @@ import ast
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
-from rewrites import isolation
+from rewrites import differentiation, isolation
 from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import atom, with_parens_of
 from rewrites.sequences import SequenceRule, Sequences, scratch
@@ -527,7 +527,19 @@ class AutogradCallInCompiledCode(Rule):
     GB9186); compile the forward and loss, and call backward outside.
 
     ## Fix safety
-    No automatic fix.
+    Unsafe, for a gradient taken inside the forward (FGM's adversarial step,
+    WGAN-GP's gradient penalty) of a leaf made in the same block with
+    `x = e.requires_grad_()` (or `x = e` then `x.requires_grad_()`), when the
+    statements between only assign names and `torch.autograd.grad(out, x, ...)`
+    is bound as `(g,) =`, `g = ...[0]` or `gs =`: those statements become a
+    nested function of `x` returning `out`, differentiated with
+    `out, out_vjp = torch.func.vjp(out_of, e)` (Dynamo traces `torch.func`), and
+    the gradient is `out_vjp(torch.ones_like(out))[0]` (or of `grad_outputs`),
+    detached unless `create_graph=True`. Unsafe: an output with more than one
+    element without `grad_outputs` no longer raises, nor does a call under
+    `torch.no_grad()` without `torch.enable_grad()`, and `x.requires_grad` is no
+    longer switched on. Left alone: several inputs or outputs, `allow_unused=`,
+    a leaf read after the gradient, `backward()`.
     """
 
     code = "TP507"
@@ -535,14 +547,29 @@ class AutogradCallInCompiledCode(Rule):
     summary = "autograd call in compiled code"
     message = "`{callee}` in compiled code breaks the graph; call it outside the compiled function"
     dynamo_codes = ("GB0123", "GB9186")
+    fix_safety = "unsafe"
 
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
         name = ctx.qualname(node.func)
-        if name in ("torch.autograd.grad", "torch.autograd.backward"):
+        if name == "torch.autograd.grad":
             self.report(ctx, node, callee=name)
+        elif name == "torch.autograd.backward":
+            self.report(ctx, node, callee=name, no_fix="`backward` accumulates into `.grad`, which a graph cannot")
         elif isinstance(node.func, ast.Attribute) and node.func.attr == "backward" and name is None:
             if ctx.kind(node.func.value).is_tensor:
-                self.report(ctx, node, callee=".backward()")
+                no_fix = "`backward` accumulates into `.grad`, which a graph cannot"
+                self.report(ctx, node, callee=".backward()", no_fix=no_fix)
+
+    def plan(self, node: ast.Call, ctx: Context) -> dict:
+        planned = differentiation.plan(node, ctx)
+        if isinstance(planned, str):
+            return {"no_fix": planned}
+        data, owner = planned
+        title = "take the gradient with `torch.func.vjp` of a function of the leaf"
+        return self.make_fix(title, type(owner).__name__, owner, safety="unsafe", data=data)
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        return differentiation.rewrite(node, fix.data, edit)
 
     INVALID = ["""
         import torch
