@@ -6,7 +6,7 @@ import ast
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
-from rewrites import differentiation, isolation
+from rewrites import differentiation, isolation, recurrent
 from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import atom, with_parens_of
 from rewrites.sequences import SequenceRule, Sequences, scratch
@@ -891,8 +891,20 @@ class RecurrentModuleCall(Rule):
     GB0014): the call breaks the graph.
 
     ## Fix safety
-    No automatic fix; set `torch._dynamo.config.allow_rnn = True` or write the
-    recurrence with `nn.LSTMCell` in a loop.
+    Unsafe: the constructor `nn.LSTM(...)` (`GRU`, `RNN`) in `__init__` becomes
+    `TraceableLSTM(...)`, a module the fix writes once after the imports. It takes
+    the same arguments and keeps the parameters (names, order, initial values, so
+    checkpoints load) and the hyperparameter attributes; eager calls make the same
+    `torch._VF` call as torch's module, bit for bit, and under `torch.compile` it
+    unrolls the recurrence into matmuls and pointwise ops that Dynamo traces and
+    Inductor compiles (within float rounding; dropout draws other random numbers).
+    Unsafe because the module's class changes: `isinstance(m, nn.LSTM)`,
+    `flatten_parameters()` and the cuDNN weight buffer are gone, and wrong shapes
+    raise other errors. Not fixed: `proj_size` not known to be 0, an input not known
+    to be a tensor (`PackedSequence`), and files that use the module otherwise than
+    calling it and reading hyperparameters or parameters, or name torch's class
+    other than to construct it. Without the fix, set
+    `torch._dynamo.config.allow_rnn = True`.
     """
 
     code = "TP512"
@@ -900,12 +912,25 @@ class RecurrentModuleCall(Rule):
     summary = "`nn.RNN`/`nn.LSTM`/`nn.GRU` call"
     message = "calling `{ctor}` in compiled code breaks the graph (Dynamo does not trace RNN modules by default)"
     dynamo_codes = ("GB0014",)
+    fix_safety = "unsafe"
     _RNN = frozenset({"torch.nn.RNN", "torch.nn.LSTM", "torch.nn.GRU"})
 
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
         attr = ctx.self_attr(node.func)
         if attr is not None and ctx.cls is not None and ctx.cls.attr_ctors.get(attr) in self._RNN:
             self.report(ctx, node, ctor=ctx.cls.attr_ctors[attr].replace("torch.", ""))
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        attr = ctx.self_attr(node.func)
+        kind = ctx.cls.attr_ctors[attr].rpartition(".")[2]
+        no_fix, data = recurrent.plan(node, ctx, attr, kind)
+        if no_fix is not None:
+            return {"no_fix": no_fix}
+        title = f"construct `self.{attr}` as `{recurrent.KINDS[kind].name}`, an `nn.{kind}` Dynamo traces"
+        return self.make_fix(title, "Call", node, "unsafe", data)
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        return recurrent.apply(node, fix.data, edit)
 
     INVALID = ["""
         import torch

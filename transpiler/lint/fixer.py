@@ -17,14 +17,14 @@ import os
 import re
 import tokenize
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from transpiler.source.diagnostics import Diagnostic
-from transpiler.lint.rule import REGISTRY, Edit, SideEffects
+from transpiler.lint.rule import REGISTRY, Edit, FixDeclined, SideEffects
 from transpiler.source.reading import decode, encode_source as encode_source, read_source as read_source
 
 # Each round fixes what does not overlap; nested fixes (a print inside a branch that
@@ -33,9 +33,13 @@ MAX_ROUNDS = 8
 
 
 def apply_fixes(
-    text: str, diagnostics: list[Diagnostic], side_effects: SideEffects = "guard"
+    text: str,
+    diagnostics: list[Diagnostic],
+    side_effects: SideEffects = "guard",
+    declined: dict[Diagnostic, str] | None = None,
 ) -> tuple[str, list[Diagnostic]]:
-    """`text` with the planned fixes of `diagnostics` applied, and the diagnostics that were."""
+    """`text` with the planned fixes of `diagnostics` applied, and the diagnostics that were; `declined`
+    receives those whose rule declined the fix on seeing the whole module, with the reason."""
     planned: dict[tuple, Diagnostic] = {}
     for d in diagnostics:
         # Two plans for one node (two rules on one call): the first wins, the other is
@@ -44,7 +48,7 @@ def apply_fixes(
             planned.setdefault((d.fix.node, d.fix.target), d)
     if not planned:
         return text, []
-    return _Parsed(text).apply(planned, side_effects)
+    return _Parsed(text).apply(planned, side_effects, declined)
 
 
 class _Parsed:
@@ -56,10 +60,18 @@ class _Parsed:
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.positions = self.wrapper.resolve(PositionProvider)
 
-    def apply(self, planned: Mapping[tuple, Diagnostic], side_effects: SideEffects) -> tuple[str, list[Diagnostic]]:
-        edit = Edit(*self.binding, side_effects)
+    def apply(
+        self, planned: Mapping[tuple, Diagnostic], side_effects: SideEffects, declined: dict | None = None
+    ) -> tuple[str, list[Diagnostic]]:
+        edit = Edit(*self.binding, side_effects, module=self.wrapper.module)
         applier = _Applier(planned, self.positions, edit)
         fixed = self.wrapper.module.visit(applier).visit(_FillEmptyBlocks())
+        if declined is not None:
+            declined.update(applier.declined)
+        for module_edit in edit.module_edits.values():
+            fixed = module_edit(fixed)
+        if edit.definitions:
+            fixed = _add_definitions(fixed, edit.definitions)
         if edit.needs_torch_import:
             fixed = _add_import_torch(fixed)
         return fixed.code, applier.applied
@@ -126,6 +138,7 @@ class _Applier(cst.CSTTransformer):
         self.positions = positions
         self.edit = edit
         self.applied: list[Diagnostic] = []
+        self.declined: dict[Diagnostic, str] = {}
         # One counter per open node: how many fixes were applied inside it so far.
         self.inside: list[int] = []
 
@@ -138,9 +151,13 @@ class _Applier(cst.CSTTransformer):
         result = updated
         diagnostic = self.planned.get(self._key(original)) if nested == 0 else None
         if diagnostic is not None:
-            result = REGISTRY[diagnostic.code]().apply_fix(updated, diagnostic.fix, self.edit)
-            self.applied.append(diagnostic)
-            nested = 1
+            try:
+                result = REGISTRY[diagnostic.code]().apply_fix(updated, diagnostic.fix, self.edit)
+            except FixDeclined as declined:
+                self.declined[diagnostic] = str(declined)
+            else:
+                self.applied.append(diagnostic)
+                nested = 1
         if self.inside:
             self.inside[-1] += nested
         return result
@@ -189,6 +206,39 @@ def _add_import_torch(module: cst.Module) -> cst.Module:
     return module.with_changes(body=body)
 
 
+def _add_definitions(module: cst.Module, definitions: Mapping[str, str]) -> cst.Module:
+    """`definitions` (name: source of a module-level statement defining it) inserted after the imports that
+    open the module, two blank lines around each, except those whose name the module defines already."""
+    body = list(module.body)
+    defined = {statement.name.value for statement in body if isinstance(statement, cst.ClassDef | cst.FunctionDef)}
+    index = 0
+    for position, statement in enumerate(body):
+        if isinstance(statement, cst.ClassDef | cst.FunctionDef):
+            break
+        if _is_preamble(statement, position) or _is_import(statement):
+            index = position + 1
+    new = [
+        cst.parse_statement(source).with_changes(leading_lines=[cst.EmptyLine()] * 2)
+        for name, source in definitions.items()
+        if name not in defined
+    ]
+    if not new:
+        return module
+    if index < len(body):
+        body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()] * 2)
+    body[index:index] = new
+    return module.with_changes(body=body)
+
+
+def _is_import(statement: cst.CSTNode) -> bool:
+    """`import x`, `from x import y`, or a `try:`/`if` block of imports (optional dependencies)."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        return all(isinstance(small, cst.Import | cst.ImportFrom) for small in statement.body)
+    if isinstance(statement, cst.Try | cst.If):
+        return all(_is_import(inner) for inner in statement.body.body)
+    return False
+
+
 def _is_preamble(statement: cst.CSTNode, index: int) -> bool:
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return False
@@ -235,20 +285,22 @@ def fix_project(
             if d.fix is not None and (unsafe or d.fix.safety == "safe"):
                 wanted.setdefault(d.path, []).append(d)
         progress = False
+        declined: dict[Diagnostic, str] = {}
         for path, todo in wanted.items():
             key = Path(path)
             if key in result.sources:
                 text = result.sources[key]
             else:
                 text = decode(given[key]) if key in given else read_source(key)
-            new_text, applied = apply_fixes(text, todo, side_effects)
+            new_text, applied = apply_fixes(text, todo, side_effects, declined)
             if applied and new_text != text:
                 overlay[key] = encode_like(given[key], new_text) if key in given else encode_source(key, new_text)
                 result.sources[key] = new_text
                 result.applied.extend(applied)
                 progress = True
         if not progress:
-            result.remaining = diagnostics
+            # A declined fix is not there to enable: the finding says why, as one never planned would.
+            result.remaining = [replace(d, fix=None, no_fix=declined[d]) if d in declined else d for d in diagnostics]
             return result
     result.remaining = lint(overlay)
     return result

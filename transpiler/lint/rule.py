@@ -11,7 +11,8 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 # The rule API: everything a rule module imports from the linter.
@@ -29,14 +30,26 @@ SideEffects = Literal["guard", "remove"]
 REGISTRY: dict[str, type["Rule"]] = {}
 
 
+class FixDeclined(Exception):
+    """Raised by `apply_fix` when the whole module shows that the planned fix must not be applied (a plan
+    is made per function); the message says why, and becomes the finding's `no_fix`."""
+
+
 @dataclass
 class Edit:
-    """What a rule's `apply_fix` sees besides the node: the module's name for torch and the policy."""
+    """What a rule's `apply_fix` sees besides the node: the module's name for torch and the policy, the
+    whole module, and the edits of the module a fix may ask for besides its node."""
 
     torch_name: str  # "torch", or the alias of `import torch as th`
     torch_bound: bool  # False: the module does not import torch; the fixer adds `import torch`
     side_effects: SideEffects = "guard"
     needs_torch_import: bool = False
+    module: cst.Module | None = None  # the module as parsed, before any fix of this round
+    # Module-level definitions the fixer adds once each after the imports, by the name they define
+    # (skipped where the module defines that name already), and edits of the whole module, applied
+    # once each by name after the planned nodes were rewritten: several findings may ask for the same.
+    definitions: dict[str, str] = field(default_factory=dict)
+    module_edits: dict[str, Callable[[cst.Module], cst.Module]] = field(default_factory=dict)
 
     def torch(self, dotted: str = "") -> cst.BaseExpression:
         """`torch.<dotted>` spelled with the module's own alias (`th.compiler.is_compiling`)."""
