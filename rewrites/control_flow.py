@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from rewrites import branches, sequences, stacking, state_updates, where_proof
+from rewrites import branches, early_exit, sequences, stacking, state_updates, where_proof
 from rewrites.sequences import SequenceRule
 from rewrites.conversions import atom, with_parens_of
 from transpiler.analysis.walker import Context
@@ -174,6 +174,16 @@ class DataDependentIf(Rule):
     every call; a buffer written from a value that requires grad requires grad
     afterwards; only `.data` and buffers, never a parameter autograd records).
 
+    `if <tensor>: break` directly in the body of a `for` loop over `range()`
+    of Python numbers (or over submodules) bounds the loop (unsafe): every
+    iteration runs, the test becomes `stopped = stopped | <test>`, and each
+    value the loop carries past it is assigned as `x_step = ...` and
+    `x = torch.where(stopped, x.expand_as(x_step), x_step)`, so after the
+    loop it holds the original's bits. Unsafe: the iterations after the stop
+    run (and call submodules) for nothing, and a shape that changes from one
+    iteration to the next raises in `expand_as` (`torch.cat` in a carried
+    update is refused).
+
     Left alone (with the reason shown): branches with calls that may have side
     effects (submodules, `print`, random numbers, in-place methods, `out=`),
     augmented or attribute/subscript assignments, `raise`/`assert`, values not
@@ -214,6 +224,12 @@ class DataDependentIf(Rule):
             return self.make_fix(title, "If", node, safety="safe", data=("report",))
         if elif_of is None and not node.orelse and len(node.body) == 1 and isinstance(node.body[0], ast.Raise):
             return self._plan_raise(node, ctx)
+        if elif_of is None and not node.orelse and len(node.body) == 1 and isinstance(node.body[0], ast.Break):
+            bounded = early_exit.plan(node, ctx)
+            if isinstance(bounded, str):
+                return {"no_fix": bounded}
+            title = "run every iteration, the loop's values kept by `torch.where` once the condition holds"
+            return self.make_fix(title, "For", bounded[1], safety="unsafe", data=("bounded", bounded[0]))
         if elif_of is None and not node.orelse:
             split = self._plan_report_then_where(node, ctx)
             if split is not None:
@@ -289,6 +305,8 @@ class DataDependentIf(Rule):
             return cst.FlattenSentinel([report, *lines.nodes])
         if how == "raise":
             return self._apply_raise(node, *rest, edit)
+        if how == "bounded":
+            return early_exit.rewrite(node, *rest, edit)
         if how == "updates":
             import libcst as cst
 

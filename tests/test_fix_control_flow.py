@@ -867,3 +867,95 @@ def test_state_updates_left_alone_say_why(body, reason, tmp_path):
     assert body in source
     (finding,) = fix(source, tmp_path).remaining
     assert reason in finding.no_fix
+
+
+# -- TP201: `if <tensor>: break` in a `for` loop over a static range, bounded -----------------------------
+
+MARCHING = """\
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.field = nn.Linear(4, 4)
+
+    def forward(self, x, eps):
+        total = x.new_zeros(x.shape[0])
+        light = x.new_ones(x.shape[0])
+        for step in range(6):
+            h = torch.tanh(self.field(x * (step + 1)))
+            light = light * torch.sigmoid(h.sum(-1))
+            if light.max() < eps:  # opaque: stop marching
+                break
+            weight, rest = h.abs().mean(-1), h.amax(-1)
+            total += weight * light + rest
+        return total, light
+"""
+
+
+def test_a_break_in_a_static_loop_becomes_a_bounded_loop(tmp_path):
+    """Every iteration runs; from the `break` on, `torch.where` keeps each carried value as it was: the same
+    bits as the original wherever it stops (at once, midway, never), also statements after the test in the
+    same iteration, and one graph under Dynamo."""
+    result = fix(MARCHING, tmp_path)
+    assert [d.code for d in result.remaining] == []
+    text = result.text
+    assert "        stopped = light.new_zeros((), dtype=torch.bool)\n        for step in range(6):\n" in text
+    assert "            light_step = light * torch.sigmoid(h.sum(-1))\n" in text
+    assert "            light = torch.where(stopped, light.expand_as(light_step), light_step)\n" in text
+    assert "            # opaque: stop marching\n            stopped = stopped | (light.max() < eps)\n" in text
+    assert "            total_step = total + (weight * light + rest)\n" in text
+    assert "weight, rest = h.abs().mean(-1), h.amax(-1)\n" in text  # computed per iteration, not carried
+    torch.manual_seed(0)  # the weights decide where the original stops; the eps below are chosen for them
+    before, after = load(MARCHING), load(text)
+    after.load_state_dict(before.state_dict())
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    stops = set()
+    for eps in (2.0, 0.5, 0.3, 0.15, 0.0):
+        with torch.no_grad():
+            got, want = after(x, torch.tensor(eps)), before(x, torch.tensor(eps))
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        stops.add(float(want[1].max()))
+    assert len(stops) >= 3  # the original left the loop at different iterations
+    compiled = torch.compile(after, backend="aot_eager", fullgraph=True)
+    for eps in (2.0, 0.5, 0.0):
+        torch.testing.assert_close(compiled(x, torch.tensor(eps)), before(x, torch.tensor(eps)))
+    torch._dynamo.reset()
+    explained = [torch._dynamo.explain(m)(x, torch.tensor(0.5)) for m in (before, after)]
+    # Dynamo skips the original's frame (a break in a loop) or splits it; the bounded loop is one graph.
+    assert [(e.graph_count, e.graph_break_count) == (1, 0) for e in explained] == [False, True]
+
+
+@pytest.mark.parametrize(
+    ("loop", "reason"),
+    [
+        (
+            "for step in range(4):\n    seq = torch.cat([seq, seq[:, -1:] + 1], 1)\n    if seq.sum() > 9:\n        break",
+            "`torch.cat()` may change the shape of a carried value",
+        ),
+        (
+            "for step in range(4):\n    y = seq * 2\n    if y.sum() > 9:\n        break\n    last = y",
+            "`last` is carried by the loop but not bound before it",
+        ),
+        (
+            "for step in range(4):\n    seq = seq * 2\n    if seq.sum() > 9:\n        break\n    if seq.sum() < 0:\n"
+            "        continue",
+            "the loop holds `continue`",
+        ),
+        (
+            "for step in range(int(seq.sum())):\n    seq = seq * 2\n    if seq.sum() > 9:\n        break",
+            "the `range()` bounds are read from tensors",
+        ),
+        (
+            "for step in range(4):\n    seq = seq * 2\n    print(seq)\n    if seq.sum() > 9:\n        break",
+            "not only assignments to names",
+        ),
+    ],
+)
+def test_a_break_left_alone_says_why(loop, reason, tmp_path):
+    body = "seq = x.reshape(1, -1)\n" + loop + ("\nreturn seq, last" if "last" in loop else "\nreturn seq")
+    source = model("def forward(self, x):\n" + textwrap.indent(body, "    "))
+    found = [d for d in fix(source, tmp_path).remaining if d.code == "TP201"]
+    assert any(reason in (d.no_fix or "") for d in found), [d.no_fix for d in found]
