@@ -130,7 +130,7 @@ class ${name}(${torch}.nn.Module):
     names, so checkpoints load unchanged. Eager calls run the same `torch._VF` kernel as
     `nn.${torch_class}`; under `torch.compile` the recurrence is written out step by step, which
     Dynamo traces and Inductor compiles (the `_VF` kernel does not compile with gradients on CPU).
-    Not supported: `PackedSequence` inputs${not_supported}.
+    ${support}
     """
 
     def __init__(self, *args, **kwargs):
@@ -144,7 +144,7 @@ class ${name}(${torch}.nn.Module):
         for name, parameter in reference.named_parameters():
             self.register_parameter(name, parameter)
 
-    def forward(self, input, hx=None):
+    def forward(self, input, hx=None):${packed_dispatch}
         # Read by name on every call, as nn.${torch_class} does: load_state_dict(assign=True) replaces them.
         weights = [getattr(self, name) for name in self._flat_weights_names]
         batch_dim = 0 if self.batch_first else 1
@@ -180,7 +180,7 @@ class ${name}(${torch}.nn.Module):
             hidden = ${squeeze_hidden}
         return output, ${hidden_returned}
 
-    def _unrolled(self, input, hx, weights):
+    def _unrolled(self, input, hx, weights${valid_parameter}):
         """The recurrence over the (static) time steps, as matmuls and pointwise ops `torch.compile` can trace."""
         num_directions = 2 if self.bidirectional else 1
         per_cell = len(weights) // (self.num_layers * num_directions)  # w_ih, w_hh[, b_ih, b_hh]
@@ -201,8 +201,7 @@ class ${name}(${torch}.nn.Module):
                 cell_outputs = [None] * steps.size(0)
                 times = range(steps.size(0))
                 for time in reversed(times) if direction else times:
-                    state = self._step(gates_from_input[time], state, w_hh, b_hh)
-                    cell_outputs[time] = state[0]
+                    ${time_step}
                 outputs.append(${torch}.stack(cell_outputs))
                 final_states.append(state)
             steps = ${torch}.cat(outputs, 2)
@@ -212,11 +211,116 @@ class ${name}(${torch}.nn.Module):
     def _step(self, gates_from_input, state, w_hh, b_hh):
         """One time step of one cell, with torch's gate order and formulas."""
         ${step}
+${packed_methods}''')
+
+
+# What a class gets when the file packs its batches (`pack_padded_sequence`, the module, `pad_packed_sequence`).
+_PACKED_DISPATCH = """
+        if isinstance(input, PaddedSequence):  # under torch.compile: see `pack_padded_sequence_for_tracing`
+            return self._padded(input, hx)
+        if isinstance(input, ${torch}.nn.utils.rnn.PackedSequence):
+            return self._packed(input, hx)"""
+_MASKED_STEP = """new_state = self._step(gates_from_input[time], state, w_hh, b_hh)
+                    if valid is None:
+                        state = new_state
+                    else:  # past its end a sequence keeps its state and outputs zeros, as if packed
+                        state = tuple(${torch}.where(valid[time], new, old) for new, old in zip(new_state, state))
+                    cell_outputs[time] = state[0] if valid is None else ${torch}.where(valid[time], state[0], 0.0)"""
+_PACKED_METHODS = Template('''
+    def _packed(self, sequence, hx):
+        """A `PackedSequence`, in eager mode: the `torch._VF` call of `nn.${torch_class}.forward`, bit for bit."""
+        weights = [getattr(self, name) for name in self._flat_weights_names]
+        data, batch_sizes, sorted_indices, unsorted_indices = sequence
+        if hx is None:
+            ${zeros} = ${torch}.zeros(
+                self.num_layers * (2 if self.bidirectional else 1),
+                int(batch_sizes[0]),
+                self.hidden_size,
+                dtype=data.dtype,
+                device=data.device,
+            )${pair_zeros}
+        elif sorted_indices is not None:
+            hx = ${sort_hx}${choose_kernel_packed}
+        output, ${hidden_unpacked} = ${kernel}(
+            data, batch_sizes, hx, weights, self.bias, self.num_layers, self.dropout, self.training, self.bidirectional
+        )
+        if unsorted_indices is not None:
+            hidden = ${unsort_hidden}
+        packed = ${torch}.nn.utils.rnn.PackedSequence(output, batch_sizes, sorted_indices, unsorted_indices)
+        return packed, ${hidden_returned}
+
+    def _padded(self, sequence, hx):
+        """Under `torch.compile`, a batch packed by `pack_padded_sequence_for_tracing` arrives padded: every time
+        step runs, and each sequence keeps its state past its end, which is what packing computes."""
+        weights = [getattr(self, name) for name in self._flat_weights_names]
+        data = sequence.data if sequence.batch_first == self.batch_first else sequence.data.transpose(0, 1)
+        time_dim = 1 if self.batch_first else 0
+        steps = ${torch}.arange(data.size(time_dim), device=data.device)
+        valid = (steps[:, None] < sequence.lengths.to(data.device))[..., None]  # (time, batch, 1)
+        if hx is None:
+            ${zeros} = ${torch}.zeros(
+                self.num_layers * (2 if self.bidirectional else 1),
+                data.size(1 - time_dim),
+                self.hidden_size,
+                dtype=data.dtype,
+                device=data.device,
+            )${pair_zeros}
+        output, ${unrolled_hidden} = self._unrolled(data, ${hidden_state}, weights, valid)
+        if sequence.batch_first != self.batch_first:
+            output = output.transpose(0, 1)
+        return PaddedSequence(output, sequence.lengths, sequence.batch_first), ${hidden_returned}
+''')
+
+# Module-level companions of the packed form, written once per file that packs.
+PACKING_NAMES = ("PaddedSequence", "pack_padded_sequence_for_tracing", "pad_packed_sequence_for_tracing")
+_PACKING = Template('''
+class PaddedSequence:
+    """A padded batch and its lengths: what `pack_padded_sequence_for_tracing` gives a traceable recurrent module
+    under `torch.compile`, where packing cannot be traced (its sizes are read from the lengths)."""
+
+    def __init__(self, data, lengths, batch_first):
+        self.data, self.lengths, self.batch_first = data, lengths, batch_first
+
+
+def pack_padded_sequence_for_tracing(input, lengths, batch_first=False, enforce_sorted=True):
+    """`${torch}.nn.utils.rnn.pack_padded_sequence`, written by `transpile --unsafe-fixes` (TP512); under
+    `torch.compile`, the padded batch itself, which the traceable recurrent modules of this file run masked."""
+    if ${torch}.compiler.is_compiling():
+        return PaddedSequence(input, ${torch}.as_tensor(lengths, dtype=${torch}.int64, device="cpu"), batch_first)
+    return ${torch}.nn.utils.rnn.pack_padded_sequence(input, lengths, batch_first, enforce_sorted)
+
+
+def pad_packed_sequence_for_tracing(sequence, batch_first=False, padding_value=0.0, total_length=None):
+    """`${torch}.nn.utils.rnn.pad_packed_sequence`, and its counterpart for a `PaddedSequence`."""
+    if not isinstance(sequence, PaddedSequence):
+        return ${torch}.nn.utils.rnn.pad_packed_sequence(sequence, batch_first, padding_value, total_length)
+    data = sequence.data if sequence.batch_first == batch_first else sequence.data.transpose(0, 1)
+    time_dim = 1 if batch_first else 0
+    if total_length is None:  # the longest sequence's length, read from the data (a graph break)
+        total_length = int(sequence.lengths.max())
+    if total_length <= data.size(time_dim):
+        data = data.narrow(time_dim, 0, total_length)
+    else:
+        padding = [0, 0] * (data.dim() - 1 - time_dim) + [0, total_length - data.size(time_dim)]
+        data = ${torch}.nn.functional.pad(data, padding)
+    if padding_value != 0.0:
+        steps = ${torch}.arange(total_length, device=data.device)
+        valid = steps[None, :] < sequence.lengths.to(data.device)[:, None]  # (batch, time)
+        data = ${torch}.where((valid if batch_first else valid.t())[..., None], data, padding_value)
+    return data, sequence.lengths
 ''')
 
 
-def class_source(kind: str, torch_name: str = "torch") -> str:
-    """The source of the traceable class for `kind` ("LSTM", "GRU", "RNN"), with torch spelled `torch_name`."""
+def packing_source(torch_name: str = "torch") -> dict[str, str]:
+    """The module-level definitions the packed form needs, by the name each defines."""
+    text = _PACKING.substitute(torch=torch_name).strip("\n")
+    parts = text.split("\n\n\n")
+    return dict(zip(PACKING_NAMES, (part + "\n" for part in parts)))
+
+
+def class_source(kind: str, torch_name: str = "torch", packed: bool = False) -> str:
+    """The source of the traceable class for `kind` ("LSTM", "GRU", "RNN"), with torch spelled `torch_name`;
+    `packed`: also for batches packed by `pack_padded_sequence_for_tracing`."""
     recurrent = KINDS[kind]
     lstm = kind == "LSTM"
     fields = {
@@ -229,7 +333,12 @@ def class_source(kind: str, torch_name: str = "torch") -> str:
             else ""
         ),
         "attributes": "(\n" + "".join(f'            "{name}",\n' for name in recurrent.attributes) + "        )",
-        "not_supported": ", `proj_size`" if lstm else "",
+        "support": (
+            "Batches packed by `pack_padded_sequence_for_tracing` run masked under `torch.compile`."
+            if packed
+            else "Not supported: `PackedSequence` inputs"
+        )
+        + (" Not supported: `proj_size`." if packed and lstm else ", `proj_size`." if lstm else "" if packed else "."),
         "refuse": (
             '\n        if reference.proj_size:\n            raise ValueError("proj_size is not supported")'
             if lstm
@@ -243,9 +352,27 @@ def class_source(kind: str, torch_name: str = "torch") -> str:
         "hidden_unpacked": "*hidden" if lstm else "hidden",
         "squeeze_hidden": "[state.squeeze(1) for state in hidden]" if lstm else "hidden.squeeze(1)",
         "hidden_returned": "tuple(hidden)" if lstm else "hidden",
+        "sort_hx": (
+            "tuple(state.index_select(1, sorted_indices) for state in hx)"
+            if lstm
+            else "hx.index_select(1, sorted_indices)"
+        ),
+        "unsort_hidden": (
+            "[state.index_select(1, unsorted_indices) for state in hidden]"
+            if lstm
+            else "hidden.index_select(1, unsorted_indices)"
+        ),
     }
+    fields["choose_kernel_packed"] = fields["choose_kernel"].replace("\n            ", "\n        ")
     step = Template(recurrent.step).substitute(torch=torch_name)
-    return _CLASS.substitute(fields, torch=torch_name, step=step).lstrip("\n")
+    plain_step = "state = self._step(gates_from_input[time], state, w_hh, b_hh)\n                    cell_outputs[time] = state[0]"
+    variant = {
+        "packed_dispatch": Template(_PACKED_DISPATCH).substitute(torch=torch_name) if packed else "",
+        "valid_parameter": ", valid=None" if packed else "",
+        "time_step": Template(_MASKED_STEP).substitute(torch=torch_name) if packed else plain_step,
+        "packed_methods": _PACKED_METHODS.substitute(fields, torch=torch_name) if packed else "",
+    }
+    return _CLASS.substitute(fields, **variant, torch=torch_name, step=step).lstrip("\n")
 
 
 def plan(node: ast.Call, ctx: Context, attr: str, kind: str) -> tuple[str | None, tuple]:
@@ -256,15 +383,69 @@ def plan(node: ast.Call, ctx: Context, attr: str, kind: str) -> tuple[str | None
     if proj_size is NON_LITERAL or proj_size:
         return "`proj_size` is not known to be 0 (the unrolled recurrence has no projection)", ()
     source = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "input"), None)
-    if source is None or ctx.kind(source) is not Kind.TENSOR:
-        return "the input is not known to be a tensor (a `PackedSequence` is not supported)", ()
+    packing = _packing(node, source, ctx)
+    if isinstance(packing, str):
+        return packing, ()
+    if packing is None and (source is None or ctx.kind(source) is not Kind.TENSOR):
+        return "the input is not known to be a tensor, nor packed by `pack_padded_sequence` just before", ()
     owners, queue = [ctx.cls.name], list(ctx.cls.bases)
     while queue:
         base = ctx.typer.classes.get(queue.pop(0))
         if base is not None and attr in base.attr_ctors:
             owners.append(base.name)
             queue.extend(base.bases)
-    return None, (attr, kind, tuple(owners))
+    return None, (attr, kind, tuple(owners), packing)
+
+
+_PACK = "torch.nn.utils.rnn.pack_padded_sequence"
+_PAD = "torch.nn.utils.rnn.pad_packed_sequence"
+
+
+def _packing(call: ast.Call, source: ast.expr | None, ctx: Context) -> tuple[str, str, str] | str | None:
+    """For `packed = pack_padded_sequence(...)`, `out, hidden = self.rnn(packed)`, `out, _ =
+    pad_packed_sequence(out, ..., total_length=...)` in three consecutive statements: (the function, the
+    packed name, the output name), whose packing calls the fix replaces. None when the input is not packed
+    just before the call; why not, when it is packed otherwise."""
+    if not isinstance(source, ast.Name):
+        return None
+    statement = ctx.statement
+    body = next((b for n in ast.walk(ctx.node) for b in _bodies(n) if any(s is statement for s in b)), None)
+    index = next(i for i, s in enumerate(body) if s is statement) if body is not None else -1
+    before = body[index - 1] if index > 0 else None
+    if not (_assigns_call(before, _PACK, ctx) and before.targets[0].id == source.id):
+        return None
+    after = body[index + 1] if index + 1 < len(body) else None
+    target = statement.targets[0] if isinstance(statement, ast.Assign) and len(statement.targets) == 1 else None
+    output = target.elts[0] if isinstance(target, ast.Tuple) and statement.value is call else None
+    if not isinstance(output, ast.Name):
+        return "the packed output is not unpacked as `out, hidden = self.<rnn>(packed)`"
+    pad = after.value if _assigns_call(after, _PAD, ctx, tuple_target=True) else None
+    if pad is None or not (pad.args and isinstance(pad.args[0], ast.Name) and pad.args[0].id == output.id):
+        return f"`{output.id}` is not padded by `pad_packed_sequence({output.id}, ...)` in the next statement"
+    if not any(k.arg == "total_length" for k in pad.keywords) and len(pad.args) < 4:
+        return "`pad_packed_sequence` has no `total_length`: the padded length would be read from the lengths"
+    loads = [n for n in ast.walk(ctx.node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    if sum(n.id == source.id for n in loads) != 1:
+        return f"`{source.id}` is used besides the call of the recurrent module"
+    rebinds = any(isinstance(n, ast.Name) and n.id == output.id for n in ast.walk(after.targets[0]))
+    if not rebinds and sum(n.id == output.id for n in loads) != 1:
+        return f"`{output.id}` is used besides `pad_packed_sequence`"
+    return ctx.node.name, source.id, output.id
+
+
+def _bodies(node: ast.AST) -> list[list[ast.stmt]]:
+    return [getattr(node, f) for f in ("body", "orelse", "finalbody") if isinstance(getattr(node, f, None), list)]
+
+
+def _assigns_call(statement: ast.stmt | None, qualname: str, ctx: Context, tuple_target: bool = False) -> bool:
+    """`name = <qualname>(...)` (or `a, b = ...` with `tuple_target`)."""
+    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+        return False
+    target = statement.targets[0]
+    if not (isinstance(target, ast.Tuple) if tuple_target else isinstance(target, ast.Name)):
+        return False
+    value = statement.value
+    return isinstance(value, ast.Call) and ctx.qualname(value.func) == qualname
 
 
 def apply(node: cst.Call, data: tuple, edit: Edit) -> cst.Call:
@@ -272,7 +453,7 @@ def apply(node: cst.Call, data: tuple, edit: Edit) -> cst.Call:
     Raises FixDeclined where the file uses the module in a way the traceable class does not keep."""
     import libcst as cst
 
-    attr, kind, owners = data
+    attr, kind, owners, packing = data
     constructors = 0
     for child, parent, cls, function in _walk(edit.module):
         if (
@@ -295,7 +476,19 @@ def apply(node: cst.Call, data: tuple, edit: Edit) -> cst.Call:
         raise FixDeclined(f"`self.{attr} = nn.{kind}(...)` is not in the `__init__` of {' or '.join(owners)}")
     name = KINDS[kind].name
     edit.torch()  # the class spells torch with the module's alias; `import torch` is added where missing
-    edit.definitions[name] = class_source(kind, edit.torch_name)
+    # One class per kind and file: with packing support wherever the file packs, for every module of the kind.
+    packs = any(
+        isinstance(c, cst.Call) and (_dotted(c.func) or "").endswith("pack_padded_sequence")
+        for c, *_ in _walk(edit.module)
+    )
+    if packing:  # first: the class refers to them
+        edit.definitions.update(packing_source(edit.torch_name))
+    edit.definitions[name] = class_source(kind, edit.torch_name, packed=packs)
+    if packing:
+        function, packed_name, output = packing
+        edit.module_edits[f"packing in {function} ({packed_name}, {output})"] = lambda module: _replace_packing(
+            module, function, packed_name, output
+        )
     edit.module_edits[f"{name} for {'/'.join(owners)}.{attr}"] = lambda module: _replace_constructors(
         module, attr, kind, owners, cst.Name(name)
     )
@@ -365,6 +558,38 @@ def _replace_constructors(
                 and any(_is_self_attr(t.target, attr) for t in updated.targets)
             ):
                 return updated.with_changes(value=updated.value.with_changes(func=name))
+            return updated
+
+    return module.visit(Replace())
+
+
+def _replace_packing(module: cst.Module, function: str, packed: str, output: str) -> cst.Module:
+    """In the functions named `function`, `packed = pack_padded_sequence(...)` and `pad_packed_sequence(output,
+    ...)` calling their traceable counterparts."""
+    import libcst as cst
+
+    class Replace(cst.CSTTransformer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inside = 0
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            self.inside += node.name.value == function
+
+        def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+            self.inside -= original.name.value == function
+            return updated
+
+        def leave_Assign(self, original: cst.Assign, updated: cst.Assign) -> cst.Assign:
+            value = updated.value
+            if not (self.inside and isinstance(value, cst.Call)):
+                return updated
+            callee = (_dotted(value.func) or "").rpartition(".")[2]
+            targets = [t.target for t in updated.targets]
+            if callee == "pack_padded_sequence" and any(_dotted(t) == packed for t in targets):
+                return updated.with_changes(value=value.with_changes(func=cst.Name("pack_padded_sequence_for_tracing")))
+            if callee == "pad_packed_sequence" and value.args and _dotted(value.args[0].value) == output:
+                return updated.with_changes(value=value.with_changes(func=cst.Name("pad_packed_sequence_for_tracing")))
             return updated
 
     return module.visit(Replace())

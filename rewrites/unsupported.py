@@ -900,11 +900,14 @@ class RecurrentModuleCall(Rule):
     Inductor compiles (within float rounding; dropout draws other random numbers).
     Unsafe because the module's class changes: `isinstance(m, nn.LSTM)`,
     `flatten_parameters()` and the cuDNN weight buffer are gone, and wrong shapes
-    raise other errors. Not fixed: `proj_size` not known to be 0, an input not known
-    to be a tensor (`PackedSequence`), and files that use the module otherwise than
-    calling it and reading hyperparameters or parameters, or name torch's class
-    other than to construct it. Without the fix, set
-    `torch._dynamo.config.allow_rnn = True`.
+    raise other errors. A batch packed just before the call and padded just after
+    (`pack_padded_sequence`, the module, `pad_packed_sequence(..., total_length=)`)
+    keeps torch's calls in eager and, under `torch.compile`, runs padded and masked:
+    each sequence keeps its state past its end, as packing computes. Not fixed:
+    `proj_size` not known to be 0, other inputs not known to be tensors, and files
+    that use the module otherwise than calling it and reading hyperparameters or
+    parameters, or name torch's class other than to construct it. Without the fix,
+    set `torch._dynamo.config.allow_rnn = True`.
     """
 
     code = "TP512"

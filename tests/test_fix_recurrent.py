@@ -203,3 +203,68 @@ def test_checkpoint_of_the_original_loads_with_assign():
     x = torch.randn(6, 3, 5)
     for before, after in zip(_flat(original(x)), _flat(rewritten(x)), strict=True):
         torch.testing.assert_close(after, before, rtol=0, atol=0)
+
+
+PACKED = """\
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = {constructor}
+
+    def forward(self, x, lengths, hx=None):
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first={batch_first}, enforce_sorted=False)
+        out, hidden = self.rnn(packed, hx)
+        out, out_lengths = pad_packed_sequence(out, {padding}, total_length={total})
+        return out, hidden, out_lengths
+"""
+PACKED_CASES = [
+    # the usual tagger: bidirectional, batch first, padded back to the input's length
+    ("nn.LSTM(5, 4, bidirectional=True, batch_first=True)", "True", "batch_first=True", "x.size(1)", False),
+    # time-major in, batch-first out, a padding value, longer than the input, a given state
+    ("nn.GRU(5, 4, num_layers=2)", "False", "batch_first=True, padding_value=-1.0", "x.size(0) + 2", True),
+    ("nn.RNN(5, 4, nonlinearity='relu', bidirectional=True, batch_first=True)", "True", "True", "x.size(1)", False),
+]
+
+
+@pytest.mark.parametrize(("constructor", "batch_first", "padding", "total", "with_hx"), PACKED_CASES)
+def test_packed_batches_run_masked_under_compile(constructor, batch_first, padding, total, with_hx):
+    """`pack_padded_sequence`, the module and `pad_packed_sequence` in a row: eager makes torch's calls, bit for
+    bit; compiled, the padded batch runs masked (each sequence keeps its state past its end, as packing
+    computes), in one graph, within rounding of eager, gradients included. Unsorted lengths, none full."""
+    source = PACKED.format(constructor=constructor, batch_first=batch_first, padding=padding, total=total)
+    text, left = fixed(source)
+    assert not left and "pack_padded_sequence_for_tracing(x, lengths.cpu()" in text
+    assert "pad_packed_sequence_for_tracing(out, " in text and "class PaddedSequence:" in text
+    torch.manual_seed(0)
+    original = load_example(source, "recurrent_packed").Model()
+    torch.manual_seed(0)
+    rewritten = load_example(text, "recurrent_packed_fixed").Model()
+    rewritten.load_state_dict(original.state_dict())
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn((3, 7, 5) if batch_first == "True" else (7, 3, 5), generator=generator)
+    inputs = [x, torch.tensor([4, 6, 2])]
+    if with_hx:
+        inputs.append(torch.randn(2, 3, 4, generator=generator))
+    for before, after in zip(_flat(original(*inputs)), _flat(rewritten(*inputs)), strict=True):
+        torch.testing.assert_close(after, before, rtol=0, atol=0)
+    torch._dynamo.reset()  # packing breaks before any traced op, which `explain` does not count: fullgraph shows it
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(original, fullgraph=True, backend="eager")(*inputs)
+    torch._dynamo.reset()
+    compiled = torch.compile(rewritten, backend="aot_eager", fullgraph=True)
+    _same_compiled(rewritten, compiled, inputs)
+
+
+def test_packing_used_otherwise_is_left_alone():
+    source = PACKED.format(
+        constructor="nn.LSTM(5, 4)", batch_first="False", padding="batch_first=False", total="x.size(0)"
+    ).replace("        return out, hidden, out_lengths", "        return out, hidden, packed.batch_sizes")
+    assert fixed(source)[1][0].no_fix == "`packed` is used besides the call of the recurrent module"
+    source = PACKED.format(constructor="nn.LSTM(5, 4)", batch_first="False", padding="batch_first=False", total="None")
+    source = source.replace(", total_length=None", "")
+    assert "has no `total_length`" in fixed(source)[1][0].no_fix
