@@ -6,7 +6,7 @@ import ast
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
-from rewrites import differentiation, isolation, recurrent
+from rewrites import differentiation, generators, isolation, recurrent
 from rewrites.base import CallRule, TensorMethodRule
 from rewrites.conversions import atom, with_parens_of
 from rewrites.sequences import SequenceRule, Sequences, scratch
@@ -1334,9 +1334,19 @@ class GeneratorInCompiledCode(CallRule):
     break but not the ones where the generator is used (TP522).
 
     ## Fix safety
-    No automatic fix: a seeded stream of its own has no traced equivalent.
-    Draw the random numbers outside the compiled function and pass them in,
-    or use the global generator (`torch.manual_seed` outside).
+    Unsafe: `torch.Generator(...)` becomes `TraceableGenerator(...)`, a class the
+    fix writes once after the imports, whose state is the uint8 tensor
+    `get_state()` returns; each draw of the file given `generator=` calls a
+    dispatcher (`traceable_randn(...)`, same arguments) that draws through a
+    custom operator restoring a real generator from the state. The numbers are
+    `torch.Generator`'s bit for bit, eager or compiled. Unsafe because the
+    object's class changes and each draw copies the state. Fixed only where
+    every use of the generator is known: `manual_seed()`, `initial_seed()`,
+    `get_state()`, `set_state()`, `device`, `generator=` of `torch.randn`,
+    `rand`, `randint`, `randperm`, `multinomial` or `bernoulli`, or an argument
+    of a function, method or submodule of the file that uses it so. Otherwise
+    (returned, stored, handed to a library or to another random function)
+    draw the numbers outside and pass them in.
     """
 
     code = "TP518"
@@ -1347,6 +1357,18 @@ class GeneratorInCompiledCode(CallRule):
     )
     dynamo_codes = ("GB0363",)
     callees = GENERATOR_CLASSES
+    fix_safety = "unsafe"
+
+    def applies(self, node: ast.Call, ctx: Context) -> bool:
+        return not generators.generated(ctx.function.qualname)
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        # Where the generator goes is followed through the file when the fix is applied (FixDeclined).
+        title = f"make a `{generators.CLASS_NAME}`, whose state Dynamo traces, and draw from it"
+        return self.make_fix(title, "Call", node, "unsafe", (node.lineno, node.col_offset))
+
+    def apply_fix(self, node: "cst.CSTNode", fix: Fix, edit: "Edit") -> "cst.CSTNode":
+        return generators.apply_creation(node, fix.data, edit)
 
     INVALID = [
         """
@@ -1419,11 +1441,12 @@ class GeneratorUseInCompiledCode(Rule):
     `generator=None` and the global generator trace.
 
     ## Fix safety
-    No fix: the generator's stream cannot be reproduced in a graph (traced
-    random operators draw from the global RNG state), so no rewrite keeps
-    the numbers drawn. Draw them outside the compiled function, with the
-    generator, and pass the tensor in; or seed the global generator outside
-    and drop `generator=`.
+    No fix of its own: a generator that comes from outside the compiled code
+    is a `torch.Generator`, and Dynamo breaks wherever it is used. Where the
+    generator is made in compiled code, TP518's fix makes it a
+    `TraceableGenerator` and rewrites these uses with it. Otherwise draw the
+    numbers outside the compiled function and pass the tensor in, or seed the
+    global generator outside and drop `generator=`.
     """
 
     code = "TP522"
@@ -1431,9 +1454,12 @@ class GeneratorUseInCompiledCode(Rule):
     summary = "`torch.Generator` reseeded or passed to a random operator in compiled code"
     message = "{what} in compiled code breaks the graph; draw the numbers outside and pass them in"
     dynamo_codes = ("GB7650", "GB0055")
+    _NO_FIX = "fixed with the generator's creation in compiled code (TP518), if any; one from outside still breaks"
 
     def visit_Call(self, node: ast.Call, ctx: Context) -> None:
         func = node.func
+        if generators.generated(ctx.function.qualname):
+            return  # the generated code draws from torch.Generators: a user's draw was rewritten to call it
         if isinstance(func, ast.Attribute) and func.attr in _GENERATOR_METHODS and _known_generator(func.value, ctx):
             self.report(ctx, node, what=f"`{func.attr}()` of a `torch.Generator`")
             return
@@ -1450,6 +1476,9 @@ class GeneratorUseInCompiledCode(Rule):
             and ctx.kind(func.value).may_be_tensor
         ):
             self.report(ctx, node, what=f"passing a `torch.Generator` to `.{func.attr}()`")
+
+    def plan(self, node: ast.AST, ctx: Context) -> dict:
+        return {"no_fix": self._NO_FIX}
 
     INVALID = [
         """
