@@ -590,3 +590,49 @@ def test_generators_flow_into_parameters_that_every_call_gives_one():
                 left_none(x, g)
         """)
     assert found == {"stream": Kind.GENERATOR, "seeded_stream": Kind.GENERATOR, "optional_stream": Kind.UNKNOWN}
+
+
+# -- what a submodule of the file gives ------------------------------------------------------------------
+
+
+def test_names_unpacked_from_a_submodule_take_the_kinds_its_forward_returns():
+    """`embeddings, num_frames, width = self.patch_embeddings(x)` (timesformer): the counts are Python ints
+    from shapes, so `if num_frames != ...` is no data-dependent branch; the tensor still is one. Only a class
+    defined before its user, whose forward ends in its one `return` of a tuple."""
+    found = kinds("""
+        class PatchEmbeddings(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Conv2d(3, 8, 4, 4)
+
+            def forward(self, pixel_values):
+                batch, frames, channels, height, width = pixel_values.shape
+                embeddings = self.proj(pixel_values.reshape(batch * frames, channels, height, width))
+                return embeddings.flatten(2).transpose(1, 2), frames, embeddings.size(-1)
+
+        class Branchy(nn.Module):
+            def forward(self, x):
+                if x.sum() > 0:
+                    return x, x.shape[0]
+                return x * 2, x.shape[0]
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.patch_embeddings = PatchEmbeddings()
+                self.branchy = Branchy()
+
+            def forward(self, pixel_values):
+                embeddings, num_frames, patch_width = self.patch_embeddings(pixel_values)
+                probe(embeddings)
+                probe(num_frames)
+                probe(patch_width)
+                y, n = self.branchy(embeddings)
+                probe(n)
+        """)
+    assert found == {
+        "embeddings": Kind.TENSOR,
+        "num_frames": Kind.UNKNOWN,  # unpacked from `.shape`: no tensor (the typer keeps it unknown)
+        "patch_width": Kind.SCALAR,
+        "n": Kind.TENSOR,  # two returns: not followed, the old guess stands
+    }

@@ -397,6 +397,17 @@ class Typer:
             return None
         return returned if returned is None or self.names.arrays else returned.without_arrays()
 
+    def _submodule_returned(self, node: ast.expr) -> Returned | None:
+        """What `self.sub(x)` gives when `self.sub`'s class is defined in this file: its `forward`'s returns.
+        Only for unpacking (`emb, frames, width = self.patch_embed(x)`: a count among tensors); a submodule's
+        single result stays a tensor."""
+        if not isinstance(node, ast.Call) or self.cls is None or not self.names.returns:
+            return None
+        attr = self.self_attr(node.func)
+        sub = self.classes.get(self.cls.attr_ctors.get(attr, "")) if attr is not None else None
+        returned = self.names.returns.get(f"{sub.qualname}.forward") if sub is not None else None
+        return returned if returned is None or self.names.arrays else returned.without_arrays()
+
     def _submodule_class_attr(self, node: ast.Attribute) -> Kind | None:
         """Kind of `attr` in `self.sub.attr`, when `self.sub`'s class is defined in this file."""
         owner = self.self_attr(node.value)
@@ -485,7 +496,7 @@ class Typer:
                 # of the comprehension's element.
                 kind = self.element_of(value)
             elements = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
-            returned = self.returned(value) if value is not None else None
+            returned = self.returned(value) or self._submodule_returned(value) if value is not None else None
             unpacked = None
             if returned is not None and not any(isinstance(e, ast.Starred) for e in target.elts):
                 unpacked = returned.unpacked(len(target.elts))  # a, b = helper(x) -> tuple[Tensor, Tensor]

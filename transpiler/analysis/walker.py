@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from transpiler.source.diagnostics import Fix
-from transpiler.analysis.kinds import Kind
+from transpiler.analysis.kinds import Kind, Returned
 from transpiler.analysis.symbols import (
     ACTIVATION_ATTRIBUTE,
     NON_LITERAL,
@@ -204,6 +204,8 @@ class Walker:
         _Walker(self.handlers, ctx, record_calls=record_calls).body(unit.node.body)
         for rule in self.rules:
             rule.check_function(ctx.findings, ctx)
+        if record_calls and unit.is_forward and unit.cls is not None:
+            _record_forward_returns(unit, typer, names)
         return ctx.findings, typer.saw_arrays
 
     def _fixes_without_arrays(self, unit: Unit, names: Names, found: list[Finding]) -> list[Finding]:
@@ -226,6 +228,21 @@ class Walker:
             else:
                 kept.append(replace(finding, fix=None, no_fix=_ARRAYS_NO_FIX if finding.fix else finding.no_fix))
         return kept
+
+
+def _record_forward_returns(unit: Unit, typer: Typer, names: Names) -> None:
+    """What the class's `forward` gives, for the classes after it in the file that hold it as a submodule and
+    unpack its result (`embeddings, num_frames, width = self.patch_embed(x)`: the ints are no tensors). Only a
+    forward whose one `return` ends it with a tuple, typed with the kinds the walk ended with."""
+    body = unit.node.body
+    last = body[-1] if body else None
+    if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Tuple)):
+        return
+    if sum(isinstance(n, ast.Return) for n in ast.walk(unit.node)) != 1:
+        return
+    key = f"{unit.cls.qualname}.forward"
+    if key not in names.returns and not any(isinstance(e, ast.Starred) for e in last.value.elts):
+        names.returns[key] = Returned(elements=tuple(typer.kind(e) for e in last.value.elts))
 
 
 def _unit(
