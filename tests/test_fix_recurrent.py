@@ -61,7 +61,9 @@ def test_one_class_per_kind_for_several_modules():
         out, hidden = self.rnn(out)
         out, _ = self.other(out)
         """,
-    ).replace("        self.rnn = nn.GRU(8, 8)\n", "        self.rnn = nn.GRU(8, 8)\n        self.other = nn.GRU(8, 8)\n")
+    ).replace(
+        "        self.rnn = nn.GRU(8, 8)\n", "        self.rnn = nn.GRU(8, 8)\n        self.other = nn.GRU(8, 8)\n"
+    )
     text, left = fixed(source)
     assert not left and text.count("class TraceableGRU") == 1 and text.count("TraceableGRU(8, 8)") == 2
 
