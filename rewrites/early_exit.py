@@ -74,14 +74,14 @@ def plan(node: ast.If, ctx: "Context") -> tuple[tuple, ast.For] | str:
         assigned.update(dict.fromkeys(names))
         steps.append(("assign", tuple(names)))
     after = _read_after(ctx.node, loop)
-    bound_before = _bound_before(ctx.node, loop)
+    bound_before = _bound_before(ctx.node, loop, ctx)
     target_names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
     carried = [n for n in assigned if n not in target_names and (n in after or n in read_first)]
     for name in carried:
         if name not in bound_before:
             return f"`{name}` is carried by the loop but not bound before it"
-        if not typer.kind(ast.Name(name, ast.Load())).is_tensor:
-            return f"`{name}` is carried by the loop and not known to be a tensor"
+        if not bound_before[name] or not typer.kind(ast.Name(name, ast.Load())).is_tensor:
+            return f"`{name}` is carried by the loop and not known to be a tensor before it and in it"
     if not carried:
         return "the loop carries no tensor past the `break`"
     for statement in loop.body:
@@ -178,12 +178,23 @@ def _read_after(function: ast.AST, loop: ast.For) -> set[str]:
     }
 
 
-def _bound_before(function: ast.FunctionDef, loop: ast.For) -> set[str]:
-    """Parameters and names assigned on lines before the loop."""
-    names = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+def _bound_before(function: ast.FunctionDef, loop: ast.For, ctx: "Context") -> dict[str, bool]:
+    """Parameters and names assigned on lines before the loop, each with whether every such binding is known to
+    be a tensor (`total = 0` before `total = total + x.sum()` in the loop is not: `0.expand_as` would fail)."""
+    names = {
+        a.arg: ctx.parameters.get(a.arg, Kind.UNKNOWN).is_tensor
+        for a in ast.walk(function.args)
+        if isinstance(a, ast.arg)
+    }
     for node in ast.walk(function):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.lineno < loop.lineno:
-            names.add(node.id)
+        if isinstance(node, ast.Assign) and node.lineno < loop.lineno:
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    names[target.id] = names.get(target.id, True) and ctx.kind(node.value).is_tensor
+                else:
+                    names.update((n.id, False) for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.lineno < loop.lineno:
+            names.setdefault(node.id, False)  # bound otherwise (a `for` target, `with ... as`): not followed
     return names
 
 

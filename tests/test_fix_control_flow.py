@@ -940,6 +940,11 @@ def test_a_break_in_a_static_loop_becomes_a_bounded_loop(tmp_path):
             "`last` is carried by the loop but not bound before it",
         ),
         (
+            "total = 0\nfor step in range(4):\n    total = total + seq.sum()\n    if total > 9:\n        break\n"
+            "seq = seq * total",
+            "`total` is carried by the loop and not known to be a tensor before it",
+        ),
+        (
             "for step in range(4):\n    seq = seq * 2\n    if seq.sum() > 9:\n        break\n    if seq.sum() < 0:\n"
             "        continue",
             "the loop holds `continue`",
