@@ -492,6 +492,12 @@ def apply(node: cst.Call, data: tuple, edit: Edit) -> cst.Call:
     edit.module_edits[f"{name} for {'/'.join(owners)}.{attr}"] = lambda module: _replace_constructors(
         module, attr, kind, owners, cst.Name(name)
     )
+    # Last, after the renames above: the imports the rewrite leaves unused (`from torch.nn import LSTM`, the
+    # packing functions); moved to the end again by each fix that adds renames of its own.
+    unused = frozenset({kind, "pack_padded_sequence", "pad_packed_sequence"} if packing else {kind})
+    key = f"imports {sorted(unused)} left unused by TP512"
+    edit.module_edits.pop(key, None)
+    edit.module_edits[key] = lambda module: _drop_unused_imports(module, unused)
     return node
 
 
@@ -593,6 +599,42 @@ def _replace_packing(module: cst.Module, function: str, packed: str, output: str
             return updated
 
     return module.visit(Replace())
+
+
+def _drop_unused_imports(module: cst.Module, names: set[str]) -> cst.Module:
+    """`module` without the names of `names` that a `from ... import` binds and nothing else refers to
+    (a linter would flag them once the fix replaced their uses); a statement left importing nothing goes."""
+    import libcst as cst
+
+    class References(cst.CSTVisitor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.found: set[str] = set()
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            self.found.add(node.value)
+
+    references = References()
+    module.visit(references)
+    unused = names - references.found
+
+    def bound(alias: cst.ImportAlias) -> str:
+        return (alias.asname.name if alias.asname else alias.name).value
+
+    class Drop(cst.CSTTransformer):
+        def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom):
+            if isinstance(updated.names, cst.ImportStar) or not any(bound(a) in unused for a in updated.names):
+                return updated
+            kept = [a for a in updated.names if bound(a) not in unused]
+            if not kept:
+                return cst.RemoveFromParent()
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return updated.with_changes(names=kept)
+
+    return module.visit(Drop()) if unused else module
 
 
 def _dotted(node: cst.CSTNode) -> str | None:

@@ -601,6 +601,26 @@ def test_print_in_the_compiled_branch_is_flagged():
     assert codes(text) == [(line_of(text, "print("), "TP101")]
 
 
+def test_what_follows_a_compiled_return_is_eager_only():
+    """`if torch.compiler.is_compiling(): return ...` leaves the function under compile (Dynamo folds the check),
+    so what follows runs in eager only: not flagged (TP512's packing function is written this way). The
+    opposite guard leaves in eager, and what follows it is compiled."""
+    text = """
+    import torch
+    from torch import nn
+
+    class Model(nn.Module):
+        def forward(self, x):
+            if torch.compiler.is_compiling():
+                return x * 2
+            print("eager", x.sum().item())
+            return x
+    """
+    assert codes(text) == []
+    flagged = text.replace("if torch.compiler.is_compiling():", "if not torch.compiler.is_compiling():")
+    assert [code for _, code in codes(flagged)] == ["TP101", "TP301"]
+
+
 # -- bugs found while building the fixtures, kept as regression tests ----------------------
 
 

@@ -242,6 +242,7 @@ def test_packed_batches_run_masked_under_compile(constructor, batch_first, paddi
     text, left = fixed(source)
     assert not left and "pack_padded_sequence_for_tracing(x, lengths.cpu()" in text
     assert "pad_packed_sequence_for_tracing(out, " in text and "class PaddedSequence:" in text
+    assert "from torch.nn.utils.rnn import" not in text  # both names replaced: the import is dropped, not left unused
     torch.manual_seed(0)
     original = load_example(source, "recurrent_packed").Model()
     torch.manual_seed(0)
@@ -270,3 +271,20 @@ def test_packing_used_otherwise_is_left_alone():
     source = PACKED.format(constructor="nn.LSTM(5, 4)", batch_first="False", padding="batch_first=False", total="None")
     source = source.replace(", total_length=None", "")
     assert "has no `total_length`" in fixed(source)[1][0].no_fix
+
+
+def test_imports_the_rewrite_leaves_unused_are_dropped():
+    """`from torch.nn import LSTM, Linear`: `LSTM` is no longer named once the constructor is replaced (a linter
+    would flag it); `Linear` stays, as does a packing function still called elsewhere."""
+    source = (
+        "import torch\nfrom torch.nn import LSTM, Linear\nfrom torch import nn\n"
+        "from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence\n\n\n"
+        "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.rnn = LSTM(4, 4)\n        self.out = Linear(4, 2)\n\n"
+        "    def forward(self, x):\n        y, _ = self.rnn(x)\n        return self.out(y)\n\n\n"
+        "def pack(x, lengths):\n    return pack_padded_sequence(x, lengths)\n"
+    )
+    text, left = fixed(source)
+    assert not left
+    assert "from torch.nn import Linear\n" in text and "self.rnn = TraceableLSTM(4, 4)" in text
+    assert "from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence\n" in text  # not this fix's

@@ -303,6 +303,8 @@ class _Walker:
             if statement.lineno > self.stop:
                 return
             self.statement(statement)
+            if isinstance(statement, ast.If) and _leaves_when_compiling(statement, self.typer):
+                return  # `if torch.compiler.is_compiling(): return ...`: what follows runs in eager only
 
     def branches(self, *bodies: list[ast.stmt]) -> None:
         before = dict(self.typer.env)
@@ -523,6 +525,13 @@ def branch_under_compile(test: ast.expr, typer: Typer) -> bool | None:
         decisive = isinstance(test.op, ast.Or)  # True decides `or`, False decides `and`
         return decisive if decisive in values else None
     return None
+
+
+def _leaves_when_compiling(node: ast.If, typer: Typer) -> bool:
+    """`if torch.compiler.is_compiling(): ... return` (or `raise`): Dynamo folds the check and leaves the block."""
+    if branch_under_compile(node.test, typer) is not True or not node.body:
+        return False
+    return isinstance(node.body[-1], (ast.Return, ast.Raise))
 
 
 def _is_check(node: ast.Call, typer: Typer) -> bool:
