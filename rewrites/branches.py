@@ -219,6 +219,22 @@ def statement_problem(statement: ast.stmt, typer: Typer, allow_unpacking: bool =
     return None
 
 
+def names_read_outside(ctx: "Context", nodes: Iterable[ast.AST]) -> set[str]:
+    """The names the function mentions outside `nodes`: a name a rewrite makes local to them must not be one."""
+    inside = {id(n) for node in nodes for n in ast.walk(node)}
+    return {n.id for n in ctx.nodes() if isinstance(n, ast.Name) and id(n) not in inside}
+
+
+def enclosing_block(function: ast.AST, statement: ast.stmt) -> tuple[ast.AST, str, list[ast.stmt]] | None:
+    """The compound statement (or the function) whose block holds `statement`, the block's field and the block."""
+    for node in ast.walk(function):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and any(s is statement for s in block):
+                return node, field, block
+    return None
+
+
 def static_prefix(node: ast.If, ctx: "Context") -> int:
     """How many leading operands of `if a and b and t:` are Python values (`mask is not None`),
     when the rest are tensors and there is no `else`: those stay a Python `if` around the rewrite."""
@@ -263,8 +279,7 @@ def where_plan(node: ast.If, ctx: "Context", skip: int = 0) -> tuple | str:
                 return reason
             outputs.setdefault(statement.targets[0].id)
     # A name one branch assigns only for its own use (unbound before, read nowhere else) stays local.
-    inside = {id(n) for n in ast.walk(node)}
-    outside = {n.id for n in ctx.nodes() if isinstance(n, ast.Name) and id(n) not in inside}
+    outside = names_read_outside(ctx, [node])
     for name in list(outputs):
         if name not in before and name not in outside and any(not _assigns(body, name) for body in bodies):
             del outputs[name]

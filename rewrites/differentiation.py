@@ -53,10 +53,10 @@ def plan(call: ast.Call, ctx: "Context") -> tuple[tuple, ast.AST] | str:
     """The rewrite of the `torch.autograd.grad` call `call` (a `GradPlan` as a tuple, since plans are
     cached as plain data, and the block's compound statement to rewrite), or why there is none."""
     statement = ctx.statement
-    block = _block_of(ctx.node, statement)
-    if block is None:
+    block = branches.enclosing_block(ctx.node, statement)
+    if block is None or block[1] != "body" or not isinstance(block[0], _OWNERS):
         return "the gradient is taken inside an expression or a block the rewrite does not take apart"
-    owner, body = block
+    owner, _, body = block
     arguments = _arguments(call)
     if isinstance(arguments, str):
         return arguments
@@ -82,8 +82,7 @@ def plan(call: ast.Call, ctx: "Context") -> tuple[tuple, ast.AST] | str:
     output_name = outputs.id if isinstance(outputs, ast.Name) and outputs.id in assigned else None
     if output_name is None and not _reads(outputs, leaf):
         return "`outputs` is not computed from the leaf between it and the gradient"
-    inside = {id(n) for s in body[create : grad + 1] for n in ast.walk(s)}
-    read_elsewhere = {n.id for n in ctx.nodes() if isinstance(n, ast.Name) and id(n) not in inside}
+    read_elsewhere = branches.names_read_outside(ctx, body[create : grad + 1])
     if leaf in read_elsewhere:
         return f"the leaf `{leaf}` is read outside the statements that take its gradient"
     if leaf in _free_names_of_grad_outputs(grad_outputs):
@@ -108,14 +107,6 @@ def plan(call: ast.Call, ctx: "Context") -> tuple[tuple, ast.AST] | str:
         grad_outputs is not None,
     )
     return astuple(planned), owner
-
-
-def _block_of(function: ast.AST, statement: ast.stmt) -> tuple[ast.AST, list[ast.stmt]] | None:
-    """The block (a `body` of the function or of a compound statement in it) that holds `statement`."""
-    for node in ast.walk(function):
-        if isinstance(node, _OWNERS) and any(s is statement for s in node.body):
-            return node, node.body
-    return None
 
 
 def _arguments(call: ast.Call) -> tuple | str:

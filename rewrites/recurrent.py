@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from string import Template
 from typing import TYPE_CHECKING
 
+from rewrites import branches
 from transpiler.analysis.kinds import Kind
 from transpiler.analysis.symbols import NON_LITERAL
 from transpiler.lint.rule import FixDeclined
@@ -409,7 +410,8 @@ def _packing(call: ast.Call, source: ast.expr | None, ctx: Context) -> tuple[str
     if not isinstance(source, ast.Name):
         return None
     statement = ctx.statement
-    body = next((b for n in ast.walk(ctx.node) for b in _bodies(n) if any(s is statement for s in b)), None)
+    block = branches.enclosing_block(ctx.node, statement)
+    body = block[2] if block is not None else None
     index = next(i for i, s in enumerate(body) if s is statement) if body is not None else -1
     before = body[index - 1] if index > 0 else None
     if not (_assigns_call(before, _PACK, ctx) and before.targets[0].id == source.id):
@@ -431,10 +433,6 @@ def _packing(call: ast.Call, source: ast.expr | None, ctx: Context) -> tuple[str
     if not rebinds and sum(n.id == output.id for n in loads) != 1:
         return f"`{output.id}` is used besides `pad_packed_sequence`"
     return ctx.node.name, source.id, output.id
-
-
-def _bodies(node: ast.AST) -> list[list[ast.stmt]]:
-    return [getattr(node, f) for f in ("body", "orelse", "finalbody") if isinstance(getattr(node, f, None), list)]
 
 
 def _assigns_call(statement: ast.stmt | None, qualname: str, ctx: Context, tuple_target: bool = False) -> bool:

@@ -58,8 +58,7 @@ def plan(node: ast.If, ctx: "Context") -> tuple | str:
         updates.append(False)
     if not any(updates):
         return "the branch updates no tensor in place"
-    inside = {id(n) for n in ast.walk(node)}
-    read_elsewhere = {n.id for n in ctx.nodes() if isinstance(n, ast.Name) and id(n) not in inside}
+    read_elsewhere = branches.names_read_outside(ctx, [node])
     if assigned & read_elsewhere:
         return f"`{sorted(assigned & read_elsewhere)[0]}` is assigned in the branch and read outside it"
     return recipe, branches.FreshNames(ctx.node).fresh("cond"), tuple(updates)
