@@ -809,3 +809,41 @@ def spellings_of(callee: str) -> list[Spelling]:
 _INDEX: dict[str, list[Spelling]] = {}
 for _s in SPELLINGS:
     _INDEX.setdefault(_s.callee, []).append(_s)
+
+# -- derivatives ---------------------------------------------------------------------------------
+# Per op, one formula per operand: the gradient that flows into that operand, written as Python over the
+# operands `{0}`, `{1}`, ..., the op's result `out` and the result's gradient `g`, calling the ops of this
+# table by name (`where`, `exp`, `to_like`, ...) and, for reductions, `rowsum(e)`, `rowmean(e)`,
+# `rowmax(e)`, `rowvar(e)` (along the op's dim, keepdim) and `rowsize()` (the row's length). `a = ...; b`
+# binds names first. None: no gradient flows into that operand (a constant, a condition). An op missing here
+# has no derivative the compiler knows: a region with it runs its original code under autograd.
+# Comparisons and logical ops (`returns_bool`) carry no gradient and need no entry.
+# transpiler/compiler/autodiff.py derives a region's backward from them; tests/test_autodiff.py checks
+# each against torch.autograd. The formulas follow torch's (tools/autograd/derivatives.yaml) where ties,
+# zeros and infinities make a difference (relu at 0, the norms' recomputed statistics).
+DERIVATIVES: dict[str, tuple[str | None, ...]] = {
+    "add": ("g", "g"),
+    "sub": ("g", "-g"),
+    "mul": ("g * {1}", "g * {0}"),
+    "div": ("g / {1}", "-g * {0} / ({1} * {1})"),
+    "neg": ("-g",),
+    "pos": ("g",),
+    "identity": ("g",),
+    "exp": ("g * out",),
+    "tanh": ("g * (1 - out * out)",),
+    "sigmoid": ("g * (1 - out) * out",),
+    "relu": ("where(out <= 0, 0.0, g)",),
+    "to": ("to_like(g, {0})", None),
+    "to_like": ("to_like(g, {0})", None),
+    "sum": ("g", None, None),
+    "mean": ("g / rowsize()", None, None),
+    "softmax": ("out * (g - rowsum(g * out))", None),
+    "log_softmax": ("g - exp(out) * rowsum(g)", None),
+    "layer_norm": (
+        "rstd = rsqrt(rowvar({0}) + {3}); xhat = ({0} - rowmean({0})) * rstd; gw = g * {1};"
+        " rstd * (gw - rowmean(gw) - xhat * rowmean(gw * xhat))",
+        "g * (({0} - rowmean({0})) * rsqrt(rowvar({0}) + {3}))",
+        "g",
+        None,
+    ),
+}

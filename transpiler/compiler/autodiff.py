@@ -1,0 +1,284 @@
+"""Reverse mode: the backward region of a region, from the derivatives in the op registry.
+
+A region's backward is itself a region (one more kernel in the kernel files, rendered by both
+backends like any other): its inputs are the forward region's tensor inputs, then the gradient
+of each output, then the forward's scalar inputs (and the row's length where a derivative
+divides by it); its outputs are the gradients of the forward's tensor inputs. It recomputes the
+forward values its derivatives read (save-or-recompute: only the forward's inputs are saved;
+every value computed from them is recomputed in the backward kernel, which reads those inputs
+anyway, so a fused region's backward costs no memory beyond its inputs and its gradients).
+
+Each op's derivative is a formula per operand (`ops.DERIVATIVES`), written as Python over the
+operands `{0}`, `{1}`, ..., the result `out` and the result's gradient `g`, with calls of the
+ops by name and four row helpers for reductions: `rowsum(e)`, `rowmean(e)`, `rowmax(e)` (along the
+reduction's dim, keepdim) and `rowsize()`. A formula may bind names first: `a = ...; b = ...; expr`.
+A gradient flowing into a value that is one per row (a reduction's result) from a use that is one
+per element is summed along the row first. Gradients of inputs that broadcast are left at the
+iteration space's shape: the caller sums them to the input's shape (`Tensor.sum_to_size`), as
+autograd does.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from dataclasses import dataclass, replace
+
+from transpiler.compiler.ir import Input, Node, Output, Region
+from transpiler.compiler.ops import BY_NAME, CAST, CAST_LIKE, DERIVATIVES, OpKind
+
+GRAD = "grad_"  # the backward's input holding the gradient of forward value `v` is `grad_v`
+ROW_LENGTH = "row_length"  # the scalar input `rowsize()` reads: the caller passes the reduced dim's length
+_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
+
+_BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow", ast.BitAnd: "and"}
+_BINARY.update({ast.BitOr: "or"})
+_UNARY = {ast.USub: "neg", ast.Invert: "not"}
+_COMPARE = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+_FOLD = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv, "pow": operator.pow}
+_ROW = {"rowsum": "sum", "rowmean": "mean", "rowmax": "amax"}
+
+
+@dataclass(frozen=True)
+class Backward:
+    """A region's backward region, and how its inputs and outputs map to the forward's."""
+
+    region: Region
+    grads_of: tuple[
+        int, ...
+    ]  # per output of the backward: the position of the forward tensor input it is the gradient of
+    outputs_with_grads: tuple[int, ...]  # forward outputs (positions) whose gradients the backward takes, in order
+    row_length: bool  # the backward takes the reduced dim's length as its last scalar input
+
+
+class NoBackward(Exception):
+    """Why a region has no backward: its autograd calls take the original code."""
+
+
+class _Builder:
+    """Appends backward nodes; a value is a name, a constant is a 1-tuple `(value,)`."""
+
+    def __init__(self, region: Region, levels: dict[str, bool]) -> None:
+        self.nodes: list[Node] = []
+        self.taken = {i.name for i in region.inputs} | {n.out for n in region.nodes}
+        self.levels = levels  # value -> one per row (True) or per element (False)
+        self.dim: int | None = None
+        self.row_length = False
+        self.line = 0
+        self.base = "g"
+
+    def fresh(self, base: str) -> str:
+        if base not in self.taken:
+            self.taken.add(base)
+            return base
+        n = 0
+        while f"{base}{n}" in self.taken:
+            n += 1
+        self.taken.add(f"{base}{n}")
+        return f"{base}{n}"
+
+    def op(self, name: str, *operands: str | tuple) -> str | tuple:
+        if all(isinstance(o, tuple) for o in operands) and name in _FOLD:
+            return (_FOLD[name](*(o[0] for o in operands)),)
+        if name == "neg" and isinstance(operands[0], tuple):
+            return (-operands[0][0],)
+        values = tuple(o[0] if isinstance(o, tuple) else o for o in operands)
+        constants = tuple(i for i, o in enumerate(operands) if isinstance(o, tuple))
+        out = self.fresh(self.base)
+        self.nodes.append(Node(name, values, out, self.line, constants))
+        kind = BY_NAME[name].kind
+        if kind is OpKind.REDUCTION:
+            self.levels[out] = name not in ("softmax", "log_softmax", "layer_norm")
+        else:
+            self.levels[out] = all(self.levels.get(v, True) for i, v in enumerate(values) if i not in constants)
+        return out
+
+    def row(self, name: str, value: str | tuple) -> str | tuple:
+        if self.dim is None:
+            raise NoBackward("a row helper in the derivative of an op that reduces nothing")
+        if isinstance(value, tuple):
+            raise NoBackward("a row reduction of a constant")
+        return (
+            self.op(name, value, (self.dim,), (True,))
+            if name != "var"
+            else self.op(name, value, (self.dim,), (0,), (True,))
+        )
+
+    def formula(self, text: str, node: Node, grad: str, out: str) -> str | tuple:
+        """The value of `text` for `node`, whose result `out` has gradient `grad`."""
+        env: dict[str, str | tuple] = {"g": grad, "out": out}
+        for position, operand in enumerate(node.operands):
+            env[f"_{position}"] = (operand,) if position in node.constants else operand
+        *bindings, result = [
+            part.strip() for part in text.format(*(f"_{k}" for k in range(len(node.operands)))).split(";")
+        ]
+        for binding in bindings:
+            name, _, expression = binding.partition("=")
+            value = self._eval(ast.parse(expression.strip(), mode="eval").body, env)
+            if self.nodes and self.nodes[-1].out == value:  # the binding's node takes the binding's name
+                value = self.fresh(name.strip())
+                self.levels[value] = self.levels[self.nodes[-1].out]
+                self.nodes[-1] = replace(self.nodes[-1], out=value)
+            env[name.strip()] = value
+        return self._eval(ast.parse(result, mode="eval").body, env)
+
+    def _eval(self, tree: ast.expr, env: dict[str, str | tuple]) -> str | tuple:
+        if isinstance(tree, ast.Constant):
+            return (tree.value,)
+        if isinstance(tree, ast.Name):
+            return env[tree.id]
+        if isinstance(tree, ast.BinOp):
+            return self.op(_BINARY[type(tree.op)], self._eval(tree.left, env), self._eval(tree.right, env))
+        if isinstance(tree, ast.UnaryOp):
+            return self.op(_UNARY[type(tree.op)], self._eval(tree.operand, env))
+        if isinstance(tree, ast.Compare):
+            (op,), (right,) = tree.ops, tree.comparators
+            return self.op(_COMPARE[type(op)], self._eval(tree.left, env), self._eval(right, env))
+        if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name):
+            args = [self._eval(a, env) for a in tree.args]
+            name = tree.func.id
+            if name == "rowsize":
+                self.row_length = True
+                return ROW_LENGTH
+            if name in _ROW:
+                return self.row(_ROW[name], *args)
+            if name == "rowvar":
+                return self.row("var", *args)
+            return self.op(name, *args)
+        raise ValueError(f"unsupported derivative syntax: {ast.unparse(tree)}")
+
+
+def _levels(region: Region) -> dict[str, bool]:
+    """Per value: True where it is one per row (a reduction's result, or computed from such results only)."""
+    levels = {i.name: not i.is_tensor for i in region.inputs}
+    for node in region.nodes:
+        op = node.definition
+        if op.kind is OpKind.REDUCTION:
+            levels[node.out] = op.keepdim_operand is not None
+        else:
+            values = [v for i, v in enumerate(node.operands) if i not in node.constants]
+            levels[node.out] = all(levels[v] for v in values)
+    return levels
+
+
+def _reduced_dim(region: Region) -> int | None:
+    dims = set()
+    for node in region.nodes:
+        op = node.definition
+        if op.kind is not OpKind.REDUCTION:
+            continue
+        if op.keepdim_operand is not None and not node.operands[op.keepdim_operand]:
+            raise NoBackward("a reduction without keepdim")
+        dims.add(-1 if op.dim_operand is None else node.operands[op.dim_operand])
+    if len(dims) > 1:
+        raise NoBackward("reductions along several dims")
+    return dims.pop() if dims else None
+
+
+def backward(region: Region, float_outputs: tuple[bool, ...] | None = None) -> Backward:
+    """The backward of `region` (raises NoBackward). `float_outputs`: per output, whether it may carry a
+    gradient (default: every output not computed by a comparison or a logical op)."""
+    if any(node.inplace for node in region.nodes):
+        raise NoBackward("an in-place update")
+    for node in region.nodes:
+        if node.op not in DERIVATIVES and not node.definition.returns_bool:
+            raise NoBackward(f"no derivative for `{node.op}`")
+    producers = {node.out: node for node in region.nodes}
+    if float_outputs is None:
+        float_outputs = tuple(
+            o.value in producers and not producers[o.value].definition.returns_bool for o in region.outputs
+        )
+    levels = _levels(region)
+    builder = _Builder(region, levels)
+    builder.dim = _reduced_dim(region)
+    grads: dict[str, str | tuple] = {}
+    grad_inputs = []
+    taking = []
+    for position, output in enumerate(region.outputs):
+        if not float_outputs[position] or output.value not in producers:
+            continue
+        name = builder.fresh(f"{GRAD}{output.value}")
+        grad_inputs.append(Input(name, "", True))
+        levels[name] = False
+        grads[output.value] = name
+        taking.append(position)
+    if not grad_inputs:
+        raise NoBackward("no output that carries a gradient")
+    tensors = {i.name for i in region.tensor_inputs}
+    builder.taken.update(f"{GRAD}{name}" for name in tensors)  # kept for the outputs
+    for node in reversed(region.nodes):
+        grad = grads.get(node.out)
+        if grad is None or node.definition.returns_bool:
+            continue
+        if isinstance(grad, tuple):
+            continue  # a constant gradient: only a zero can arise, which adds nothing
+        derivatives = DERIVATIVES[node.op]
+        builder.line = node.line
+        for position, formula in enumerate(derivatives):
+            operand = node.operands[position]
+            if formula is None or position in node.constants or not (operand in producers or operand in tensors):
+                continue
+            if node.op == CAST.name and node.operands[1] not in _FLOATS:
+                continue  # a cast to an integer or bool dtype: no gradient flows back through it
+            builder.base = f"g_{operand}"
+            contribution = builder.formula(formula, node, grad, node.out)
+            if isinstance(contribution, tuple):
+                continue  # a constant derivative (0)
+            if levels.get(operand) and not levels[contribution]:
+                contribution = builder.row("sum", contribution)  # a per-row value met every element of its row
+            previous = grads.get(operand)
+            grads[operand] = contribution if previous is None else builder.op("add", previous, contribution)
+    outputs, grads_of = [], []
+    for position, item in enumerate(region.tensor_inputs):
+        grad = grads.get(item.name)
+        if grad is None or isinstance(grad, tuple):
+            continue
+        builder.line = region.first_line
+        cast = f"{GRAD}{item.name}"
+        builder.nodes.append(Node(CAST_LIKE.name, (grad, item.name), cast, builder.line))
+        outputs.append(Output(cast, cast))
+        grads_of.append(position)
+    if not outputs:
+        raise NoBackward("no tensor input receives a gradient")
+    nodes = _live(_common_subexpressions([*region.nodes, *builder.nodes]), {o.value for o in outputs})
+    scalars = list(region.scalar_inputs) + [Input(ROW_LENGTH, "", False)] * builder.row_length
+    back = Region(
+        name=f"{region.name}_backward",
+        path=region.path,
+        function=region.function,
+        first_line=region.first_line,
+        last_line=region.last_line,
+        inputs=(*region.tensor_inputs, *grad_inputs, *scalars),
+        nodes=tuple(nodes),
+        outputs=tuple(outputs),
+        conditions=region.conditions,
+    )
+    return Backward(back, tuple(grads_of), tuple(taking), builder.row_length)
+
+
+def _live(nodes: list[Node], needed: set[str]) -> list[Node]:
+    """`nodes` less those nothing in `needed` depends on."""
+    live = set(needed)
+    kept = []
+    for node in reversed(nodes):
+        if node.out in live:
+            kept.append(node)
+            live.update(v for i, v in enumerate(node.operands) if i not in node.constants)
+    return kept[::-1]
+
+
+def _common_subexpressions(nodes: list[Node]) -> list[Node]:
+    """`nodes` with each computation done once: derivatives recompute the statistics they share (a norm's)."""
+    seen: dict[tuple, str] = {}
+    renamed: dict[str, str] = {}
+    kept = []
+    for node in nodes:
+        operands = tuple(o if i in node.constants else renamed.get(o, o) for i, o in enumerate(node.operands))
+        node = replace(node, operands=operands)
+        key = (node.op, operands, node.constants, node.inplace)
+        if key in seen:
+            renamed[node.out] = seen[key]
+            continue
+        seen[key] = node.out
+        kept.append(node)
+    return kept
