@@ -156,11 +156,14 @@ def _lay(text: str, indent: str, inside: bool, statement: bool) -> list[str]:
     return _bracket_split(text, tokens, tokens[closing].match, indent)
 
 
+_ASSIGNING = frozenset({"=", "+=", "-=", "*=", "/=", "//=", "%="})  # an augmented assignment's value splits alike
+
+
 def _value_start(tokens: list[_Token]) -> int | None:
     """Where the value of `name = value` or `return value` starts: black puts it in optional parentheses."""
     if tokens[0].text == "return" and len(tokens) > 1:
         return 1
-    if len(tokens) > 2 and re.fullmatch(r"[A-Za-z_]\w*", tokens[0].text) and tokens[1].text == "=":
+    if len(tokens) > 2 and re.fullmatch(r"[A-Za-z_]\w*", tokens[0].text) and tokens[1].text in _ASSIGNING:
         return 2
     return None
 

@@ -24,7 +24,16 @@ from emit.layout import LINE_LENGTH, double_quoted, hug_powers, layout_text
 from emit.triton.kernels import render_triton_file
 from transpiler.compiler.dtypes import bool_hazards, stored_constants
 from transpiler.compiler.ir import EPILOGUE, RETURN, ConvSite, Epilogue, Input, Origin, Output, Region
-from transpiler.compiler.lowering import Level, has_reductions, kernel_view, lower, reduction_dim, reduction_keepdim
+from transpiler.compiler.autodiff import Backward, NoBackward, backward, is_backward
+from transpiler.compiler.lowering import (
+    Level,
+    NotLowerable,
+    has_reductions,
+    kernel_view,
+    lower,
+    reduction_dim,
+    reduction_keepdim,
+)
 from transpiler.compiler.ops import ACTIVATION, ACTIVATION_OPS, ACTIVATIONS, BY_NAME, CAST, EPILOGUE_OPS, OpKind
 
 
@@ -81,24 +90,48 @@ def emit(
     shown = [origin.region(r) for r in regions] if origin else regions
     module = _module_text(text, list(zip(regions, shown)), source_path, kernels_module, epilogues, convs, depth)
     kernels = [stored_constants(kernel_view(r)[0]) for r in shown]
-    shared = shared_kernels(kernels)
+    backwards = backward_regions(shown)
+    back_kernels = [stored_constants(kernel_view(b.region)[0]) for b in backwards.values()]
+    # Forward and backward kernels are shared within their own files: a backward's C++ kernels are built only
+    # once something trains.
+    shared = shared_kernels(kernels) | shared_kernels(back_kernels)
     kernels = [k for k in kernels if k.name not in shared]  # a kernel computing what an earlier one does is not written
-    kernels_file, triton_file, cpp_file = kernel_file_names(stem)
+    back_kernels = [k for k in back_kernels if k.name not in shared]
+    kernels_file, triton_file, cpp_file, backward_file = kernel_file_names(stem)
+    text = _kernels_text(shown, source_path, stem, depth, bool(epilogues), shared, backwards)
     files = [
         # The module is the user's text with generated lines, which are emitted formatted (`_condition`,
         # `fallback_import`): formatting the whole module would cost time in proportion to the user's code
         # and change lines of it the build never touched.
         EmittedFile(Path(source_path).name, module),
-        EmittedFile(kernels_file, layout_text(_kernels_text(shown, source_path, stem, depth, bool(epilogues), shared))),
+        EmittedFile(kernels_file, layout_text(text)),
         EmittedFile(
             triton_file,
             render_triton_file(
-                kernels, source_lines, runtime_import=f"{RUNTIME}.triton_support", header=_triton_header(source_path)
+                kernels + back_kernels,
+                source_lines,
+                runtime_import=f"{RUNTIME}.triton_support",
+                header=_triton_header(source_path),
             ),
         ),
         EmittedFile(cpp_file, render_cpp_file(kernels, source_lines, _cpp_header(source_path))),
     ]
+    if back_kernels:
+        files.append(EmittedFile(backward_file, render_cpp_file(back_kernels, source_lines, _cpp_header(source_path))))
     return files
+
+
+def backward_regions(regions: Sequence[Region]) -> dict[str, Backward]:
+    """Per region that has one (transpiler/compiler/autodiff.py) and whose kernels one launch computes, its backward."""
+    backwards = {}
+    for region in regions:
+        try:
+            derived = backward(region)
+            kernel_view(derived.region)  # raises where one kernel cannot compute it
+        except (NoBackward, NotLowerable):
+            continue
+        backwards[region.name] = derived
+    return backwards
 
 
 def kernel_stem(stem: str) -> str:
@@ -129,9 +162,10 @@ def kernel_stems(files: Iterable[Path]) -> dict[Path, str]:
     return stems
 
 
-def kernel_file_names(stem: str) -> tuple[str, str, str]:
-    """The kernel files of a module whose kernel stem is `stem`: its Kernels, its Triton kernels, its C++ kernels."""
-    return f"_{stem}_kernels.py", f"_{stem}_triton.py", f"_{stem}_kernels.cpp"
+def kernel_file_names(stem: str) -> tuple[str, str, str, str]:
+    """The kernel files of a module whose kernel stem is `stem`: its Kernels, its Triton kernels, its C++ kernels
+    and the C++ kernels of their backwards."""
+    return f"_{stem}_kernels.py", f"_{stem}_triton.py", f"_{stem}_kernels.cpp", f"_{stem}_backward.cpp"
 
 
 def runtime_files() -> list[tuple[str, bytes]]:
@@ -414,13 +448,15 @@ def _kernels_text(
     depth: int,
     epilogue: bool,
     shared: dict[str, Shared],
+    backwards: dict[str, Backward],
 ) -> str:
     """The kernel file; `epilogue`: the module calls EPILOGUE, which the file defines; `shared`: the regions that
-    run an earlier region's kernels (`shared_kernels`)."""
+    run an earlier region's kernels (`shared_kernels`); `backwards`: the regions' backwards, by region."""
     activations = any(n.op == ACTIVATION.name for r in regions for n in r.nodes)
     imported = ", ".join(
         ["Kernel"]
         + ["Rows"] * any(has_reductions(r) for r in regions)
+        + ["Gradients"] * bool(backwards)
         + ["Shapes", "Step"]
         + ["inplace"] * any(n.inplace for r in regions for n in r.nodes)
         + ["Activation", "Activations"] * (activations or epilogue)
@@ -436,7 +472,9 @@ def _kernels_text(
         *(runtime_import(depth, "linear", "LinearActivation") if epilogue else ()),
         "\n",
         f'_TRITON_FILE = Path(__file__).with_name("_{stem}_triton.py")\n',
-        f'_CPP_FILE = Path(__file__).with_name("_{stem}_kernels.cpp")\n\n',
+        f'_CPP_FILE = Path(__file__).with_name("_{stem}_kernels.cpp")\n',
+        f'_CPP_BACKWARD_FILE = Path(__file__).with_name("_{stem}_backward.cpp")\n' * bool(backwards),
+        "\n",
         (
             (
                 "# Activation modules chosen at run time (`self.act = ACT2FN[...]`) that the kernels compute, by exact\n"
@@ -459,16 +497,30 @@ def _kernels_text(
     ]
     blocks = []  # top-level definitions: two blank lines around each (as black)
     for region in regions:
-        kernel, checks = kernel_view(region)
-        blocks.append(_reference(region, source_path, [value for value, _ in checks]))
-        runs = shared[region.name].region if region.name in shared else region.name
-        blocks.append(
-            f'{region.name} = Kernel("{region.name}", {region.name}_reference, tensor_inputs={len(region.tensor_inputs)}, '
-            f"shapes={shape_program(kernel)}, "
-            f'source="{source_path}:{region.lines}", triton=(_TRITON_FILE, "{runs}{abi.KERNEL_SUFFIX}"), cpp=_CPP_FILE'
-            f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)}{_bool_hazards(kernel)}{_shared(shared.get(region.name))})\n"
-        )
+        gradients = ""
+        if region.name in backwards:
+            derived = backwards[region.name]
+            blocks += _kernel_blocks(derived.region, source_path, shared, "_CPP_BACKWARD_FILE")
+            gradients = (
+                f", gradients=Gradients({derived.region.name}, inputs={derived.grads_of!r}, "
+                f"outputs={derived.outputs_with_grads!r}, row_length={derived.row_length})"
+            )
+        blocks += _kernel_blocks(region, source_path, shared, "_CPP_FILE", gradients)
     return "".join(parts).rstrip("\n") + "\n" + "".join(f"\n\n{block}" for block in blocks)
+
+
+def _kernel_blocks(region: Region, source_path: str, shared: dict[str, Shared], cpp: str, extra: str = "") -> list[str]:
+    """A region's eager reference and its `Kernel`, whose C++ kernels are in the file `cpp` names."""
+    kernel, checks = kernel_view(region)
+    runs = shared[region.name].region if region.name in shared else region.name
+    return [
+        _reference(region, source_path, [value for value, _ in checks]),
+        f'{region.name} = Kernel("{region.name}", {region.name}_reference, tensor_inputs={len(region.tensor_inputs)}, '
+        f"shapes={shape_program(kernel)}, "
+        f'source="{source_path}:{region.lines}", triton=(_TRITON_FILE, "{runs}{abi.KERNEL_SUFFIX}"), cpp={cpp}'
+        f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)}{_bool_hazards(kernel)}"
+        f"{_shared(shared.get(region.name))}{extra})\n",
+    ]
 
 
 def shape_program(region: Region) -> str:
@@ -548,7 +600,8 @@ def _rows(region: Region) -> str:
 
 
 def _reference(region: Region, source_path: str, checked: list[str]) -> str:
-    """The region in eager PyTorch: its outputs, then the `checked` values (whose dtypes the runtime compares)."""
+    """The region in eager PyTorch: its outputs, then the `checked` values (whose dtypes the runtime compares).
+    A backward region (autodiff.py) says whose gradients it computes."""
     params = ", ".join(i.name for i in (*region.tensor_inputs, *region.scalar_inputs))
     body = []
     for node in region.nodes:
@@ -563,7 +616,7 @@ def _reference(region: Region, source_path: str, checked: list[str]) -> str:
     outputs = "".join(f"{value}, " for value in [*(o.value for o in region.outputs), *checked])
     return (
         f"def {region.name}_reference({params}):\n"
-        f'    """{source_path}:{region.lines} in eager PyTorch."""\n'
+        f'    """{"The gradients of " * is_backward(region)}{source_path}:{region.lines} in eager PyTorch."""\n'
         + "".join(body)
         + f"    return ({outputs.rstrip()})\n"
     )

@@ -217,6 +217,14 @@ def wait_for_kernels(timeout: float | None = None) -> bool:
     return _COMPILER.wait(timeout)
 
 
+def _autocast() -> tuple:
+    """The autocast regions the call runs in, per device type, with their dtypes; () outside autocast.
+
+    Autocast makes some ops compute in float32 (on CUDA: exp, pow, softmax, the norms, sum, ...), so
+    eager's dtypes differ inside it: plans are kept per state, and the dtype probe runs in it."""
+    return tuple((d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d))
+
+
 def _signature(tensors: tuple, scalars: tuple) -> tuple | None:
     """What a call's plan depends on, as a dict key; None when an input is not a tensor.
 
@@ -299,6 +307,7 @@ class Kernel:
         bool_hazards: tuple[tuple[int, ...], ...] = (),
         same_as: str | None = None,
         renamed: dict[str, str] | None = None,
+        gradients: "Gradients | None" = None,
     ) -> None:
         self.name = name
         # Its kernels' name in the kernel files: its own, or that of an earlier region computing the same thing
@@ -326,6 +335,8 @@ class Kernel:
         # Sets of tensor inputs (positions) which, when all are bool, make eager keep as bool a value the
         # kernels compute as a number (`m + m` is True, not 2): such calls take the original code.
         self.bool_hazards = bool_hazards
+        # The kernel computing its inputs' gradients (None: calls under autograd take the original code).
+        self.gradients = gradients
         self.counts: collections.Counter[str] = collections.Counter()
         self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
         self._plans: dict[tuple, Plan | str] = {}  # per call signature (see `_signature`)
@@ -361,9 +372,13 @@ class Kernel:
                 self.counts[scalars] += 1
                 return None
         key = _signature(tensors, scalars)
+        if key is not None and (autocast := _autocast()):
+            key += autocast  # autocast changes eager's dtypes (CUDA's softmax of a half is float32)
         if key is None:
             plan = "fallback: an input is not a plain tensor"
         elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            if self.gradients is not None:
+                return self._differentiable(tensors, args[self.tensor_inputs :])
             plan = "fallback: autograd needs the original code"
         else:
             plan = self._plans.get(key)
@@ -388,6 +403,21 @@ class Kernel:
         if plan.narrow:
             outputs = tuple(o if shape is None else _narrowed(o, shape) for o, shape in zip(outputs, plan.narrow))
         return outputs
+
+    def _differentiable(self, tensors: tuple, scalars: tuple):
+        """The outputs computed by the kernel, recorded by autograd as one node whose backward runs the kernel
+        of `self.gradients`; or None (counted) to run the original code."""
+        row_length = None
+        if self.gradients.row_length:
+            row_length = _row_length(self.shapes, tensors)
+            if row_length is None:
+                self.counts["fallback: the reduced dim's length is unknown"] += 1
+                return None
+        with torch.no_grad():
+            outputs = self._run(*(t.detach() for t in tensors), *scalars)
+        if outputs is None:
+            return None
+        return _Differentiated.apply(self, (outputs, scalars, row_length), *tensors)
 
     # -- planning, once per input signature -----------------------------------------------
     def _settled_plan(
@@ -420,7 +450,7 @@ class Kernel:
             return "fallback: inputs on several devices"
         if _rounds_zero_dim([t for i, t in enumerate(tensors) if i not in self.dtype_only]):
             return "fallback: a 0-dim tensor of a wider float dtype (torch rounds it first)"
-        signature = tuple((t.shape, t.dtype) for t in tensors) + tuple(type(s) for s in scalars)
+        signature = tuple((t.shape, t.dtype) for t in tensors) + tuple(type(s) for s in scalars) + _autocast()
         try:
             values, dtypes, value_dtypes = self._signature_plans(signature, modules, device)
         except (RuntimeError, TypeError, ValueError, IndexError) as error:  # torch would raise: the original code does
@@ -729,6 +759,70 @@ def _merge_dims(sizes, strides, dims: list[int]) -> tuple[list[int], list[list[i
             for m, s in zip(merged, strides):
                 m.append(s[d])
     return merged_sizes, merged
+
+
+class Gradients(NamedTuple):
+    """A kernel's backward (transpiler/compiler/autodiff.py): the Kernel computing the gradients of the tensor
+    inputs at positions `inputs` from those of the outputs at positions `outputs`. It takes the forward's tensor
+    inputs, those gradients, the forward's scalars and, with `row_length`, the reduced dim's length."""
+
+    kernel: "Kernel"
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    row_length: bool = False
+
+
+class _Differentiated(torch.autograd.Function):
+    """A kernel's outputs as autograd's node: it saves the kernel's tensor inputs, nothing it computed (the
+    backward kernel recomputes what it needs), and runs the backward kernel, or its eager reference where
+    that kernel cannot run. Twice differentiable it is not: `once_differentiable` makes a double backward
+    raise a clear error."""
+
+    @staticmethod
+    def forward(ctx, kernel: "Kernel", computed: tuple, *tensors):
+        outputs, ctx.scalars, ctx.row_length = computed
+        ctx.kernel = kernel
+        ctx.save_for_backward(*tensors)
+        ctx.mark_non_differentiable(*(o for o in outputs if not o.is_floating_point()))
+        return outputs
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *output_grads):
+        gradients = ctx.kernel.gradients
+        tensors = ctx.saved_tensors
+        args = (*tensors, *(output_grads[n] for n in gradients.outputs), *ctx.scalars)
+        if gradients.row_length:
+            args += (ctx.row_length,)
+        grads = gradients.kernel(*args)
+        if grads is None:  # counted by the backward kernel: its reference computes the same in eager
+            grads = gradients.kernel.reference(*args)[: len(gradients.inputs)]
+        result = [None] * len(tensors)
+        for position, grad in zip(gradients.inputs, grads):
+            if ctx.needs_input_grad[2 + position]:
+                result[position] = _summed_to(grad, tensors[position].shape)
+        return (None, None, *result)
+
+
+def _summed_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """`grad` (of the iteration space's shape, or of a row value's) as the gradient of an input of `shape`:
+    summed over the dims the input was broadcast along, as autograd does."""
+    if grad.shape == shape:
+        return grad
+    return grad.expand(torch.broadcast_shapes(grad.shape, shape)).sum_to_size(shape)
+
+
+def _row_length(shapes: "Shapes", tensors: tuple) -> int | None:
+    """The length of the dim a kernel's reductions reduce, for these inputs (None where eager would raise)."""
+    try:
+        values = value_shapes(shapes, [t.shape for t in tensors])
+    except (ValueError, IndexError):
+        return None
+    for step in shapes.steps:
+        if step.dim is not None and step.reads:
+            operand = values[step.reads[0]]
+            return operand[step.dim] if operand else 1
+    return None
 
 
 class Step(NamedTuple):
