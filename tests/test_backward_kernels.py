@@ -1,0 +1,281 @@
+"""Training through generated backward kernels: a transpiled model's gradients against eager autograd's.
+
+Each fused region with a derivative (transpiler/compiler/autodiff.py) gets a `<region>_backward` kernel;
+under autograd the runtime records the forward kernel as one node (emit/runtime `_Differentiated`) whose
+backward runs that kernel. These tests train small models side by side with their originals: outputs,
+input and parameter gradients (float64 to rounding, float32 and bfloat16 within what eager's own error
+against float64 allows), which inputs get gradients, what the node saves, and the refusals.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.transpiled import original_and_transpiled
+
+torch = pytest.importorskip("torch")
+
+SOURCE = """\
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(variance + self.eps) * self.weight
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm = RMSNorm(d)
+        self.ln = nn.LayerNorm(d)
+        self.up = nn.Linear(d, 2 * d)
+        self.down = nn.Linear(2 * d, d)
+
+    def forward(self, x, bias):
+        h = self.up(self.norm(x))
+        h = F.silu(h) * h
+        h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * h * h * h)))
+        y = self.down(h)
+        p = torch.softmax(y * 0.5 + bias, dim=-1)
+        return self.ln(x + y * p)
+
+
+class Gate(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, d))
+
+    def forward(self, x, keep, steps):
+        h = torch.where(keep, x * torch.sigmoid(x), x * 0.1) * self.scale
+        return h + steps
+
+
+class Standardise(nn.Module):
+    def forward(self, x):
+        return (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-5)
+
+
+class InPlace(nn.Module):
+    def forward(self, x):
+        y = x * 2.0
+        y.add_(1.0)
+        return torch.tanh(y) * x
+"""
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory):
+    """(original module, transpiled module, the transpiled tree's runtime)."""
+    base = tmp_path_factory.mktemp("backward")
+    with original_and_transpiled(base, SOURCE, "transpiled_backward", "models", "original_backward") as pair:
+        original, transpiled = pair
+        yield original, transpiled, importlib.import_module("transpiled_backward._transpile_runtime")
+
+
+def twins(modules, name, *args, dtype=torch.float64):
+    original, transpiled, _ = modules
+    torch.manual_seed(0)
+    a = getattr(original, name)(*args).to(dtype)
+    b = getattr(transpiled, name)(*args).to(dtype)
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def step(module, inputs, cotangent):
+    """Outputs and gradients of one backward pass: each floating input's, then each parameter's."""
+    leaves = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+    out = module(*leaves)
+    out.backward(cotangent)
+    return out.detach(), [t.grad for t in leaves], [p.grad for p in module.parameters()]
+
+
+def backward_counts(runtime) -> dict[str, int]:
+    """Calls of every backward kernel, by path."""
+    total: dict[str, int] = {}
+    for kernel in runtime.KERNELS:
+        if kernel.name.endswith("_backward"):
+            for path, n in kernel.counts.items():
+                total[path] = total.get(path, 0) + n
+    return total
+
+
+def block_inputs(dtype):
+    torch.manual_seed(1)
+    x = torch.randn(3, 5, 16, dtype=dtype).requires_grad_()
+    bias = torch.randn(16, dtype=dtype).requires_grad_()  # broadcast: its gradient is summed over (3, 5)
+    return [x, bias]
+
+
+def test_a_training_step_gives_eager_gradients_in_float64(modules):
+    runtime = modules[2]
+    before = backward_counts(runtime).get("cpp", 0)
+    a, b = twins(modules, "Block", 16)
+    inputs = block_inputs(torch.float64)
+    cotangent = torch.randn(3, 5, 16, dtype=torch.float64)
+    expected, actual = step(a, inputs, cotangent), step(b, inputs, cotangent)
+    torch.testing.assert_close(actual[0], expected[0], rtol=1e-12, atol=1e-12)
+    for got, want in zip(actual[1] + actual[2], expected[1] + expected[2]):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    # The norm, the activations and softmax + layer norm: three backward kernels ran in C++.
+    assert backward_counts(runtime).get("cpp", 0) >= before + 3, backward_counts(runtime)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_low_precision_gradients_are_as_near_float64_as_eager(modules, dtype):
+    """Against float64, the kernels' gradients err by no more than eager's own (twice, plus a few ulps of the
+    largest gradient): the backward kernels compute in float32 and round once, eager rounds after every op."""
+    exact_module, _ = twins(modules, "Block", 16)
+    a, b = twins(modules, "Block", 16, dtype=dtype)
+    inputs = block_inputs(torch.float64)
+    cotangent = torch.randn(3, 5, 16, dtype=torch.float64)
+    exact = step(exact_module, inputs, cotangent)
+    low = [t.detach().to(dtype).requires_grad_() for t in inputs]
+    expected, actual = step(a, low, cotangent.to(dtype)), step(b, low, cotangent.to(dtype))
+    eps = torch.finfo(dtype).eps
+    for got, want, truth in zip(actual[1] + actual[2], expected[1] + expected[2], exact[1] + exact[2]):
+        assert got.dtype == want.dtype == dtype
+        eager_error = (want.double() - truth).abs().max()
+        bound = 2 * eager_error + 8 * eps * truth.abs().max()
+        assert (got.double() - truth).abs().max() <= bound
+
+
+def test_only_the_inputs_that_require_grad_get_one(modules):
+    a, b = twins(modules, "Block", 16)
+    for module in (a, b):
+        module.requires_grad_(False)
+    x, bias = block_inputs(torch.float64)
+    bias.requires_grad_(False)
+    cotangent = torch.ones(3, 5, 16, dtype=torch.float64)
+    expected, actual = step(a, [x, bias], cotangent), step(b, [x, bias], cotangent)
+    assert actual[1][1] is None and all(p is None for p in actual[2])
+    torch.testing.assert_close(actual[1][0], expected[1][0], rtol=1e-10, atol=1e-12)
+
+
+def test_bool_and_integer_inputs_get_no_gradient_and_the_rest_do(modules):
+    runtime = modules[2]
+    a, b = twins(modules, "Gate", 8)
+    x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+    keep = torch.rand(4, 8) > 0.5
+    steps = torch.arange(8)  # int64, broadcast
+    before = backward_counts(runtime).get("cpp", 0)
+    expected = step(a, [x, keep, steps], torch.ones(4, 8, dtype=torch.float64))
+    actual = step(b, [x, keep, steps], torch.ones(4, 8, dtype=torch.float64))
+    torch.testing.assert_close(actual[0], expected[0], rtol=1e-12, atol=1e-14)  # sigmoid: an ulp apart
+    assert actual[1][1] is None and actual[1][2] is None
+    torch.testing.assert_close(actual[1][0], expected[1][0], rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(actual[2][0], expected[2][0], rtol=1e-12, atol=1e-14)
+    assert backward_counts(runtime).get("cpp", 0) == before + 1
+
+
+def test_reductions_with_a_correction_and_the_row_length(modules):
+    a, b = twins(modules, "Standardise")
+    x = (torch.randn(6, 33, dtype=torch.float64) * 3 + 1).requires_grad_()
+    cotangent = torch.randn(6, 33, dtype=torch.float64)
+    expected, actual = step(a, [x], cotangent), step(b, [x], cotangent)
+    torch.testing.assert_close(actual[1][0], expected[1][0], rtol=1e-10, atol=1e-12)
+
+
+def test_the_node_saves_the_inputs_only(modules):
+    _, b = twins(modules, "Standardise")
+    x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+    out = b(x)
+    saved = out.grad_fn.saved_tensors
+    assert len(saved) == 1 and saved[0].data_ptr() == x.data_ptr()  # nothing the kernel computed is kept
+
+
+def test_a_second_derivative_raises_a_clear_error(modules):
+    _, b = twins(modules, "Standardise")
+    x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(b(x).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        grad.sum().backward()
+
+
+def test_an_input_changed_before_backward_raises_as_in_eager(modules):
+    for module in twins(modules, "Standardise"):
+        x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+        y = x * 1.0  # a non-leaf the forward saves
+        out = module(y)
+        y.mul_(2.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+
+
+def test_a_region_updating_in_place_keeps_the_original_code_under_autograd(modules):
+    runtime = modules[2]
+    a, b = twins(modules, "InPlace")
+    x = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+    kernels = [k for k in runtime.KERNELS if k.source.endswith(":53-55")]
+    assert kernels and not any(k.gradients for k in kernels)
+    expected, actual = step(a, [x], torch.ones(4, 8, dtype=torch.float64)), step(
+        b, [x], torch.ones(4, 8, dtype=torch.float64)
+    )
+    torch.testing.assert_close(actual[1][0], expected[1][0], rtol=0, atol=0)
+    assert kernels[0].counts["fallback: autograd needs the original code"] >= 1
+
+
+def test_inference_still_runs_the_forward_kernels(modules):
+    runtime = modules[2]
+    _, b = twins(modules, "Block", 16, dtype=torch.float32)
+    forward = [k for k in runtime.KERNELS if not k.name.endswith("_backward") and k.gradients]
+    before = sum(k.counts.get("cpp", 0) for k in forward)
+    with torch.no_grad():
+        out = b(torch.randn(2, 3, 16), torch.randn(16))
+    assert out.grad_fn is None
+    assert sum(k.counts.get("cpp", 0) for k in forward) >= before + 3
+
+
+TRITON_SCRIPT = """
+import importlib, sys, torch
+sys.path.insert(0, {base!r})
+original = importlib.import_module("original_backward")
+transpiled = importlib.import_module("transpiled_backward.models")
+runtime = importlib.import_module("transpiled_backward._transpile_runtime")
+torch.manual_seed(0)
+a = original.Block(16)
+b = transpiled.Block(16)
+b.load_state_dict(a.state_dict())
+x = torch.randn(3, 5, 16, requires_grad=True)
+bias = torch.randn(16, requires_grad=True)
+cotangent = torch.randn(3, 5, 16)
+grads = []
+for module in (a, b):
+    module.zero_grad()
+    leaves = [x.detach().clone().requires_grad_(), bias.detach().clone().requires_grad_()]
+    module(*leaves).backward(cotangent)
+    grads.append([t.grad for t in leaves] + [p.grad for p in module.parameters()])
+for want, got in zip(*grads):
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+ran = sum(k.counts.get("triton", 0) for k in runtime.KERNELS if k.name.endswith("_backward"))
+assert ran >= 3, [(k.name, dict(k.counts)) for k in runtime.KERNELS]
+print("ok", ran)
+"""
+
+
+def test_the_triton_backward_kernels_in_the_interpreter(modules, tmp_path):
+    base = Path(sys.modules["transpiled_backward"].__file__).parent.parent
+    env = {**os.environ, "TRANSPILE_BACKEND": "triton", "TRITON_INTERPRET": "1", "TRANSPILE_COMPILE": "sync"}
+    script = tmp_path / "check.py"
+    script.write_text(textwrap.dedent(TRITON_SCRIPT.format(base=str(base))))
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith("ok")
