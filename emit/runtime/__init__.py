@@ -596,7 +596,9 @@ class Kernel:
         samples = [
             torch.ones((1,) * len(s), dtype=dtype, device=device) for s, dtype in signature[: self.tensor_inputs]
         ]
-        results, local = _run_keeping_locals(self.reference, (*samples, *scalars))
+        with warnings.catch_warnings():  # about the one-element samples (a std's degrees of freedom), not the call's
+            warnings.simplefilter("ignore")
+            results, local = _run_keeping_locals(self.reference, (*samples, *scalars))
         value_dtypes = {self._renamed.get(n, n): v.dtype for n, v in local.items() if isinstance(v, torch.Tensor)}
         return values, tuple(r.dtype for r in results), value_dtypes
 
