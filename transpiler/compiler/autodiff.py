@@ -10,23 +10,33 @@ anyway, so a fused region's backward costs no memory beyond its inputs and its g
 
 Each op's derivative is a formula per operand (`ops.DERIVATIVES`), written as Python over the
 operands `{0}`, `{1}`, ..., the result `out` and the result's gradient `g`, with calls of the
-ops by name and four row helpers for reductions: `rowsum(e)`, `rowmean(e)`, `rowmax(e)` (along the
-reduction's dim, keepdim) and `rowsize()`. A formula may bind names first: `a = ...; b = ...; expr`.
+ops by name and five row helpers for reductions: `rowsum(e)`, `rowmean(e)`, `rowmax(e)`, `rowvar(e)`
+(along the reduction's dim, keepdim; `rowvar` without correction) and `rowsize()`. A formula may bind
+names first: `a = ...; b = ...; expr`. Arithmetic, comparisons, `&`, `|`, `~` and `log` of constant
+operands fold to constants, and so do a `where` whose condition folds and an `&` or `|` with a
+constant side: a formula branches on a constant operand as torch's derivatives do on a Scalar (`pow`
+with the exponent 0 gives no gradient, not 0 * x ** -1).
 A gradient flowing into a value that is one per row (a reduction's result) from a use that is one
-per element is summed along the row first. Gradients of inputs that broadcast are left at the
-iteration space's shape: the caller sums them to the input's shape (`Tensor.sum_to_size`), as
-autograd does.
+per element is summed along the row first. A gradient one per row of a value one per element (a
+value only summed) stands for that gradient at every element of the row: it is spread over the row
+before a normalisation's row helpers read it and where it is an input's gradient. A reduction of a
+value one per row (eager reduces its own dim of length 1) has no backward. Gradients of inputs that
+broadcast are left at the iteration space's shape: the caller sums them to the input's shape
+(`Tensor.sum_to_size`), as autograd does. Regions know no dtypes: the caller drops the gradients of
+integer and bool inputs.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from dataclasses import dataclass, replace
 
-from transpiler.compiler.ir import Input, Node, Output, Region
+from transpiler.compiler.ir import RETURN, Input, Node, Output, Region
 from transpiler.compiler.ops import BY_NAME, CAST, CAST_LIKE, DERIVATIVES, OpKind
 
+BACKWARD = "_backward"  # a backward region's name is its forward's with this appended
 GRAD = "grad_"  # the backward's input holding the gradient of forward value `v` is `grad_v`
 ROW_LENGTH = "row_length"  # the scalar input `rowsize()` reads: the caller passes the reduced dim's length
 _FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
@@ -35,7 +45,18 @@ _BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.
 _BINARY.update({ast.BitOr: "or"})
 _UNARY = {ast.USub: "neg", ast.Invert: "not"}
 _COMPARE = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+
+
+def _log(value: float) -> float:
+    """torch's log of a number: -inf at 0 and NaN below, where `math.log` raises."""
+    return math.log(value) if value > 0 else (-math.inf if value == 0 else math.nan)
+
+
+# What an op computes on constants: formulas branch on constant operands (`{1} == 0` of a Scalar exponent).
 _FOLD = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv, "pow": operator.pow}
+_FOLD.update({"neg": operator.neg, "not": operator.not_, "log": _log, "and": operator.and_, "or": operator.or_})
+_FOLD.update({"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq})
+_FOLD.update({"ne": operator.ne})
 _ROW = {"rowsum": "sum", "rowmean": "mean", "rowmax": "amax"}
 
 
@@ -80,8 +101,12 @@ class _Builder:
     def op(self, name: str, *operands: str | tuple) -> str | tuple:
         if all(isinstance(o, tuple) for o in operands) and name in _FOLD:
             return (_FOLD[name](*(o[0] for o in operands)),)
-        if name == "neg" and isinstance(operands[0], tuple):
-            return (-operands[0][0],)
+        if name == "where" and isinstance(operands[0], tuple):
+            return operands[1] if operands[0][0] else operands[2]
+        if name in ("and", "or"):  # a constant side decides, or leaves the other side
+            for side, other in (operands, operands[::-1]):
+                if isinstance(side, tuple):
+                    return side if bool(side[0]) == (name == "or") else other
         values = tuple(o[0] if isinstance(o, tuple) else o for o in operands)
         constants = tuple(i for i, o in enumerate(operands) if isinstance(o, tuple))
         out = self.fresh(self.base)
@@ -92,6 +117,10 @@ class _Builder:
         else:
             self.levels[out] = all(self.levels.get(v, True) for i, v in enumerate(values) if i not in constants)
         return out
+
+    def broadcast(self, value: str, like: str) -> str | tuple:
+        """`value`, one per row, at every element of `like`'s rows: a `where` whose branches agree."""
+        return self.op("where", self.op("isnan", like), value, value)
 
     def row(self, name: str, value: str | tuple) -> str | tuple:
         if self.dim is None:
@@ -114,8 +143,10 @@ class _Builder:
         ]
         for binding in bindings:
             name, _, expression = binding.partition("=")
+            appended = len(self.nodes)
             value = self._eval(ast.parse(expression.strip(), mode="eval").body, env)
-            if self.nodes and self.nodes[-1].out == value:  # the binding's node takes the binding's name
+            # The node the binding computes takes its name; not a node computed before (`a = g` names no node).
+            if len(self.nodes) > appended and self.nodes[-1].out == value:
                 value = self.fresh(name.strip())
                 self.levels[value] = self.levels[self.nodes[-1].out]
                 self.nodes[-1] = replace(self.nodes[-1], out=value)
@@ -189,6 +220,10 @@ def backward(region: Region, float_outputs: tuple[bool, ...] | None = None) -> B
             o.value in producers and not producers[o.value].definition.returns_bool for o in region.outputs
         )
     levels = _levels(region)
+    for node in region.nodes:
+        if node.definition.kind is OpKind.REDUCTION and levels[node.operands[0]]:
+            # Eager reduces its own dim of length 1, where `rowsize()` is the iteration space's row.
+            raise NoBackward("a reduction of a value that is one per row")
     builder = _Builder(region, levels)
     builder.dim = _reduced_dim(region)
     grads: dict[str, str | tuple] = {}
@@ -198,14 +233,15 @@ def backward(region: Region, float_outputs: tuple[bool, ...] | None = None) -> B
         if not float_outputs[position] or output.value not in producers:
             continue
         name = builder.fresh(f"{GRAD}{output.value}")
-        grad_inputs.append(Input(name, "", True))
-        levels[name] = False
+        what = "the value returned" if output.target == RETURN else output.target
+        grad_inputs.append(Input(name, f"the gradient of {what}", True))
+        levels[name] = levels[output.value]  # a reduction's result's gradient is one per row too
         grads[output.value] = name
         taking.append(position)
     if not grad_inputs:
         raise NoBackward("no output that carries a gradient")
     tensors = {i.name for i in region.tensor_inputs}
-    builder.taken.update(f"{GRAD}{name}" for name in tensors)  # kept for the outputs
+    results = {name: builder.fresh(f"{GRAD}{name}") for name in tensors}  # the outputs' names, kept
     for node in reversed(region.nodes):
         grad = grads.get(node.out)
         if grad is None or node.definition.returns_bool:
@@ -214,6 +250,10 @@ def backward(region: Region, float_outputs: tuple[bool, ...] | None = None) -> B
             continue  # a constant gradient: only a zero can arise, which adds nothing
         derivatives = DERIVATIVES[node.op]
         builder.line = node.line
+        if node.definition.kind is OpKind.REDUCTION and levels[grad] and not levels[node.out]:
+            # A per-row gradient of a per-element result (a softmax only summed): its row helpers sum whole rows.
+            builder.base = f"g_{node.out}"
+            grad = builder.broadcast(grad, node.out)
         for position, formula in enumerate(derivatives):
             operand = node.operands[position]
             if formula is None or position in node.constants or not (operand in producers or operand in tensors):
@@ -234,16 +274,19 @@ def backward(region: Region, float_outputs: tuple[bool, ...] | None = None) -> B
         if grad is None or isinstance(grad, tuple):
             continue
         builder.line = region.first_line
-        cast = f"{GRAD}{item.name}"
+        if levels[grad]:  # one per row (an input only summed): every element of the row has it, as in autograd
+            builder.base = f"g_{item.name}"
+            grad = builder.broadcast(grad, item.name)
+        cast = results[item.name]
         builder.nodes.append(Node(CAST_LIKE.name, (grad, item.name), cast, builder.line))
         outputs.append(Output(cast, cast))
         grads_of.append(position)
     if not outputs:
         raise NoBackward("no tensor input receives a gradient")
     nodes = _live(_common_subexpressions([*region.nodes, *builder.nodes]), {o.value for o in outputs})
-    scalars = list(region.scalar_inputs) + [Input(ROW_LENGTH, "", False)] * builder.row_length
+    scalars = list(region.scalar_inputs) + [Input(ROW_LENGTH, "the reduced dim's length", False)] * builder.row_length
     back = Region(
-        name=f"{region.name}_backward",
+        name=f"{region.name}{BACKWARD}",
         path=region.path,
         function=region.function,
         first_line=region.first_line,
@@ -254,6 +297,11 @@ def backward(region: Region, float_outputs: tuple[bool, ...] | None = None) -> B
         conditions=region.conditions,
     )
     return Backward(back, tuple(grads_of), tuple(taking), builder.row_length)
+
+
+def is_backward(region: Region) -> bool:
+    """Whether `region` is the backward of another (its name is the forward's with BACKWARD appended)."""
+    return region.name.endswith(BACKWARD)
 
 
 def _live(nodes: list[Node], needed: set[str]) -> list[Node]:
@@ -275,7 +323,9 @@ def _common_subexpressions(nodes: list[Node]) -> list[Node]:
     for node in nodes:
         operands = tuple(o if i in node.constants else renamed.get(o, o) for i, o in enumerate(node.operands))
         node = replace(node, operands=operands)
-        key = (node.op, operands, node.constants, node.inplace)
+        # Constants by their text: 1, 1.0 and True are equal in Python but give tensors of different dtypes.
+        written = tuple(repr(o) if i in node.constants else o for i, o in enumerate(operands))
+        key = (node.op, written, node.constants, node.inplace)
         if key in seen:
             renamed[node.out] = seen[key]
             continue

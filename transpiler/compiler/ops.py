@@ -814,29 +814,128 @@ for _s in SPELLINGS:
 # Per op, one formula per operand: the gradient that flows into that operand, written as Python over the
 # operands `{0}`, `{1}`, ..., the op's result `out` and the result's gradient `g`, calling the ops of this
 # table by name (`where`, `exp`, `to_like`, ...) and, for reductions, `rowsum(e)`, `rowmean(e)`,
-# `rowmax(e)`, `rowvar(e)` (along the op's dim, keepdim) and `rowsize()` (the row's length). `a = ...; b`
-# binds names first. None: no gradient flows into that operand (a constant, a condition). An op missing here
-# has no derivative the compiler knows: a region with it runs its original code under autograd.
-# Comparisons and logical ops (`returns_bool`) carry no gradient and need no entry.
-# transpiler/compiler/autodiff.py derives a region's backward from them; tests/test_autodiff.py checks
-# each against torch.autograd. The formulas follow torch's (tools/autograd/derivatives.yaml) where ties,
-# zeros and infinities make a difference (relu at 0, the norms' recomputed statistics).
+# `rowmax(e)`, `rowvar(e)` (along the op's dim, keepdim; rowvar without correction) and `rowsize()` (the
+# row's length). `a = ...; b` binds names first. An operand may be a constant (`x ** 2.0`, `clamp(x, 0.0,
+# 6.0)`): arithmetic, comparisons, `&`, `|` and `log` of constants fold, and a `where` whose condition folds
+# picks its branch, so a formula branches on a constant as torch's do on a Scalar (autodiff.py). None: no
+# gradient flows into that operand (a constant, a condition, an integer result); an op whose operands are
+# all None (floor, sign) passes no gradient back, as torch's zero gradient adds nothing.
+# Comparisons and logical ops (`returns_bool`) carry no gradient and need no entry; the ops of
+# NO_DERIVATIVE have none, each for the reason given there. A region with either runs its original code
+# under autograd. transpiler/compiler/autodiff.py derives a region's backward from these formulas;
+# tests/test_autodiff.py checks each against torch.autograd, ties, zeros, infinities and NaN included.
+# The formulas follow torch's derivatives (tools/autograd/derivatives.yaml) where those make a difference:
+# the subgradient torch picks at a kink (relu and relu_squared 0 at 0, abs sign(0) = 0, clamp passing the
+# gradient on its bounds, maximum and minimum halving it on ties, amax and amin sharing it among tied
+# maxima), which side of a `where` a value that may be inf or NaN sits on (softplus above its threshold,
+# pow's masks, std's 0), and the order of a product where it decides overflow (div's `x / y / y`).
 DERIVATIVES: dict[str, tuple[str | None, ...]] = {
+    # -- arithmetic ---------------------------------------------------------------------------------------
     "add": ("g", "g"),
     "sub": ("g", "-g"),
     "mul": ("g * {1}", "g * {0}"),
-    "div": ("g / {1}", "-g * {0} / ({1} * {1})"),
+    # Two divisions, not one by y * y: the square underflows to 0 (an infinite gradient) where x / y / y is finite.
+    "div": ("g / {1}", "-g * ({0} / {1} / {1})"),
+    # x - floor(x / y) * y: the floor's derivative is 0 where it is defined.
+    "remainder": ("g", "-g * floordiv({0}, {1})"),
+    # An exponent 0 gives no gradient to the base (not 0 * 0 ** -1, NaN). d(x^y)/dy = x^y log x, taken as 0
+    # where x = 0 and y >= 0 (its limit as x -> +0), -inf where y < 0.
+    "pow": (
+        "where({1} == 0, 0.0, g * ({1} * pow({0}, {1} - 1)))",
+        "g * where(({0} == 0) & ({1} >= 0), 0.0, out * log({0}))",
+    ),
     "neg": ("-g",),
     "pos": ("g",),
-    "identity": ("g",),
+    "reciprocal": ("-g * (out * out)",),
+    "abs": ("g * sign({0})",),  # sign(0) = 0: the subgradient 0 at the kink
+    "sign": (None,),
+    # A tie splits the gradient in half between the operands; NaN (either operand) passes it to both.
+    "minimum": (
+        "where({0} > {1}, 0.0, where({0} == {1}, g / 2, g))",
+        "where({0} < {1}, 0.0, where({0} == {1}, g / 2, g))",
+    ),
+    "maximum": (
+        "where({0} < {1}, 0.0, where({0} == {1}, g / 2, g))",
+        "where({0} > {1}, 0.0, where({0} == {1}, g / 2, g))",
+    ),
+    "lerp": ("g * (1 - {2})", "g * {2}", "g * ({1} - {0})"),
+    "addcmul": ("g", "g * ({2} * {3})", "g * ({1} * {3})", None),
+    "addcdiv": ("g", "g * ({3} / {2})", "-g * ({3} * {1} / ({2} * {2}))", None),
+    # -- bitwise: integer and bool results, which carry no gradient (their masks feed `where` and the like)
+    "bitwise_and": (None, None),
+    "bitwise_or": (None, None),
+    "bitwise_xor": (None, None),
+    "bitwise_not": (None,),
+    # -- selection: the condition gets none; a tensor fill value gets the gradient of what it filled
+    "where": (None, "where({0}, g, 0.0)", "where({0}, 0.0, g)"),
+    "masked_fill": ("where({1}, 0.0, g)", None, "where({1}, g, 0.0)"),
+    # -- exponentials, logarithms, roots
     "exp": ("g * out",),
+    "exp2": ("g * out * log(2)",),
+    "expm1": ("g * (out + 1)",),
+    "log": ("g / {0}",),
+    "log1p": ("g / ({0} + 1)",),
+    "log2": ("g / ({0} * log(2))",),
+    "sqrt": ("g / (2 * out)",),
+    "rsqrt": ("-0.5 * g * out ** 3",),
+    # -- trigonometry
+    "sin": ("g * cos({0})",),
+    "cos": ("g * -sin({0})",),
     "tanh": ("g * (1 - out * out)",),
+    "erf": ("2 / 3.141592653589793 ** 0.5 * exp(-({0} * {0})) * g",),
+    # -- activations
     "sigmoid": ("g * (1 - out) * out",),
-    "relu": ("where(out <= 0, 0.0, g)",),
+    "relu": ("where(out <= 0, 0.0, g)",),  # 0 at 0
+    # x Phi(x): Phi(x) + x phi(x), Phi the normal distribution's cdf and phi its density.
+    "gelu": (
+        "cdf = 0.5 * (1 + erf({0} * 2 ** -0.5)); pdf = (2 * 3.141592653589793) ** -0.5 * exp({0} * {0} * -0.5);"
+        " g * (cdf + {0} * pdf)",
+    ),
+    # 0.5 x (1 + tanh(u)), u = k (x + c x^3): 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) k (1 + 3 c x^2).
+    "gelu_tanh": (
+        "k = (2 / 3.141592653589793) ** 0.5; t = tanh(k * ({0} + 0.044715 * ({0} * {0} * {0})));"
+        " g * (0.5 * (1 + t) + 0.5 * {0} * (1 - t * t) * (k * (1 + 3 * 0.044715 * ({0} * {0}))))",
+    ),
+    "silu": ("s = sigmoid({0}); g * s * (1 + {0} * (1 - s))",),
+    "mish": ("t = tanh(softplus({0})); g * (t + {0} * sigmoid({0}) * (1 - t * t))",),
+    # beta 1, threshold 20 (the spellings pin them): the identity above the threshold, where exp overflows.
+    "softplus": ("z = exp({0}); where({0} > 20, g, g * z / (z + 1))",),
+    "identity": ("g",),
+    "quick_gelu": ("s = sigmoid(1.702 * {0}); g * s + g * {0} * (s * (1 - s)) * 1.702",),
+    "relu_squared": ("r = relu({0}); where(r <= 0, 0.0, g * (2 * r))",),
+    # -- clamping: the gradient passes where min <= x <= max, bounds included; a bound gets it where it is the
+    # result (min > max makes every result max).
+    "clamp": (
+        "where(({0} >= {1}) & ({0} <= {2}), g, 0.0)",
+        "where(({0} < {1}) & ({1} < {2}), g, 0.0)",
+        "where(({0} > {2}) | ({2} < {1}), g, 0.0)",
+    ),
+    "clamp_min": ("where({0} >= {1}, g, 0.0)", "where({0} < {1}, g, 0.0)"),
+    "clamp_max": ("where({0} <= {1}, g, 0.0)", "where({0} > {1}, g, 0.0)"),
+    "nan_to_num": ("g * ~(isnan({0}) | isinf({0}))", None, None, None),  # replaced values are constants
+    # -- rounding: piecewise constant, zero gradient where defined
+    "floor": (None,),
+    "ceil": (None,),
+    "round": (None,),
+    "trunc": (None,),
+    # -- casts
     "to": ("to_like(g, {0})", None),
     "to_like": ("to_like(g, {0})", None),
+    # -- reductions (keepdim: `g` is one per row)
     "sum": ("g", None, None),
     "mean": ("g / rowsize()", None, None),
+    # The gradient shared evenly among the row's elements equal to its maximum.
+    "amax": ("m = out == {0}; g / rowsum(m) * m", None, None),
+    "amin": ("m = out == {0}; g / rowsum(m) * m", None, None),
+    # 2 (x - mean) / (n - correction); std's chain rule halves it by std, taken as 0 where std is 0.
+    "var": ("g * ({0} - rowmean({0})) * 2 / (rowsize() - {2})", None, None, None),
+    "std": (
+        "gv = where(out == 0, 0.0, g / (2 * out)); gv * ({0} - rowmean({0})) * 2 / (rowsize() - {2})",
+        None,
+        None,
+        None,
+    ),
+    "logsumexp": ("g * exp({0} - out)", None, None),
     "softmax": ("out * (g - rowsum(g * out))", None),
     "log_softmax": ("g - exp(out) * rowsum(g)", None),
     "layer_norm": (
@@ -846,4 +945,17 @@ DERIVATIVES: dict[str, tuple[str | None, ...]] = {
         "g",
         None,
     ),
+}
+
+# The ops with no derivative, and why: a region with one runs its original code under autograd.
+NO_DERIVATIVE: dict[str, str] = {
+    "floordiv": "torch has none (`x // y` of a tensor that requires grad raises in backward); eager raises the same",
+    "activation": "the module is chosen at run time, and the backward kernel would have to switch on it too",
+    "batch_norm": "fused only in eval mode with the running statistics; training normalises with the batch's",
+    "rotate_half": "its derivative -rotate_half(g) reads the gradient at other elements; a shifted op reads inputs",
+    "round_like": "the lowering's mark, made after the backward is derived (autodiff reads regions before lowering)",
+    "row_sum": "the lowering's primitive (autodiff reads regions before lowering: `rowsum` writes a sum)",
+    "row_max": "the lowering's primitive (autodiff reads regions before lowering: `rowmax` writes an amax)",
+    "row_min": "the lowering's primitive (autodiff reads regions before lowering)",
+    "row_size": "the lowering's primitive (autodiff reads regions before lowering: `rowsize()` is a scalar input)",
 }
