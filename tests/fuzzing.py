@@ -15,6 +15,11 @@ from the same `state_dict`: values (NaN placement included), shapes, dtypes, whi
 raised, and the inputs after the call (in-place updates, and whether an output aliases an
 input). The runtime's counters say whether the case's kernels ran or fell back, and why.
 
+With `gradients`, a case whose forward passes runs again under autograd (`compare_gradients`): the leaves
+`gradient_setup` draws require grad, both modules backpropagate the same cotangents, and the outputs, their
+requires_grad and every leaf's .grad are compared; the counters of the `<region>_backward` kernels say
+whether a generated backward kernel computed gradients.
+
 `minimise` shrinks a failing case (drops statements and outputs, shrinks inputs) while it
 fails the same way, and `Program.reproducer` prints it as a self-contained snippet.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import json
@@ -62,6 +68,9 @@ OUTCOMES = (
     "extra error",
     "different error",
     "side effect",
+    "wrong gradient",
+    "missing gradient",
+    "extra gradient",
     "crash",
 )
 FAILURES = OUTCOMES[1:]
@@ -136,15 +145,42 @@ class Program:
             out.append(f"        return {', '.join(self.returns)}")
         return "\n".join(out) + "\n"
 
-    def reproducer(self, detail: str = "") -> str:
-        """A self-contained snippet: imports, the class, the inputs, the eager call and what differed."""
+    def reproducer(self, detail: str = "", gradients: GradientSetup | None = None) -> str:
+        """A self-contained snippet: imports, the class, the inputs, the eager call and what differed;
+        `gradients`: the call under autograd with those leaves requiring grad, and its backward."""
         inputs = "\n".join(f"{i.name} = {input_source(i)}" for i in self.inputs)
-        args = ", ".join(f"{i.name}.clone()" for i in self.inputs)
         note = "".join(f"\n# {line}" for line in detail.splitlines())
-        return (
+        head = (
             f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n{self.source()}\n\n"
             f"torch.manual_seed({self.seed})\nmodel = {self.name}().eval()\n{inputs}\n"
-            f"with torch.no_grad():\n    print(model({args}))\n{note}\n"
+        )
+        if gradients is None:
+            args = ", ".join(f"{i.name}.clone()" for i in self.inputs)
+            return f"{head}with torch.no_grad():\n    print(model({args}))\n{note}\n"
+        trained = [i.name for i in self.inputs if i.name in gradients.inputs and i.dtype in FLOATING]
+        args = ", ".join(i.name for i in self.inputs)
+        if gradients.leaves:
+            leaves, setup = trained, "".join(f"{name}.requires_grad_()\n" for name in trained)
+        else:  # as `_trained` makes them: the same strides over a copy of the input's storage's tensor
+            leaves = [f"{name}_leaf" for name in trained]
+            setup = "".join(
+                f"{name}_leaf = ({name} if {name}._base is None else {name}._base).detach().requires_grad_()\n"
+                f"{name} = torch.as_strided({name}_leaf.clone(), {name}.shape, {name}.stride(), "
+                f"{name}.storage_offset())\n"
+                for name in trained
+            )
+        setup += "" if gradients.parameters else "model.requires_grad_(False)\n"
+        return (
+            f"{head}{setup}outputs = model({args})\noutputs = outputs if isinstance(outputs, tuple) else (outputs,)\n"
+            "# the cotangents (tests/fuzzing.py `_cotangent`)\n"
+            "cotangents = [\n    torch.randn(o.shape, generator=torch.Generator().manual_seed("
+            f"{self.seed} * 16 + k), dtype=torch.float64).to(o.dtype)\n"
+            "    for k, o in enumerate(outputs)\n]\n"
+            "pairs = [(o, c) for o, c in zip(outputs, cotangents) if o.requires_grad]\n"
+            "torch.autograd.backward([o for o, _ in pairs], [c for _, c in pairs])\n"
+            + "".join(f"print('{name}.grad', {name}.grad)\n" for name in leaves)
+            + "for name, parameter in model.named_parameters():\n    print(name + '.grad', parameter.grad)\n"
+            + f"{note}\n"
         )
 
 
@@ -898,32 +934,42 @@ def _widened(module: torch.nn.Module, exact: bool = False) -> torch.nn.Module:
     return wide
 
 
-def compare(program: Program, original_cls, transpiled_cls, device: str = "cpu") -> tuple[str, str]:
-    """(outcome, detail) of one case: the original and the transpiled module on the same inputs, on `device`."""
+def _modules(program: Program, original_cls, transpiled_cls, device: str):
+    """The original module, its transpiled twin from the same `state_dict`, and the original widened
+    (float32 parameters and buffers in float64) and exact (every floating one), on `device`."""
     torch.manual_seed(program.seed)
     original = original_cls().eval()
     transpiled = transpiled_cls().eval()
     transpiled.load_state_dict(original.state_dict())
-    wide_module = _widened(original).to(device)
-    original, transpiled = original.to(device), transpiled.to(device)
-    eager_in = [make_input(i, device=device) for i in program.inputs]
-    ours_in = [make_input(i, device=device) for i in program.inputs]
-    wide_in = [make_input(i, wide=True, device=device) for i in program.inputs]
-    exact_module = _widened(original, exact=True).to(device)
-    exact_in = [make_input(i, device=device, exact=True) for i in program.inputs]
-    with _Narrowest() as narrowest:
-        expected, eager_error = _call(original, eager_in)
-    actual, error = _call(transpiled, ours_in)
-    if eager_error or error:
-        if eager_error and not error:
-            return "missing error", f"eager raises {eager_error}, transpiled returns"
-        if error and not eager_error:
-            return "extra error", f"transpiled raises {error}, eager returns"
-        if error == eager_error:
-            return "ok", f"eager raises {eager_error}, transpiled too"
-        return "different error", f"eager raises {eager_error}, transpiled {error}"
-    wide, _ = _call(wide_module, wide_in)
-    exact, _ = _call(exact_module, exact_in)
+    wide, exact = _widened(original).to(device), _widened(original, exact=True).to(device)
+    return original.to(device), transpiled.to(device), wide, exact
+
+
+def _inputs(program: Program, device: str) -> tuple[list, list, list, list]:
+    """The inputs of eager, of the transpiled module, of the widened run and of the exact one."""
+    return (
+        [make_input(i, device=device) for i in program.inputs],
+        [make_input(i, device=device) for i in program.inputs],
+        [make_input(i, wide=True, device=device) for i in program.inputs],
+        [make_input(i, device=device, exact=True) for i in program.inputs],
+    )
+
+
+def _error_outcome(eager_error: str | None, error: str | None, when: str = "") -> tuple[str, str] | None:
+    """The outcome of a call where either side raised (None where neither did)."""
+    if eager_error and not error:
+        return "missing error", f"{when}eager raises {eager_error}, transpiled returns"
+    if error and not eager_error:
+        return "extra error", f"{when}transpiled raises {error}, eager returns"
+    if error and error == eager_error:
+        return "ok", f"{when}eager raises {eager_error}, transpiled too"
+    if error:
+        return "different error", f"{when}eager raises {eager_error}, transpiled {error}"
+    return None
+
+
+def _outputs_mismatch(program, actual, expected, wide, exact, computed, eager_in, ours_in) -> tuple[str, str] | None:
+    """The first difference between the outputs: count, shape, dtype, values, or which input each aliases."""
     ops, length = program.ops, _reduced_length(program)
     if len(actual) != len(expected):
         return "wrong shape", f"{len(expected)} outputs in eager, {len(actual)} transpiled"
@@ -932,9 +978,7 @@ def compare(program: Program, original_cls, transpiled_cls, device: str = "cpu")
             return "wrong shape", f"output {k}: eager {tuple(e.shape)}, transpiled {tuple(a.shape)}"
         if a.dtype != e.dtype:
             return "wrong dtype", f"output {k}: eager {e.dtype}, transpiled {a.dtype}"
-        mismatch = value_mismatch(
-            a, e, wide[k] if wide else None, ops, length, narrowest.dtype, exact[k] if exact else None
-        )
+        mismatch = value_mismatch(a, e, wide[k] if wide else None, ops, length, computed, exact[k] if exact else None)
         if mismatch:
             return "wrong value", f"output {k} ({e.dtype}): {mismatch}"
         eager_alias = [i for i, x in enumerate(eager_in) if _shares_storage(e, x)]
@@ -942,16 +986,225 @@ def compare(program: Program, original_cls, transpiled_cls, device: str = "cpu")
         if eager_alias != ours_alias:
             names = lambda idx: [program.inputs[i].name for i in idx] or "no input"  # noqa: E731
             return "side effect", f"output {k} aliases {names(eager_alias)} in eager, {names(ours_alias)} transpiled"
-    wide_after = wide_in if wide else [None] * len(eager_in)
-    exact_after = exact_in if exact else [None] * len(eager_in)
-    for spec, e, a, w, x in zip(program.inputs, eager_in, ours_in, wide_after, exact_after):
+    return None
+
+
+def _inputs_mismatch(program, eager_in, ours_in, wide_in, exact_in) -> tuple[str, str] | None:
+    """An input the call changed otherwise than eager's call changed it."""
+    ops, length = program.ops, _reduced_length(program)
+    wide_in = wide_in or [None] * len(eager_in)
+    exact_in = exact_in or [None] * len(eager_in)
+    for spec, e, a, w, x in zip(program.inputs, eager_in, ours_in, wide_in, exact_in):
         mismatch = value_mismatch(a, e, w, ops, length, exact=x)
         if mismatch:
             return "side effect", f"input {spec.name} after the call: {mismatch}"
+    return None
+
+
+def compare(program: Program, original_cls, transpiled_cls, device: str = "cpu") -> tuple[str, str]:
+    """(outcome, detail) of one case: the original and the transpiled module on the same inputs, on `device`."""
+    original, transpiled, wide_module, exact_module = _modules(program, original_cls, transpiled_cls, device)
+    eager_in, ours_in, wide_in, exact_in = _inputs(program, device)
+    with _Narrowest() as narrowest:
+        expected, eager_error = _call(original, eager_in)
+    actual, error = _call(transpiled, ours_in)
+    raised = _error_outcome(eager_error, error)
+    if raised:
+        return raised
+    wide, _ = _call(wide_module, wide_in)
+    exact, _ = _call(exact_module, exact_in)
+    mismatch = _outputs_mismatch(program, actual, expected, wide, exact, narrowest.dtype, eager_in, ours_in)
+    mismatch = mismatch or _inputs_mismatch(
+        program, eager_in, ours_in, wide_in if wide else None, exact_in if exact else None
+    )
+    if mismatch:
+        return mismatch
     for (name, e), (_, a) in zip(original.state_dict().items(), transpiled.state_dict().items()):
         if not torch.equal(torch.nan_to_num(e.double()), torch.nan_to_num(a.double())):
             return "side effect", f"state {name} after the call differs"
     return "ok", ""
+
+
+# -- gradients -----------------------------------------------------------------------------------
+FLOATING = frozenset(("float32", "float64", "float16", "bfloat16"))
+# What a forward op costs its backward: the value recomputed (the generated backward keeps only the inputs),
+# its local derivative and the product with the incoming gradient, each rounded once.
+BACKWARD_OPS_PER_OP = 3
+
+
+@dataclass(frozen=True)
+class GradientSetup:
+    """Which leaves require grad in a case's gradient check."""
+
+    inputs: frozenset[str]  # the floating inputs that do
+    parameters: bool  # whether the floating parameters do (False: frozen)
+    # Whether those inputs are the leaves themselves; else each is the same view of a copy of its leaf, as an
+    # activation inside a model is: an update in place of it is allowed, and its gradient reaches the leaf.
+    leaves: bool = False
+
+
+def gradient_setup(program: Program) -> GradientSetup:
+    """Drawn from the seed alone, and each input's choice from its name, so that the program's own draws
+    stay as they were and a minimised case (an input dropped, a shape shrunk) keeps the same setup. A draw
+    leaving nothing requiring grad (no parameter to train, no input picked) trains every input instead."""
+    rng = random.Random(f"gradients {program.seed}")
+    mode, leaves = rng.choice(("all", "all", "some inputs", "frozen", "parameters")), rng.random() < 0.3
+    floating = [i.name for i in program.inputs if i.dtype in FLOATING]
+    body = " ".join(s.line() for s in program.body)
+    trains = mode != "frozen" and any(
+        f"self.{attr}" in body and ("Parameter(" in init or "LayerNorm(" in init) for attr, init in program.attrs
+    )
+    inputs = [] if mode == "parameters" else floating
+    if mode == "some inputs":
+        inputs = [name for name in floating if random.Random(f"gradients {program.seed} {name}").random() < 0.5]
+    return GradientSetup(frozenset(inputs if inputs or trains else floating), mode != "frozen", leaves)
+
+
+def _cotangent(seed: int, k: int, output: torch.Tensor) -> torch.Tensor:
+    """The gradient backpropagated from output `k`: normal values of its dtype, from the seed (the same for
+    every run; a widened run gets the same values in its wider dtype)."""
+    g = torch.Generator().manual_seed(seed * 16 + k)
+    return torch.randn(output.shape, generator=g, dtype=torch.float64).to(output.dtype)
+
+
+@dataclass
+class _Graded:
+    """One run of a module under autograd: the inputs it was given, what its forward returned or raised, and
+    the leaves' gradients."""
+
+    inputs: list
+    outputs: tuple | None = None
+    error: str | None = None
+    backward_error: str | None = None
+    grads: dict[str, torch.Tensor | None] = field(default_factory=dict)
+
+
+def _trained(tensor: torch.Tensor, setup: GradientSetup) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the leaf, the input given to the module): the tensor itself, or the same strides over a copy of its
+    storage's tensor (the view `make_input` made is of it), whose gradient reaches that tensor."""
+    if setup.leaves:
+        return tensor.requires_grad_(), tensor
+    leaf = (tensor if tensor._base is None else tensor._base).detach().requires_grad_()
+    return leaf, torch.as_strided(leaf.clone(), tensor.shape, tensor.stride(), tensor.storage_offset())
+
+
+def _graded_call(module, inputs, program: Program, setup: GradientSetup, cotangents: list | None) -> _Graded:
+    """The forward with the setup's leaves requiring grad, then the backward of `cotangents` (one per output,
+    None for outputs none flows from; None: eager's own, built here from the outputs that require grad)."""
+    leaves = {}
+    for k, (spec, tensor) in enumerate(zip(program.inputs, inputs)):
+        if spec.name in setup.inputs and tensor.is_floating_point():
+            leaves[spec.name], inputs[k] = _trained(tensor, setup)
+    parameters = dict(module.named_parameters())
+    for parameter in parameters.values():
+        parameter.requires_grad_(setup.parameters and parameter.is_floating_point())
+    run = _Graded(inputs)
+    try:
+        with torch.enable_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run.outputs = _as_tuple(module(*inputs))
+    except Exception as error:  # whatever eager raises, the transpiled module must raise too
+        run.error = type(error).__name__
+        return run
+    if cotangents is None:
+        cotangents = [_cotangent(program.seed, k, o) if o.requires_grad else None for k, o in enumerate(run.outputs)]
+    pairs = [(o, c.to(o.dtype)) for o, c in zip(run.outputs, cotangents) if c is not None and o.requires_grad]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if pairs:
+                torch.autograd.backward([o for o, _ in pairs], [c for _, c in pairs])
+    except Exception as error:
+        run.backward_error = type(error).__name__
+    run.grads = {f"input {name}": leaf.grad for name, leaf in leaves.items()}
+    run.grads.update((f"parameter {name}", p.grad) for name, p in parameters.items())
+    return run
+
+
+def _gradient_length(program: Program, tensors: Iterable[torch.Tensor], grad: torch.Tensor) -> int:
+    """How many terms a gradient element may sum: the elements broadcast onto it (a 0-dim parameter's gradient
+    sums over the whole iteration space) times the row a reduction's backward sums over."""
+    largest = max((t.numel() for t in tensors), default=1)
+    try:
+        largest = max(largest, math.prod(torch.broadcast_shapes(*(i.shape for i in program.inputs))))
+    except RuntimeError:  # inputs that do not broadcast together (a view made them fit)
+        pass
+    return _reduced_length(program) * max(1, largest // max(grad.numel(), 1))
+
+
+def compare_gradients(
+    program: Program, original_cls, transpiled_cls, device: str = "cpu", setup: GradientSetup | None = None
+) -> tuple[str, str, bool]:
+    """(outcome, detail, whether a backward ran) of a case's gradient check: both modules under autograd with
+    `gradient_setup`'s leaves requiring grad, the same cotangent backpropagated from each output that requires
+    grad; the forward's outputs (values, and whether each requires grad and has a grad_fn) and every leaf's
+    .grad (None or not, shape, dtype, values within `value_mismatch`'s bound for the backward's op count).
+    An error eager's backward raises (a value it saved was updated in place) is not required of the
+    transpiled module: which values a backward saves is the implementation's choice. `setup`: the program's
+    `gradient_setup` unless given."""
+    setup = setup or gradient_setup(program)
+    original, transpiled, wide_module, exact_module = _modules(program, original_cls, transpiled_cls, device)
+    eager_in, ours_in, wide_in, exact_in = _inputs(program, device)
+    with _Narrowest() as narrowest:
+        eager = _graded_call(original, eager_in, program, setup, None)
+    cotangents = [
+        _cotangent(program.seed, k, o) if o.requires_grad else None for k, o in enumerate(eager.outputs or ())
+    ]
+    ours = _graded_call(transpiled, ours_in, program, setup, cotangents)
+    raised = _error_outcome(eager.error, ours.error, "under autograd: ")
+    if raised:
+        return (*raised, False)
+    wide = _graded_call(wide_module, wide_in, program, setup, cotangents)
+    exact = _graded_call(exact_module, exact_in, program, setup, cotangents)
+    mismatch = _outputs_mismatch(
+        program, ours.outputs, eager.outputs, wide.outputs, exact.outputs, narrowest.dtype, eager.inputs, ours.inputs
+    )
+    wide_after, exact_after = (wide.inputs if wide.outputs else None), (exact.inputs if exact.outputs else None)
+    mismatch = mismatch or _inputs_mismatch(program, eager.inputs, ours.inputs, wide_after, exact_after)
+    if mismatch:
+        return mismatch[0], f"under autograd: {mismatch[1]}", False
+    for k, (a, e) in enumerate(zip(ours.outputs, eager.outputs)):
+        if _autograd_state(a) != _autograd_state(e):
+            outcome = "missing gradient" if _autograd_state(e) > _autograd_state(a) else "extra gradient"
+            return outcome, f"output {k}: eager {_describe(e)}, transpiled {_describe(a)}", False
+    if eager.backward_error:
+        return "ok", f"eager's backward raises {eager.backward_error}", False
+    if ours.backward_error:
+        return "extra error", f"transpiled's backward raises {ours.backward_error}, eager's returns", True
+    mismatch = _grads_mismatch(program, eager, ours, wide, exact, [*eager.inputs, *eager.outputs], narrowest.dtype)
+    return (*(mismatch or ("ok", "")), any(c is not None for c in cotangents))
+
+
+def _autograd_state(output: torch.Tensor) -> tuple[bool, bool]:
+    return output.requires_grad, output.grad_fn is not None
+
+
+def _describe(output: torch.Tensor) -> str:
+    return f"requires_grad={output.requires_grad}, grad_fn {'set' if output.grad_fn else 'None'}"
+
+
+def _grads_mismatch(program, eager: _Graded, ours: _Graded, wide: _Graded, exact: _Graded, tensors, computed):
+    """The first leaf whose .grad differs: None in one run only, its shape or dtype, or its values beyond the
+    backward's rounding (`value_mismatch`, widened by eager's own distance from the float64 runs' gradients)."""
+    ops = BACKWARD_OPS_PER_OP * program.ops
+    for leaf, e in eager.grads.items():
+        a = ours.grads.get(leaf)
+        if (e is None) != (a is None):
+            state = lambda g: "None" if g is None else "set"  # noqa: E731
+            outcome = "extra gradient" if e is None else "missing gradient"
+            return outcome, f"{leaf}: .grad {state(e)} in eager, {state(a)} transpiled"
+        if e is None:
+            continue
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return (
+                "wrong gradient",
+                f"{leaf}: .grad {tuple(e.shape)} {e.dtype} in eager, {tuple(a.shape)} {a.dtype} transpiled",
+            )
+        length = _gradient_length(program, tensors, e)
+        mismatch = value_mismatch(a, e, wide.grads.get(leaf), ops, length, computed, exact.grads.get(leaf))
+        if mismatch:
+            return "wrong gradient", f"{leaf} ({e.dtype}): {mismatch}"
+    return None
 
 
 # -- running cases ----------------------------------------------------------------------------------
@@ -961,6 +1214,22 @@ class Result:
     outcome: str
     detail: str = ""
     paths: dict[str, int] = field(default_factory=dict)  # kernel calls by path (`cpp`, `triton`, `fallback: ...`)
+    # The gradient check: None where none ran (not asked for, or the forward failed or raised), else whether a
+    # backward was compared (some output required grad); `grad_paths` its kernel calls, `backward: <path>` for
+    # the backward kernels (`<region>_backward`), `forward: <path>` for the regions' kernels under autograd.
+    backward: bool | None = None
+    grad_paths: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def backward_kernel_ran(self) -> bool:
+        """A generated backward kernel computed some of the case's gradients."""
+        return any(p.startswith("backward: ") and not p.startswith("backward: fallback") for p in self.grad_paths)
+
+    @property
+    def backward_fell_back(self) -> bool:
+        """Backward kernels were called but each time their eager reference computed the gradients."""
+        called = [p for p in self.grad_paths if p.startswith("backward: ")]
+        return bool(called) and not self.backward_kernel_ran
 
     @property
     def compiled(self) -> bool:
@@ -1004,8 +1273,11 @@ def _env(backend: str, cache: Path) -> dict[str, str]:
     return env
 
 
-def run_cases(programs: list[Program], backend: str, work: Path | None = None, timeout: float = 600.0) -> list[Result]:
-    """Transpile `programs` as one tree and run each case in a worker process for `backend`."""
+def run_cases(
+    programs: list[Program], backend: str, work: Path | None = None, timeout: float = 600.0, gradients: bool = False
+) -> list[Result]:
+    """Transpile `programs` as one tree and run each case in a worker process for `backend`; `gradients`: each
+    case whose forward passes has its gradient check too (`compare_gradients`)."""
     if not programs:
         return []
     work = Path(tempfile.mkdtemp(prefix="fuzz_", dir=work))
@@ -1013,19 +1285,21 @@ def run_cases(programs: list[Program], backend: str, work: Path | None = None, t
         package = "fuzzcases"
         placed = _write_tree(programs, work / "src", package)
         env = _env(backend, work.parent / "cache")
-        return _run_workers(placed, work, package, env, timeout)
+        return _run_workers(placed, work, package, env, timeout, gradients)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run_workers(placed, work: Path, package: str, env, timeout: float) -> list[Result]:
+def _run_workers(placed, work: Path, package: str, env, timeout: float, gradients: bool) -> list[Result]:
     """Transpile the tree and run the cases in worker processes; a case that crashes or hangs its worker is
     that case's result, and a new worker goes on with the rest."""
     results: list[Result] = []
     while len(results) < len(placed):
         rest = placed[len(results) :]
         jobs = work / "jobs.json"
-        jobs.write_text(json.dumps([{"module": m, "program": _program_json(p)} for m, p in rest]))
+        jobs.write_text(
+            json.dumps([{"module": m, "program": _program_json(p), "gradients": gradients} for m, p in rest])
+        )
         lines: list[str] = []
         try:
             run = subprocess.run(
@@ -1046,7 +1320,16 @@ def _run_workers(placed, work: Path, package: str, env, timeout: float) -> list[
             failure = f"timed out after {timeout:.0f} s"
         for line, (_, program) in zip(lines, rest):
             record = json.loads(line)
-            results.append(Result(program, record["outcome"], record["detail"], record["paths"]))
+            results.append(
+                Result(
+                    program,
+                    record["outcome"],
+                    record["detail"],
+                    record["paths"],
+                    record["backward"],
+                    record["grad_paths"],
+                )
+            )
         if len(results) < len(placed):
             results.append(Result(placed[len(results)][1], "crash", failure))
     return results
@@ -1099,26 +1382,56 @@ def worker(work: Path, package: str, jobs: Path) -> None:
             originals[module] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(originals[module])
         transpiled = importlib.import_module(f"{package}.{module}")
-        # A module without kernels imports no runtime: until one does, no kernel can have run.
-        kernels = getattr(sys.modules.get("_transpile_runtime"), "KERNELS", [])
-        before = {id(k): Counter(k.counts) for k in kernels}
+        original_cls, transpiled_cls = getattr(originals[module], program.name), getattr(transpiled, program.name)
+        before = _kernel_counts()
         try:
-            outcome, detail = compare(
-                program, getattr(originals[module], program.name), getattr(transpiled, program.name), DEVICE
-            )
+            outcome, detail = compare(program, original_cls, transpiled_cls, DEVICE)
         except Exception:  # the harness's own steps (building the modules, loading the state) failed
             outcome, detail = "crash", traceback.format_exc(limit=-3)
-        paths: Counter[str] = Counter()
-        for kernel in getattr(sys.modules.get("_transpile_runtime"), "KERNELS", []):
-            paths.update(Counter(kernel.counts) - before.get(id(kernel), Counter()))
-        print(json.dumps({"outcome": outcome, "detail": detail, "paths": dict(paths)}), flush=True)
+        forward = _kernel_counts()
+        backward = None
+        if job["gradients"] and outcome == "ok" and not detail.startswith("eager raises"):
+            try:
+                outcome, detail, backward = compare_gradients(program, original_cls, transpiled_cls, DEVICE)
+            except Exception:
+                outcome, detail = "crash", traceback.format_exc(limit=-3)
+        record = {"outcome": outcome, "detail": detail, "paths": _paths(before, forward), "backward": backward}
+        print(json.dumps({**record, "grad_paths": _paths(forward, _kernel_counts(), gradients=True)}), flush=True)
 
 
-def minimise(results: list[Result], backend: str, work: Path | None = None, rounds: int = 40, run=None) -> list[Result]:
+def _kernel_counts() -> dict[int, tuple[str, Counter[str]]]:
+    """Every kernel's calls by path so far, by the kernel's identity (with its name). A module without kernels
+    imports no runtime: until one does, no kernel can have run."""
+    kernels = getattr(sys.modules.get("_transpile_runtime"), "KERNELS", [])
+    return {id(k): (k.name, Counter(k.counts)) for k in kernels}
+
+
+def _paths(before: dict, after: dict, gradients: bool = False) -> dict[str, int]:
+    """The kernel calls between two `_kernel_counts`, by path; `gradients`: prefixed with `backward: ` for the
+    backward kernels (named `<region>_backward`) and `forward: ` for the others."""
+    paths: Counter[str] = Counter()
+    for key, (name, counts) in after.items():
+        new = counts - before.get(key, (name, Counter()))[1]
+        if gradients:
+            side = "backward: " if name.endswith("_backward") else "forward: "
+            new = Counter({side + path: n for path, n in new.items()})
+        paths.update(new)
+    return dict(paths)
+
+
+def minimise(
+    results: list[Result],
+    backend: str,
+    work: Path | None = None,
+    rounds: int = 40,
+    run=None,
+    gradients: bool = False,
+) -> list[Result]:
     """Each failing result shrunk while it fails with the same outcome (all cases' candidates run together).
 
-    `run(programs, backend, work)` gives their results: `run_cases` unless given."""
-    run = run or run_cases
+    `run(programs, backend, work)` gives their results: `run_cases` (with the gradient check where
+    `gradients`) unless given."""
+    run = run or functools.partial(run_cases, gradients=gradients)
     current = {r.program.seed: r for r in results if r.outcome in FAILURES}
     variant = 1
     for stage in (smaller_programs, smaller_inputs, smaller_programs):
@@ -1156,12 +1469,41 @@ def summary(results: Iterable[Result]) -> dict[str, int]:
         "compiled-region cases": len(compiled),
         "of which eager raises": sum(r.eager_raises for r in compiled),
         "kernel ran": sum(r.kernel_ran for r in compiled if not r.eager_raises),
+        **_gradient_summary(results),
         **{outcome: counts.get(outcome, 0) for outcome in FAILURES},
     }
 
 
-def fallback_reasons(results: Iterable[Result]) -> Counter[str]:
-    return Counter(p for r in results for p, n in r.paths.items() if p.startswith("fallback") for _ in range(n))
+def _gradient_summary(results: list[Result]) -> dict[str, int]:
+    """How many gradient checks ran, how many backpropagated, and what computed their gradients: a generated
+    backward kernel, only backward kernels' eager references (the kernel could not run), or the original
+    code of a region without a derivative. Empty where no gradient check ran."""
+    checked = [r for r in results if r.backward is not None]
+    if not checked:
+        return {}
+    backward = [r for r in checked if r.backward]
+    return {
+        "gradient checks": len(checked),
+        "eager's backward raises": sum(r.detail.startswith("eager's backward raises") for r in checked),
+        "with a backward": len(backward),
+        "backward kernel ran": sum(r.backward_kernel_ran for r in backward),
+        "backward kernels fell back to eager": sum(r.backward_fell_back for r in backward),
+        "a region without a derivative": sum(
+            any(p == "forward: fallback: autograd needs the original code" for p in r.grad_paths) for r in backward
+        ),
+    }
+
+
+def fallback_reasons(results: Iterable[Result], gradients: bool = False) -> Counter[str]:
+    """The fallbacks' reasons, each counted per kernel call; `gradients`: those of the gradient checks' calls
+    (`backward: ` or `forward: ` before each)."""
+    return Counter(
+        p
+        for r in results
+        for p, n in (r.grad_paths if gradients else r.paths).items()
+        if "fallback" in p
+        for _ in range(n)
+    )
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
