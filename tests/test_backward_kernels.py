@@ -78,6 +78,13 @@ class InPlace(nn.Module):
         y = x * 2.0
         y.add_(1.0)
         return torch.tanh(y) * x
+
+
+class TwoOutputs(nn.Module):
+    def forward(self, x, y):
+        t = torch.tanh(y) * 2.0
+        u = 3.0 - x * (y > 0)
+        return u, t
 """
 
 
@@ -233,6 +240,24 @@ def test_a_region_updating_in_place_keeps_the_original_code_under_autograd(modul
     assert kernels[0].counts["fallback: autograd needs the original code"] >= 1
 
 
+def test_an_output_requires_grad_only_where_an_input_it_is_computed_from_does(modules):
+    """As in eager: `u` is computed from y only through a comparison, so with x frozen it requires no grad;
+    `t` does. (A kernel's outputs all requiring grad was the fuzzer's "extra gradient", seeds 1023, 19089.)"""
+    runtime = modules[2]
+    (kernel,) = [k for k in runtime.KERNELS if k.source.endswith(":60-61") and k.gradients]
+    assert kernel.gradients is not None
+    before = kernel.counts.get("cpp", 0)
+    a, b = twins(modules, "TwoOutputs")
+    x, y = torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+    for module in (a, b):
+        u, t = module(x, y)
+        assert not u.requires_grad and u.grad_fn is None
+        assert t.requires_grad
+    u, t = b(x.requires_grad_(), y)
+    assert u.requires_grad and t.requires_grad
+    assert kernel.counts.get("cpp", 0) == before + 2
+
+
 def test_inference_still_runs_the_forward_kernels(modules):
     runtime = modules[2]
     _, b = twins(modules, "Block", 16, dtype=torch.float32)
@@ -279,3 +304,30 @@ def test_the_triton_backward_kernels_in_the_interpreter(modules, tmp_path):
     run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.startswith("ok")
+
+
+NEGATIVE_BASE = """\
+import torch
+from torch import nn
+
+
+class Power(nn.Module):
+    def forward(self, x):
+        y = (-2.0) ** x
+        return y * x - 3.0
+"""
+
+
+def test_references_keep_a_negative_constant_in_parentheses(tmp_path):
+    """The eager references (the backward's fallback) of `(-2.0) ** x`: not `-2.0 ** x`, which is -(2.0 ** x)."""
+    with original_and_transpiled(tmp_path, NEGATIVE_BASE, "negative_base", "power", "negative_original") as pair:
+        original, transpiled = pair
+        kernels = importlib.import_module("negative_base._power_kernels")
+        x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+        (reference,) = kernels.fused_pow_mul_sub_reference(x.detach())
+        torch.testing.assert_close(reference, original.Power()(x).detach(), rtol=0, atol=0)
+        (grad,) = kernels.fused_pow_mul_sub_backward_reference(x.detach(), torch.ones(3, dtype=torch.float64))
+        (expected,) = torch.autograd.grad(original.Power()(x).sum(), x)
+        # NaN everywhere, as torch's: the exponent's term is log(-2.0); -(2.0 ** x) would have given numbers.
+        assert grad.isnan().all()
+        torch.testing.assert_close(grad, expected, rtol=1e-12, atol=1e-12, equal_nan=True)

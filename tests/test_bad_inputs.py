@@ -335,7 +335,7 @@ def test_an_interrupt_exits_130_and_leaves_what_it_wrote_listed(cli, tmp_path, m
     (src / "model.py").unlink()
     again = cli("build", "src", "-o", "out")
     assert again.code == 0, again.err
-    assert "Removed 4 stale files an earlier run wrote." in again.out  # model.py and its three kernel files
+    assert "Removed 5 stale files an earlier run wrote." in again.out  # model.py and its four kernel files
     assert not (out / "model.py").exists() and not (out / transpile.JOURNAL).exists()
     assert (out / transpile.MANIFEST).is_file() and (out / "z_data.txt").read_bytes() == b"data\n"
 

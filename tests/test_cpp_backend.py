@@ -8,6 +8,7 @@ the four floating dtypes and bools, and values with NaN, infinities and signed z
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import ctypes
 import dataclasses
 import math
@@ -567,3 +568,39 @@ def test_compile_error_raises_with_the_compilers_message(tmp_path, monkeypatch):
     source.write_text('#include "transpile_runtime.h"\nint broken( {\n')
     with pytest.raises(CppBuildError, match="error"):
         CppLibrary.load(source)
+
+
+BOOLS_BESIDE_INTEGERS = """\
+import torch
+from torch import nn
+
+
+class Mixed(nn.Module):
+    def forward(self, x, y):
+        m = x > y
+        a = torch.where(m, m, x)
+        b = torch.where(m, y, m)
+        c = m * x + m
+        return a, b, torch.maximum(c, m)
+"""
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_bools_beside_integers_are_promoted_to_the_integers_not_to_float(tmp_path, monkeypatch, dtype):
+    """A bool operand of an op whose result is an integer is 0 or 1 in that integer type: through C (float) an
+    int32 past 2**24 lost its low bits (`torch.where(m, m, x)`; the differential fuzzer's seed 19073)."""
+    from tests.transpiled import original_and_transpiled
+
+    monkeypatch.setenv("TRANSPILE_COMPILE", "sync")
+    info = torch.iinfo(dtype)
+    generator = torch.Generator().manual_seed(0)
+    x, y = (torch.randint(info.min // 4, info.max // 4, (5, 7), generator=generator, dtype=dtype) for _ in range(2))
+    x[0, :3] = torch.tensor([2**24 + 1, -(2**31) + 3, 2**31 - 5], dtype=dtype)
+    with original_and_transpiled(tmp_path, BOOLS_BESIDE_INTEGERS, "mixed_ints", "mixed", "mixed_original") as pair:
+        original, transpiled = pair
+        expected, actual = original.Mixed()(x, y), transpiled.Mixed()(x, y)
+        for got, want in zip(actual, expected, strict=True):
+            assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+        runtime = importlib.import_module("mixed_ints._transpile_runtime")
+        assert any(k.counts.get("cpp") for k in runtime.KERNELS), [dict(k.counts) for k in runtime.KERNELS]

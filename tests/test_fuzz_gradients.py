@@ -19,9 +19,8 @@ from tests import fuzzing
 from tests.fuzzing import GradientSetup, InputSpec, Program, Stmt, compare_gradients
 
 SEEDS = {"cpp": list(range(1000, 1032)), "triton": list(range(1000, 1024))}
-# seed -> the class of bug it reproduces, per backend.
-EXTRA = "a region's kernel under autograd makes every floating output require grad, also one of no input that does"
-KNOWN: dict[str, dict[int, str]] = {"cpp": {1023: EXTRA}, "triton": {1023: EXTRA}}
+# seed -> the class of bug it reproduces, per backend (strict xfails: a fixed bug fails until taken off).
+KNOWN: dict[str, dict[int, str]] = {"cpp": {}, "triton": {}}
 
 
 @pytest.fixture(scope="module")

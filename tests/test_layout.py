@@ -21,6 +21,7 @@ from emit.host.module import emit
 from transpiler.pipeline.compiling import Compiled, Job, compile_file
 from transpiler.source.discovery import module_name
 from transpiler.lint.engine import project_facts
+from transpiler.compiler.autodiff import backwards_of
 from transpiler.compiler.regions import find_regions
 
 pytest.importorskip("torch")
@@ -43,7 +44,7 @@ def _kernel_files(text: str, path: str = "cases.py") -> list[tuple[str, str]]:
     regions = find_regions(ast.parse(text), path, "cases", False, text)
     if not regions:
         return []
-    files = emit(text, regions, path, 0)
+    files = emit(text, regions, path, 0, backwards=backwards_of(regions)[0])  # the backward kernels read as black too
     return [(f.name, f.text) for f in files if f.name.endswith(("_triton.py", "_kernels.py"))]
 
 

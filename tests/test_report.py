@@ -247,8 +247,18 @@ def test_kernel_files_of_renamed_stems(tmp_path):
     data = json.loads((tmp_path / "out" / REPORT_JSON).read_text())
     files = {Path(f["path"]).name: [Path(k).name for k in f["kernel_files"]] for f in data["files"]}
     assert files == {
-        "my-model.py": ["_my_model_kernels.cpp", "_my_model_kernels.py", "_my_model_triton.py"],
-        "my_model.py": ["_my_model_2_kernels.cpp", "_my_model_2_kernels.py", "_my_model_2_triton.py"],
+        "my-model.py": [
+            "_my_model_backward.cpp",
+            "_my_model_kernels.cpp",
+            "_my_model_kernels.py",
+            "_my_model_triton.py",
+        ],
+        "my_model.py": [
+            "_my_model_2_backward.cpp",
+            "_my_model_2_kernels.cpp",
+            "_my_model_2_kernels.py",
+            "_my_model_2_triton.py",
+        ],
     }
     assert all((tmp_path / "out" / k).is_file() for names in files.values() for k in names)
     assert not any("_my_model" in k for k in data["runtime_files"])

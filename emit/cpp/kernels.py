@@ -318,6 +318,10 @@ def _render_operand(node: Node, position: int, names: CppNames, kinds: dict[str,
     integral = node.out in names.integral
     if constant and integral and type(operand) is int:
         return f"held_t<{names.types[node.out]}, C>({text})"  # an integer where the class is of integers
+    if have is ValueKind.BOOL and integral:
+        # A bool beside integers: 0 or 1 in the result's type where the class is of integers on the call. As C
+        # (float) it would turn `torch.where(m, m, x)` of int32 x into a float, rounding x past 2**24.
+        return f"held_t<{names.types[node.out]}, C>({text})"
     if have is ValueKind.BOOL or constant:
         return f"C({text})"  # bools read as numbers are 0 and 1, as torch promotes them; literals take type C
     if names.integer(operand) is not None and not integral and not _compares_integers(node, names):

@@ -14,7 +14,7 @@ import ast
 import importlib.metadata
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,16 +24,7 @@ from emit.layout import LINE_LENGTH, double_quoted, hug_powers, layout_text
 from emit.triton.kernels import render_triton_file
 from transpiler.compiler.dtypes import bool_hazards, stored_constants
 from transpiler.compiler.ir import EPILOGUE, RETURN, ConvSite, Epilogue, Input, Origin, Output, Region
-from transpiler.compiler.autodiff import Backward, NoBackward, backward, is_backward
-from transpiler.compiler.lowering import (
-    Level,
-    NotLowerable,
-    has_reductions,
-    kernel_view,
-    lower,
-    reduction_dim,
-    reduction_keepdim,
-)
+from transpiler.compiler.lowering import Level, has_reductions, kernel_view, lower, reduction_dim, reduction_keepdim
 from transpiler.compiler.ops import ACTIVATION, ACTIVATION_OPS, ACTIVATIONS, BY_NAME, CAST, EPILOGUE_OPS, OpKind
 
 
@@ -75,14 +66,16 @@ def emit(
     epilogues: Sequence[Epilogue] = (),
     stem: str | None = None,
     convs: Sequence[ConvSite] = (),
+    backwards: Mapping[str, object] = {},
 ) -> list[EmittedFile]:
     """The module (first) and its kernel files. `depth`: directories between the output root and the module.
-    `stem`: of the kernel files' names (`_{stem}_kernels.py`), from `kernel_stems` (default: the module's).
+        `stem`: of the kernel files' names (`_{stem}_kernels.py`), from `kernel_stems` (default: the module's).
 
-    `origin`: where the lines of `text` come from when statements were split (hoisting.py); the
-    comments and docstrings then name the lines of the source before the split. `epilogues`: linear
-    layers and their activations to run as one matmul (transpiler/compiler/linears.py). `convs`: convolutions
-    and their batch norms to fold in eval (transpiler/compiler/convs.py)."""
+        `origin`: where the lines of `text` come from when statements were split (hoisting.py); the
+        comments and docstrings then name the lines of the source before the split. `epilogues`: linear
+        layers and their activations to run as one matmul (transpiler/compiler/linears.py). `convs`: convolutions
+        and their batch norms to fold in eval (transpiler/compiler/convs.py). `backwards`: per region name, its
+    backward (transpiler/compiler/autodiff.py `Backward`, on the lines of `text`), written as one more kernel."""
     stem = stem or kernel_stem(Path(source_path).stem)
     kernels_module = f"_{stem}_kernels"
     lines = (origin.source if origin else text).splitlines(keepends=True)
@@ -90,7 +83,7 @@ def emit(
     shown = [origin.region(r) for r in regions] if origin else regions
     module = _module_text(text, list(zip(regions, shown)), source_path, kernels_module, epilogues, convs, depth)
     kernels = [stored_constants(kernel_view(r)[0]) for r in shown]
-    backwards = backward_regions(shown)
+    backwards = {name: replace(b, region=origin.region(b.region)) if origin else b for name, b in backwards.items()}
     back_kernels = [stored_constants(kernel_view(b.region)[0]) for b in backwards.values()]
     # Forward and backward kernels are shared within their own files: a backward's C++ kernels are built only
     # once something trains.
@@ -119,19 +112,6 @@ def emit(
     if back_kernels:
         files.append(EmittedFile(backward_file, render_cpp_file(back_kernels, source_lines, _cpp_header(source_path))))
     return files
-
-
-def backward_regions(regions: Sequence[Region]) -> dict[str, Backward]:
-    """Per region that has one (transpiler/compiler/autodiff.py) and whose kernels one launch computes, its backward."""
-    backwards = {}
-    for region in regions:
-        try:
-            derived = backward(region)
-            kernel_view(derived.region)  # raises where one kernel cannot compute it
-        except (NoBackward, NotLowerable):
-            continue
-        backwards[region.name] = derived
-    return backwards
 
 
 def kernel_stem(stem: str) -> str:
@@ -448,7 +428,7 @@ def _kernels_text(
     depth: int,
     epilogue: bool,
     shared: dict[str, Shared],
-    backwards: dict[str, Backward],
+    backwards: Mapping[str, object],
 ) -> str:
     """The kernel file; `epilogue`: the module calls EPILOGUE, which the file defines; `shared`: the regions that
     run an earlier region's kernels (`shared_kernels`); `backwards`: the regions' backwards, by region."""
@@ -500,21 +480,25 @@ def _kernels_text(
         gradients = ""
         if region.name in backwards:
             derived = backwards[region.name]
-            blocks += _kernel_blocks(derived.region, source_path, shared, "_CPP_BACKWARD_FILE")
+            blocks += _kernel_blocks(derived.region, source_path, shared, "_CPP_BACKWARD_FILE", backward=True)
             gradients = (
                 f", gradients=Gradients({derived.region.name}, inputs={derived.grads_of!r}, "
-                f"outputs={derived.outputs_with_grads!r}, row_length={derived.row_length})"
+                f"outputs={derived.outputs_with_grads!r}, sources={derived.sources!r}, "
+                f"row_length={derived.row_length})"
             )
         blocks += _kernel_blocks(region, source_path, shared, "_CPP_FILE", gradients)
     return "".join(parts).rstrip("\n") + "\n" + "".join(f"\n\n{block}" for block in blocks)
 
 
-def _kernel_blocks(region: Region, source_path: str, shared: dict[str, Shared], cpp: str, extra: str = "") -> list[str]:
-    """A region's eager reference and its `Kernel`, whose C++ kernels are in the file `cpp` names."""
+def _kernel_blocks(
+    region: Region, source_path: str, shared: dict[str, Shared], cpp: str, extra: str = "", backward: bool = False
+) -> list[str]:
+    """A region's eager reference and its `Kernel`, whose C++ kernels are in the file `cpp` names; `backward`: the
+    region is another's backward."""
     kernel, checks = kernel_view(region)
     runs = shared[region.name].region if region.name in shared else region.name
     return [
-        _reference(region, source_path, [value for value, _ in checks]),
+        _reference(region, source_path, [value for value, _ in checks], backward),
         f'{region.name} = Kernel("{region.name}", {region.name}_reference, tensor_inputs={len(region.tensor_inputs)}, '
         f"shapes={shape_program(kernel)}, "
         f'source="{source_path}:{region.lines}", triton=(_TRITON_FILE, "{runs}{abi.KERNEL_SUFFIX}"), cpp={cpp}'
@@ -599,14 +583,14 @@ def _rows(region: Region) -> str:
     return f", rows=Rows(dim={lowered.dim}, keepdim={lowered.keepdim}, row_outputs={row_outputs!r})"
 
 
-def _reference(region: Region, source_path: str, checked: list[str]) -> str:
+def _reference(region: Region, source_path: str, checked: list[str], backward: bool = False) -> str:
     """The region in eager PyTorch: its outputs, then the `checked` values (whose dtypes the runtime compares).
-    A backward region (autodiff.py) says whose gradients it computes."""
+    A `backward` region (autodiff.py) says whose gradients it computes."""
     params = ", ".join(i.name for i in (*region.tensor_inputs, *region.scalar_inputs))
     body = []
     for node in region.nodes:
         operands = [
-            (str(o) if node.op == CAST.name else literal(o)) if i in node.constants else str(o)
+            (str(o) if node.op == CAST.name else _operand_literal(o)) if i in node.constants else str(o)
             for i, o in enumerate(node.operands)
         ]
         value = node.definition.eager.format(*operands)
@@ -616,10 +600,17 @@ def _reference(region: Region, source_path: str, checked: list[str]) -> str:
     outputs = "".join(f"{value}, " for value in [*(o.value for o in region.outputs), *checked])
     return (
         f"def {region.name}_reference({params}):\n"
-        f'    """{"The gradients of " * is_backward(region)}{source_path}:{region.lines} in eager PyTorch."""\n'
+        f'    """{"The gradients of " * backward}{source_path}:{region.lines} in eager PyTorch."""\n'
         + "".join(body)
         + f"    return ({outputs.rstrip()})\n"
     )
+
+
+def _operand_literal(value: object) -> str:
+    """A constant as an operand of a template: a negative number in parentheses, as `{0} ** {1}` with -2.0
+    would otherwise read `-2.0 ** x`, which Python takes for `-(2.0 ** x)`."""
+    text = literal(value)
+    return f"({text})" if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0 else text
 
 
 def _triton_header(source_path: str) -> str:

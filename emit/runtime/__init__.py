@@ -771,6 +771,9 @@ class Gradients(NamedTuple):
     kernel: "Kernel"
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
+    # Per forward output, the tensor inputs it is computed from through ops that carry gradients: it requires
+    # grad, as in eager, only where one of them does.
+    sources: tuple[tuple[int, ...], ...] = ()
     row_length: bool = False
 
 
@@ -785,7 +788,14 @@ class _Differentiated(torch.autograd.Function):
         outputs, ctx.scalars, ctx.row_length = computed
         ctx.kernel = kernel
         ctx.save_for_backward(*tensors)
-        ctx.mark_non_differentiable(*(o for o in outputs if not o.is_floating_point()))
+        sources = kernel.gradients.sources
+        ctx.mark_non_differentiable(
+            *(
+                output
+                for n, output in enumerate(outputs)
+                if not output.is_floating_point() or (sources and not any(tensors[i].requires_grad for i in sources[n]))
+            )
+        )
         return outputs
 
     @staticmethod

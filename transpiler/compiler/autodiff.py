@@ -31,9 +31,11 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from transpiler.compiler.ir import RETURN, Input, Node, Output, Region
+from transpiler.compiler.lowering import NotLowerable, kernel_view
 from transpiler.compiler.ops import BY_NAME, CAST, CAST_LIKE, DERIVATIVES, OpKind
 
 BACKWARD = "_backward"  # a backward region's name is its forward's with this appended
@@ -70,6 +72,7 @@ class Backward:
     ]  # per output of the backward: the position of the forward tensor input it is the gradient of
     outputs_with_grads: tuple[int, ...]  # forward outputs (positions) whose gradients the backward takes, in order
     row_length: bool  # the backward takes the reduced dim's length as its last scalar input
+    sources: tuple[tuple[int, ...], ...] = ()  # per forward output, `gradient_sources`
 
 
 class NoBackward(Exception):
@@ -87,6 +90,7 @@ class _Builder:
         self.row_length = False
         self.line = 0
         self.base = "g"
+        self.gradients: set[str] = set()  # the values computed from a gradient
 
     def fresh(self, base: str) -> str:
         if base not in self.taken:
@@ -109,7 +113,12 @@ class _Builder:
                     return side if bool(side[0]) == (name == "or") else other
         values = tuple(o[0] if isinstance(o, tuple) else o for o in operands)
         constants = tuple(i for i, o in enumerate(operands) if isinstance(o, tuple))
-        out = self.fresh(self.base)
+        # A value computed from a gradient is named for the operand it flows to (`g_x`); a forward value the
+        # derivative recomputes (a norm's statistics) is a temporary, `t<n>`, as in forward kernels.
+        flows = any(v in self.gradients for i, v in enumerate(values) if i not in constants)
+        out = self.fresh(self.base if flows else "t")
+        if flows:
+            self.gradients.add(out)
         self.nodes.append(Node(name, values, out, self.line, constants))
         kind = BY_NAME[name].kind
         if kind is OpKind.REDUCTION:
@@ -149,6 +158,8 @@ class _Builder:
             if len(self.nodes) > appended and self.nodes[-1].out == value:
                 value = self.fresh(name.strip())
                 self.levels[value] = self.levels[self.nodes[-1].out]
+                if self.nodes[-1].out in self.gradients:
+                    self.gradients.add(value)
                 self.nodes[-1] = replace(self.nodes[-1], out=value)
             env[name.strip()] = value
         return self._eval(ast.parse(result, mode="eval").body, env)
@@ -235,6 +246,7 @@ def backward(region: Region, float_outputs: tuple[bool, ...] | None = None) -> B
         name = builder.fresh(f"{GRAD}{output.value}")
         what = "the value returned" if output.target == RETURN else output.target
         grad_inputs.append(Input(name, f"the gradient of {what}", True))
+        builder.gradients.add(name)
         levels[name] = levels[output.value]  # a reduction's result's gradient is one per row too
         grads[output.value] = name
         taking.append(position)
@@ -296,12 +308,39 @@ def backward(region: Region, float_outputs: tuple[bool, ...] | None = None) -> B
         outputs=tuple(outputs),
         conditions=region.conditions,
     )
-    return Backward(back, tuple(grads_of), tuple(taking), builder.row_length)
+    return Backward(back, tuple(grads_of), tuple(taking), builder.row_length, gradient_sources(region))
 
 
-def is_backward(region: Region) -> bool:
-    """Whether `region` is the backward of another (its name is the forward's with BACKWARD appended)."""
-    return region.name.endswith(BACKWARD)
+def gradient_sources(region: Region) -> tuple[tuple[int, ...], ...]:
+    """Per output of `region`, the tensor inputs (positions) it is computed from through ops that carry a
+    gradient: eager's output requires grad exactly when one of them does. Comparisons and logical ops,
+    casts to integer or bool dtypes, conditions and operands read for their dtype carry none (an output
+    computed from an input that requires grad only through `x > 0` does not require grad)."""
+    reach: dict[str, frozenset[int]] = {item.name: frozenset({n}) for n, item in enumerate(region.tensor_inputs)}
+    for node in region.nodes:
+        op = node.definition
+        if op.returns_bool or (node.op == CAST.name and node.operands[1] not in _FLOATS):
+            reach[node.out] = frozenset()
+            continue
+        skipped = set(node.constants) | set(op.dtype_operands) | set(op.bool_operands)
+        carried = [o for i, o in enumerate(node.operands) if i not in skipped]
+        reach[node.out] = frozenset().union(*(reach.get(o, frozenset()) for o in carried))
+    return tuple(tuple(sorted(reach.get(o.value, frozenset()))) for o in region.outputs)
+
+
+def backwards_of(regions: Iterable[Region]) -> tuple[dict[str, Backward], tuple[tuple[str, str], ...]]:
+    """Per region of `regions` with a backward that one kernel computes, that backward; and (name, why) for the
+    others, whose calls under autograd take the source's statements."""
+    derived, refused = {}, []
+    for region in regions:
+        try:
+            candidate = backward(region)
+            kernel_view(candidate.region)  # raises where one kernel cannot compute it
+        except (NoBackward, NotLowerable) as why:
+            refused.append((region.name, str(why)))
+            continue
+        derived[region.name] = candidate
+    return derived, tuple(refused)
 
 
 def _live(nodes: list[Node], needed: set[str]) -> list[Node]:

@@ -411,8 +411,9 @@ OPS: tuple[Op, ...] = (
         may_alias=True,
         kind_operands=(0,),
         cost=0,
-        # Dropout is the identity only in eval mode.
-        modules=(Module("torch.nn.Dropout", ("not {m}.training",), random_in_training=True),),
+        # Dropout is the identity in eval mode, and with p == 0 in training too (torch returns its input then,
+        # drawing nothing): models that turn dropout off keep their kernels when they train.
+        modules=(Module("torch.nn.Dropout", ("(not {m}.training or {m}.p == 0)",), random_in_training=True),),
     ),
     # No spellings of their own: activation modules chosen at run time map to them (ACTIVATIONS below).
     Op(

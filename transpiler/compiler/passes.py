@@ -7,7 +7,7 @@ unit with a name; `PASSES` is the list the build runs (transpiler/pipeline/compi
 kernels (emit/), running `KERNEL_PASSES` on each region.
 
     provenance -> graph_sites -> fuse_across_ifs -> split_statements -> regions -> linear_sites
-               -> conv_sites                                                   (this module)
+               -> conv_sites -> backwards                                      (this module)
     per region:   legalize -> lowering                                              (the emitters)
 
 The two source passes are speculative: a statement is copied across an `if` or split only where
@@ -23,6 +23,7 @@ import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from transpiler.compiler.autodiff import Backward, backwards_of
 from transpiler.compiler.graphing import Hazard, graph_sites
 from transpiler.compiler.hoisting import Hoisting, hoist_regions
 from transpiler.compiler.convs import conv_sites
@@ -51,6 +52,8 @@ class Unit:
     graphs: tuple[GraphSite, ...] = ()  # blocks whose forward replays as a CUDA graph
     not_graphed: tuple[NotGraphed, ...] = ()  # blocks whose forward does not, and why
     not_fused: tuple[NotFused, ...] = ()  # tensor statements left eager, and why (lines of the file on disk)
+    backwards: Mapping[str, Backward] = field(default_factory=dict)  # per region name, its backward (on `text`)
+    no_backward: tuple[tuple[str, str], ...] = ()  # (region name, why) for the regions without one
     _hoisted: dict[str, Hoisting] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -162,6 +165,11 @@ def _conv_sites(unit: Unit) -> Unit:
     return replace(unit, convs=tuple(sites), not_fused=_outside(unit, sites))
 
 
+def _backwards(unit: Unit) -> Unit:
+    derived, refused = backwards_of(unit.regions)
+    return replace(unit, backwards=derived, no_backward=refused)
+
+
 def _outside(unit: Unit, sites: list) -> tuple[NotFused, ...]:
     """The statements left eager that a site of the pass (a linear + activation, a conv + norm) does not take."""
     taken = [(unit.origin.ranges[s.first - 1][0], unit.origin.ranges[s.last - 1][1]) for s in sites]
@@ -181,6 +189,7 @@ PASSES = (
     Pass("regions", "fusible runs of statements as IR, callees inlined, typed by the walker", _regions),
     Pass("linear_sites", "linear layers followed by an activation: one matmul with the activation", _linear_sites),
     Pass("conv_sites", "a convolution feeding a batch norm: one folded convolution in eval", _conv_sites),
+    Pass("backwards", "each region's backward, derived in reverse mode (autodiff.py), or why it has none", _backwards),
 )
 
 
@@ -244,6 +253,12 @@ def explain(unit: Unit) -> list[str]:
                     f"   {site.target} = self.{site.activation}(self.{site.layer}({site.argument}))  ({result.path}:{first}-{last})"
                 )
             out.append(f"   ({len(result.epilogues)} site{'s' * (len(result.epilogues) != 1)})")
+        elif step.name == "backwards":
+            out.extend(format_region(result.shown(b.region)) for b in result.backwards.values())
+            out.extend(
+                f"   {name}: no backward ({why}): autograd takes the source's statements"
+                for name, why in result.no_backward
+            )
         elif step.name == "conv_sites":
             for site in result.convs:
                 first, last = result.origin.ranges[site.first - 1][0], result.origin.ranges[site.last - 1][1]

@@ -201,7 +201,9 @@ def _compile(job: Job, text: str, tree: ast.Module, facts: ProjectFacts) -> Comp
         files = ((job.src.name, newlines_like(module, text)),)
         return Compiled(job.src, (), files, {}, graphed, not_graphed, not_fused)
     regions = list(unit.regions)
-    emitted = emit(unit.text, regions, job.shown, job.depth, unit.origin, unit.epilogues, job.stem, unit.convs)
+    emitted = emit(
+        unit.text, regions, job.shown, job.depth, unit.origin, unit.epilogues, job.stem, unit.convs, unit.backwards
+    )
     # Unaligned linear layers' calls in the emitted module, routed through the runtime's `linear`.
     sites = linear_sites(emitted[0].text, job.module, is_package, set(facts.compiled))
     module = route_linears(emitted[0].text, sites, job.depth)

@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import rounded, widen
+from _transpile_runtime.triton_support import cast, rounded, widen
 
 
 @triton.jit
@@ -66,3 +66,81 @@ def fused_mul_add_kernel(
     q_1 = rounded(q + t0, q_1_dtype)
     # Store the outputs, converted to their dtypes
     tl.store(q_1_out_ptr + offsets, q_1.to(q_1_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_mul_add_backward_kernel(
+    _rotate_half_ptr,  # input _rotate_half
+    q_ptr,  # input q
+    grad_q_1_ptr,  # input the gradient of q
+    grad__rotate_half_out_ptr,  # output grad__rotate_half
+    grad_q_out_ptr,  # output grad_q
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _rotate_half_stride0,
+    _rotate_half_stride1,
+    _rotate_half_stride2,
+    _rotate_half_stride3,
+    q_stride0,
+    q_stride1,
+    q_stride2,
+    q_stride3,
+    grad_q_1_stride0,
+    grad_q_1_stride1,
+    grad_q_1_stride2,
+    grad_q_1_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    g__rotate_half_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+):
+    """fixtures.models.attention.Attention.forward in models/attention.py:31."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _rotate_half_offsets = offsets
+        q_offsets = offsets
+        grad_q_1_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _rotate_half_offsets = index3 * _rotate_half_stride3
+        q_offsets = index3 * q_stride3
+        grad_q_1_offsets = index3 * grad_q_1_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _rotate_half_offsets += index2 * _rotate_half_stride2
+            q_offsets += index2 * q_stride2
+            grad_q_1_offsets += index2 * grad_q_1_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _rotate_half_offsets += index1 * _rotate_half_stride1
+            q_offsets += index1 * q_stride1
+            grad_q_1_offsets += index1 * grad_q_1_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _rotate_half_offsets += index0 * _rotate_half_stride0
+            q_offsets += index0 * q_stride0
+            grad_q_1_offsets += index0 * grad_q_1_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _rotate_half = widen(tl.load(_rotate_half_ptr + _rotate_half_offsets, mask=mask))
+    q = widen(tl.load(q_ptr + q_offsets, mask=mask))
+    grad_q_1 = widen(tl.load(grad_q_1_ptr + grad_q_1_offsets, mask=mask))
+    # Compute
+    # models/attention.py:31  q = q + 0.1 * rotate_half(q)  # a toy rotary embedding, via the cross-file helper
+    g__rotate_half = rounded(grad_q_1 * 0.1, g__rotate_half_dtype)
+    grad__rotate_half = cast(g__rotate_half, _rotate_half_ptr.dtype.element_ty)
+    grad_q = cast(grad_q_1, q_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(
+        grad__rotate_half_out_ptr + offsets, grad__rotate_half.to(grad__rotate_half_out_ptr.dtype.element_ty), mask=mask
+    )
+    tl.store(grad_q_out_ptr + offsets, grad_q.to(grad_q_out_ptr.dtype.element_ty), mask=mask)

@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel, Rows, Shapes, Step, Activation, Activations
+    from ._transpile_runtime import Kernel, Rows, Gradients, Shapes, Step, Activation, Activations
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel, Rows, Shapes, Step, Activation, Activations
+    from _transpile_runtime import Kernel, Rows, Gradients, Shapes, Step, Activation, Activations
 try:  # the output tree imported as a package
     from ._transpile_runtime.linear import LinearActivation
 except ImportError:  # the output root on sys.path
@@ -23,6 +23,7 @@ except ImportError:  # the output root on sys.path
 
 _TRITON_FILE = Path(__file__).with_name("_clean_triton.py")
 _CPP_FILE = Path(__file__).with_name("_clean_kernels.cpp")
+_CPP_BACKWARD_FILE = Path(__file__).with_name("_clean_backward.cpp")
 
 # Linear layers followed by an activation module (transpiler/compiler/linears.py): on CUDA, ReLU and tanh-GELU
 # run in the matmul's epilogue (the third field: 0 ReLU, 1 tanh-GELU); for anything else it returns
@@ -69,6 +70,53 @@ _transpile_linear_activation = LinearActivation(
 )
 
 
+def fused_silu_backward_reference(gate, up, grad_h):
+    """The gradients of models/clean.py:45 in eager PyTorch."""
+    t0 = torch.nn.functional.silu(gate)
+    g_t0 = grad_h * up
+    g_up = grad_h * t0
+    s = torch.sigmoid(gate)
+    g_gate = g_t0 * s
+    t1 = 1 - s
+    t2 = gate * t1
+    t3 = 1 + t2
+    g_gate0 = g_gate * t3
+    grad_gate = g_gate0.to(gate.dtype)
+    grad_up = g_up.to(up.dtype)
+    return (
+        grad_gate,
+        grad_up,
+    )
+
+
+fused_silu_backward = Kernel(
+    "fused_silu_backward",
+    fused_silu_backward_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("gate", "up", "grad_h"),
+        steps=(
+            Step("t0", ("gate",)),
+            Step("g_t0", ("grad_h", "up")),
+            Step("g_up", ("grad_h", "t0")),
+            Step("s", ("gate",)),
+            Step("g_gate", ("g_t0", "s")),
+            Step("t1", ("s",)),
+            Step("t2", ("gate", "t1")),
+            Step("t3", ("t2",)),
+            Step("g_gate0", ("g_gate", "t3")),
+            Step("grad_gate", ("g_gate0",)),
+            Step("grad_up", ("g_up",)),
+        ),
+        outputs=("grad_gate", "grad_up"),
+    ),
+    source="models/clean.py:45",
+    triton=(_TRITON_FILE, "fused_silu_backward_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,), (1,)),
+)
+
+
 def fused_silu_reference(gate, up):
     """models/clean.py:45 in eager PyTorch."""
     t0 = torch.nn.functional.silu(gate)
@@ -91,6 +139,7 @@ fused_silu = Kernel(
     source="models/clean.py:45",
     triton=(_TRITON_FILE, "fused_silu_kernel"),
     cpp=_CPP_FILE,
+    gradients=Gradients(fused_silu_backward, inputs=(0, 1), outputs=(0,), sources=((0, 1),), row_length=False),
 )
 
 
@@ -186,6 +235,76 @@ fused_rotary_2 = Kernel(
 )
 
 
+def fused_layer_norm_backward_reference(attn, x, ln_2_weight, ln_2_bias, grad_h_1, grad_h, ln_2_eps):
+    """The gradients of models/clean.py:94-98 in eager PyTorch."""
+    h = attn + x
+    t = torch.var(h, dim=-1, correction=0, keepdim=True)
+    t0 = t + ln_2_eps
+    rstd = torch.rsqrt(t0)
+    t2 = torch.mean(h, dim=-1, keepdim=True)
+    t3 = h - t2
+    xhat = t3 * rstd
+    gw = grad_h_1 * ln_2_weight
+    g_h0 = torch.mean(gw, dim=-1, keepdim=True)
+    g_h1 = gw - g_h0
+    g_h2 = gw * xhat
+    g_h3 = torch.mean(g_h2, dim=-1, keepdim=True)
+    g_h4 = xhat * g_h3
+    g_h5 = g_h1 - g_h4
+    g_h6 = rstd * g_h5
+    g_h7 = grad_h + g_h6
+    g_ln_2_weight = grad_h_1 * xhat
+    grad_attn = g_h7.to(attn.dtype)
+    grad_x = g_h7.to(x.dtype)
+    grad_ln_2_weight = g_ln_2_weight.to(ln_2_weight.dtype)
+    grad_ln_2_bias = grad_h_1.to(ln_2_bias.dtype)
+    return (
+        grad_attn,
+        grad_x,
+        grad_ln_2_weight,
+        grad_ln_2_bias,
+    )
+
+
+fused_layer_norm_backward = Kernel(
+    "fused_layer_norm_backward",
+    fused_layer_norm_backward_reference,
+    tensor_inputs=6,
+    shapes=Shapes(
+        inputs=("attn", "x", "ln_2_weight", "ln_2_bias", "grad_h_1", "grad_h"),
+        steps=(
+            Step("h", ("attn", "x")),
+            Step("t", ("h",), dim=-1, keepdim=True),
+            Step("t0", ("t",)),
+            Step("rstd", ("t0",)),
+            Step("t2", ("h",), dim=-1, keepdim=True),
+            Step("t3", ("h", "t2")),
+            Step("xhat", ("t3", "rstd")),
+            Step("gw", ("grad_h_1", "ln_2_weight")),
+            Step("g_h0", ("gw",), dim=-1, keepdim=True),
+            Step("g_h1", ("gw", "g_h0")),
+            Step("g_h2", ("gw", "xhat")),
+            Step("g_h3", ("g_h2",), dim=-1, keepdim=True),
+            Step("g_h4", ("xhat", "g_h3")),
+            Step("g_h5", ("g_h1", "g_h4")),
+            Step("g_h6", ("rstd", "g_h5")),
+            Step("g_h7", ("grad_h", "g_h6")),
+            Step("g_ln_2_weight", ("grad_h_1", "xhat")),
+            Step("grad_attn", ("g_h7",)),
+            Step("grad_x", ("g_h7",)),
+            Step("grad_ln_2_weight", ("g_ln_2_weight",)),
+            Step("grad_ln_2_bias", ("grad_h_1",)),
+        ),
+        outputs=("grad_attn", "grad_x", "grad_ln_2_weight", "grad_ln_2_bias"),
+    ),
+    source="models/clean.py:94-98",
+    triton=(_TRITON_FILE, "fused_layer_norm_backward_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    rows=Rows(dim=-1, keepdim=True, row_outputs=()),
+    bool_hazards=((0,), (3,), (2,), (1,)),
+)
+
+
 def fused_layer_norm_reference(attn, x, ln_2_weight, ln_2_bias, ln_2_eps):
     """models/clean.py:94-98 in eager PyTorch."""
     h = attn + x
@@ -213,4 +332,7 @@ fused_layer_norm = Kernel(
     cpp=_CPP_FILE,
     rows=Rows(dim=-1, keepdim=True, row_outputs=()),
     bool_hazards=((0, 1),),
+    gradients=Gradients(
+        fused_layer_norm_backward, inputs=(0, 1, 2, 3), outputs=(0, 1), sources=((0, 1, 2, 3), (0, 1)), row_length=False
+    ),
 )

@@ -3,13 +3,19 @@
 import triton
 import triton.language as tl
 from _transpile_runtime.triton_support import (
+    accumulate_max,
     accumulate_sum,
     add,
+    cast,
     clamp_min,
     divide,
+    floating,
     is_inf,
+    logical_and,
+    max_partial,
     rotate_half,
     rounded,
+    row_max,
     row_sum,
     sqrt_rn,
     sum_partial,
@@ -428,3 +434,466 @@ def fused_layer_norm_kernel(
             # Store the element outputs, converted to their dtypes
             tl.store(h_1_out_ptr + h_1_out_row + col * h_1_out_stride, h_1.to(h_1_out_ptr.dtype.element_ty), mask=mask)
             tl.store(h_out_ptr + h_out_row + col * h_out_stride, h.to(h_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_silu_backward_kernel(
+    gate_ptr,  # input gate
+    up_ptr,  # input up
+    grad_h_ptr,  # input the gradient of h
+    grad_gate_out_ptr,  # output grad_gate
+    grad_up_out_ptr,  # output grad_up
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    gate_stride0,
+    gate_stride1,
+    gate_stride2,
+    gate_stride3,
+    up_stride0,
+    up_stride1,
+    up_stride2,
+    up_stride3,
+    grad_h_stride0,
+    grad_h_stride1,
+    grad_h_stride2,
+    grad_h_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g_t0_dtype: tl.constexpr,
+    g_up_dtype: tl.constexpr,
+    s_dtype: tl.constexpr,
+    g_gate_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    g_gate0_dtype: tl.constexpr,
+):
+    """fixtures.models.clean.GatedMLP.forward in models/clean.py:45."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        gate_offsets = offsets
+        up_offsets = offsets
+        grad_h_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        gate_offsets = index3 * gate_stride3
+        up_offsets = index3 * up_stride3
+        grad_h_offsets = index3 * grad_h_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            gate_offsets += index2 * gate_stride2
+            up_offsets += index2 * up_stride2
+            grad_h_offsets += index2 * grad_h_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            gate_offsets += index1 * gate_stride1
+            up_offsets += index1 * up_stride1
+            grad_h_offsets += index1 * grad_h_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            gate_offsets += index0 * gate_stride0
+            up_offsets += index0 * up_stride0
+            grad_h_offsets += index0 * grad_h_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    gate = widen(tl.load(gate_ptr + gate_offsets, mask=mask))
+    up = widen(tl.load(up_ptr + up_offsets, mask=mask))
+    grad_h = widen(tl.load(grad_h_ptr + grad_h_offsets, mask=mask))
+    # Compute
+    # models/clean.py:45  h = F.silu(gate) * up
+    t0 = rounded(gate * tl.sigmoid(gate), t0_dtype)
+    g_t0 = rounded(grad_h * up, g_t0_dtype)
+    g_up = rounded(grad_h * t0, g_up_dtype)
+    s = rounded(tl.sigmoid(floating(gate)), s_dtype)
+    g_gate = rounded(g_t0 * s, g_gate_dtype)
+    t1 = rounded(1 - s, t1_dtype)
+    t2 = rounded(gate * t1, t2_dtype)
+    t3 = rounded(1 + t2, t3_dtype)
+    g_gate0 = rounded(g_gate * t3, g_gate0_dtype)
+    grad_gate = cast(g_gate0, gate_ptr.dtype.element_ty)
+    grad_up = cast(g_up, up_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad_gate_out_ptr + offsets, grad_gate.to(grad_gate_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad_up_out_ptr + offsets, grad_up.to(grad_up_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_layer_norm_backward_kernel(
+    attn_ptr,  # input attn
+    x_ptr,  # input x
+    ln_2_weight_ptr,  # input self.ln_2.weight
+    ln_2_bias_ptr,  # input self.ln_2.bias
+    grad_h_1_ptr,  # input the gradient of h
+    grad_h_ptr,  # input the gradient of residual
+    ln_2_eps,  # scalar input self.ln_2.eps
+    grad_attn_out_ptr,  # output grad_attn: one value an element
+    grad_x_out_ptr,  # output grad_x: one value an element
+    grad_ln_2_weight_out_ptr,  # output grad_ln_2_weight: one value an element
+    grad_ln_2_bias_out_ptr,  # output grad_ln_2_bias: one value an element
+    n_rows,  # rows: every dim but the reduced one
+    R,  # the row length: the reduced dim's size
+    outer_size1,  # row = (index0 * outer_size1 + index1) * outer_size2 + index2 (strided path)
+    outer_size2,
+    attn_stride0,  # input attn: strides along the 3 row dims, then along the row
+    attn_stride1,
+    attn_stride2,
+    attn_stride_r,
+    x_stride0,  # input x: strides along the 3 row dims, then along the row
+    x_stride1,
+    x_stride2,
+    x_stride_r,
+    ln_2_weight_stride0,  # input self.ln_2.weight: strides along the 3 row dims, then along the row
+    ln_2_weight_stride1,
+    ln_2_weight_stride2,
+    ln_2_weight_stride_r,
+    ln_2_bias_stride0,  # input self.ln_2.bias: strides along the 3 row dims, then along the row
+    ln_2_bias_stride1,
+    ln_2_bias_stride2,
+    ln_2_bias_stride_r,
+    grad_h_1_stride0,  # input the gradient of h: strides along the 3 row dims, then along the row
+    grad_h_1_stride1,
+    grad_h_1_stride2,
+    grad_h_1_stride_r,
+    grad_h_stride0,  # input the gradient of residual: strides along the 3 row dims, then along the row
+    grad_h_stride1,
+    grad_h_stride2,
+    grad_h_stride_r,
+    grad_attn_out_stride0,  # output grad_attn: strides along the 3 row dims, then along the row
+    grad_attn_out_stride1,
+    grad_attn_out_stride2,
+    grad_attn_out_stride_r,
+    grad_x_out_stride0,  # output grad_x: strides along the 3 row dims, then along the row
+    grad_x_out_stride1,
+    grad_x_out_stride2,
+    grad_x_out_stride_r,
+    grad_ln_2_weight_out_stride0,  # output grad_ln_2_weight: strides along the 3 row dims, then along the row
+    grad_ln_2_weight_out_stride1,
+    grad_ln_2_weight_out_stride2,
+    grad_ln_2_weight_out_stride_r,
+    grad_ln_2_bias_out_stride0,  # output grad_ln_2_bias: strides along the 3 row dims, then along the row
+    grad_ln_2_bias_out_stride1,
+    grad_ln_2_bias_out_stride2,
+    grad_ln_2_bias_out_stride_r,
+    CONTIGUOUS: tl.constexpr,  # every tensor above holds element (row, col) at row * R + col
+    LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
+    ROWS: tl.constexpr,  # rows a program computes
+    RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
+    h_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t_dtype: tl.constexpr,
+    t0_dtype: tl.constexpr,
+    rstd_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    xhat_dtype: tl.constexpr,
+    gw_dtype: tl.constexpr,
+    g_h0_dtype: tl.constexpr,
+    g_h1_dtype: tl.constexpr,
+    g_h2_dtype: tl.constexpr,
+    g_h3_dtype: tl.constexpr,
+    g_h4_dtype: tl.constexpr,
+    g_h5_dtype: tl.constexpr,
+    g_h6_dtype: tl.constexpr,
+    g_h7_dtype: tl.constexpr,
+    g_ln_2_weight_dtype: tl.constexpr,
+):
+    """fixtures.models.clean.DecoderBlock.forward in models/clean.py:94-98."""
+    # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
+    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    row_mask = row < n_rows
+    cols = tl.arange(0, RBLOCK)[None, :]
+    # Where each tensor's rows start, and its stride along them
+    if CONTIGUOUS:
+        attn_row = row * R
+        attn_stride = 1
+        x_row = row * R
+        x_stride = 1
+        ln_2_weight_row = row * R
+        ln_2_weight_stride = 1
+        ln_2_bias_row = row * R
+        ln_2_bias_stride = 1
+        grad_h_1_row = row * R
+        grad_h_1_stride = 1
+        grad_h_row = row * R
+        grad_h_stride = 1
+        grad_attn_out_row = row * R
+        grad_attn_out_stride = 1
+        grad_x_out_row = row * R
+        grad_x_out_stride = 1
+        grad_ln_2_weight_out_row = row * R
+        grad_ln_2_weight_out_stride = 1
+        grad_ln_2_bias_out_row = row * R
+        grad_ln_2_bias_out_stride = 1
+    else:
+        # The row's coordinates in the 3 row dims
+        index2 = row % outer_size2
+        rest = row // outer_size2
+        index1 = rest % outer_size1
+        index0 = rest // outer_size1
+        attn_row = index0 * attn_stride0 + index1 * attn_stride1 + index2 * attn_stride2
+        attn_stride = attn_stride_r
+        x_row = index0 * x_stride0 + index1 * x_stride1 + index2 * x_stride2
+        x_stride = x_stride_r
+        ln_2_weight_row = index0 * ln_2_weight_stride0 + index1 * ln_2_weight_stride1 + index2 * ln_2_weight_stride2
+        ln_2_weight_stride = ln_2_weight_stride_r
+        ln_2_bias_row = index0 * ln_2_bias_stride0 + index1 * ln_2_bias_stride1 + index2 * ln_2_bias_stride2
+        ln_2_bias_stride = ln_2_bias_stride_r
+        grad_h_1_row = index0 * grad_h_1_stride0 + index1 * grad_h_1_stride1 + index2 * grad_h_1_stride2
+        grad_h_1_stride = grad_h_1_stride_r
+        grad_h_row = index0 * grad_h_stride0 + index1 * grad_h_stride1 + index2 * grad_h_stride2
+        grad_h_stride = grad_h_stride_r
+        grad_attn_out_row = (
+            index0 * grad_attn_out_stride0 + index1 * grad_attn_out_stride1 + index2 * grad_attn_out_stride2
+        )
+        grad_attn_out_stride = grad_attn_out_stride_r
+        grad_x_out_row = index0 * grad_x_out_stride0 + index1 * grad_x_out_stride1 + index2 * grad_x_out_stride2
+        grad_x_out_stride = grad_x_out_stride_r
+        grad_ln_2_weight_out_row = (
+            index0 * grad_ln_2_weight_out_stride0
+            + index1 * grad_ln_2_weight_out_stride1
+            + index2 * grad_ln_2_weight_out_stride2
+        )
+        grad_ln_2_weight_out_stride = grad_ln_2_weight_out_stride_r
+        grad_ln_2_bias_out_row = (
+            index0 * grad_ln_2_bias_out_stride0
+            + index1 * grad_ln_2_bias_out_stride1
+            + index2 * grad_ln_2_bias_out_stride2
+        )
+        grad_ln_2_bias_out_stride = grad_ln_2_bias_out_stride_r
+    if not LOOPED:
+        # One pass: the whole row in registers; each input is read once
+        col = cols
+        mask = row_mask & (col < R)
+        attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
+        x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+        ln_2_weight = widen(tl.load(ln_2_weight_ptr + ln_2_weight_row + col * ln_2_weight_stride, mask=mask))
+        ln_2_bias = widen(tl.load(ln_2_bias_ptr + ln_2_bias_row + col * ln_2_bias_stride, mask=mask))
+        grad_h_1 = widen(tl.load(grad_h_1_ptr + grad_h_1_row + col * grad_h_1_stride, mask=mask))
+        grad_h = widen(tl.load(grad_h_ptr + grad_h_row + col * grad_h_stride, mask=mask))
+        # Compute (reductions over the lanes in `mask`)
+        # models/clean.py:94  h = attn + x
+        h = rounded(add(attn, x), h_dtype)
+        # models/clean.py:98  h = self.ln_2(h)
+        abs0 = tl.abs(h)
+        row_max0 = row_max(abs0, mask)
+        gt0 = row_max0 > 0.0
+        lt0 = row_max0 < float("inf")
+        and0 = logical_and(gt0, lt0)
+        where0 = tl.where(and0, row_max0, 1.0)
+        div0 = divide(h, where0)
+        row_sum0 = row_sum(div0, mask)
+        row_size0 = tl.cast(R, tl.float32)
+        div1 = divide(row_sum0, row_size0)
+        sub0 = div0 - div1
+        mul0 = sub0 * sub0
+        row_sum1 = row_sum(mul0, mask)
+        row_sum2 = row_sum(sub0, mask)
+        div2 = divide(row_sum2, row_size0)
+        mul1 = row_sum2 * div2
+        sub1 = row_sum1 - mul1
+        isinf0 = is_inf(row_sum1)
+        where1 = tl.where(isinf0, row_sum1, sub1)
+        clamp_min0 = clamp_min(where1, 0.0)
+        div3 = divide(clamp_min0, row_size0)
+        mul2 = div3 * where0
+        t = rounded(mul2 * where0, t_dtype)
+        t0 = rounded(t + ln_2_eps, t0_dtype)
+        rstd = rounded(divide(1.0, sqrt_rn(t0)), rstd_dtype)
+        row_sum3 = row_sum(h, mask)
+        t2 = rounded(divide(row_sum3, row_size0), t2_dtype)
+        t3 = rounded(h - t2, t3_dtype)
+        xhat = rounded(t3 * rstd, xhat_dtype)
+        gw = rounded(grad_h_1 * ln_2_weight, gw_dtype)
+        row_sum4 = row_sum(gw, mask)
+        g_h0 = rounded(divide(row_sum4, row_size0), g_h0_dtype)
+        g_h1 = rounded(gw - g_h0, g_h1_dtype)
+        g_h2 = rounded(gw * xhat, g_h2_dtype)
+        row_sum5 = row_sum(g_h2, mask)
+        g_h3 = rounded(divide(row_sum5, row_size0), g_h3_dtype)
+        g_h4 = rounded(xhat * g_h3, g_h4_dtype)
+        g_h5 = rounded(g_h1 - g_h4, g_h5_dtype)
+        g_h6 = rounded(rstd * g_h5, g_h6_dtype)
+        g_h7 = rounded(grad_h + g_h6, g_h7_dtype)
+        g_ln_2_weight = rounded(grad_h_1 * xhat, g_ln_2_weight_dtype)
+        # models/clean.py:94  h = attn + x
+        grad_attn = cast(g_h7, attn_ptr.dtype.element_ty)
+        grad_x = cast(g_h7, x_ptr.dtype.element_ty)
+        grad_ln_2_weight = cast(g_ln_2_weight, ln_2_weight_ptr.dtype.element_ty)
+        grad_ln_2_bias = cast(grad_h_1, ln_2_bias_ptr.dtype.element_ty)
+        # Store the element outputs, converted to their dtypes
+        tl.store(
+            grad_attn_out_ptr + grad_attn_out_row + col * grad_attn_out_stride,
+            grad_attn.to(grad_attn_out_ptr.dtype.element_ty),
+            mask=mask,
+        )
+        tl.store(
+            grad_x_out_ptr + grad_x_out_row + col * grad_x_out_stride,
+            grad_x.to(grad_x_out_ptr.dtype.element_ty),
+            mask=mask,
+        )
+        tl.store(
+            grad_ln_2_weight_out_ptr + grad_ln_2_weight_out_row + col * grad_ln_2_weight_out_stride,
+            grad_ln_2_weight.to(grad_ln_2_weight_out_ptr.dtype.element_ty),
+            mask=mask,
+        )
+        tl.store(
+            grad_ln_2_bias_out_ptr + grad_ln_2_bias_out_row + col * grad_ln_2_bias_out_stride,
+            grad_ln_2_bias.to(grad_ln_2_bias_out_ptr.dtype.element_ty),
+            mask=mask,
+        )
+    else:
+        # Rows longer than a block: one loop over the row per pass
+        # models/clean.py:98  h = self.ln_2(h)
+        row_size0 = tl.cast(R, tl.float32)
+        # Pass 1: the row maximum of abs0, the row sum of h, the row sum of gw
+        row_max0_partial = max_partial(ROWS, RBLOCK, t_dtype)
+        row_sum3_partial = sum_partial(ROWS, RBLOCK, t2_dtype)
+        row_sum4_partial = sum_partial(ROWS, RBLOCK, g_h0_dtype)
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
+            col = start + cols
+            mask = row_mask & (col < R)
+            attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
+            x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+            ln_2_weight = widen(tl.load(ln_2_weight_ptr + ln_2_weight_row + col * ln_2_weight_stride, mask=mask))
+            grad_h_1 = widen(tl.load(grad_h_1_ptr + grad_h_1_row + col * grad_h_1_stride, mask=mask))
+            # models/clean.py:94  h = attn + x
+            h = rounded(add(attn, x), h_dtype)
+            # models/clean.py:98  h = self.ln_2(h)
+            abs0 = tl.abs(h)
+            gw = rounded(grad_h_1 * ln_2_weight, gw_dtype)
+            row_max0_partial = accumulate_max(row_max0_partial, abs0, mask)
+            row_sum3_partial = accumulate_sum(row_sum3_partial, h, mask)
+            row_sum4_partial = accumulate_sum(row_sum4_partial, gw, mask)
+        # models/clean.py:98  h = self.ln_2(h)
+        row_max0 = row_max(row_max0_partial, row_mask)
+        row_sum3 = row_sum(row_sum3_partial, row_mask)
+        row_sum4 = row_sum(row_sum4_partial, row_mask)
+        gt0 = row_max0 > 0.0
+        lt0 = row_max0 < float("inf")
+        and0 = logical_and(gt0, lt0)
+        where0 = tl.where(and0, row_max0, 1.0)
+        t2 = rounded(divide(row_sum3, row_size0), t2_dtype)
+        g_h0 = rounded(divide(row_sum4, row_size0), g_h0_dtype)
+        # Pass 2: the row sum of div0
+        row_sum0_partial = sum_partial(ROWS, RBLOCK, t_dtype)
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
+            col = start + cols
+            mask = row_mask & (col < R)
+            attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
+            x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+            # models/clean.py:94  h = attn + x
+            h = rounded(add(attn, x), h_dtype)
+            # models/clean.py:98  h = self.ln_2(h)
+            div0 = divide(h, where0)
+            row_sum0_partial = accumulate_sum(row_sum0_partial, div0, mask)
+        # models/clean.py:98  h = self.ln_2(h)
+        row_sum0 = row_sum(row_sum0_partial, row_mask)
+        div1 = divide(row_sum0, row_size0)
+        # Pass 3: the row sum of mul0, the row sum of sub0
+        row_sum1_partial = sum_partial(ROWS, RBLOCK, t_dtype)
+        row_sum2_partial = sum_partial(ROWS, RBLOCK, t_dtype)
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
+            col = start + cols
+            mask = row_mask & (col < R)
+            attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
+            x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+            # models/clean.py:94  h = attn + x
+            h = rounded(add(attn, x), h_dtype)
+            # models/clean.py:98  h = self.ln_2(h)
+            div0 = divide(h, where0)
+            sub0 = div0 - div1
+            mul0 = sub0 * sub0
+            row_sum1_partial = accumulate_sum(row_sum1_partial, mul0, mask)
+            row_sum2_partial = accumulate_sum(row_sum2_partial, sub0, mask)
+        # models/clean.py:98  h = self.ln_2(h)
+        row_sum1 = row_sum(row_sum1_partial, row_mask)
+        row_sum2 = row_sum(row_sum2_partial, row_mask)
+        div2 = divide(row_sum2, row_size0)
+        mul1 = row_sum2 * div2
+        sub1 = row_sum1 - mul1
+        isinf0 = is_inf(row_sum1)
+        where1 = tl.where(isinf0, row_sum1, sub1)
+        clamp_min0 = clamp_min(where1, 0.0)
+        div3 = divide(clamp_min0, row_size0)
+        mul2 = div3 * where0
+        t = rounded(mul2 * where0, t_dtype)
+        t0 = rounded(t + ln_2_eps, t0_dtype)
+        rstd = rounded(divide(1.0, sqrt_rn(t0)), rstd_dtype)
+        # Pass 4: the row sum of g_h2
+        row_sum5_partial = sum_partial(ROWS, RBLOCK, g_h3_dtype)
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
+            col = start + cols
+            mask = row_mask & (col < R)
+            attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
+            x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+            ln_2_weight = widen(tl.load(ln_2_weight_ptr + ln_2_weight_row + col * ln_2_weight_stride, mask=mask))
+            grad_h_1 = widen(tl.load(grad_h_1_ptr + grad_h_1_row + col * grad_h_1_stride, mask=mask))
+            # models/clean.py:94  h = attn + x
+            h = rounded(add(attn, x), h_dtype)
+            # models/clean.py:98  h = self.ln_2(h)
+            t3 = rounded(h - t2, t3_dtype)
+            xhat = rounded(t3 * rstd, xhat_dtype)
+            gw = rounded(grad_h_1 * ln_2_weight, gw_dtype)
+            g_h2 = rounded(gw * xhat, g_h2_dtype)
+            row_sum5_partial = accumulate_sum(row_sum5_partial, g_h2, mask)
+        # models/clean.py:98  h = self.ln_2(h)
+        row_sum5 = row_sum(row_sum5_partial, row_mask)
+        g_h3 = rounded(divide(row_sum5, row_size0), g_h3_dtype)
+        # Pass 5: the element outputs
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
+            col = start + cols
+            mask = row_mask & (col < R)
+            attn = widen(tl.load(attn_ptr + attn_row + col * attn_stride, mask=mask))
+            x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+            ln_2_weight = widen(tl.load(ln_2_weight_ptr + ln_2_weight_row + col * ln_2_weight_stride, mask=mask))
+            ln_2_bias = widen(tl.load(ln_2_bias_ptr + ln_2_bias_row + col * ln_2_bias_stride, mask=mask))
+            grad_h_1 = widen(tl.load(grad_h_1_ptr + grad_h_1_row + col * grad_h_1_stride, mask=mask))
+            grad_h = widen(tl.load(grad_h_ptr + grad_h_row + col * grad_h_stride, mask=mask))
+            # models/clean.py:94  h = attn + x
+            h = rounded(add(attn, x), h_dtype)
+            # models/clean.py:98  h = self.ln_2(h)
+            t3 = rounded(h - t2, t3_dtype)
+            xhat = rounded(t3 * rstd, xhat_dtype)
+            gw = rounded(grad_h_1 * ln_2_weight, gw_dtype)
+            g_h1 = rounded(gw - g_h0, g_h1_dtype)
+            g_h4 = rounded(xhat * g_h3, g_h4_dtype)
+            g_h5 = rounded(g_h1 - g_h4, g_h5_dtype)
+            g_h6 = rounded(rstd * g_h5, g_h6_dtype)
+            g_h7 = rounded(grad_h + g_h6, g_h7_dtype)
+            g_ln_2_weight = rounded(grad_h_1 * xhat, g_ln_2_weight_dtype)
+            # models/clean.py:94  h = attn + x
+            grad_attn = cast(g_h7, attn_ptr.dtype.element_ty)
+            grad_x = cast(g_h7, x_ptr.dtype.element_ty)
+            grad_ln_2_weight = cast(g_ln_2_weight, ln_2_weight_ptr.dtype.element_ty)
+            grad_ln_2_bias = cast(grad_h_1, ln_2_bias_ptr.dtype.element_ty)
+            # Store the element outputs, converted to their dtypes
+            tl.store(
+                grad_attn_out_ptr + grad_attn_out_row + col * grad_attn_out_stride,
+                grad_attn.to(grad_attn_out_ptr.dtype.element_ty),
+                mask=mask,
+            )
+            tl.store(
+                grad_x_out_ptr + grad_x_out_row + col * grad_x_out_stride,
+                grad_x.to(grad_x_out_ptr.dtype.element_ty),
+                mask=mask,
+            )
+            tl.store(
+                grad_ln_2_weight_out_ptr + grad_ln_2_weight_out_row + col * grad_ln_2_weight_out_stride,
+                grad_ln_2_weight.to(grad_ln_2_weight_out_ptr.dtype.element_ty),
+                mask=mask,
+            )
+            tl.store(
+                grad_ln_2_bias_out_ptr + grad_ln_2_bias_out_row + col * grad_ln_2_bias_out_stride,
+                grad_ln_2_bias.to(grad_ln_2_bias_out_ptr.dtype.element_ty),
+                mask=mask,
+            )

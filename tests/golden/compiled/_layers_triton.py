@@ -4,7 +4,9 @@ import triton
 import triton.language as tl
 from _transpile_runtime.triton_support import (
     accumulate_sum,
+    cast,
     divide,
+    power,
     rounded,
     row_sum,
     sqrt_rn,
@@ -185,3 +187,308 @@ def fused_rms_norm_kernel(
             t4 = rounded(t3 * weight, t4_dtype)
             # Store the element outputs, converted to their dtypes
             tl.store(t4_out_ptr + t4_out_row + col * t4_out_stride, t4.to(t4_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_tanh_backward_kernel(
+    x_ptr,  # input x
+    grad_t7_ptr,  # input the gradient of the value returned
+    grad_x_out_ptr,  # output grad_x
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    x_stride0,
+    x_stride1,
+    x_stride2,
+    x_stride3,
+    grad_t7_stride0,
+    grad_t7_stride1,
+    grad_t7_stride2,
+    grad_t7_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    t4_dtype: tl.constexpr,
+    t5_dtype: tl.constexpr,
+    t6_dtype: tl.constexpr,
+    g_t0_dtype: tl.constexpr,
+    g_t6_dtype: tl.constexpr,
+    t_dtype: tl.constexpr,
+    t8_dtype: tl.constexpr,
+    g_t4_dtype: tl.constexpr,
+    g_t3_dtype: tl.constexpr,
+    g_t1_dtype: tl.constexpr,
+    t9_dtype: tl.constexpr,
+    t10_dtype: tl.constexpr,
+    g_x_dtype: tl.constexpr,
+    g_x0_dtype: tl.constexpr,
+    g_x1_dtype: tl.constexpr,
+    g_x2_dtype: tl.constexpr,
+):
+    """fixtures.models.layers.tanh_gelu in models/layers.py:26."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        x_offsets = offsets
+        grad_t7_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        x_offsets = index3 * x_stride3
+        grad_t7_offsets = index3 * grad_t7_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            x_offsets += index2 * x_stride2
+            grad_t7_offsets += index2 * grad_t7_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            x_offsets += index1 * x_stride1
+            grad_t7_offsets += index1 * grad_t7_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            x_offsets += index0 * x_stride0
+            grad_t7_offsets += index0 * grad_t7_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    x = widen(tl.load(x_ptr + x_offsets, mask=mask))
+    grad_t7 = widen(tl.load(grad_t7_ptr + grad_t7_offsets, mask=mask))
+    # Compute
+    # models/layers.py:26  return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+    t0 = rounded(0.5 * x, t0_dtype)
+    t1 = rounded(x * x * x, t1_dtype)
+    t2 = rounded(0.044715 * t1, t2_dtype)
+    t3 = rounded(x + t2, t3_dtype)
+    t4 = rounded(0.7978845608028654 * t3, t4_dtype)
+    t5 = rounded(tanh(t4), t5_dtype)
+    t6 = rounded(1.0 + t5, t6_dtype)
+    g_t0 = rounded(grad_t7 * t6, g_t0_dtype)
+    g_t6 = rounded(grad_t7 * t0, g_t6_dtype)
+    t = rounded(t5 * t5, t_dtype)
+    t8 = rounded(1 - t, t8_dtype)
+    g_t4 = rounded(g_t6 * t8, g_t4_dtype)
+    g_t3 = rounded(g_t4 * 0.7978845608028654, g_t3_dtype)
+    g_t1 = rounded(g_t3 * 0.044715, g_t1_dtype)
+    t9 = rounded(x * x, t9_dtype)
+    t10 = rounded(3 * t9, t10_dtype)
+    g_x = rounded(g_t1 * t10, g_x_dtype)
+    g_x0 = rounded(g_t3 + g_x, g_x0_dtype)
+    g_x1 = rounded(g_t0 * 0.5, g_x1_dtype)
+    g_x2 = rounded(g_x0 + g_x1, g_x2_dtype)
+    grad_x = cast(g_x2, x_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad_x_out_ptr + offsets, grad_x.to(grad_x_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_rms_norm_backward_kernel(
+    x_ptr,  # input x
+    weight_ptr,  # input self.weight
+    grad_t4_ptr,  # input the gradient of the value returned
+    eps,  # scalar input self.eps
+    row_length,  # scalar input the reduced dim's length
+    grad_x_out_ptr,  # output grad_x: one value an element
+    grad_weight_out_ptr,  # output grad_weight: one value an element
+    n_rows,  # rows: every dim but the reduced one
+    R,  # the row length: the reduced dim's size
+    outer_size1,  # row = (index0 * outer_size1 + index1) * outer_size2 + index2 (strided path)
+    outer_size2,
+    x_stride0,  # input x: strides along the 3 row dims, then along the row
+    x_stride1,
+    x_stride2,
+    x_stride_r,
+    weight_stride0,  # input self.weight: strides along the 3 row dims, then along the row
+    weight_stride1,
+    weight_stride2,
+    weight_stride_r,
+    grad_t4_stride0,  # input the gradient of the value returned: strides along the 3 row dims, then along the row
+    grad_t4_stride1,
+    grad_t4_stride2,
+    grad_t4_stride_r,
+    grad_x_out_stride0,  # output grad_x: strides along the 3 row dims, then along the row
+    grad_x_out_stride1,
+    grad_x_out_stride2,
+    grad_x_out_stride_r,
+    grad_weight_out_stride0,  # output grad_weight: strides along the 3 row dims, then along the row
+    grad_weight_out_stride1,
+    grad_weight_out_stride2,
+    grad_weight_out_stride_r,
+    CONTIGUOUS: tl.constexpr,  # every tensor above holds element (row, col) at row * R + col
+    LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
+    ROWS: tl.constexpr,  # rows a program computes
+    RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    variance_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    g_t3_dtype: tl.constexpr,
+    g_weight_dtype: tl.constexpr,
+    g_x_dtype: tl.constexpr,
+    g_t2_dtype: tl.constexpr,
+    g_t20_dtype: tl.constexpr,
+    g_t1_dtype: tl.constexpr,
+    t_dtype: tl.constexpr,
+    g_t10_dtype: tl.constexpr,
+    g_t0_dtype: tl.constexpr,
+    t5_dtype: tl.constexpr,
+    t6_dtype: tl.constexpr,
+    g_x0_dtype: tl.constexpr,
+    g_x1_dtype: tl.constexpr,
+):
+    """fixtures.models.layers.RMSNorm.forward in models/layers.py:36-37."""
+    # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
+    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    row_mask = row < n_rows
+    cols = tl.arange(0, RBLOCK)[None, :]
+    # Where each tensor's rows start, and its stride along them
+    if CONTIGUOUS:
+        x_row = row * R
+        x_stride = 1
+        weight_row = row * R
+        weight_stride = 1
+        grad_t4_row = row * R
+        grad_t4_stride = 1
+        grad_x_out_row = row * R
+        grad_x_out_stride = 1
+        grad_weight_out_row = row * R
+        grad_weight_out_stride = 1
+    else:
+        # The row's coordinates in the 3 row dims
+        index2 = row % outer_size2
+        rest = row // outer_size2
+        index1 = rest % outer_size1
+        index0 = rest // outer_size1
+        x_row = index0 * x_stride0 + index1 * x_stride1 + index2 * x_stride2
+        x_stride = x_stride_r
+        weight_row = index0 * weight_stride0 + index1 * weight_stride1 + index2 * weight_stride2
+        weight_stride = weight_stride_r
+        grad_t4_row = index0 * grad_t4_stride0 + index1 * grad_t4_stride1 + index2 * grad_t4_stride2
+        grad_t4_stride = grad_t4_stride_r
+        grad_x_out_row = index0 * grad_x_out_stride0 + index1 * grad_x_out_stride1 + index2 * grad_x_out_stride2
+        grad_x_out_stride = grad_x_out_stride_r
+        grad_weight_out_row = (
+            index0 * grad_weight_out_stride0 + index1 * grad_weight_out_stride1 + index2 * grad_weight_out_stride2
+        )
+        grad_weight_out_stride = grad_weight_out_stride_r
+    if not LOOPED:
+        # One pass: the whole row in registers; each input is read once
+        col = cols
+        mask = row_mask & (col < R)
+        x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+        weight = widen(tl.load(weight_ptr + weight_row + col * weight_stride, mask=mask))
+        grad_t4 = widen(tl.load(grad_t4_ptr + grad_t4_row + col * grad_t4_stride, mask=mask))
+        # Compute (reductions over the lanes in `mask`)
+        # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
+        t0 = rounded(x * x, t0_dtype)
+        row_sum0 = row_sum(t0, mask)
+        row_size0 = tl.cast(R, tl.float32)
+        variance = rounded(divide(row_sum0, row_size0), variance_dtype)
+        # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
+        t1 = rounded(variance + eps, t1_dtype)
+        t2 = rounded(divide(1.0, sqrt_rn(t1)), t2_dtype)
+        t3 = rounded(x * t2, t3_dtype)
+        g_t3 = rounded(grad_t4 * weight, g_t3_dtype)
+        g_weight = rounded(grad_t4 * t3, g_weight_dtype)
+        g_x = rounded(g_t3 * t2, g_x_dtype)
+        g_t2 = rounded(g_t3 * x, g_t2_dtype)
+        g_t20 = rounded(row_sum(g_t2, mask), g_t20_dtype)
+        g_t1 = rounded((-0.5) * g_t20, g_t1_dtype)
+        t = rounded(t2 * t2 * t2, t_dtype)
+        g_t10 = rounded(g_t1 * t, g_t10_dtype)
+        # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
+        g_t0 = rounded(divide(g_t10, row_length), g_t0_dtype)
+        t5 = rounded(power(x, 1), t5_dtype)
+        t6 = rounded(2 * t5, t6_dtype)
+        g_x0 = rounded(g_t0 * t6, g_x0_dtype)
+        g_x1 = rounded(g_x + g_x0, g_x1_dtype)
+        grad_x = cast(g_x1, x_ptr.dtype.element_ty)
+        grad_weight = cast(g_weight, weight_ptr.dtype.element_ty)
+        # Store the element outputs, converted to their dtypes
+        tl.store(
+            grad_x_out_ptr + grad_x_out_row + col * grad_x_out_stride,
+            grad_x.to(grad_x_out_ptr.dtype.element_ty),
+            mask=mask,
+        )
+        tl.store(
+            grad_weight_out_ptr + grad_weight_out_row + col * grad_weight_out_stride,
+            grad_weight.to(grad_weight_out_ptr.dtype.element_ty),
+            mask=mask,
+        )
+    else:
+        # Rows longer than a block: one loop over the row per pass
+        # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
+        row_size0 = tl.cast(R, tl.float32)
+        # Pass 1: the row sum of t0, the row sum of g_t2
+        row_sum0_partial = sum_partial(ROWS, RBLOCK, variance_dtype)
+        g_t20_partial = sum_partial(ROWS, RBLOCK, g_t20_dtype)
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
+            col = start + cols
+            mask = row_mask & (col < R)
+            x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+            weight = widen(tl.load(weight_ptr + weight_row + col * weight_stride, mask=mask))
+            grad_t4 = widen(tl.load(grad_t4_ptr + grad_t4_row + col * grad_t4_stride, mask=mask))
+            # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
+            t0 = rounded(x * x, t0_dtype)
+            # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
+            g_t3 = rounded(grad_t4 * weight, g_t3_dtype)
+            g_t2 = rounded(g_t3 * x, g_t2_dtype)
+            row_sum0_partial = accumulate_sum(row_sum0_partial, t0, mask)
+            g_t20_partial = accumulate_sum(g_t20_partial, g_t2, mask)
+        # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
+        row_sum0 = row_sum(row_sum0_partial, row_mask)
+        # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
+        g_t20 = rounded(row_sum(g_t20_partial, row_mask), g_t20_dtype)
+        # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
+        variance = rounded(divide(row_sum0, row_size0), variance_dtype)
+        # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
+        t1 = rounded(variance + eps, t1_dtype)
+        t2 = rounded(divide(1.0, sqrt_rn(t1)), t2_dtype)
+        g_t1 = rounded((-0.5) * g_t20, g_t1_dtype)
+        t = rounded(t2 * t2 * t2, t_dtype)
+        g_t10 = rounded(g_t1 * t, g_t10_dtype)
+        # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
+        g_t0 = rounded(divide(g_t10, row_length), g_t0_dtype)
+        # Pass 2: the element outputs
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
+            col = start + cols
+            mask = row_mask & (col < R)
+            x = widen(tl.load(x_ptr + x_row + col * x_stride, mask=mask))
+            weight = widen(tl.load(weight_ptr + weight_row + col * weight_stride, mask=mask))
+            grad_t4 = widen(tl.load(grad_t4_ptr + grad_t4_row + col * grad_t4_stride, mask=mask))
+            # models/layers.py:37  return x * torch.rsqrt(variance + self.eps) * self.weight
+            t3 = rounded(x * t2, t3_dtype)
+            g_t3 = rounded(grad_t4 * weight, g_t3_dtype)
+            g_weight = rounded(grad_t4 * t3, g_weight_dtype)
+            g_x = rounded(g_t3 * t2, g_x_dtype)
+            # models/layers.py:36  variance = x.pow(2).mean(-1, keepdim=True)
+            t5 = rounded(power(x, 1), t5_dtype)
+            t6 = rounded(2 * t5, t6_dtype)
+            g_x0 = rounded(g_t0 * t6, g_x0_dtype)
+            g_x1 = rounded(g_x + g_x0, g_x1_dtype)
+            grad_x = cast(g_x1, x_ptr.dtype.element_ty)
+            grad_weight = cast(g_weight, weight_ptr.dtype.element_ty)
+            # Store the element outputs, converted to their dtypes
+            tl.store(
+                grad_x_out_ptr + grad_x_out_row + col * grad_x_out_stride,
+                grad_x.to(grad_x_out_ptr.dtype.element_ty),
+                mask=mask,
+            )
+            tl.store(
+                grad_weight_out_ptr + grad_weight_out_row + col * grad_weight_out_stride,
+                grad_weight.to(grad_weight_out_ptr.dtype.element_ty),
+                mask=mask,
+            )
+
+
+# Values eager computes otherwise where they are integers: the launcher refuses such calls
+fused_rms_norm_backward_kernel.integer_refusals = {"t5": "an integer power other than x ** 2 and x ** 3"}

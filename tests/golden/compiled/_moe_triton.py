@@ -2,7 +2,16 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import accumulate_sum, divide, floating, rounded, row_sum, sum_partial, widen
+from _transpile_runtime.triton_support import (
+    accumulate_sum,
+    cast,
+    divide,
+    floating,
+    rounded,
+    row_sum,
+    sum_partial,
+    widen,
+)
 
 
 @triton.jit
@@ -151,3 +160,212 @@ def fused_lt_kernel(
     weights_1 = rounded(weights * t0, weights_1_dtype)
     # Store the outputs, converted to their dtypes
     tl.store(weights_1_out_ptr + offsets, weights_1.to(weights_1_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_sum_backward_kernel(
+    weights_ptr,  # input weights
+    grad__sum_div_ptr,  # input the gradient of _sum_div
+    grad_weights_out_ptr,  # output grad_weights: one value an element
+    n_rows,  # rows: every dim but the reduced one
+    R,  # the row length: the reduced dim's size
+    outer_size1,  # row = (index0 * outer_size1 + index1) * outer_size2 + index2 (strided path)
+    outer_size2,
+    weights_stride0,  # input weights: strides along the 3 row dims, then along the row
+    weights_stride1,
+    weights_stride2,
+    weights_stride_r,
+    grad__sum_div_stride0,  # input the gradient of _sum_div: strides along the 3 row dims, then along the row
+    grad__sum_div_stride1,
+    grad__sum_div_stride2,
+    grad__sum_div_stride_r,
+    grad_weights_out_stride0,  # output grad_weights: strides along the 3 row dims, then along the row
+    grad_weights_out_stride1,
+    grad_weights_out_stride2,
+    grad_weights_out_stride_r,
+    CONTIGUOUS: tl.constexpr,  # every tensor above holds element (row, col) at row * R + col
+    LOOPED: tl.constexpr,  # R > RBLOCK: one loop over the row per pass
+    ROWS: tl.constexpr,  # rows a program computes
+    RBLOCK: tl.constexpr,  # columns a block holds: the whole row unless LOOPED
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    _sum_div_dtype: tl.constexpr,
+    g_weights_dtype: tl.constexpr,
+    g_t0_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    g_t00_dtype: tl.constexpr,
+    g_t01_dtype: tl.constexpr,
+    g_weights0_dtype: tl.constexpr,
+):
+    """fixtures.models.moe.Router.forward in models/moe.py:25."""
+    # Each program computes ROWS rows, held as [ROWS, RBLOCK] tiles of columns
+    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    row_mask = row < n_rows
+    cols = tl.arange(0, RBLOCK)[None, :]
+    # Where each tensor's rows start, and its stride along them
+    if CONTIGUOUS:
+        weights_row = row * R
+        weights_stride = 1
+        grad__sum_div_row = row * R
+        grad__sum_div_stride = 1
+        grad_weights_out_row = row * R
+        grad_weights_out_stride = 1
+    else:
+        # The row's coordinates in the 3 row dims
+        index2 = row % outer_size2
+        rest = row // outer_size2
+        index1 = rest % outer_size1
+        index0 = rest // outer_size1
+        weights_row = index0 * weights_stride0 + index1 * weights_stride1 + index2 * weights_stride2
+        weights_stride = weights_stride_r
+        grad__sum_div_row = (
+            index0 * grad__sum_div_stride0 + index1 * grad__sum_div_stride1 + index2 * grad__sum_div_stride2
+        )
+        grad__sum_div_stride = grad__sum_div_stride_r
+        grad_weights_out_row = (
+            index0 * grad_weights_out_stride0 + index1 * grad_weights_out_stride1 + index2 * grad_weights_out_stride2
+        )
+        grad_weights_out_stride = grad_weights_out_stride_r
+    if not LOOPED:
+        # One pass: the whole row in registers; each input is read once
+        col = cols
+        mask = row_mask & (col < R)
+        weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
+        grad__sum_div = widen(tl.load(grad__sum_div_ptr + grad__sum_div_row + col * grad__sum_div_stride, mask=mask))
+        # Compute (reductions over the lanes in `mask`)
+        # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
+        t0 = rounded(row_sum(weights, mask), t0_dtype)
+        _sum_div = rounded(divide(floating(weights), floating(t0)), _sum_div_dtype)
+        g_weights = rounded(divide(floating(grad__sum_div), floating(t0)), g_weights_dtype)
+        g_t0 = rounded(-grad__sum_div, g_t0_dtype)
+        t1 = rounded(divide(_sum_div, t0), t1_dtype)
+        g_t00 = rounded(g_t0 * t1, g_t00_dtype)
+        g_t01 = rounded(row_sum(g_t00, mask), g_t01_dtype)
+        g_weights0 = rounded(g_weights + g_t01, g_weights0_dtype)
+        grad_weights = cast(g_weights0, weights_ptr.dtype.element_ty)
+        # Store the element outputs, converted to their dtypes
+        tl.store(
+            grad_weights_out_ptr + grad_weights_out_row + col * grad_weights_out_stride,
+            grad_weights.to(grad_weights_out_ptr.dtype.element_ty),
+            mask=mask,
+        )
+    else:
+        # Rows longer than a block: one loop over the row per pass
+        # Pass 1: the row sum of weights
+        t0_partial = sum_partial(ROWS, RBLOCK, t0_dtype)
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
+            col = start + cols
+            mask = row_mask & (col < R)
+            weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
+            t0_partial = accumulate_sum(t0_partial, weights, mask)
+        # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
+        t0 = rounded(row_sum(t0_partial, row_mask), t0_dtype)
+        # Pass 2: the row sum of g_t00
+        g_t01_partial = sum_partial(ROWS, RBLOCK, g_t01_dtype)
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
+            col = start + cols
+            mask = row_mask & (col < R)
+            weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
+            grad__sum_div = widen(
+                tl.load(grad__sum_div_ptr + grad__sum_div_row + col * grad__sum_div_stride, mask=mask)
+            )
+            # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
+            _sum_div = rounded(divide(floating(weights), floating(t0)), _sum_div_dtype)
+            g_t0 = rounded(-grad__sum_div, g_t0_dtype)
+            t1 = rounded(divide(_sum_div, t0), t1_dtype)
+            g_t00 = rounded(g_t0 * t1, g_t00_dtype)
+            g_t01_partial = accumulate_sum(g_t01_partial, g_t00, mask)
+        # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
+        g_t01 = rounded(row_sum(g_t01_partial, row_mask), g_t01_dtype)
+        # Pass 3: the element outputs
+        for start in tl.range(0, R, RBLOCK, num_stages=3):
+            col = start + cols
+            mask = row_mask & (col < R)
+            weights = widen(tl.load(weights_ptr + weights_row + col * weights_stride, mask=mask))
+            grad__sum_div = widen(
+                tl.load(grad__sum_div_ptr + grad__sum_div_row + col * grad__sum_div_stride, mask=mask)
+            )
+            # models/moe.py:25  return weights / weights.sum(dim=-1, keepdim=True), experts
+            g_weights = rounded(divide(floating(grad__sum_div), floating(t0)), g_weights_dtype)
+            g_weights0 = rounded(g_weights + g_t01, g_weights0_dtype)
+            grad_weights = cast(g_weights0, weights_ptr.dtype.element_ty)
+            # Store the element outputs, converted to their dtypes
+            tl.store(
+                grad_weights_out_ptr + grad_weights_out_row + col * grad_weights_out_stride,
+                grad_weights.to(grad_weights_out_ptr.dtype.element_ty),
+                mask=mask,
+            )
+
+
+@triton.jit
+def fused_lt_backward_kernel(
+    _slot_positions_ptr,  # input _slot_positions
+    weights_ptr,  # input weights
+    grad_weights_1_ptr,  # input the gradient of weights
+    capacity,  # scalar input self.capacity
+    grad_weights_out_ptr,  # output grad_weights
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _slot_positions_stride0,
+    _slot_positions_stride1,
+    _slot_positions_stride2,
+    _slot_positions_stride3,
+    weights_stride0,
+    weights_stride1,
+    weights_stride2,
+    weights_stride3,
+    grad_weights_1_stride0,
+    grad_weights_1_stride1,
+    grad_weights_1_stride2,
+    grad_weights_1_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    g_weights_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+):
+    """fixtures.models.moe.MoE.forward in models/moe.py:40."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _slot_positions_offsets = offsets
+        weights_offsets = offsets
+        grad_weights_1_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _slot_positions_offsets = index3 * _slot_positions_stride3
+        weights_offsets = index3 * weights_stride3
+        grad_weights_1_offsets = index3 * grad_weights_1_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _slot_positions_offsets += index2 * _slot_positions_stride2
+            weights_offsets += index2 * weights_stride2
+            grad_weights_1_offsets += index2 * grad_weights_1_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _slot_positions_offsets += index1 * _slot_positions_stride1
+            weights_offsets += index1 * weights_stride1
+            grad_weights_1_offsets += index1 * grad_weights_1_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _slot_positions_offsets += index0 * _slot_positions_stride0
+            weights_offsets += index0 * weights_stride0
+            grad_weights_1_offsets += index0 * grad_weights_1_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _slot_positions = widen(tl.load(_slot_positions_ptr + _slot_positions_offsets, mask=mask))
+    weights = widen(tl.load(weights_ptr + weights_offsets, mask=mask))
+    grad_weights_1 = widen(tl.load(grad_weights_1_ptr + grad_weights_1_offsets, mask=mask))
+    # Compute
+    # models/moe.py:40  weights = weights * (self.slot_positions(experts) < self.capacity)  # drop overflow slots
+    t0 = _slot_positions < capacity
+    g_weights = rounded(grad_weights_1 * t0, g_weights_dtype)
+    grad_weights = cast(g_weights, weights_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad_weights_out_ptr + offsets, grad_weights.to(grad_weights_out_ptr.dtype.element_ty), mask=mask)

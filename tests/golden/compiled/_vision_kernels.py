@@ -11,12 +11,13 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel, Rows, Shapes, Step
+    from ._transpile_runtime import Kernel, Rows, Gradients, Shapes, Step
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel, Rows, Shapes, Step
+    from _transpile_runtime import Kernel, Rows, Gradients, Shapes, Step
 
 _TRITON_FILE = Path(__file__).with_name("_vision_triton.py")
 _CPP_FILE = Path(__file__).with_name("_vision_kernels.cpp")
+_CPP_BACKWARD_FILE = Path(__file__).with_name("_vision_backward.cpp")
 
 
 def fused_batch_norm_relu_reference(_conv1, bn1_running_mean, bn1_running_var, bn1_weight, bn1_bias, bn1_eps):
@@ -51,6 +52,43 @@ fused_batch_norm_relu = Kernel(
 )
 
 
+def fused_relu_backward_reference(out, _shortcut, grad_t1):
+    """The gradients of models/vision.py:28 in eager PyTorch."""
+    t0 = out + _shortcut
+    t1 = torch.relu(t0)
+    t = t1 <= 0
+    g_t0 = torch.where(t, 0.0, grad_t1)
+    grad_out = g_t0.to(out.dtype)
+    grad__shortcut = g_t0.to(_shortcut.dtype)
+    return (
+        grad_out,
+        grad__shortcut,
+    )
+
+
+fused_relu_backward = Kernel(
+    "fused_relu_backward",
+    fused_relu_backward_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("out", "_shortcut", "grad_t1"),
+        steps=(
+            Step("t0", ("out", "_shortcut")),
+            Step("t1", ("t0",)),
+            Step("t", ("t1",)),
+            Step("g_t0", ("t", "grad_t1")),
+            Step("grad_out", ("g_t0",)),
+            Step("grad__shortcut", ("g_t0",)),
+        ),
+        outputs=("grad_out", "grad__shortcut"),
+    ),
+    source="models/vision.py:28",
+    triton=(_TRITON_FILE, "fused_relu_backward_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((1,), (0,)),
+)
+
+
 def fused_relu_reference(out, _shortcut):
     """models/vision.py:28 in eager PyTorch."""
     t0 = out + _shortcut
@@ -74,6 +112,7 @@ fused_relu = Kernel(
     triton=(_TRITON_FILE, "fused_relu_kernel"),
     cpp=_CPP_FILE,
     bool_hazards=((0, 1),),
+    gradients=Gradients(fused_relu_backward, inputs=(0, 1), outputs=(0,), sources=((0, 1),), row_length=False),
 )
 
 

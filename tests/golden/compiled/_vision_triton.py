@@ -5,6 +5,7 @@ import triton.language as tl
 from _transpile_runtime.triton_support import (
     accumulate_max,
     add,
+    cast,
     divide,
     max_partial,
     relu,
@@ -239,3 +240,84 @@ def fused_amax_eq_kernel(
         _amax_eq = t0 == 0
         # Store the row outputs (one value a row), converted to their dtypes
         tl.store(_amax_eq_out_ptr + row, _amax_eq.to(_amax_eq_out_ptr.dtype.element_ty), mask=row_mask)
+
+
+@triton.jit
+def fused_relu_backward_kernel(
+    out_ptr,  # input out
+    _shortcut_ptr,  # input _shortcut
+    grad_t1_ptr,  # input the gradient of the value returned
+    grad_out_out_ptr,  # output grad_out
+    grad__shortcut_out_ptr,  # output grad__shortcut
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    out_stride0,
+    out_stride1,
+    out_stride2,
+    out_stride3,
+    _shortcut_stride0,
+    _shortcut_stride1,
+    _shortcut_stride2,
+    _shortcut_stride3,
+    grad_t1_stride0,
+    grad_t1_stride1,
+    grad_t1_stride2,
+    grad_t1_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t1_dtype: tl.constexpr,
+    g_t0_dtype: tl.constexpr,
+):
+    """fixtures.models.vision.ConvBlock.forward in models/vision.py:28."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        out_offsets = offsets
+        _shortcut_offsets = offsets
+        grad_t1_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        out_offsets = index3 * out_stride3
+        _shortcut_offsets = index3 * _shortcut_stride3
+        grad_t1_offsets = index3 * grad_t1_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            out_offsets += index2 * out_stride2
+            _shortcut_offsets += index2 * _shortcut_stride2
+            grad_t1_offsets += index2 * grad_t1_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            out_offsets += index1 * out_stride1
+            _shortcut_offsets += index1 * _shortcut_stride1
+            grad_t1_offsets += index1 * grad_t1_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            out_offsets += index0 * out_stride0
+            _shortcut_offsets += index0 * _shortcut_stride0
+            grad_t1_offsets += index0 * grad_t1_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    out = widen(tl.load(out_ptr + out_offsets, mask=mask))
+    _shortcut = widen(tl.load(_shortcut_ptr + _shortcut_offsets, mask=mask))
+    grad_t1 = widen(tl.load(grad_t1_ptr + grad_t1_offsets, mask=mask))
+    # Compute
+    # models/vision.py:28  return F.relu(out + self.shortcut(x))
+    t0 = rounded(add(out, _shortcut), t0_dtype)
+    t1 = rounded(relu(t0), t1_dtype)
+    t = t1 <= 0
+    g_t0 = rounded(tl.where(t, 0.0, grad_t1), g_t0_dtype)
+    grad_out = cast(g_t0, out_ptr.dtype.element_ty)
+    grad__shortcut = cast(g_t0, _shortcut_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad_out_out_ptr + offsets, grad_out.to(grad_out_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad__shortcut_out_ptr + offsets, grad__shortcut.to(grad__shortcut_out_ptr.dtype.element_ty), mask=mask)

@@ -11,12 +11,44 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel, Shapes, Step
+    from ._transpile_runtime import Kernel, Gradients, Shapes, Step
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel, Shapes, Step
+    from _transpile_runtime import Kernel, Gradients, Shapes, Step
 
 _TRITON_FILE = Path(__file__).with_name("_attention_triton.py")
 _CPP_FILE = Path(__file__).with_name("_attention_kernels.cpp")
+_CPP_BACKWARD_FILE = Path(__file__).with_name("_attention_backward.cpp")
+
+
+def fused_mul_add_backward_reference(_rotate_half, q, grad_q_1):
+    """The gradients of models/attention.py:31 in eager PyTorch."""
+    g__rotate_half = grad_q_1 * 0.1
+    grad__rotate_half = g__rotate_half.to(_rotate_half.dtype)
+    grad_q = grad_q_1.to(q.dtype)
+    return (
+        grad__rotate_half,
+        grad_q,
+    )
+
+
+fused_mul_add_backward = Kernel(
+    "fused_mul_add_backward",
+    fused_mul_add_backward_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("_rotate_half", "q", "grad_q_1"),
+        steps=(
+            Step("g__rotate_half", ("grad_q_1",)),
+            Step("grad__rotate_half", ("g__rotate_half",)),
+            Step("grad_q", ("grad_q_1",)),
+        ),
+        outputs=("grad__rotate_half", "grad_q"),
+    ),
+    source="models/attention.py:31",
+    triton=(_TRITON_FILE, "fused_mul_add_backward_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,), (1,)),
+)
 
 
 def fused_mul_add_reference(_rotate_half, q):
@@ -41,4 +73,5 @@ fused_mul_add = Kernel(
     source="models/attention.py:31",
     triton=(_TRITON_FILE, "fused_mul_add_kernel"),
     cpp=_CPP_FILE,
+    gradients=Gradients(fused_mul_add_backward, inputs=(0, 1), outputs=(0,), sources=((0, 1),), row_length=False),
 )

@@ -11,12 +11,77 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel, Rows, Shapes, Step
+    from ._transpile_runtime import Kernel, Rows, Gradients, Shapes, Step
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel, Rows, Shapes, Step
+    from _transpile_runtime import Kernel, Rows, Gradients, Shapes, Step
 
 _TRITON_FILE = Path(__file__).with_name("_layers_triton.py")
 _CPP_FILE = Path(__file__).with_name("_layers_kernels.cpp")
+_CPP_BACKWARD_FILE = Path(__file__).with_name("_layers_backward.cpp")
+
+
+def fused_tanh_backward_reference(x, grad_t7):
+    """The gradients of models/layers.py:26 in eager PyTorch."""
+    t0 = 0.5 * x
+    t1 = x**3
+    t2 = 0.044715 * t1
+    t3 = x + t2
+    t4 = 0.7978845608028654 * t3
+    t5 = torch.tanh(t4)
+    t6 = 1.0 + t5
+    g_t0 = grad_t7 * t6
+    g_t6 = grad_t7 * t0
+    t = t5 * t5
+    t8 = 1 - t
+    g_t4 = g_t6 * t8
+    g_t3 = g_t4 * 0.7978845608028654
+    g_t1 = g_t3 * 0.044715
+    t9 = x**2
+    t10 = 3 * t9
+    g_x = g_t1 * t10
+    g_x0 = g_t3 + g_x
+    g_x1 = g_t0 * 0.5
+    g_x2 = g_x0 + g_x1
+    grad_x = g_x2.to(x.dtype)
+    return (grad_x,)
+
+
+fused_tanh_backward = Kernel(
+    "fused_tanh_backward",
+    fused_tanh_backward_reference,
+    tensor_inputs=2,
+    shapes=Shapes(
+        inputs=("x", "grad_t7"),
+        steps=(
+            Step("t0", ("x",)),
+            Step("t1", ("x",)),
+            Step("t2", ("t1",)),
+            Step("t3", ("x", "t2")),
+            Step("t4", ("t3",)),
+            Step("t5", ("t4",)),
+            Step("t6", ("t5",)),
+            Step("g_t0", ("grad_t7", "t6")),
+            Step("g_t6", ("grad_t7", "t0")),
+            Step("t", ("t5", "t5")),
+            Step("t8", ("t",)),
+            Step("g_t4", ("g_t6", "t8")),
+            Step("g_t3", ("g_t4",)),
+            Step("g_t1", ("g_t3",)),
+            Step("t9", ("x",)),
+            Step("t10", ("t9",)),
+            Step("g_x", ("g_t1", "t10")),
+            Step("g_x0", ("g_t3", "g_x")),
+            Step("g_x1", ("g_t0",)),
+            Step("g_x2", ("g_x0", "g_x1")),
+            Step("grad_x", ("g_x2",)),
+        ),
+        outputs=("grad_x",),
+    ),
+    source="models/layers.py:26",
+    triton=(_TRITON_FILE, "fused_tanh_backward_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,),),
+)
 
 
 def fused_tanh_reference(x):
@@ -53,6 +118,73 @@ fused_tanh = Kernel(
     source="models/layers.py:26",
     triton=(_TRITON_FILE, "fused_tanh_kernel"),
     cpp=_CPP_FILE,
+    gradients=Gradients(fused_tanh_backward, inputs=(0,), outputs=(0,), sources=((0,),), row_length=False),
+)
+
+
+def fused_rms_norm_backward_reference(x, weight, grad_t4, eps, row_length):
+    """The gradients of models/layers.py:36-37 in eager PyTorch."""
+    t0 = x**2
+    variance = torch.mean(t0, dim=-1, keepdim=True)
+    t1 = variance + eps
+    t2 = torch.rsqrt(t1)
+    t3 = x * t2
+    g_t3 = grad_t4 * weight
+    g_weight = grad_t4 * t3
+    g_x = g_t3 * t2
+    g_t2 = g_t3 * x
+    g_t20 = torch.sum(g_t2, dim=-1, keepdim=True)
+    g_t1 = -0.5 * g_t20
+    t = t2**3
+    g_t10 = g_t1 * t
+    g_t0 = g_t10 / row_length
+    t5 = x**1
+    t6 = 2 * t5
+    g_x0 = g_t0 * t6
+    g_x1 = g_x + g_x0
+    grad_x = g_x1.to(x.dtype)
+    grad_weight = g_weight.to(weight.dtype)
+    return (
+        grad_x,
+        grad_weight,
+    )
+
+
+fused_rms_norm_backward = Kernel(
+    "fused_rms_norm_backward",
+    fused_rms_norm_backward_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("x", "weight", "grad_t4"),
+        steps=(
+            Step("t0", ("x",)),
+            Step("variance", ("t0",), dim=-1, keepdim=True),
+            Step("t1", ("variance",)),
+            Step("t2", ("t1",)),
+            Step("t3", ("x", "t2")),
+            Step("g_t3", ("grad_t4", "weight")),
+            Step("g_weight", ("grad_t4", "t3")),
+            Step("g_x", ("g_t3", "t2")),
+            Step("g_t2", ("g_t3", "x")),
+            Step("g_t20", ("g_t2",), dim=-1, keepdim=True),
+            Step("g_t1", ("g_t20",)),
+            Step("t", ("t2",)),
+            Step("g_t10", ("g_t1", "t")),
+            Step("g_t0", ("g_t10",)),
+            Step("t5", ("x",)),
+            Step("t6", ("t5",)),
+            Step("g_x0", ("g_t0", "t6")),
+            Step("g_x1", ("g_x", "g_x0")),
+            Step("grad_x", ("g_x1",)),
+            Step("grad_weight", ("g_weight",)),
+        ),
+        outputs=("grad_x", "grad_weight"),
+    ),
+    source="models/layers.py:36-37",
+    triton=(_TRITON_FILE, "fused_rms_norm_backward_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    rows=Rows(dim=-1, keepdim=True, row_outputs=()),
+    bool_hazards=((1,), (0,)),
 )
 
 
@@ -87,4 +219,5 @@ fused_rms_norm = Kernel(
     triton=(_TRITON_FILE, "fused_rms_norm_kernel"),
     cpp=_CPP_FILE,
     rows=Rows(dim=-1, keepdim=True, row_outputs=()),
+    gradients=Gradients(fused_rms_norm_backward, inputs=(0, 1), outputs=(0,), sources=((0, 1),), row_length=True),
 )

@@ -115,7 +115,7 @@ static void fused_lt(
     const auto weights = static_cast<held_t<T1, C>>(weights_ptr[weights_offset]);
     // line 40: weights = weights * (self.slot_positions(experts) < self.capacity)  # drop overflow slots
     const bool t0 = _slot_positions < capacity;
-    const auto weights_1 = held<T1, C>(weights * C(t0));
+    const auto weights_1 = held<T1, C>(weights * held_t<T1, C>(t0));
     // Store the outputs.
     store(weights_1_out, index, weights_1);
   };

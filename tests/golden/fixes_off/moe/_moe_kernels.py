@@ -11,12 +11,54 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel, Rows, Shapes, Step
+    from ._transpile_runtime import Kernel, Rows, Gradients, Shapes, Step
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel, Rows, Shapes, Step
+    from _transpile_runtime import Kernel, Rows, Gradients, Shapes, Step
 
 _TRITON_FILE = Path(__file__).with_name("_moe_triton.py")
 _CPP_FILE = Path(__file__).with_name("_moe_kernels.cpp")
+_CPP_BACKWARD_FILE = Path(__file__).with_name("_moe_backward.cpp")
+
+
+def fused_sum_backward_reference(weights, grad__sum_div):
+    """The gradients of models/moe.py:25 in eager PyTorch."""
+    t0 = torch.sum(weights, dim=-1, keepdim=True)
+    _sum_div = weights / t0
+    g_weights = grad__sum_div / t0
+    g_t0 = -grad__sum_div
+    t1 = _sum_div / t0
+    g_t00 = g_t0 * t1
+    g_t01 = torch.sum(g_t00, dim=-1, keepdim=True)
+    g_weights0 = g_weights + g_t01
+    grad_weights = g_weights0.to(weights.dtype)
+    return (grad_weights,)
+
+
+fused_sum_backward = Kernel(
+    "fused_sum_backward",
+    fused_sum_backward_reference,
+    tensor_inputs=2,
+    shapes=Shapes(
+        inputs=("weights", "grad__sum_div"),
+        steps=(
+            Step("t0", ("weights",), dim=-1, keepdim=True),
+            Step("_sum_div", ("weights", "t0")),
+            Step("g_weights", ("grad__sum_div", "t0")),
+            Step("g_t0", ("grad__sum_div",)),
+            Step("t1", ("_sum_div", "t0")),
+            Step("g_t00", ("g_t0", "t1")),
+            Step("g_t01", ("g_t00",), dim=-1, keepdim=True),
+            Step("g_weights0", ("g_weights", "g_t01")),
+            Step("grad_weights", ("g_weights0",)),
+        ),
+        outputs=("grad_weights",),
+    ),
+    source="models/moe.py:25",
+    triton=(_TRITON_FILE, "fused_sum_backward_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    rows=Rows(dim=-1, keepdim=True, row_outputs=()),
+    bool_hazards=((0,),),
+)
 
 
 def fused_sum_reference(weights):
@@ -42,6 +84,35 @@ fused_sum = Kernel(
     triton=(_TRITON_FILE, "fused_sum_kernel"),
     cpp=_CPP_FILE,
     rows=Rows(dim=-1, keepdim=True, row_outputs=()),
+    gradients=Gradients(fused_sum_backward, inputs=(0,), outputs=(0,), sources=((0,),), row_length=False),
+)
+
+
+def fused_lt_backward_reference(_slot_positions, weights, grad_weights_1, capacity):
+    """The gradients of models/moe.py:40 in eager PyTorch."""
+    t0 = _slot_positions < capacity
+    g_weights = grad_weights_1 * t0
+    grad_weights = g_weights.to(weights.dtype)
+    return (grad_weights,)
+
+
+fused_lt_backward = Kernel(
+    "fused_lt_backward",
+    fused_lt_backward_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("_slot_positions", "weights", "grad_weights_1"),
+        steps=(
+            Step("t0", ("_slot_positions",)),
+            Step("g_weights", ("grad_weights_1", "t0")),
+            Step("grad_weights", ("g_weights",)),
+        ),
+        outputs=("grad_weights",),
+    ),
+    source="models/moe.py:40",
+    triton=(_TRITON_FILE, "fused_lt_backward_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((1,),),
 )
 
 
@@ -67,4 +138,5 @@ fused_lt = Kernel(
     source="models/moe.py:40",
     triton=(_TRITON_FILE, "fused_lt_kernel"),
     cpp=_CPP_FILE,
+    gradients=Gradients(fused_lt_backward, inputs=(1,), outputs=(0,), sources=((1,),), row_length=False),
 )
