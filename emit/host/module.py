@@ -589,8 +589,9 @@ def _reference(region: Region, source_path: str, checked: list[str], backward: b
     params = ", ".join(i.name for i in (*region.tensor_inputs, *region.scalar_inputs))
     body = []
     for node in region.nodes:
+        template = node.definition.eager
         operands = [
-            (str(o) if node.op == CAST.name else _operand_literal(o)) if i in node.constants else str(o)
+            (str(o) if node.op == CAST.name else _operand_literal(o, template, i)) if i in node.constants else str(o)
             for i, o in enumerate(node.operands)
         ]
         value = node.definition.eager.format(*operands)
@@ -606,11 +607,14 @@ def _reference(region: Region, source_path: str, checked: list[str], backward: b
     )
 
 
-def _operand_literal(value: object) -> str:
-    """A constant as an operand of a template: a negative number in parentheses, as `{0} ** {1}` with -2.0
-    would otherwise read `-2.0 ** x`, which Python takes for `-(2.0 ** x)`."""
+def _operand_literal(value: object, template: str, position: int) -> str:
+    """A constant as operand `position` of an eager template: a negative number in parentheses where what follows
+    binds tighter than its minus, `**` or a method (`{0} ** {1}` with -2.0 would read `-2.0 ** x`, which Python
+    takes for `-(2.0 ** x)`); elsewhere as it is (`-0.5 * g`, `dim=-1`)."""
     text = literal(value)
-    return f"({text})" if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0 else text
+    negative = isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0
+    tighter = re.search(rf"{re.escape(f'{{{position}}}')}\s*(\*\*|\.)", template)
+    return f"({text})" if negative and tighter else text
 
 
 def _triton_header(source_path: str) -> str:
