@@ -85,6 +85,18 @@ class TwoOutputs(nn.Module):
         t = torch.tanh(y) * 2.0
         u = 3.0 - x * (y > 0)
         return u, t
+
+
+class Chosen(nn.Module):
+    def __init__(self, d, act):
+        super().__init__()
+        self.bias = nn.Parameter(torch.linspace(-1.0, 1.0, d))
+        self.act = act()
+
+    def forward(self, x):
+        h = x * 3.0 + self.bias
+        h = self.act(h)
+        return h * 0.5 - x
 """
 
 
@@ -256,6 +268,33 @@ def test_an_output_requires_grad_only_where_an_input_it_is_computed_from_does(mo
     u, t = b(x.requires_grad_(), y)
     assert u.requires_grad and t.requires_grad
     assert kernel.counts.get("cpp", 0) == before + 2
+
+
+ACTIVATION_MODULES = {
+    "gelu": lambda: torch.nn.GELU(),
+    "gelu_tanh": lambda: torch.nn.GELU(approximate="tanh"),
+    "relu": lambda: torch.nn.ReLU(),
+    "silu": lambda: torch.nn.SiLU(),
+    "mish": lambda: torch.nn.Mish(),
+    "tanh": lambda: torch.nn.Tanh(),
+    "sigmoid": lambda: torch.nn.Sigmoid(),
+    "identity": lambda: torch.nn.Identity(),
+}
+
+
+@pytest.mark.parametrize("op", ACTIVATION_MODULES)
+def test_an_activation_chosen_at_run_time_trains_through_its_ops_backward(modules, op):
+    """`self.act(h)` with the module chosen at run time: the backward kernel of the op the module maps to runs."""
+    runtime = modules[2]
+    (kernel,) = [k for k in runtime.KERNELS if k.name.endswith(f"_backward_{op}")]
+    before = kernel.counts.get("cpp", 0)
+    a, b = twins(modules, "Chosen", 8, ACTIVATION_MODULES[op])
+    x = (torch.randn(5, 8, dtype=torch.float64) * 2).requires_grad_()
+    cotangent = torch.randn(5, 8, dtype=torch.float64)
+    expected, actual = step(a, [x], cotangent), step(b, [x], cotangent)
+    torch.testing.assert_close(actual[1][0], expected[1][0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(actual[2][0], expected[2][0], rtol=1e-10, atol=1e-12)
+    assert kernel.counts.get("cpp", 0) == before + 1
 
 
 def test_inference_still_runs_the_forward_kernels(modules):

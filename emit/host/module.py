@@ -83,8 +83,16 @@ def emit(
     shown = [origin.region(r) for r in regions] if origin else regions
     module = _module_text(text, list(zip(regions, shown)), source_path, kernels_module, epilogues, convs, depth)
     kernels = [stored_constants(kernel_view(r)[0]) for r in shown]
-    backwards = {name: replace(b, region=origin.region(b.region)) if origin else b for name, b in backwards.items()}
-    back_kernels = [stored_constants(kernel_view(b.region)[0]) for b in backwards.values()]
+    if origin:  # on the lines of the file on disk, as the forward regions
+        backwards = {
+            name: replace(
+                b,
+                region=origin.region(b.region),
+                variants=tuple(replace(v, region=origin.region(v.region)) for v in b.variants),
+            )
+            for name, b in backwards.items()
+        }
+    back_kernels = [stored_constants(kernel_view(r)[0]) for b in backwards.values() for r in _backward_regions(b)]
     # Forward and backward kernels are shared within their own files: a backward's C++ kernels are built only
     # once something trains.
     shared = shared_kernels(kernels) | shared_kernels(back_kernels)
@@ -480,14 +488,25 @@ def _kernels_text(
         gradients = ""
         if region.name in backwards:
             derived = backwards[region.name]
-            blocks += _kernel_blocks(derived.region, source_path, shared, "_CPP_BACKWARD_FILE", backward=True)
+            for each in _backward_regions(derived):
+                blocks += _kernel_blocks(each, source_path, shared, "_CPP_BACKWARD_FILE", backward=True)
+            if derived.variants:  # by the activation's code: the kernel of the op the module maps to
+                kernel = f"({', '.join(r.name for r in _backward_regions(derived))},)"
+                chosen = f", activation={derived.activation}"
+            else:
+                kernel, chosen = derived.region.name, ""
             gradients = (
-                f", gradients=Gradients({derived.region.name}, inputs={derived.grads_of!r}, "
+                f", gradients=Gradients({kernel}, inputs={derived.grads_of!r}, "
                 f"outputs={derived.outputs_with_grads!r}, sources={derived.sources!r}, "
-                f"row_length={derived.row_length})"
+                f"row_length={derived.row_length}{chosen})"
             )
         blocks += _kernel_blocks(region, source_path, shared, "_CPP_FILE", gradients)
     return "".join(parts).rstrip("\n") + "\n" + "".join(f"\n\n{block}" for block in blocks)
+
+
+def _backward_regions(derived) -> list[Region]:
+    """The regions a backward (autodiff.Backward) is written as: its own, or one per activation op."""
+    return [v.region for v in derived.variants] if derived.variants else [derived.region]
 
 
 def _kernel_blocks(

@@ -378,7 +378,7 @@ class Kernel:
             plan = "fallback: an input is not a plain tensor"
         elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             if self.gradients is not None:
-                return self._differentiable(tensors, args[self.tensor_inputs :])
+                return self._differentiable(tensors, args[self.tensor_inputs :], scalars)
             plan = "fallback: autograd needs the original code"
         else:
             plan = self._plans.get(key)
@@ -404,9 +404,15 @@ class Kernel:
             outputs = tuple(o if shape is None else _narrowed(o, shape) for o, shape in zip(outputs, plan.narrow))
         return outputs
 
-    def _differentiable(self, tensors: tuple, scalars: tuple):
+    def _differentiable(self, tensors: tuple, scalars: tuple, codes: tuple):
         """The outputs computed by the kernel, recorded by autograd as one node whose backward runs the kernel
-        of `self.gradients`; or None (counted) to run the original code."""
+        of `self.gradients`; or None (counted) to run the original code. `codes`: the scalars with an activation
+        module's code in its place."""
+        gradients = self.gradients
+        backward, passed = gradients.kernel, scalars
+        if gradients.activation is not None:  # the backward of the op the module maps to, given the other scalars
+            backward = backward[codes[gradients.activation]]
+            passed = scalars[: gradients.activation] + scalars[gradients.activation + 1 :]
         row_length = None
         if self.gradients.row_length:
             row_length = _row_length(self.shapes, tensors)
@@ -417,7 +423,7 @@ class Kernel:
             outputs = self._run(*(t.detach() for t in tensors), *scalars)
         if outputs is None:
             return None
-        return _Differentiated.apply(self, (outputs, scalars, row_length), *tensors)
+        return _Differentiated.apply(self, (outputs, backward, passed, row_length), *tensors)
 
     # -- planning, once per input signature -----------------------------------------------
     def _settled_plan(
@@ -768,13 +774,16 @@ class Gradients(NamedTuple):
     inputs at positions `inputs` from those of the outputs at positions `outputs`. It takes the forward's tensor
     inputs, those gradients, the forward's scalars and, with `row_length`, the reduced dim's length."""
 
-    kernel: "Kernel"
+    # The backward Kernel; for a kernel calling an activation module chosen at run time, one per activation code
+    # (the op the module maps to), which takes the forward's scalars less the module at position `activation`.
+    kernel: "Kernel | tuple[Kernel, ...]"
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     # Per forward output, the tensor inputs it is computed from through ops that carry gradients: it requires
     # grad, as in eager, only where one of them does.
     sources: tuple[tuple[int, ...], ...] = ()
     row_length: bool = False
+    activation: int | None = None
 
 
 class _Differentiated(torch.autograd.Function):
@@ -785,7 +794,7 @@ class _Differentiated(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, kernel: "Kernel", computed: tuple, *tensors):
-        outputs, ctx.scalars, ctx.row_length = computed
+        outputs, ctx.backward, ctx.scalars, ctx.row_length = computed
         ctx.kernel = kernel
         ctx.save_for_backward(*tensors)
         sources = kernel.gradients.sources
@@ -806,9 +815,9 @@ class _Differentiated(torch.autograd.Function):
         args = (*tensors, *(output_grads[n] for n in gradients.outputs), *ctx.scalars)
         if gradients.row_length:
             args += (ctx.row_length,)
-        grads = gradients.kernel(*args)
+        grads = ctx.backward(*args)
         if grads is None:  # counted by the backward kernel: its reference computes the same in eager
-            grads = gradients.kernel.reference(*args)[: len(gradients.inputs)]
+            grads = ctx.backward.reference(*args)[: len(gradients.inputs)]
         result = [None] * len(tensors)
         for position, grad in zip(gradients.inputs, grads):
             if ctx.needs_input_grad[2 + position]:

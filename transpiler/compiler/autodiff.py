@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 
 from transpiler.compiler.ir import RETURN, Input, Node, Output, Region
 from transpiler.compiler.lowering import NotLowerable, kernel_view
-from transpiler.compiler.ops import BY_NAME, CAST, CAST_LIKE, DERIVATIVES, OpKind
+from transpiler.compiler.ops import ACTIVATION, ACTIVATION_OPS, BY_NAME, CAST, CAST_LIKE, DERIVATIVES, OpKind
 
 BACKWARD = "_backward"  # a backward region's name is its forward's with this appended
 GRAD = "grad_"  # the backward's input holding the gradient of forward value `v` is `grad_v`
@@ -73,6 +73,12 @@ class Backward:
     outputs_with_grads: tuple[int, ...]  # forward outputs (positions) whose gradients the backward takes, in order
     row_length: bool  # the backward takes the reduced dim's length as its last scalar input
     sources: tuple[tuple[int, ...], ...] = ()  # per forward output, `gradient_sources`
+    # A region calling an activation module chosen at run time (the `activation` op): the position of that
+    # module among the forward's scalar inputs, and per activation op (ops.ACTIVATION_OPS, by code) the
+    # backward of the region with that op in its place, which takes the forward's scalars less the module.
+    # `region` is then the first of them.
+    activation: int | None = None
+    variants: tuple[Backward, ...] = ()
 
 
 class NoBackward(Exception):
@@ -328,14 +334,42 @@ def gradient_sources(region: Region) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(sorted(reach.get(o.value, frozenset()))) for o in region.outputs)
 
 
+def _activation_variants(region: Region) -> Backward:
+    """The backward of a region whose activation module is chosen at run time: one per op the module may map to
+    (raises NoBackward where the region calls several modules, or the variants differ in what they take)."""
+    modules = {node.operands[1] for node in region.nodes if node.op == ACTIVATION.name}
+    if len(modules) != 1:
+        raise NoBackward("activation modules of several attributes")
+    (module,) = modules
+    variants = []
+    for op in ACTIVATION_OPS:  # in code order: the runtime picks a variant by the code
+        nodes = tuple(
+            Node(op, node.operands[:1], node.out, node.line) if node.op == ACTIVATION.name else node
+            for node in region.nodes
+        )
+        concrete = replace(region, inputs=tuple(i for i in region.inputs if i.name != module), nodes=nodes)
+        derived = backward(concrete)
+        variants.append(replace(derived, region=replace(derived.region, name=f"{derived.region.name}_{op}")))
+    first = variants[0]
+    if any(
+        (v.grads_of, v.outputs_with_grads, v.row_length) != (first.grads_of, first.outputs_with_grads, first.row_length)
+        for v in variants
+    ):
+        raise NoBackward("activations whose backwards take different gradients")
+    position = [i.name for i in region.scalar_inputs].index(module)
+    return replace(first, sources=gradient_sources(region), activation=position, variants=tuple(variants))
+
+
 def backwards_of(regions: Iterable[Region]) -> tuple[dict[str, Backward], tuple[tuple[str, str], ...]]:
     """Per region of `regions` with a backward that one kernel computes, that backward; and (name, why) for the
     others, whose calls under autograd take the source's statements."""
     derived, refused = {}, []
     for region in regions:
         try:
-            candidate = backward(region)
-            kernel_view(candidate.region)  # raises where one kernel cannot compute it
+            chosen = any(node.op == ACTIVATION.name for node in region.nodes)
+            candidate = _activation_variants(region) if chosen else backward(region)
+            for each in candidate.variants or (candidate,):
+                kernel_view(each.region)  # raises where one kernel cannot compute it
         except (NoBackward, NotLowerable) as why:
             refused.append((region.name, str(why)))
             continue

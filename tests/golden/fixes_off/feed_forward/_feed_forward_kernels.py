@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 
 try:  # the output tree imported as a package
-    from ._transpile_runtime import Kernel, Shapes, Step, Activation, Activations
+    from ._transpile_runtime import Kernel, Gradients, Shapes, Step, Activation, Activations
 except ImportError:  # the output root on sys.path
-    from _transpile_runtime import Kernel, Shapes, Step, Activation, Activations
+    from _transpile_runtime import Kernel, Gradients, Shapes, Step, Activation, Activations
 try:  # the output tree imported as a package
     from ._transpile_runtime.linear import LinearActivation
 except ImportError:  # the output root on sys.path
@@ -23,6 +23,7 @@ except ImportError:  # the output root on sys.path
 
 _TRITON_FILE = Path(__file__).with_name("_feed_forward_triton.py")
 _CPP_FILE = Path(__file__).with_name("_feed_forward_kernels.cpp")
+_CPP_BACKWARD_FILE = Path(__file__).with_name("_feed_forward_backward.cpp")
 
 # Activation modules chosen at run time (`self.act = ACT2FN[...]`) that the kernels compute, by exact
 # class and the attributes their forward reads; others take the original code.
@@ -136,6 +137,488 @@ _transpile_linear_activation = LinearActivation(
 )
 
 
+def fused_activation_backward_gelu_reference(_gate_proj, _up_proj, grad__act_mul):
+    """The gradients of activations/feed_forward.py:28 in eager PyTorch."""
+    t0 = torch.nn.functional.gelu(_gate_proj)
+    g_t0 = grad__act_mul * _up_proj
+    g__up_proj = grad__act_mul * t0
+    t = _gate_proj * 0.7071067811865476
+    t1 = torch.erf(t)
+    t2 = 1 + t1
+    cdf = 0.5 * t2
+    t4 = _gate_proj * _gate_proj
+    t5 = t4 * -0.5
+    t6 = torch.exp(t5)
+    pdf = 0.3989422804014327 * t6
+    t8 = _gate_proj * pdf
+    t9 = cdf + t8
+    g__gate_proj = g_t0 * t9
+    grad__gate_proj = g__gate_proj.to(_gate_proj.dtype)
+    grad__up_proj = g__up_proj.to(_up_proj.dtype)
+    return (
+        grad__gate_proj,
+        grad__up_proj,
+    )
+
+
+fused_activation_backward_gelu = Kernel(
+    "fused_activation_backward_gelu",
+    fused_activation_backward_gelu_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("_gate_proj", "_up_proj", "grad__act_mul"),
+        steps=(
+            Step("t0", ("_gate_proj",)),
+            Step("g_t0", ("grad__act_mul", "_up_proj")),
+            Step("g__up_proj", ("grad__act_mul", "t0")),
+            Step("t", ("_gate_proj",)),
+            Step("t1", ("t",)),
+            Step("t2", ("t1",)),
+            Step("cdf", ("t2",)),
+            Step("t4", ("_gate_proj", "_gate_proj")),
+            Step("t5", ("t4",)),
+            Step("t6", ("t5",)),
+            Step("pdf", ("t6",)),
+            Step("t8", ("_gate_proj", "pdf")),
+            Step("t9", ("cdf", "t8")),
+            Step("g__gate_proj", ("g_t0", "t9")),
+            Step("grad__gate_proj", ("g__gate_proj",)),
+            Step("grad__up_proj", ("g__up_proj",)),
+        ),
+        outputs=("grad__gate_proj", "grad__up_proj"),
+    ),
+    source="activations/feed_forward.py:28",
+    triton=(_TRITON_FILE, "fused_activation_backward_gelu_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,), (1,)),
+)
+
+
+def fused_activation_backward_gelu_tanh_reference(_gate_proj, _up_proj, grad__act_mul):
+    """The gradients of activations/feed_forward.py:28 in eager PyTorch."""
+    t0 = torch.nn.functional.gelu(_gate_proj, approximate="tanh")
+    g_t0 = grad__act_mul * _up_proj
+    g__up_proj = grad__act_mul * t0
+    t = _gate_proj * _gate_proj
+    t1 = t * _gate_proj
+    t2 = 0.044715 * t1
+    t3 = _gate_proj + t2
+    t4 = 0.7978845608028654 * t3
+    t6 = torch.tanh(t4)
+    t7 = 1 + t6
+    t8 = 0.5 * t7
+    t9 = 0.5 * _gate_proj
+    t10 = t6 * t6
+    t11 = 1 - t10
+    t12 = t9 * t11
+    t14 = 0.134145 * t
+    t15 = 1 + t14
+    t16 = 0.7978845608028654 * t15
+    t17 = t12 * t16
+    t18 = t8 + t17
+    g__gate_proj = g_t0 * t18
+    grad__gate_proj = g__gate_proj.to(_gate_proj.dtype)
+    grad__up_proj = g__up_proj.to(_up_proj.dtype)
+    return (
+        grad__gate_proj,
+        grad__up_proj,
+    )
+
+
+fused_activation_backward_gelu_tanh = Kernel(
+    "fused_activation_backward_gelu_tanh",
+    fused_activation_backward_gelu_tanh_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("_gate_proj", "_up_proj", "grad__act_mul"),
+        steps=(
+            Step("t0", ("_gate_proj",)),
+            Step("g_t0", ("grad__act_mul", "_up_proj")),
+            Step("g__up_proj", ("grad__act_mul", "t0")),
+            Step("t", ("_gate_proj", "_gate_proj")),
+            Step("t1", ("t", "_gate_proj")),
+            Step("t2", ("t1",)),
+            Step("t3", ("_gate_proj", "t2")),
+            Step("t4", ("t3",)),
+            Step("t6", ("t4",)),
+            Step("t7", ("t6",)),
+            Step("t8", ("t7",)),
+            Step("t9", ("_gate_proj",)),
+            Step("t10", ("t6", "t6")),
+            Step("t11", ("t10",)),
+            Step("t12", ("t9", "t11")),
+            Step("t14", ("t",)),
+            Step("t15", ("t14",)),
+            Step("t16", ("t15",)),
+            Step("t17", ("t12", "t16")),
+            Step("t18", ("t8", "t17")),
+            Step("g__gate_proj", ("g_t0", "t18")),
+            Step("grad__gate_proj", ("g__gate_proj",)),
+            Step("grad__up_proj", ("g__up_proj",)),
+        ),
+        outputs=("grad__gate_proj", "grad__up_proj"),
+    ),
+    source="activations/feed_forward.py:28",
+    triton=(_TRITON_FILE, "fused_activation_backward_gelu_tanh_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,), (1,)),
+)
+
+
+def fused_activation_backward_relu_reference(_gate_proj, _up_proj, grad__act_mul):
+    """The gradients of activations/feed_forward.py:28 in eager PyTorch."""
+    t0 = torch.relu(_gate_proj)
+    g_t0 = grad__act_mul * _up_proj
+    g__up_proj = grad__act_mul * t0
+    t = t0 <= 0
+    g__gate_proj = torch.where(t, 0.0, g_t0)
+    grad__gate_proj = g__gate_proj.to(_gate_proj.dtype)
+    grad__up_proj = g__up_proj.to(_up_proj.dtype)
+    return (
+        grad__gate_proj,
+        grad__up_proj,
+    )
+
+
+fused_activation_backward_relu = Kernel(
+    "fused_activation_backward_relu",
+    fused_activation_backward_relu_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("_gate_proj", "_up_proj", "grad__act_mul"),
+        steps=(
+            Step("t0", ("_gate_proj",)),
+            Step("g_t0", ("grad__act_mul", "_up_proj")),
+            Step("g__up_proj", ("grad__act_mul", "t0")),
+            Step("t", ("t0",)),
+            Step("g__gate_proj", ("t", "g_t0")),
+            Step("grad__gate_proj", ("g__gate_proj",)),
+            Step("grad__up_proj", ("g__up_proj",)),
+        ),
+        outputs=("grad__gate_proj", "grad__up_proj"),
+    ),
+    source="activations/feed_forward.py:28",
+    triton=(_TRITON_FILE, "fused_activation_backward_relu_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,), (1,)),
+)
+
+
+def fused_activation_backward_silu_reference(_gate_proj, _up_proj, grad__act_mul):
+    """The gradients of activations/feed_forward.py:28 in eager PyTorch."""
+    t0 = torch.nn.functional.silu(_gate_proj)
+    g_t0 = grad__act_mul * _up_proj
+    g__up_proj = grad__act_mul * t0
+    s = torch.sigmoid(_gate_proj)
+    g__gate_proj = g_t0 * s
+    t1 = 1 - s
+    t2 = _gate_proj * t1
+    t3 = 1 + t2
+    g__gate_proj0 = g__gate_proj * t3
+    grad__gate_proj = g__gate_proj0.to(_gate_proj.dtype)
+    grad__up_proj = g__up_proj.to(_up_proj.dtype)
+    return (
+        grad__gate_proj,
+        grad__up_proj,
+    )
+
+
+fused_activation_backward_silu = Kernel(
+    "fused_activation_backward_silu",
+    fused_activation_backward_silu_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("_gate_proj", "_up_proj", "grad__act_mul"),
+        steps=(
+            Step("t0", ("_gate_proj",)),
+            Step("g_t0", ("grad__act_mul", "_up_proj")),
+            Step("g__up_proj", ("grad__act_mul", "t0")),
+            Step("s", ("_gate_proj",)),
+            Step("g__gate_proj", ("g_t0", "s")),
+            Step("t1", ("s",)),
+            Step("t2", ("_gate_proj", "t1")),
+            Step("t3", ("t2",)),
+            Step("g__gate_proj0", ("g__gate_proj", "t3")),
+            Step("grad__gate_proj", ("g__gate_proj0",)),
+            Step("grad__up_proj", ("g__up_proj",)),
+        ),
+        outputs=("grad__gate_proj", "grad__up_proj"),
+    ),
+    source="activations/feed_forward.py:28",
+    triton=(_TRITON_FILE, "fused_activation_backward_silu_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,), (1,)),
+)
+
+
+def fused_activation_backward_mish_reference(_gate_proj, _up_proj, grad__act_mul):
+    """The gradients of activations/feed_forward.py:28 in eager PyTorch."""
+    t0 = torch.nn.functional.mish(_gate_proj)
+    g_t0 = grad__act_mul * _up_proj
+    g__up_proj = grad__act_mul * t0
+    t = torch.nn.functional.softplus(_gate_proj)
+    t2 = torch.tanh(t)
+    t3 = torch.sigmoid(_gate_proj)
+    t4 = _gate_proj * t3
+    t5 = t2 * t2
+    t6 = 1 - t5
+    t7 = t4 * t6
+    t8 = t2 + t7
+    g__gate_proj = g_t0 * t8
+    grad__gate_proj = g__gate_proj.to(_gate_proj.dtype)
+    grad__up_proj = g__up_proj.to(_up_proj.dtype)
+    return (
+        grad__gate_proj,
+        grad__up_proj,
+    )
+
+
+fused_activation_backward_mish = Kernel(
+    "fused_activation_backward_mish",
+    fused_activation_backward_mish_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("_gate_proj", "_up_proj", "grad__act_mul"),
+        steps=(
+            Step("t0", ("_gate_proj",)),
+            Step("g_t0", ("grad__act_mul", "_up_proj")),
+            Step("g__up_proj", ("grad__act_mul", "t0")),
+            Step("t", ("_gate_proj",)),
+            Step("t2", ("t",)),
+            Step("t3", ("_gate_proj",)),
+            Step("t4", ("_gate_proj", "t3")),
+            Step("t5", ("t2", "t2")),
+            Step("t6", ("t5",)),
+            Step("t7", ("t4", "t6")),
+            Step("t8", ("t2", "t7")),
+            Step("g__gate_proj", ("g_t0", "t8")),
+            Step("grad__gate_proj", ("g__gate_proj",)),
+            Step("grad__up_proj", ("g__up_proj",)),
+        ),
+        outputs=("grad__gate_proj", "grad__up_proj"),
+    ),
+    source="activations/feed_forward.py:28",
+    triton=(_TRITON_FILE, "fused_activation_backward_mish_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,), (1,)),
+)
+
+
+def fused_activation_backward_tanh_reference(_gate_proj, _up_proj, grad__act_mul):
+    """The gradients of activations/feed_forward.py:28 in eager PyTorch."""
+    t0 = torch.tanh(_gate_proj)
+    g_t0 = grad__act_mul * _up_proj
+    g__up_proj = grad__act_mul * t0
+    t = t0 * t0
+    t1 = 1 - t
+    g__gate_proj = g_t0 * t1
+    grad__gate_proj = g__gate_proj.to(_gate_proj.dtype)
+    grad__up_proj = g__up_proj.to(_up_proj.dtype)
+    return (
+        grad__gate_proj,
+        grad__up_proj,
+    )
+
+
+fused_activation_backward_tanh = Kernel(
+    "fused_activation_backward_tanh",
+    fused_activation_backward_tanh_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("_gate_proj", "_up_proj", "grad__act_mul"),
+        steps=(
+            Step("t0", ("_gate_proj",)),
+            Step("g_t0", ("grad__act_mul", "_up_proj")),
+            Step("g__up_proj", ("grad__act_mul", "t0")),
+            Step("t", ("t0", "t0")),
+            Step("t1", ("t",)),
+            Step("g__gate_proj", ("g_t0", "t1")),
+            Step("grad__gate_proj", ("g__gate_proj",)),
+            Step("grad__up_proj", ("g__up_proj",)),
+        ),
+        outputs=("grad__gate_proj", "grad__up_proj"),
+    ),
+    source="activations/feed_forward.py:28",
+    triton=(_TRITON_FILE, "fused_activation_backward_tanh_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,), (1,)),
+)
+
+
+def fused_activation_backward_sigmoid_reference(_gate_proj, _up_proj, grad__act_mul):
+    """The gradients of activations/feed_forward.py:28 in eager PyTorch."""
+    t0 = torch.sigmoid(_gate_proj)
+    g_t0 = grad__act_mul * _up_proj
+    g__up_proj = grad__act_mul * t0
+    t = 1 - t0
+    g__gate_proj = g_t0 * t
+    g__gate_proj0 = g__gate_proj * t0
+    grad__gate_proj = g__gate_proj0.to(_gate_proj.dtype)
+    grad__up_proj = g__up_proj.to(_up_proj.dtype)
+    return (
+        grad__gate_proj,
+        grad__up_proj,
+    )
+
+
+fused_activation_backward_sigmoid = Kernel(
+    "fused_activation_backward_sigmoid",
+    fused_activation_backward_sigmoid_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("_gate_proj", "_up_proj", "grad__act_mul"),
+        steps=(
+            Step("t0", ("_gate_proj",)),
+            Step("g_t0", ("grad__act_mul", "_up_proj")),
+            Step("g__up_proj", ("grad__act_mul", "t0")),
+            Step("t", ("t0",)),
+            Step("g__gate_proj", ("g_t0", "t")),
+            Step("g__gate_proj0", ("g__gate_proj", "t0")),
+            Step("grad__gate_proj", ("g__gate_proj0",)),
+            Step("grad__up_proj", ("g__up_proj",)),
+        ),
+        outputs=("grad__gate_proj", "grad__up_proj"),
+    ),
+    source="activations/feed_forward.py:28",
+    triton=(_TRITON_FILE, "fused_activation_backward_sigmoid_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,), (1,)),
+)
+
+
+def fused_activation_backward_identity_reference(_gate_proj, _up_proj, grad__act_mul):
+    """The gradients of activations/feed_forward.py:28 in eager PyTorch."""
+    t0 = _gate_proj
+    g_t0 = grad__act_mul * _up_proj
+    g__up_proj = grad__act_mul * t0
+    grad__gate_proj = g_t0.to(_gate_proj.dtype)
+    grad__up_proj = g__up_proj.to(_up_proj.dtype)
+    return (
+        grad__gate_proj,
+        grad__up_proj,
+    )
+
+
+fused_activation_backward_identity = Kernel(
+    "fused_activation_backward_identity",
+    fused_activation_backward_identity_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("_gate_proj", "_up_proj", "grad__act_mul"),
+        steps=(
+            Step("t0", ("_gate_proj",)),
+            Step("g_t0", ("grad__act_mul", "_up_proj")),
+            Step("g__up_proj", ("grad__act_mul", "t0")),
+            Step("grad__gate_proj", ("g_t0",)),
+            Step("grad__up_proj", ("g__up_proj",)),
+        ),
+        outputs=("grad__gate_proj", "grad__up_proj"),
+    ),
+    source="activations/feed_forward.py:28",
+    triton=(_TRITON_FILE, "fused_activation_backward_identity_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,), (1,)),
+)
+
+
+def fused_activation_backward_quick_gelu_reference(_gate_proj, _up_proj, grad__act_mul):
+    """The gradients of activations/feed_forward.py:28 in eager PyTorch."""
+    t0 = _gate_proj * torch.sigmoid(1.702 * _gate_proj)
+    g_t0 = grad__act_mul * _up_proj
+    g__up_proj = grad__act_mul * t0
+    t = 1.702 * _gate_proj
+    s = torch.sigmoid(t)
+    g__gate_proj = g_t0 * s
+    g__gate_proj0 = g_t0 * _gate_proj
+    t2 = 1 - s
+    t3 = s * t2
+    g__gate_proj1 = g__gate_proj0 * t3
+    g__gate_proj2 = g__gate_proj1 * 1.702
+    g__gate_proj3 = g__gate_proj + g__gate_proj2
+    grad__gate_proj = g__gate_proj3.to(_gate_proj.dtype)
+    grad__up_proj = g__up_proj.to(_up_proj.dtype)
+    return (
+        grad__gate_proj,
+        grad__up_proj,
+    )
+
+
+fused_activation_backward_quick_gelu = Kernel(
+    "fused_activation_backward_quick_gelu",
+    fused_activation_backward_quick_gelu_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("_gate_proj", "_up_proj", "grad__act_mul"),
+        steps=(
+            Step("t0", ("_gate_proj",)),
+            Step("g_t0", ("grad__act_mul", "_up_proj")),
+            Step("g__up_proj", ("grad__act_mul", "t0")),
+            Step("t", ("_gate_proj",)),
+            Step("s", ("t",)),
+            Step("g__gate_proj", ("g_t0", "s")),
+            Step("g__gate_proj0", ("g_t0", "_gate_proj")),
+            Step("t2", ("s",)),
+            Step("t3", ("s", "t2")),
+            Step("g__gate_proj1", ("g__gate_proj0", "t3")),
+            Step("g__gate_proj2", ("g__gate_proj1",)),
+            Step("g__gate_proj3", ("g__gate_proj", "g__gate_proj2")),
+            Step("grad__gate_proj", ("g__gate_proj3",)),
+            Step("grad__up_proj", ("g__up_proj",)),
+        ),
+        outputs=("grad__gate_proj", "grad__up_proj"),
+    ),
+    source="activations/feed_forward.py:28",
+    triton=(_TRITON_FILE, "fused_activation_backward_quick_gelu_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,), (1,)),
+)
+
+
+def fused_activation_backward_relu_squared_reference(_gate_proj, _up_proj, grad__act_mul):
+    """The gradients of activations/feed_forward.py:28 in eager PyTorch."""
+    t0 = torch.square(torch.relu(_gate_proj))
+    g_t0 = grad__act_mul * _up_proj
+    g__up_proj = grad__act_mul * t0
+    r = torch.relu(_gate_proj)
+    t1 = r <= 0
+    t2 = 2 * r
+    g__gate_proj = g_t0 * t2
+    g__gate_proj0 = torch.where(t1, 0.0, g__gate_proj)
+    grad__gate_proj = g__gate_proj0.to(_gate_proj.dtype)
+    grad__up_proj = g__up_proj.to(_up_proj.dtype)
+    return (
+        grad__gate_proj,
+        grad__up_proj,
+    )
+
+
+fused_activation_backward_relu_squared = Kernel(
+    "fused_activation_backward_relu_squared",
+    fused_activation_backward_relu_squared_reference,
+    tensor_inputs=3,
+    shapes=Shapes(
+        inputs=("_gate_proj", "_up_proj", "grad__act_mul"),
+        steps=(
+            Step("t0", ("_gate_proj",)),
+            Step("g_t0", ("grad__act_mul", "_up_proj")),
+            Step("g__up_proj", ("grad__act_mul", "t0")),
+            Step("r", ("_gate_proj",)),
+            Step("t1", ("r",)),
+            Step("t2", ("r",)),
+            Step("g__gate_proj", ("g_t0", "t2")),
+            Step("g__gate_proj0", ("t1", "g__gate_proj")),
+            Step("grad__gate_proj", ("g__gate_proj0",)),
+            Step("grad__up_proj", ("g__up_proj",)),
+        ),
+        outputs=("grad__gate_proj", "grad__up_proj"),
+    ),
+    source="activations/feed_forward.py:28",
+    triton=(_TRITON_FILE, "fused_activation_backward_relu_squared_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,), (1,)),
+)
+
+
 def fused_activation_reference(_gate_proj, _up_proj, act_fn):
     """activations/feed_forward.py:28 in eager PyTorch."""
     t0 = act_fn(_gate_proj)
@@ -159,6 +642,401 @@ fused_activation = Kernel(
     triton=(_TRITON_FILE, "fused_activation_kernel"),
     cpp=_CPP_FILE,
     activations=(_ACTIVATIONS, (0,), False),
+    gradients=Gradients(
+        (
+            fused_activation_backward_gelu,
+            fused_activation_backward_gelu_tanh,
+            fused_activation_backward_relu,
+            fused_activation_backward_silu,
+            fused_activation_backward_mish,
+            fused_activation_backward_tanh,
+            fused_activation_backward_sigmoid,
+            fused_activation_backward_identity,
+            fused_activation_backward_quick_gelu,
+            fused_activation_backward_relu_squared,
+        ),
+        inputs=(0, 1),
+        outputs=(0,),
+        sources=((0, 1),),
+        row_length=False,
+        activation=0,
+    ),
+)
+
+
+def fused_activation_2_backward_gelu_reference(_wi_0, grad_hidden_gelu):
+    """The gradients of activations/feed_forward.py:43 in eager PyTorch."""
+    t = _wi_0 * 0.7071067811865476
+    t0 = torch.erf(t)
+    t1 = 1 + t0
+    cdf = 0.5 * t1
+    t3 = _wi_0 * _wi_0
+    t4 = t3 * -0.5
+    t5 = torch.exp(t4)
+    pdf = 0.3989422804014327 * t5
+    t7 = _wi_0 * pdf
+    t8 = cdf + t7
+    g__wi_0 = grad_hidden_gelu * t8
+    grad__wi_0 = g__wi_0.to(_wi_0.dtype)
+    return (grad__wi_0,)
+
+
+fused_activation_2_backward_gelu = Kernel(
+    "fused_activation_2_backward_gelu",
+    fused_activation_2_backward_gelu_reference,
+    tensor_inputs=2,
+    shapes=Shapes(
+        inputs=("_wi_0", "grad_hidden_gelu"),
+        steps=(
+            Step("t", ("_wi_0",)),
+            Step("t0", ("t",)),
+            Step("t1", ("t0",)),
+            Step("cdf", ("t1",)),
+            Step("t3", ("_wi_0", "_wi_0")),
+            Step("t4", ("t3",)),
+            Step("t5", ("t4",)),
+            Step("pdf", ("t5",)),
+            Step("t7", ("_wi_0", "pdf")),
+            Step("t8", ("cdf", "t7")),
+            Step("g__wi_0", ("grad_hidden_gelu", "t8")),
+            Step("grad__wi_0", ("g__wi_0",)),
+        ),
+        outputs=("grad__wi_0",),
+    ),
+    source="activations/feed_forward.py:43",
+    triton=(_TRITON_FILE, "fused_activation_2_backward_gelu_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,),),
+)
+
+
+def fused_activation_2_backward_gelu_tanh_reference(_wi_0, grad_hidden_gelu):
+    """The gradients of activations/feed_forward.py:43 in eager PyTorch."""
+    t = _wi_0 * _wi_0
+    t0 = t * _wi_0
+    t1 = 0.044715 * t0
+    t2 = _wi_0 + t1
+    t3 = 0.7978845608028654 * t2
+    t5 = torch.tanh(t3)
+    t6 = 1 + t5
+    t7 = 0.5 * t6
+    t8 = 0.5 * _wi_0
+    t9 = t5 * t5
+    t10 = 1 - t9
+    t11 = t8 * t10
+    t13 = 0.134145 * t
+    t14 = 1 + t13
+    t15 = 0.7978845608028654 * t14
+    t16 = t11 * t15
+    t17 = t7 + t16
+    g__wi_0 = grad_hidden_gelu * t17
+    grad__wi_0 = g__wi_0.to(_wi_0.dtype)
+    return (grad__wi_0,)
+
+
+fused_activation_2_backward_gelu_tanh = Kernel(
+    "fused_activation_2_backward_gelu_tanh",
+    fused_activation_2_backward_gelu_tanh_reference,
+    tensor_inputs=2,
+    shapes=Shapes(
+        inputs=("_wi_0", "grad_hidden_gelu"),
+        steps=(
+            Step("t", ("_wi_0", "_wi_0")),
+            Step("t0", ("t", "_wi_0")),
+            Step("t1", ("t0",)),
+            Step("t2", ("_wi_0", "t1")),
+            Step("t3", ("t2",)),
+            Step("t5", ("t3",)),
+            Step("t6", ("t5",)),
+            Step("t7", ("t6",)),
+            Step("t8", ("_wi_0",)),
+            Step("t9", ("t5", "t5")),
+            Step("t10", ("t9",)),
+            Step("t11", ("t8", "t10")),
+            Step("t13", ("t",)),
+            Step("t14", ("t13",)),
+            Step("t15", ("t14",)),
+            Step("t16", ("t11", "t15")),
+            Step("t17", ("t7", "t16")),
+            Step("g__wi_0", ("grad_hidden_gelu", "t17")),
+            Step("grad__wi_0", ("g__wi_0",)),
+        ),
+        outputs=("grad__wi_0",),
+    ),
+    source="activations/feed_forward.py:43",
+    triton=(_TRITON_FILE, "fused_activation_2_backward_gelu_tanh_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,),),
+)
+
+
+def fused_activation_2_backward_relu_reference(_wi_0, grad_hidden_gelu):
+    """The gradients of activations/feed_forward.py:43 in eager PyTorch."""
+    hidden_gelu = torch.relu(_wi_0)
+    t = hidden_gelu <= 0
+    g__wi_0 = torch.where(t, 0.0, grad_hidden_gelu)
+    grad__wi_0 = g__wi_0.to(_wi_0.dtype)
+    return (grad__wi_0,)
+
+
+fused_activation_2_backward_relu = Kernel(
+    "fused_activation_2_backward_relu",
+    fused_activation_2_backward_relu_reference,
+    tensor_inputs=2,
+    shapes=Shapes(
+        inputs=("_wi_0", "grad_hidden_gelu"),
+        steps=(
+            Step("hidden_gelu", ("_wi_0",)),
+            Step("t", ("hidden_gelu",)),
+            Step("g__wi_0", ("t", "grad_hidden_gelu")),
+            Step("grad__wi_0", ("g__wi_0",)),
+        ),
+        outputs=("grad__wi_0",),
+    ),
+    source="activations/feed_forward.py:43",
+    triton=(_TRITON_FILE, "fused_activation_2_backward_relu_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,),),
+)
+
+
+def fused_activation_2_backward_silu_reference(_wi_0, grad_hidden_gelu):
+    """The gradients of activations/feed_forward.py:43 in eager PyTorch."""
+    s = torch.sigmoid(_wi_0)
+    g__wi_0 = grad_hidden_gelu * s
+    t0 = 1 - s
+    t1 = _wi_0 * t0
+    t2 = 1 + t1
+    g__wi_00 = g__wi_0 * t2
+    grad__wi_0 = g__wi_00.to(_wi_0.dtype)
+    return (grad__wi_0,)
+
+
+fused_activation_2_backward_silu = Kernel(
+    "fused_activation_2_backward_silu",
+    fused_activation_2_backward_silu_reference,
+    tensor_inputs=2,
+    shapes=Shapes(
+        inputs=("_wi_0", "grad_hidden_gelu"),
+        steps=(
+            Step("s", ("_wi_0",)),
+            Step("g__wi_0", ("grad_hidden_gelu", "s")),
+            Step("t0", ("s",)),
+            Step("t1", ("_wi_0", "t0")),
+            Step("t2", ("t1",)),
+            Step("g__wi_00", ("g__wi_0", "t2")),
+            Step("grad__wi_0", ("g__wi_00",)),
+        ),
+        outputs=("grad__wi_0",),
+    ),
+    source="activations/feed_forward.py:43",
+    triton=(_TRITON_FILE, "fused_activation_2_backward_silu_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,),),
+)
+
+
+def fused_activation_2_backward_mish_reference(_wi_0, grad_hidden_gelu):
+    """The gradients of activations/feed_forward.py:43 in eager PyTorch."""
+    t = torch.nn.functional.softplus(_wi_0)
+    t1 = torch.tanh(t)
+    t2 = torch.sigmoid(_wi_0)
+    t3 = _wi_0 * t2
+    t4 = t1 * t1
+    t5 = 1 - t4
+    t6 = t3 * t5
+    t7 = t1 + t6
+    g__wi_0 = grad_hidden_gelu * t7
+    grad__wi_0 = g__wi_0.to(_wi_0.dtype)
+    return (grad__wi_0,)
+
+
+fused_activation_2_backward_mish = Kernel(
+    "fused_activation_2_backward_mish",
+    fused_activation_2_backward_mish_reference,
+    tensor_inputs=2,
+    shapes=Shapes(
+        inputs=("_wi_0", "grad_hidden_gelu"),
+        steps=(
+            Step("t", ("_wi_0",)),
+            Step("t1", ("t",)),
+            Step("t2", ("_wi_0",)),
+            Step("t3", ("_wi_0", "t2")),
+            Step("t4", ("t1", "t1")),
+            Step("t5", ("t4",)),
+            Step("t6", ("t3", "t5")),
+            Step("t7", ("t1", "t6")),
+            Step("g__wi_0", ("grad_hidden_gelu", "t7")),
+            Step("grad__wi_0", ("g__wi_0",)),
+        ),
+        outputs=("grad__wi_0",),
+    ),
+    source="activations/feed_forward.py:43",
+    triton=(_TRITON_FILE, "fused_activation_2_backward_mish_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,),),
+)
+
+
+def fused_activation_2_backward_tanh_reference(_wi_0, grad_hidden_gelu):
+    """The gradients of activations/feed_forward.py:43 in eager PyTorch."""
+    hidden_gelu = torch.tanh(_wi_0)
+    t = hidden_gelu * hidden_gelu
+    t0 = 1 - t
+    g__wi_0 = grad_hidden_gelu * t0
+    grad__wi_0 = g__wi_0.to(_wi_0.dtype)
+    return (grad__wi_0,)
+
+
+fused_activation_2_backward_tanh = Kernel(
+    "fused_activation_2_backward_tanh",
+    fused_activation_2_backward_tanh_reference,
+    tensor_inputs=2,
+    shapes=Shapes(
+        inputs=("_wi_0", "grad_hidden_gelu"),
+        steps=(
+            Step("hidden_gelu", ("_wi_0",)),
+            Step("t", ("hidden_gelu", "hidden_gelu")),
+            Step("t0", ("t",)),
+            Step("g__wi_0", ("grad_hidden_gelu", "t0")),
+            Step("grad__wi_0", ("g__wi_0",)),
+        ),
+        outputs=("grad__wi_0",),
+    ),
+    source="activations/feed_forward.py:43",
+    triton=(_TRITON_FILE, "fused_activation_2_backward_tanh_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,),),
+)
+
+
+def fused_activation_2_backward_sigmoid_reference(_wi_0, grad_hidden_gelu):
+    """The gradients of activations/feed_forward.py:43 in eager PyTorch."""
+    hidden_gelu = torch.sigmoid(_wi_0)
+    t = 1 - hidden_gelu
+    g__wi_0 = grad_hidden_gelu * t
+    g__wi_00 = g__wi_0 * hidden_gelu
+    grad__wi_0 = g__wi_00.to(_wi_0.dtype)
+    return (grad__wi_0,)
+
+
+fused_activation_2_backward_sigmoid = Kernel(
+    "fused_activation_2_backward_sigmoid",
+    fused_activation_2_backward_sigmoid_reference,
+    tensor_inputs=2,
+    shapes=Shapes(
+        inputs=("_wi_0", "grad_hidden_gelu"),
+        steps=(
+            Step("hidden_gelu", ("_wi_0",)),
+            Step("t", ("hidden_gelu",)),
+            Step("g__wi_0", ("grad_hidden_gelu", "t")),
+            Step("g__wi_00", ("g__wi_0", "hidden_gelu")),
+            Step("grad__wi_0", ("g__wi_00",)),
+        ),
+        outputs=("grad__wi_0",),
+    ),
+    source="activations/feed_forward.py:43",
+    triton=(_TRITON_FILE, "fused_activation_2_backward_sigmoid_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,),),
+)
+
+
+def fused_activation_2_backward_identity_reference(_wi_0, grad_hidden_gelu):
+    """The gradients of activations/feed_forward.py:43 in eager PyTorch."""
+    grad__wi_0 = grad_hidden_gelu.to(_wi_0.dtype)
+    return (grad__wi_0,)
+
+
+fused_activation_2_backward_identity = Kernel(
+    "fused_activation_2_backward_identity",
+    fused_activation_2_backward_identity_reference,
+    tensor_inputs=2,
+    shapes=Shapes(
+        inputs=("_wi_0", "grad_hidden_gelu"),
+        steps=(Step("grad__wi_0", ("grad_hidden_gelu",)),),
+        outputs=("grad__wi_0",),
+    ),
+    source="activations/feed_forward.py:43",
+    triton=(_TRITON_FILE, "fused_activation_2_backward_identity_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,),),
+)
+
+
+def fused_activation_2_backward_quick_gelu_reference(_wi_0, grad_hidden_gelu):
+    """The gradients of activations/feed_forward.py:43 in eager PyTorch."""
+    t = 1.702 * _wi_0
+    s = torch.sigmoid(t)
+    g__wi_0 = grad_hidden_gelu * s
+    g__wi_00 = grad_hidden_gelu * _wi_0
+    t1 = 1 - s
+    t2 = s * t1
+    g__wi_01 = g__wi_00 * t2
+    g__wi_02 = g__wi_01 * 1.702
+    g__wi_03 = g__wi_0 + g__wi_02
+    grad__wi_0 = g__wi_03.to(_wi_0.dtype)
+    return (grad__wi_0,)
+
+
+fused_activation_2_backward_quick_gelu = Kernel(
+    "fused_activation_2_backward_quick_gelu",
+    fused_activation_2_backward_quick_gelu_reference,
+    tensor_inputs=2,
+    shapes=Shapes(
+        inputs=("_wi_0", "grad_hidden_gelu"),
+        steps=(
+            Step("t", ("_wi_0",)),
+            Step("s", ("t",)),
+            Step("g__wi_0", ("grad_hidden_gelu", "s")),
+            Step("g__wi_00", ("grad_hidden_gelu", "_wi_0")),
+            Step("t1", ("s",)),
+            Step("t2", ("s", "t1")),
+            Step("g__wi_01", ("g__wi_00", "t2")),
+            Step("g__wi_02", ("g__wi_01",)),
+            Step("g__wi_03", ("g__wi_0", "g__wi_02")),
+            Step("grad__wi_0", ("g__wi_03",)),
+        ),
+        outputs=("grad__wi_0",),
+    ),
+    source="activations/feed_forward.py:43",
+    triton=(_TRITON_FILE, "fused_activation_2_backward_quick_gelu_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,),),
+)
+
+
+def fused_activation_2_backward_relu_squared_reference(_wi_0, grad_hidden_gelu):
+    """The gradients of activations/feed_forward.py:43 in eager PyTorch."""
+    r = torch.relu(_wi_0)
+    t0 = r <= 0
+    t1 = 2 * r
+    g__wi_0 = grad_hidden_gelu * t1
+    g__wi_00 = torch.where(t0, 0.0, g__wi_0)
+    grad__wi_0 = g__wi_00.to(_wi_0.dtype)
+    return (grad__wi_0,)
+
+
+fused_activation_2_backward_relu_squared = Kernel(
+    "fused_activation_2_backward_relu_squared",
+    fused_activation_2_backward_relu_squared_reference,
+    tensor_inputs=2,
+    shapes=Shapes(
+        inputs=("_wi_0", "grad_hidden_gelu"),
+        steps=(
+            Step("r", ("_wi_0",)),
+            Step("t0", ("r",)),
+            Step("t1", ("r",)),
+            Step("g__wi_0", ("grad_hidden_gelu", "t1")),
+            Step("g__wi_00", ("t0", "g__wi_0")),
+            Step("grad__wi_0", ("g__wi_00",)),
+        ),
+        outputs=("grad__wi_0",),
+    ),
+    source="activations/feed_forward.py:43",
+    triton=(_TRITON_FILE, "fused_activation_2_backward_relu_squared_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((0,),),
 )
 
 
@@ -177,4 +1055,23 @@ fused_activation_2 = Kernel(
     triton=(_TRITON_FILE, "fused_activation_2_kernel"),
     cpp=_CPP_FILE,
     activations=(_ACTIVATIONS, (0,), True),
+    gradients=Gradients(
+        (
+            fused_activation_2_backward_gelu,
+            fused_activation_2_backward_gelu_tanh,
+            fused_activation_2_backward_relu,
+            fused_activation_2_backward_silu,
+            fused_activation_2_backward_mish,
+            fused_activation_2_backward_tanh,
+            fused_activation_2_backward_sigmoid,
+            fused_activation_2_backward_identity,
+            fused_activation_2_backward_quick_gelu,
+            fused_activation_2_backward_relu_squared,
+        ),
+        inputs=(0,),
+        outputs=(0,),
+        sources=((0,),),
+        row_length=False,
+        activation=0,
+    ),
 )

@@ -2,7 +2,7 @@
 
 import triton
 import triton.language as tl
-from _transpile_runtime.triton_support import gelu, gelu_tanh, relu, softplus, tanh, widen
+from _transpile_runtime.triton_support import cast, floating, gelu, gelu_tanh, relu, rounded, softplus, tanh, widen
 
 
 @triton.jit
@@ -153,3 +153,1669 @@ def fused_activation_2_kernel(
         hidden_gelu = relu(_wi_0) * relu(_wi_0)
     # Store the outputs, converted to their dtypes
     tl.store(hidden_gelu_out_ptr + offsets, hidden_gelu.to(hidden_gelu_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_backward_gelu_kernel(
+    _gate_proj_ptr,  # input _gate_proj
+    _up_proj_ptr,  # input _up_proj
+    grad__act_mul_ptr,  # input the gradient of _act_mul
+    grad__gate_proj_out_ptr,  # output grad__gate_proj
+    grad__up_proj_out_ptr,  # output grad__up_proj
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _gate_proj_stride0,
+    _gate_proj_stride1,
+    _gate_proj_stride2,
+    _gate_proj_stride3,
+    _up_proj_stride0,
+    _up_proj_stride1,
+    _up_proj_stride2,
+    _up_proj_stride3,
+    grad__act_mul_stride0,
+    grad__act_mul_stride1,
+    grad__act_mul_stride2,
+    grad__act_mul_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g_t0_dtype: tl.constexpr,
+    g__up_proj_dtype: tl.constexpr,
+    t_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    cdf_dtype: tl.constexpr,
+    t4_dtype: tl.constexpr,
+    t5_dtype: tl.constexpr,
+    t6_dtype: tl.constexpr,
+    pdf_dtype: tl.constexpr,
+    t8_dtype: tl.constexpr,
+    t9_dtype: tl.constexpr,
+    g__gate_proj_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.GatedMLP.forward in activations/feed_forward.py:28."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _gate_proj_offsets = offsets
+        _up_proj_offsets = offsets
+        grad__act_mul_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _gate_proj_offsets = index3 * _gate_proj_stride3
+        _up_proj_offsets = index3 * _up_proj_stride3
+        grad__act_mul_offsets = index3 * grad__act_mul_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _gate_proj_offsets += index2 * _gate_proj_stride2
+            _up_proj_offsets += index2 * _up_proj_stride2
+            grad__act_mul_offsets += index2 * grad__act_mul_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _gate_proj_offsets += index1 * _gate_proj_stride1
+            _up_proj_offsets += index1 * _up_proj_stride1
+            grad__act_mul_offsets += index1 * grad__act_mul_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _gate_proj_offsets += index0 * _gate_proj_stride0
+            _up_proj_offsets += index0 * _up_proj_stride0
+            grad__act_mul_offsets += index0 * grad__act_mul_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _gate_proj = widen(tl.load(_gate_proj_ptr + _gate_proj_offsets, mask=mask))
+    _up_proj = widen(tl.load(_up_proj_ptr + _up_proj_offsets, mask=mask))
+    grad__act_mul = widen(tl.load(grad__act_mul_ptr + grad__act_mul_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:28  return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    t0 = rounded(gelu(_gate_proj), t0_dtype)
+    g_t0 = rounded(grad__act_mul * _up_proj, g_t0_dtype)
+    g__up_proj = rounded(grad__act_mul * t0, g__up_proj_dtype)
+    t = rounded(_gate_proj * 0.7071067811865476, t_dtype)
+    t1 = rounded(tl.erf(t), t1_dtype)
+    t2 = rounded(1 + t1, t2_dtype)
+    cdf = rounded(0.5 * t2, cdf_dtype)
+    t4 = rounded(_gate_proj * _gate_proj, t4_dtype)
+    t5 = rounded(t4 * (-0.5), t5_dtype)
+    t6 = rounded(tl.exp(t5), t6_dtype)
+    pdf = rounded(0.3989422804014327 * t6, pdf_dtype)
+    t8 = rounded(_gate_proj * pdf, t8_dtype)
+    t9 = rounded(cdf + t8, t9_dtype)
+    g__gate_proj = rounded(g_t0 * t9, g__gate_proj_dtype)
+    grad__gate_proj = cast(g__gate_proj, _gate_proj_ptr.dtype.element_ty)
+    grad__up_proj = cast(g__up_proj, _up_proj_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__gate_proj_out_ptr + offsets, grad__gate_proj.to(grad__gate_proj_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad__up_proj_out_ptr + offsets, grad__up_proj.to(grad__up_proj_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_backward_gelu_tanh_kernel(
+    _gate_proj_ptr,  # input _gate_proj
+    _up_proj_ptr,  # input _up_proj
+    grad__act_mul_ptr,  # input the gradient of _act_mul
+    grad__gate_proj_out_ptr,  # output grad__gate_proj
+    grad__up_proj_out_ptr,  # output grad__up_proj
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _gate_proj_stride0,
+    _gate_proj_stride1,
+    _gate_proj_stride2,
+    _gate_proj_stride3,
+    _up_proj_stride0,
+    _up_proj_stride1,
+    _up_proj_stride2,
+    _up_proj_stride3,
+    grad__act_mul_stride0,
+    grad__act_mul_stride1,
+    grad__act_mul_stride2,
+    grad__act_mul_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g_t0_dtype: tl.constexpr,
+    g__up_proj_dtype: tl.constexpr,
+    t_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    t4_dtype: tl.constexpr,
+    t6_dtype: tl.constexpr,
+    t7_dtype: tl.constexpr,
+    t8_dtype: tl.constexpr,
+    t9_dtype: tl.constexpr,
+    t10_dtype: tl.constexpr,
+    t11_dtype: tl.constexpr,
+    t12_dtype: tl.constexpr,
+    t14_dtype: tl.constexpr,
+    t15_dtype: tl.constexpr,
+    t16_dtype: tl.constexpr,
+    t17_dtype: tl.constexpr,
+    t18_dtype: tl.constexpr,
+    g__gate_proj_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.GatedMLP.forward in activations/feed_forward.py:28."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _gate_proj_offsets = offsets
+        _up_proj_offsets = offsets
+        grad__act_mul_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _gate_proj_offsets = index3 * _gate_proj_stride3
+        _up_proj_offsets = index3 * _up_proj_stride3
+        grad__act_mul_offsets = index3 * grad__act_mul_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _gate_proj_offsets += index2 * _gate_proj_stride2
+            _up_proj_offsets += index2 * _up_proj_stride2
+            grad__act_mul_offsets += index2 * grad__act_mul_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _gate_proj_offsets += index1 * _gate_proj_stride1
+            _up_proj_offsets += index1 * _up_proj_stride1
+            grad__act_mul_offsets += index1 * grad__act_mul_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _gate_proj_offsets += index0 * _gate_proj_stride0
+            _up_proj_offsets += index0 * _up_proj_stride0
+            grad__act_mul_offsets += index0 * grad__act_mul_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _gate_proj = widen(tl.load(_gate_proj_ptr + _gate_proj_offsets, mask=mask))
+    _up_proj = widen(tl.load(_up_proj_ptr + _up_proj_offsets, mask=mask))
+    grad__act_mul = widen(tl.load(grad__act_mul_ptr + grad__act_mul_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:28  return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    t0 = rounded(gelu_tanh(_gate_proj), t0_dtype)
+    g_t0 = rounded(grad__act_mul * _up_proj, g_t0_dtype)
+    g__up_proj = rounded(grad__act_mul * t0, g__up_proj_dtype)
+    t = rounded(_gate_proj * _gate_proj, t_dtype)
+    t1 = rounded(t * _gate_proj, t1_dtype)
+    t2 = rounded(0.044715 * t1, t2_dtype)
+    t3 = rounded(_gate_proj + t2, t3_dtype)
+    t4 = rounded(0.7978845608028654 * t3, t4_dtype)
+    t6 = rounded(tanh(t4), t6_dtype)
+    t7 = rounded(1 + t6, t7_dtype)
+    t8 = rounded(0.5 * t7, t8_dtype)
+    t9 = rounded(0.5 * _gate_proj, t9_dtype)
+    t10 = rounded(t6 * t6, t10_dtype)
+    t11 = rounded(1 - t10, t11_dtype)
+    t12 = rounded(t9 * t11, t12_dtype)
+    t14 = rounded(0.134145 * t, t14_dtype)
+    t15 = rounded(1 + t14, t15_dtype)
+    t16 = rounded(0.7978845608028654 * t15, t16_dtype)
+    t17 = rounded(t12 * t16, t17_dtype)
+    t18 = rounded(t8 + t17, t18_dtype)
+    g__gate_proj = rounded(g_t0 * t18, g__gate_proj_dtype)
+    grad__gate_proj = cast(g__gate_proj, _gate_proj_ptr.dtype.element_ty)
+    grad__up_proj = cast(g__up_proj, _up_proj_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__gate_proj_out_ptr + offsets, grad__gate_proj.to(grad__gate_proj_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad__up_proj_out_ptr + offsets, grad__up_proj.to(grad__up_proj_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_backward_relu_kernel(
+    _gate_proj_ptr,  # input _gate_proj
+    _up_proj_ptr,  # input _up_proj
+    grad__act_mul_ptr,  # input the gradient of _act_mul
+    grad__gate_proj_out_ptr,  # output grad__gate_proj
+    grad__up_proj_out_ptr,  # output grad__up_proj
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _gate_proj_stride0,
+    _gate_proj_stride1,
+    _gate_proj_stride2,
+    _gate_proj_stride3,
+    _up_proj_stride0,
+    _up_proj_stride1,
+    _up_proj_stride2,
+    _up_proj_stride3,
+    grad__act_mul_stride0,
+    grad__act_mul_stride1,
+    grad__act_mul_stride2,
+    grad__act_mul_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g_t0_dtype: tl.constexpr,
+    g__up_proj_dtype: tl.constexpr,
+    g__gate_proj_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.GatedMLP.forward in activations/feed_forward.py:28."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _gate_proj_offsets = offsets
+        _up_proj_offsets = offsets
+        grad__act_mul_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _gate_proj_offsets = index3 * _gate_proj_stride3
+        _up_proj_offsets = index3 * _up_proj_stride3
+        grad__act_mul_offsets = index3 * grad__act_mul_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _gate_proj_offsets += index2 * _gate_proj_stride2
+            _up_proj_offsets += index2 * _up_proj_stride2
+            grad__act_mul_offsets += index2 * grad__act_mul_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _gate_proj_offsets += index1 * _gate_proj_stride1
+            _up_proj_offsets += index1 * _up_proj_stride1
+            grad__act_mul_offsets += index1 * grad__act_mul_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _gate_proj_offsets += index0 * _gate_proj_stride0
+            _up_proj_offsets += index0 * _up_proj_stride0
+            grad__act_mul_offsets += index0 * grad__act_mul_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _gate_proj = widen(tl.load(_gate_proj_ptr + _gate_proj_offsets, mask=mask))
+    _up_proj = widen(tl.load(_up_proj_ptr + _up_proj_offsets, mask=mask))
+    grad__act_mul = widen(tl.load(grad__act_mul_ptr + grad__act_mul_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:28  return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    t0 = rounded(relu(_gate_proj), t0_dtype)
+    g_t0 = rounded(grad__act_mul * _up_proj, g_t0_dtype)
+    g__up_proj = rounded(grad__act_mul * t0, g__up_proj_dtype)
+    t = t0 <= 0
+    g__gate_proj = rounded(tl.where(t, 0.0, g_t0), g__gate_proj_dtype)
+    grad__gate_proj = cast(g__gate_proj, _gate_proj_ptr.dtype.element_ty)
+    grad__up_proj = cast(g__up_proj, _up_proj_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__gate_proj_out_ptr + offsets, grad__gate_proj.to(grad__gate_proj_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad__up_proj_out_ptr + offsets, grad__up_proj.to(grad__up_proj_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_backward_silu_kernel(
+    _gate_proj_ptr,  # input _gate_proj
+    _up_proj_ptr,  # input _up_proj
+    grad__act_mul_ptr,  # input the gradient of _act_mul
+    grad__gate_proj_out_ptr,  # output grad__gate_proj
+    grad__up_proj_out_ptr,  # output grad__up_proj
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _gate_proj_stride0,
+    _gate_proj_stride1,
+    _gate_proj_stride2,
+    _gate_proj_stride3,
+    _up_proj_stride0,
+    _up_proj_stride1,
+    _up_proj_stride2,
+    _up_proj_stride3,
+    grad__act_mul_stride0,
+    grad__act_mul_stride1,
+    grad__act_mul_stride2,
+    grad__act_mul_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g_t0_dtype: tl.constexpr,
+    g__up_proj_dtype: tl.constexpr,
+    s_dtype: tl.constexpr,
+    g__gate_proj_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    g__gate_proj0_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.GatedMLP.forward in activations/feed_forward.py:28."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _gate_proj_offsets = offsets
+        _up_proj_offsets = offsets
+        grad__act_mul_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _gate_proj_offsets = index3 * _gate_proj_stride3
+        _up_proj_offsets = index3 * _up_proj_stride3
+        grad__act_mul_offsets = index3 * grad__act_mul_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _gate_proj_offsets += index2 * _gate_proj_stride2
+            _up_proj_offsets += index2 * _up_proj_stride2
+            grad__act_mul_offsets += index2 * grad__act_mul_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _gate_proj_offsets += index1 * _gate_proj_stride1
+            _up_proj_offsets += index1 * _up_proj_stride1
+            grad__act_mul_offsets += index1 * grad__act_mul_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _gate_proj_offsets += index0 * _gate_proj_stride0
+            _up_proj_offsets += index0 * _up_proj_stride0
+            grad__act_mul_offsets += index0 * grad__act_mul_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _gate_proj = widen(tl.load(_gate_proj_ptr + _gate_proj_offsets, mask=mask))
+    _up_proj = widen(tl.load(_up_proj_ptr + _up_proj_offsets, mask=mask))
+    grad__act_mul = widen(tl.load(grad__act_mul_ptr + grad__act_mul_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:28  return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    t0 = rounded(_gate_proj * tl.sigmoid(_gate_proj), t0_dtype)
+    g_t0 = rounded(grad__act_mul * _up_proj, g_t0_dtype)
+    g__up_proj = rounded(grad__act_mul * t0, g__up_proj_dtype)
+    s = rounded(tl.sigmoid(floating(_gate_proj)), s_dtype)
+    g__gate_proj = rounded(g_t0 * s, g__gate_proj_dtype)
+    t1 = rounded(1 - s, t1_dtype)
+    t2 = rounded(_gate_proj * t1, t2_dtype)
+    t3 = rounded(1 + t2, t3_dtype)
+    g__gate_proj0 = rounded(g__gate_proj * t3, g__gate_proj0_dtype)
+    grad__gate_proj = cast(g__gate_proj0, _gate_proj_ptr.dtype.element_ty)
+    grad__up_proj = cast(g__up_proj, _up_proj_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__gate_proj_out_ptr + offsets, grad__gate_proj.to(grad__gate_proj_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad__up_proj_out_ptr + offsets, grad__up_proj.to(grad__up_proj_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_backward_mish_kernel(
+    _gate_proj_ptr,  # input _gate_proj
+    _up_proj_ptr,  # input _up_proj
+    grad__act_mul_ptr,  # input the gradient of _act_mul
+    grad__gate_proj_out_ptr,  # output grad__gate_proj
+    grad__up_proj_out_ptr,  # output grad__up_proj
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _gate_proj_stride0,
+    _gate_proj_stride1,
+    _gate_proj_stride2,
+    _gate_proj_stride3,
+    _up_proj_stride0,
+    _up_proj_stride1,
+    _up_proj_stride2,
+    _up_proj_stride3,
+    grad__act_mul_stride0,
+    grad__act_mul_stride1,
+    grad__act_mul_stride2,
+    grad__act_mul_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g_t0_dtype: tl.constexpr,
+    g__up_proj_dtype: tl.constexpr,
+    t_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    t4_dtype: tl.constexpr,
+    t5_dtype: tl.constexpr,
+    t6_dtype: tl.constexpr,
+    t7_dtype: tl.constexpr,
+    t8_dtype: tl.constexpr,
+    g__gate_proj_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.GatedMLP.forward in activations/feed_forward.py:28."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _gate_proj_offsets = offsets
+        _up_proj_offsets = offsets
+        grad__act_mul_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _gate_proj_offsets = index3 * _gate_proj_stride3
+        _up_proj_offsets = index3 * _up_proj_stride3
+        grad__act_mul_offsets = index3 * grad__act_mul_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _gate_proj_offsets += index2 * _gate_proj_stride2
+            _up_proj_offsets += index2 * _up_proj_stride2
+            grad__act_mul_offsets += index2 * grad__act_mul_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _gate_proj_offsets += index1 * _gate_proj_stride1
+            _up_proj_offsets += index1 * _up_proj_stride1
+            grad__act_mul_offsets += index1 * grad__act_mul_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _gate_proj_offsets += index0 * _gate_proj_stride0
+            _up_proj_offsets += index0 * _up_proj_stride0
+            grad__act_mul_offsets += index0 * grad__act_mul_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _gate_proj = widen(tl.load(_gate_proj_ptr + _gate_proj_offsets, mask=mask))
+    _up_proj = widen(tl.load(_up_proj_ptr + _up_proj_offsets, mask=mask))
+    grad__act_mul = widen(tl.load(grad__act_mul_ptr + grad__act_mul_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:28  return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    t0 = rounded(_gate_proj * tanh(softplus(_gate_proj)), t0_dtype)
+    g_t0 = rounded(grad__act_mul * _up_proj, g_t0_dtype)
+    g__up_proj = rounded(grad__act_mul * t0, g__up_proj_dtype)
+    t = rounded(softplus(_gate_proj), t_dtype)
+    t2 = rounded(tanh(floating(t)), t2_dtype)
+    t3 = rounded(tl.sigmoid(floating(_gate_proj)), t3_dtype)
+    t4 = rounded(_gate_proj * t3, t4_dtype)
+    t5 = rounded(t2 * t2, t5_dtype)
+    t6 = rounded(1 - t5, t6_dtype)
+    t7 = rounded(t4 * t6, t7_dtype)
+    t8 = rounded(t2 + t7, t8_dtype)
+    g__gate_proj = rounded(g_t0 * t8, g__gate_proj_dtype)
+    grad__gate_proj = cast(g__gate_proj, _gate_proj_ptr.dtype.element_ty)
+    grad__up_proj = cast(g__up_proj, _up_proj_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__gate_proj_out_ptr + offsets, grad__gate_proj.to(grad__gate_proj_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad__up_proj_out_ptr + offsets, grad__up_proj.to(grad__up_proj_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_backward_tanh_kernel(
+    _gate_proj_ptr,  # input _gate_proj
+    _up_proj_ptr,  # input _up_proj
+    grad__act_mul_ptr,  # input the gradient of _act_mul
+    grad__gate_proj_out_ptr,  # output grad__gate_proj
+    grad__up_proj_out_ptr,  # output grad__up_proj
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _gate_proj_stride0,
+    _gate_proj_stride1,
+    _gate_proj_stride2,
+    _gate_proj_stride3,
+    _up_proj_stride0,
+    _up_proj_stride1,
+    _up_proj_stride2,
+    _up_proj_stride3,
+    grad__act_mul_stride0,
+    grad__act_mul_stride1,
+    grad__act_mul_stride2,
+    grad__act_mul_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g_t0_dtype: tl.constexpr,
+    g__up_proj_dtype: tl.constexpr,
+    t_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    g__gate_proj_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.GatedMLP.forward in activations/feed_forward.py:28."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _gate_proj_offsets = offsets
+        _up_proj_offsets = offsets
+        grad__act_mul_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _gate_proj_offsets = index3 * _gate_proj_stride3
+        _up_proj_offsets = index3 * _up_proj_stride3
+        grad__act_mul_offsets = index3 * grad__act_mul_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _gate_proj_offsets += index2 * _gate_proj_stride2
+            _up_proj_offsets += index2 * _up_proj_stride2
+            grad__act_mul_offsets += index2 * grad__act_mul_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _gate_proj_offsets += index1 * _gate_proj_stride1
+            _up_proj_offsets += index1 * _up_proj_stride1
+            grad__act_mul_offsets += index1 * grad__act_mul_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _gate_proj_offsets += index0 * _gate_proj_stride0
+            _up_proj_offsets += index0 * _up_proj_stride0
+            grad__act_mul_offsets += index0 * grad__act_mul_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _gate_proj = widen(tl.load(_gate_proj_ptr + _gate_proj_offsets, mask=mask))
+    _up_proj = widen(tl.load(_up_proj_ptr + _up_proj_offsets, mask=mask))
+    grad__act_mul = widen(tl.load(grad__act_mul_ptr + grad__act_mul_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:28  return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    t0 = rounded(tanh(floating(_gate_proj)), t0_dtype)
+    g_t0 = rounded(grad__act_mul * _up_proj, g_t0_dtype)
+    g__up_proj = rounded(grad__act_mul * t0, g__up_proj_dtype)
+    t = rounded(t0 * t0, t_dtype)
+    t1 = rounded(1 - t, t1_dtype)
+    g__gate_proj = rounded(g_t0 * t1, g__gate_proj_dtype)
+    grad__gate_proj = cast(g__gate_proj, _gate_proj_ptr.dtype.element_ty)
+    grad__up_proj = cast(g__up_proj, _up_proj_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__gate_proj_out_ptr + offsets, grad__gate_proj.to(grad__gate_proj_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad__up_proj_out_ptr + offsets, grad__up_proj.to(grad__up_proj_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_backward_sigmoid_kernel(
+    _gate_proj_ptr,  # input _gate_proj
+    _up_proj_ptr,  # input _up_proj
+    grad__act_mul_ptr,  # input the gradient of _act_mul
+    grad__gate_proj_out_ptr,  # output grad__gate_proj
+    grad__up_proj_out_ptr,  # output grad__up_proj
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _gate_proj_stride0,
+    _gate_proj_stride1,
+    _gate_proj_stride2,
+    _gate_proj_stride3,
+    _up_proj_stride0,
+    _up_proj_stride1,
+    _up_proj_stride2,
+    _up_proj_stride3,
+    grad__act_mul_stride0,
+    grad__act_mul_stride1,
+    grad__act_mul_stride2,
+    grad__act_mul_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g_t0_dtype: tl.constexpr,
+    g__up_proj_dtype: tl.constexpr,
+    t_dtype: tl.constexpr,
+    g__gate_proj_dtype: tl.constexpr,
+    g__gate_proj0_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.GatedMLP.forward in activations/feed_forward.py:28."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _gate_proj_offsets = offsets
+        _up_proj_offsets = offsets
+        grad__act_mul_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _gate_proj_offsets = index3 * _gate_proj_stride3
+        _up_proj_offsets = index3 * _up_proj_stride3
+        grad__act_mul_offsets = index3 * grad__act_mul_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _gate_proj_offsets += index2 * _gate_proj_stride2
+            _up_proj_offsets += index2 * _up_proj_stride2
+            grad__act_mul_offsets += index2 * grad__act_mul_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _gate_proj_offsets += index1 * _gate_proj_stride1
+            _up_proj_offsets += index1 * _up_proj_stride1
+            grad__act_mul_offsets += index1 * grad__act_mul_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _gate_proj_offsets += index0 * _gate_proj_stride0
+            _up_proj_offsets += index0 * _up_proj_stride0
+            grad__act_mul_offsets += index0 * grad__act_mul_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _gate_proj = widen(tl.load(_gate_proj_ptr + _gate_proj_offsets, mask=mask))
+    _up_proj = widen(tl.load(_up_proj_ptr + _up_proj_offsets, mask=mask))
+    grad__act_mul = widen(tl.load(grad__act_mul_ptr + grad__act_mul_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:28  return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    t0 = rounded(tl.sigmoid(floating(_gate_proj)), t0_dtype)
+    g_t0 = rounded(grad__act_mul * _up_proj, g_t0_dtype)
+    g__up_proj = rounded(grad__act_mul * t0, g__up_proj_dtype)
+    t = rounded(1 - t0, t_dtype)
+    g__gate_proj = rounded(g_t0 * t, g__gate_proj_dtype)
+    g__gate_proj0 = rounded(g__gate_proj * t0, g__gate_proj0_dtype)
+    grad__gate_proj = cast(g__gate_proj0, _gate_proj_ptr.dtype.element_ty)
+    grad__up_proj = cast(g__up_proj, _up_proj_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__gate_proj_out_ptr + offsets, grad__gate_proj.to(grad__gate_proj_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad__up_proj_out_ptr + offsets, grad__up_proj.to(grad__up_proj_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_backward_identity_kernel(
+    _gate_proj_ptr,  # input _gate_proj
+    _up_proj_ptr,  # input _up_proj
+    grad__act_mul_ptr,  # input the gradient of _act_mul
+    grad__gate_proj_out_ptr,  # output grad__gate_proj
+    grad__up_proj_out_ptr,  # output grad__up_proj
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _gate_proj_stride0,
+    _gate_proj_stride1,
+    _gate_proj_stride2,
+    _gate_proj_stride3,
+    _up_proj_stride0,
+    _up_proj_stride1,
+    _up_proj_stride2,
+    _up_proj_stride3,
+    grad__act_mul_stride0,
+    grad__act_mul_stride1,
+    grad__act_mul_stride2,
+    grad__act_mul_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g_t0_dtype: tl.constexpr,
+    g__up_proj_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.GatedMLP.forward in activations/feed_forward.py:28."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _gate_proj_offsets = offsets
+        _up_proj_offsets = offsets
+        grad__act_mul_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _gate_proj_offsets = index3 * _gate_proj_stride3
+        _up_proj_offsets = index3 * _up_proj_stride3
+        grad__act_mul_offsets = index3 * grad__act_mul_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _gate_proj_offsets += index2 * _gate_proj_stride2
+            _up_proj_offsets += index2 * _up_proj_stride2
+            grad__act_mul_offsets += index2 * grad__act_mul_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _gate_proj_offsets += index1 * _gate_proj_stride1
+            _up_proj_offsets += index1 * _up_proj_stride1
+            grad__act_mul_offsets += index1 * grad__act_mul_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _gate_proj_offsets += index0 * _gate_proj_stride0
+            _up_proj_offsets += index0 * _up_proj_stride0
+            grad__act_mul_offsets += index0 * grad__act_mul_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _gate_proj = widen(tl.load(_gate_proj_ptr + _gate_proj_offsets, mask=mask))
+    _up_proj = widen(tl.load(_up_proj_ptr + _up_proj_offsets, mask=mask))
+    grad__act_mul = widen(tl.load(grad__act_mul_ptr + grad__act_mul_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:28  return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    t0 = rounded(_gate_proj, t0_dtype)
+    g_t0 = rounded(grad__act_mul * _up_proj, g_t0_dtype)
+    g__up_proj = rounded(grad__act_mul * t0, g__up_proj_dtype)
+    grad__gate_proj = cast(g_t0, _gate_proj_ptr.dtype.element_ty)
+    grad__up_proj = cast(g__up_proj, _up_proj_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__gate_proj_out_ptr + offsets, grad__gate_proj.to(grad__gate_proj_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad__up_proj_out_ptr + offsets, grad__up_proj.to(grad__up_proj_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_backward_quick_gelu_kernel(
+    _gate_proj_ptr,  # input _gate_proj
+    _up_proj_ptr,  # input _up_proj
+    grad__act_mul_ptr,  # input the gradient of _act_mul
+    grad__gate_proj_out_ptr,  # output grad__gate_proj
+    grad__up_proj_out_ptr,  # output grad__up_proj
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _gate_proj_stride0,
+    _gate_proj_stride1,
+    _gate_proj_stride2,
+    _gate_proj_stride3,
+    _up_proj_stride0,
+    _up_proj_stride1,
+    _up_proj_stride2,
+    _up_proj_stride3,
+    grad__act_mul_stride0,
+    grad__act_mul_stride1,
+    grad__act_mul_stride2,
+    grad__act_mul_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g_t0_dtype: tl.constexpr,
+    g__up_proj_dtype: tl.constexpr,
+    t_dtype: tl.constexpr,
+    s_dtype: tl.constexpr,
+    g__gate_proj_dtype: tl.constexpr,
+    g__gate_proj0_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    g__gate_proj1_dtype: tl.constexpr,
+    g__gate_proj2_dtype: tl.constexpr,
+    g__gate_proj3_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.GatedMLP.forward in activations/feed_forward.py:28."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _gate_proj_offsets = offsets
+        _up_proj_offsets = offsets
+        grad__act_mul_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _gate_proj_offsets = index3 * _gate_proj_stride3
+        _up_proj_offsets = index3 * _up_proj_stride3
+        grad__act_mul_offsets = index3 * grad__act_mul_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _gate_proj_offsets += index2 * _gate_proj_stride2
+            _up_proj_offsets += index2 * _up_proj_stride2
+            grad__act_mul_offsets += index2 * grad__act_mul_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _gate_proj_offsets += index1 * _gate_proj_stride1
+            _up_proj_offsets += index1 * _up_proj_stride1
+            grad__act_mul_offsets += index1 * grad__act_mul_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _gate_proj_offsets += index0 * _gate_proj_stride0
+            _up_proj_offsets += index0 * _up_proj_stride0
+            grad__act_mul_offsets += index0 * grad__act_mul_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _gate_proj = widen(tl.load(_gate_proj_ptr + _gate_proj_offsets, mask=mask))
+    _up_proj = widen(tl.load(_up_proj_ptr + _up_proj_offsets, mask=mask))
+    grad__act_mul = widen(tl.load(grad__act_mul_ptr + grad__act_mul_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:28  return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    t0 = rounded(floating(_gate_proj) * tl.sigmoid(1.702 * floating(_gate_proj)), t0_dtype)
+    g_t0 = rounded(grad__act_mul * _up_proj, g_t0_dtype)
+    g__up_proj = rounded(grad__act_mul * t0, g__up_proj_dtype)
+    t = rounded(1.702 * _gate_proj, t_dtype)
+    s = rounded(tl.sigmoid(t), s_dtype)
+    g__gate_proj = rounded(g_t0 * s, g__gate_proj_dtype)
+    g__gate_proj0 = rounded(g_t0 * _gate_proj, g__gate_proj0_dtype)
+    t2 = rounded(1 - s, t2_dtype)
+    t3 = rounded(s * t2, t3_dtype)
+    g__gate_proj1 = rounded(g__gate_proj0 * t3, g__gate_proj1_dtype)
+    g__gate_proj2 = rounded(g__gate_proj1 * 1.702, g__gate_proj2_dtype)
+    g__gate_proj3 = rounded(g__gate_proj + g__gate_proj2, g__gate_proj3_dtype)
+    grad__gate_proj = cast(g__gate_proj3, _gate_proj_ptr.dtype.element_ty)
+    grad__up_proj = cast(g__up_proj, _up_proj_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__gate_proj_out_ptr + offsets, grad__gate_proj.to(grad__gate_proj_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad__up_proj_out_ptr + offsets, grad__up_proj.to(grad__up_proj_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_backward_relu_squared_kernel(
+    _gate_proj_ptr,  # input _gate_proj
+    _up_proj_ptr,  # input _up_proj
+    grad__act_mul_ptr,  # input the gradient of _act_mul
+    grad__gate_proj_out_ptr,  # output grad__gate_proj
+    grad__up_proj_out_ptr,  # output grad__up_proj
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _gate_proj_stride0,
+    _gate_proj_stride1,
+    _gate_proj_stride2,
+    _gate_proj_stride3,
+    _up_proj_stride0,
+    _up_proj_stride1,
+    _up_proj_stride2,
+    _up_proj_stride3,
+    grad__act_mul_stride0,
+    grad__act_mul_stride1,
+    grad__act_mul_stride2,
+    grad__act_mul_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t0_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g_t0_dtype: tl.constexpr,
+    g__up_proj_dtype: tl.constexpr,
+    r_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    g__gate_proj_dtype: tl.constexpr,
+    g__gate_proj0_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.GatedMLP.forward in activations/feed_forward.py:28."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _gate_proj_offsets = offsets
+        _up_proj_offsets = offsets
+        grad__act_mul_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _gate_proj_offsets = index3 * _gate_proj_stride3
+        _up_proj_offsets = index3 * _up_proj_stride3
+        grad__act_mul_offsets = index3 * grad__act_mul_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _gate_proj_offsets += index2 * _gate_proj_stride2
+            _up_proj_offsets += index2 * _up_proj_stride2
+            grad__act_mul_offsets += index2 * grad__act_mul_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _gate_proj_offsets += index1 * _gate_proj_stride1
+            _up_proj_offsets += index1 * _up_proj_stride1
+            grad__act_mul_offsets += index1 * grad__act_mul_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _gate_proj_offsets += index0 * _gate_proj_stride0
+            _up_proj_offsets += index0 * _up_proj_stride0
+            grad__act_mul_offsets += index0 * grad__act_mul_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _gate_proj = widen(tl.load(_gate_proj_ptr + _gate_proj_offsets, mask=mask))
+    _up_proj = widen(tl.load(_up_proj_ptr + _up_proj_offsets, mask=mask))
+    grad__act_mul = widen(tl.load(grad__act_mul_ptr + grad__act_mul_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:28  return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+    t0 = rounded(relu(_gate_proj) * relu(_gate_proj), t0_dtype)
+    g_t0 = rounded(grad__act_mul * _up_proj, g_t0_dtype)
+    g__up_proj = rounded(grad__act_mul * t0, g__up_proj_dtype)
+    r = rounded(relu(_gate_proj), r_dtype)
+    t1 = r <= 0
+    t2 = rounded(2 * r, t2_dtype)
+    g__gate_proj = rounded(g_t0 * t2, g__gate_proj_dtype)
+    g__gate_proj0 = rounded(tl.where(t1, 0.0, g__gate_proj), g__gate_proj0_dtype)
+    grad__gate_proj = cast(g__gate_proj0, _gate_proj_ptr.dtype.element_ty)
+    grad__up_proj = cast(g__up_proj, _up_proj_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__gate_proj_out_ptr + offsets, grad__gate_proj.to(grad__gate_proj_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad__up_proj_out_ptr + offsets, grad__up_proj.to(grad__up_proj_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_2_backward_gelu_kernel(
+    _wi_0_ptr,  # input _wi_0
+    grad_hidden_gelu_ptr,  # input the gradient of hidden_gelu
+    grad__wi_0_out_ptr,  # output grad__wi_0
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _wi_0_stride0,
+    _wi_0_stride1,
+    _wi_0_stride2,
+    _wi_0_stride3,
+    grad_hidden_gelu_stride0,
+    grad_hidden_gelu_stride1,
+    grad_hidden_gelu_stride2,
+    grad_hidden_gelu_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t0_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    cdf_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    t4_dtype: tl.constexpr,
+    t5_dtype: tl.constexpr,
+    pdf_dtype: tl.constexpr,
+    t7_dtype: tl.constexpr,
+    t8_dtype: tl.constexpr,
+    g__wi_0_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.DenseGatedActDense.forward in activations/feed_forward.py:43."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _wi_0_offsets = offsets
+        grad_hidden_gelu_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _wi_0_offsets = index3 * _wi_0_stride3
+        grad_hidden_gelu_offsets = index3 * grad_hidden_gelu_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _wi_0_offsets += index2 * _wi_0_stride2
+            grad_hidden_gelu_offsets += index2 * grad_hidden_gelu_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _wi_0_offsets += index1 * _wi_0_stride1
+            grad_hidden_gelu_offsets += index1 * grad_hidden_gelu_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _wi_0_offsets += index0 * _wi_0_stride0
+            grad_hidden_gelu_offsets += index0 * grad_hidden_gelu_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _wi_0 = widen(tl.load(_wi_0_ptr + _wi_0_offsets, mask=mask))
+    grad_hidden_gelu = widen(tl.load(grad_hidden_gelu_ptr + grad_hidden_gelu_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:43  hidden_gelu = self.act(self.wi_0(hidden_states))
+    t = rounded(_wi_0 * 0.7071067811865476, t_dtype)
+    t0 = rounded(tl.erf(t), t0_dtype)
+    t1 = rounded(1 + t0, t1_dtype)
+    cdf = rounded(0.5 * t1, cdf_dtype)
+    t3 = rounded(_wi_0 * _wi_0, t3_dtype)
+    t4 = rounded(t3 * (-0.5), t4_dtype)
+    t5 = rounded(tl.exp(t4), t5_dtype)
+    pdf = rounded(0.3989422804014327 * t5, pdf_dtype)
+    t7 = rounded(_wi_0 * pdf, t7_dtype)
+    t8 = rounded(cdf + t7, t8_dtype)
+    g__wi_0 = rounded(grad_hidden_gelu * t8, g__wi_0_dtype)
+    grad__wi_0 = cast(g__wi_0, _wi_0_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__wi_0_out_ptr + offsets, grad__wi_0.to(grad__wi_0_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_2_backward_gelu_tanh_kernel(
+    _wi_0_ptr,  # input _wi_0
+    grad_hidden_gelu_ptr,  # input the gradient of hidden_gelu
+    grad__wi_0_out_ptr,  # output grad__wi_0
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _wi_0_stride0,
+    _wi_0_stride1,
+    _wi_0_stride2,
+    _wi_0_stride3,
+    grad_hidden_gelu_stride0,
+    grad_hidden_gelu_stride1,
+    grad_hidden_gelu_stride2,
+    grad_hidden_gelu_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t0_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    t5_dtype: tl.constexpr,
+    t6_dtype: tl.constexpr,
+    t7_dtype: tl.constexpr,
+    t8_dtype: tl.constexpr,
+    t9_dtype: tl.constexpr,
+    t10_dtype: tl.constexpr,
+    t11_dtype: tl.constexpr,
+    t13_dtype: tl.constexpr,
+    t14_dtype: tl.constexpr,
+    t15_dtype: tl.constexpr,
+    t16_dtype: tl.constexpr,
+    t17_dtype: tl.constexpr,
+    g__wi_0_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.DenseGatedActDense.forward in activations/feed_forward.py:43."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _wi_0_offsets = offsets
+        grad_hidden_gelu_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _wi_0_offsets = index3 * _wi_0_stride3
+        grad_hidden_gelu_offsets = index3 * grad_hidden_gelu_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _wi_0_offsets += index2 * _wi_0_stride2
+            grad_hidden_gelu_offsets += index2 * grad_hidden_gelu_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _wi_0_offsets += index1 * _wi_0_stride1
+            grad_hidden_gelu_offsets += index1 * grad_hidden_gelu_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _wi_0_offsets += index0 * _wi_0_stride0
+            grad_hidden_gelu_offsets += index0 * grad_hidden_gelu_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _wi_0 = widen(tl.load(_wi_0_ptr + _wi_0_offsets, mask=mask))
+    grad_hidden_gelu = widen(tl.load(grad_hidden_gelu_ptr + grad_hidden_gelu_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:43  hidden_gelu = self.act(self.wi_0(hidden_states))
+    t = rounded(_wi_0 * _wi_0, t_dtype)
+    t0 = rounded(t * _wi_0, t0_dtype)
+    t1 = rounded(0.044715 * t0, t1_dtype)
+    t2 = rounded(_wi_0 + t1, t2_dtype)
+    t3 = rounded(0.7978845608028654 * t2, t3_dtype)
+    t5 = rounded(tanh(t3), t5_dtype)
+    t6 = rounded(1 + t5, t6_dtype)
+    t7 = rounded(0.5 * t6, t7_dtype)
+    t8 = rounded(0.5 * _wi_0, t8_dtype)
+    t9 = rounded(t5 * t5, t9_dtype)
+    t10 = rounded(1 - t9, t10_dtype)
+    t11 = rounded(t8 * t10, t11_dtype)
+    t13 = rounded(0.134145 * t, t13_dtype)
+    t14 = rounded(1 + t13, t14_dtype)
+    t15 = rounded(0.7978845608028654 * t14, t15_dtype)
+    t16 = rounded(t11 * t15, t16_dtype)
+    t17 = rounded(t7 + t16, t17_dtype)
+    g__wi_0 = rounded(grad_hidden_gelu * t17, g__wi_0_dtype)
+    grad__wi_0 = cast(g__wi_0, _wi_0_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__wi_0_out_ptr + offsets, grad__wi_0.to(grad__wi_0_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_2_backward_relu_kernel(
+    _wi_0_ptr,  # input _wi_0
+    grad_hidden_gelu_ptr,  # input the gradient of hidden_gelu
+    grad__wi_0_out_ptr,  # output grad__wi_0
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _wi_0_stride0,
+    _wi_0_stride1,
+    _wi_0_stride2,
+    _wi_0_stride3,
+    grad_hidden_gelu_stride0,
+    grad_hidden_gelu_stride1,
+    grad_hidden_gelu_stride2,
+    grad_hidden_gelu_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    hidden_gelu_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g__wi_0_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.DenseGatedActDense.forward in activations/feed_forward.py:43."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _wi_0_offsets = offsets
+        grad_hidden_gelu_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _wi_0_offsets = index3 * _wi_0_stride3
+        grad_hidden_gelu_offsets = index3 * grad_hidden_gelu_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _wi_0_offsets += index2 * _wi_0_stride2
+            grad_hidden_gelu_offsets += index2 * grad_hidden_gelu_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _wi_0_offsets += index1 * _wi_0_stride1
+            grad_hidden_gelu_offsets += index1 * grad_hidden_gelu_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _wi_0_offsets += index0 * _wi_0_stride0
+            grad_hidden_gelu_offsets += index0 * grad_hidden_gelu_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _wi_0 = widen(tl.load(_wi_0_ptr + _wi_0_offsets, mask=mask))
+    grad_hidden_gelu = widen(tl.load(grad_hidden_gelu_ptr + grad_hidden_gelu_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:43  hidden_gelu = self.act(self.wi_0(hidden_states))
+    hidden_gelu = rounded(relu(_wi_0), hidden_gelu_dtype)
+    t = hidden_gelu <= 0
+    g__wi_0 = rounded(tl.where(t, 0.0, grad_hidden_gelu), g__wi_0_dtype)
+    grad__wi_0 = cast(g__wi_0, _wi_0_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__wi_0_out_ptr + offsets, grad__wi_0.to(grad__wi_0_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_2_backward_silu_kernel(
+    _wi_0_ptr,  # input _wi_0
+    grad_hidden_gelu_ptr,  # input the gradient of hidden_gelu
+    grad__wi_0_out_ptr,  # output grad__wi_0
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _wi_0_stride0,
+    _wi_0_stride1,
+    _wi_0_stride2,
+    _wi_0_stride3,
+    grad_hidden_gelu_stride0,
+    grad_hidden_gelu_stride1,
+    grad_hidden_gelu_stride2,
+    grad_hidden_gelu_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    s_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g__wi_0_dtype: tl.constexpr,
+    t0_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    g__wi_00_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.DenseGatedActDense.forward in activations/feed_forward.py:43."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _wi_0_offsets = offsets
+        grad_hidden_gelu_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _wi_0_offsets = index3 * _wi_0_stride3
+        grad_hidden_gelu_offsets = index3 * grad_hidden_gelu_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _wi_0_offsets += index2 * _wi_0_stride2
+            grad_hidden_gelu_offsets += index2 * grad_hidden_gelu_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _wi_0_offsets += index1 * _wi_0_stride1
+            grad_hidden_gelu_offsets += index1 * grad_hidden_gelu_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _wi_0_offsets += index0 * _wi_0_stride0
+            grad_hidden_gelu_offsets += index0 * grad_hidden_gelu_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _wi_0 = widen(tl.load(_wi_0_ptr + _wi_0_offsets, mask=mask))
+    grad_hidden_gelu = widen(tl.load(grad_hidden_gelu_ptr + grad_hidden_gelu_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:43  hidden_gelu = self.act(self.wi_0(hidden_states))
+    s = rounded(tl.sigmoid(floating(_wi_0)), s_dtype)
+    g__wi_0 = rounded(grad_hidden_gelu * s, g__wi_0_dtype)
+    t0 = rounded(1 - s, t0_dtype)
+    t1 = rounded(_wi_0 * t0, t1_dtype)
+    t2 = rounded(1 + t1, t2_dtype)
+    g__wi_00 = rounded(g__wi_0 * t2, g__wi_00_dtype)
+    grad__wi_0 = cast(g__wi_00, _wi_0_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__wi_0_out_ptr + offsets, grad__wi_0.to(grad__wi_0_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_2_backward_mish_kernel(
+    _wi_0_ptr,  # input _wi_0
+    grad_hidden_gelu_ptr,  # input the gradient of hidden_gelu
+    grad__wi_0_out_ptr,  # output grad__wi_0
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _wi_0_stride0,
+    _wi_0_stride1,
+    _wi_0_stride2,
+    _wi_0_stride3,
+    grad_hidden_gelu_stride0,
+    grad_hidden_gelu_stride1,
+    grad_hidden_gelu_stride2,
+    grad_hidden_gelu_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    t4_dtype: tl.constexpr,
+    t5_dtype: tl.constexpr,
+    t6_dtype: tl.constexpr,
+    t7_dtype: tl.constexpr,
+    g__wi_0_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.DenseGatedActDense.forward in activations/feed_forward.py:43."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _wi_0_offsets = offsets
+        grad_hidden_gelu_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _wi_0_offsets = index3 * _wi_0_stride3
+        grad_hidden_gelu_offsets = index3 * grad_hidden_gelu_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _wi_0_offsets += index2 * _wi_0_stride2
+            grad_hidden_gelu_offsets += index2 * grad_hidden_gelu_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _wi_0_offsets += index1 * _wi_0_stride1
+            grad_hidden_gelu_offsets += index1 * grad_hidden_gelu_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _wi_0_offsets += index0 * _wi_0_stride0
+            grad_hidden_gelu_offsets += index0 * grad_hidden_gelu_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _wi_0 = widen(tl.load(_wi_0_ptr + _wi_0_offsets, mask=mask))
+    grad_hidden_gelu = widen(tl.load(grad_hidden_gelu_ptr + grad_hidden_gelu_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:43  hidden_gelu = self.act(self.wi_0(hidden_states))
+    t = rounded(softplus(_wi_0), t_dtype)
+    t1 = rounded(tanh(floating(t)), t1_dtype)
+    t2 = rounded(tl.sigmoid(floating(_wi_0)), t2_dtype)
+    t3 = rounded(_wi_0 * t2, t3_dtype)
+    t4 = rounded(t1 * t1, t4_dtype)
+    t5 = rounded(1 - t4, t5_dtype)
+    t6 = rounded(t3 * t5, t6_dtype)
+    t7 = rounded(t1 + t6, t7_dtype)
+    g__wi_0 = rounded(grad_hidden_gelu * t7, g__wi_0_dtype)
+    grad__wi_0 = cast(g__wi_0, _wi_0_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__wi_0_out_ptr + offsets, grad__wi_0.to(grad__wi_0_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_2_backward_tanh_kernel(
+    _wi_0_ptr,  # input _wi_0
+    grad_hidden_gelu_ptr,  # input the gradient of hidden_gelu
+    grad__wi_0_out_ptr,  # output grad__wi_0
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _wi_0_stride0,
+    _wi_0_stride1,
+    _wi_0_stride2,
+    _wi_0_stride3,
+    grad_hidden_gelu_stride0,
+    grad_hidden_gelu_stride1,
+    grad_hidden_gelu_stride2,
+    grad_hidden_gelu_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    hidden_gelu_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t_dtype: tl.constexpr,
+    t0_dtype: tl.constexpr,
+    g__wi_0_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.DenseGatedActDense.forward in activations/feed_forward.py:43."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _wi_0_offsets = offsets
+        grad_hidden_gelu_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _wi_0_offsets = index3 * _wi_0_stride3
+        grad_hidden_gelu_offsets = index3 * grad_hidden_gelu_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _wi_0_offsets += index2 * _wi_0_stride2
+            grad_hidden_gelu_offsets += index2 * grad_hidden_gelu_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _wi_0_offsets += index1 * _wi_0_stride1
+            grad_hidden_gelu_offsets += index1 * grad_hidden_gelu_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _wi_0_offsets += index0 * _wi_0_stride0
+            grad_hidden_gelu_offsets += index0 * grad_hidden_gelu_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _wi_0 = widen(tl.load(_wi_0_ptr + _wi_0_offsets, mask=mask))
+    grad_hidden_gelu = widen(tl.load(grad_hidden_gelu_ptr + grad_hidden_gelu_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:43  hidden_gelu = self.act(self.wi_0(hidden_states))
+    hidden_gelu = rounded(tanh(floating(_wi_0)), hidden_gelu_dtype)
+    t = rounded(hidden_gelu * hidden_gelu, t_dtype)
+    t0 = rounded(1 - t, t0_dtype)
+    g__wi_0 = rounded(grad_hidden_gelu * t0, g__wi_0_dtype)
+    grad__wi_0 = cast(g__wi_0, _wi_0_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__wi_0_out_ptr + offsets, grad__wi_0.to(grad__wi_0_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_2_backward_sigmoid_kernel(
+    _wi_0_ptr,  # input _wi_0
+    grad_hidden_gelu_ptr,  # input the gradient of hidden_gelu
+    grad__wi_0_out_ptr,  # output grad__wi_0
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _wi_0_stride0,
+    _wi_0_stride1,
+    _wi_0_stride2,
+    _wi_0_stride3,
+    grad_hidden_gelu_stride0,
+    grad_hidden_gelu_stride1,
+    grad_hidden_gelu_stride2,
+    grad_hidden_gelu_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    hidden_gelu_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t_dtype: tl.constexpr,
+    g__wi_0_dtype: tl.constexpr,
+    g__wi_00_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.DenseGatedActDense.forward in activations/feed_forward.py:43."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _wi_0_offsets = offsets
+        grad_hidden_gelu_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _wi_0_offsets = index3 * _wi_0_stride3
+        grad_hidden_gelu_offsets = index3 * grad_hidden_gelu_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _wi_0_offsets += index2 * _wi_0_stride2
+            grad_hidden_gelu_offsets += index2 * grad_hidden_gelu_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _wi_0_offsets += index1 * _wi_0_stride1
+            grad_hidden_gelu_offsets += index1 * grad_hidden_gelu_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _wi_0_offsets += index0 * _wi_0_stride0
+            grad_hidden_gelu_offsets += index0 * grad_hidden_gelu_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _wi_0 = widen(tl.load(_wi_0_ptr + _wi_0_offsets, mask=mask))
+    grad_hidden_gelu = widen(tl.load(grad_hidden_gelu_ptr + grad_hidden_gelu_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:43  hidden_gelu = self.act(self.wi_0(hidden_states))
+    hidden_gelu = rounded(tl.sigmoid(floating(_wi_0)), hidden_gelu_dtype)
+    t = rounded(1 - hidden_gelu, t_dtype)
+    g__wi_0 = rounded(grad_hidden_gelu * t, g__wi_0_dtype)
+    g__wi_00 = rounded(g__wi_0 * hidden_gelu, g__wi_00_dtype)
+    grad__wi_0 = cast(g__wi_00, _wi_0_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__wi_0_out_ptr + offsets, grad__wi_0.to(grad__wi_0_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_2_backward_identity_kernel(
+    _wi_0_ptr,  # input _wi_0
+    grad_hidden_gelu_ptr,  # input the gradient of hidden_gelu
+    grad__wi_0_out_ptr,  # output grad__wi_0
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _wi_0_stride0,
+    _wi_0_stride1,
+    _wi_0_stride2,
+    _wi_0_stride3,
+    grad_hidden_gelu_stride0,
+    grad_hidden_gelu_stride1,
+    grad_hidden_gelu_stride2,
+    grad_hidden_gelu_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.DenseGatedActDense.forward in activations/feed_forward.py:43."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _wi_0_offsets = offsets
+        grad_hidden_gelu_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _wi_0_offsets = index3 * _wi_0_stride3
+        grad_hidden_gelu_offsets = index3 * grad_hidden_gelu_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _wi_0_offsets += index2 * _wi_0_stride2
+            grad_hidden_gelu_offsets += index2 * grad_hidden_gelu_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _wi_0_offsets += index1 * _wi_0_stride1
+            grad_hidden_gelu_offsets += index1 * grad_hidden_gelu_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _wi_0_offsets += index0 * _wi_0_stride0
+            grad_hidden_gelu_offsets += index0 * grad_hidden_gelu_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _wi_0 = widen(tl.load(_wi_0_ptr + _wi_0_offsets, mask=mask))
+    grad_hidden_gelu = widen(tl.load(grad_hidden_gelu_ptr + grad_hidden_gelu_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:43  hidden_gelu = self.act(self.wi_0(hidden_states))
+    grad__wi_0 = cast(grad_hidden_gelu, _wi_0_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__wi_0_out_ptr + offsets, grad__wi_0.to(grad__wi_0_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_2_backward_quick_gelu_kernel(
+    _wi_0_ptr,  # input _wi_0
+    grad_hidden_gelu_ptr,  # input the gradient of hidden_gelu
+    grad__wi_0_out_ptr,  # output grad__wi_0
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _wi_0_stride0,
+    _wi_0_stride1,
+    _wi_0_stride2,
+    _wi_0_stride3,
+    grad_hidden_gelu_stride0,
+    grad_hidden_gelu_stride1,
+    grad_hidden_gelu_stride2,
+    grad_hidden_gelu_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    s_dtype: tl.constexpr,
+    g__wi_0_dtype: tl.constexpr,
+    g__wi_00_dtype: tl.constexpr,
+    t1_dtype: tl.constexpr,
+    t2_dtype: tl.constexpr,
+    g__wi_01_dtype: tl.constexpr,
+    g__wi_02_dtype: tl.constexpr,
+    g__wi_03_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.DenseGatedActDense.forward in activations/feed_forward.py:43."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _wi_0_offsets = offsets
+        grad_hidden_gelu_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _wi_0_offsets = index3 * _wi_0_stride3
+        grad_hidden_gelu_offsets = index3 * grad_hidden_gelu_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _wi_0_offsets += index2 * _wi_0_stride2
+            grad_hidden_gelu_offsets += index2 * grad_hidden_gelu_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _wi_0_offsets += index1 * _wi_0_stride1
+            grad_hidden_gelu_offsets += index1 * grad_hidden_gelu_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _wi_0_offsets += index0 * _wi_0_stride0
+            grad_hidden_gelu_offsets += index0 * grad_hidden_gelu_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _wi_0 = widen(tl.load(_wi_0_ptr + _wi_0_offsets, mask=mask))
+    grad_hidden_gelu = widen(tl.load(grad_hidden_gelu_ptr + grad_hidden_gelu_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:43  hidden_gelu = self.act(self.wi_0(hidden_states))
+    t = rounded(1.702 * _wi_0, t_dtype)
+    s = rounded(tl.sigmoid(t), s_dtype)
+    g__wi_0 = rounded(grad_hidden_gelu * s, g__wi_0_dtype)
+    g__wi_00 = rounded(grad_hidden_gelu * _wi_0, g__wi_00_dtype)
+    t1 = rounded(1 - s, t1_dtype)
+    t2 = rounded(s * t1, t2_dtype)
+    g__wi_01 = rounded(g__wi_00 * t2, g__wi_01_dtype)
+    g__wi_02 = rounded(g__wi_01 * 1.702, g__wi_02_dtype)
+    g__wi_03 = rounded(g__wi_0 + g__wi_02, g__wi_03_dtype)
+    grad__wi_0 = cast(g__wi_03, _wi_0_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__wi_0_out_ptr + offsets, grad__wi_0.to(grad__wi_0_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_activation_2_backward_relu_squared_kernel(
+    _wi_0_ptr,  # input _wi_0
+    grad_hidden_gelu_ptr,  # input the gradient of hidden_gelu
+    grad__wi_0_out_ptr,  # output grad__wi_0
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    _wi_0_stride0,
+    _wi_0_stride1,
+    _wi_0_stride2,
+    _wi_0_stride3,
+    grad_hidden_gelu_stride0,
+    grad_hidden_gelu_stride1,
+    grad_hidden_gelu_stride2,
+    grad_hidden_gelu_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    r_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    t1_dtype: tl.constexpr,
+    g__wi_0_dtype: tl.constexpr,
+    g__wi_00_dtype: tl.constexpr,
+):
+    """fixtures.activations.feed_forward.DenseGatedActDense.forward in activations/feed_forward.py:43."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        _wi_0_offsets = offsets
+        grad_hidden_gelu_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        _wi_0_offsets = index3 * _wi_0_stride3
+        grad_hidden_gelu_offsets = index3 * grad_hidden_gelu_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            _wi_0_offsets += index2 * _wi_0_stride2
+            grad_hidden_gelu_offsets += index2 * grad_hidden_gelu_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            _wi_0_offsets += index1 * _wi_0_stride1
+            grad_hidden_gelu_offsets += index1 * grad_hidden_gelu_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            _wi_0_offsets += index0 * _wi_0_stride0
+            grad_hidden_gelu_offsets += index0 * grad_hidden_gelu_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    _wi_0 = widen(tl.load(_wi_0_ptr + _wi_0_offsets, mask=mask))
+    grad_hidden_gelu = widen(tl.load(grad_hidden_gelu_ptr + grad_hidden_gelu_offsets, mask=mask))
+    # Compute
+    # activations/feed_forward.py:43  hidden_gelu = self.act(self.wi_0(hidden_states))
+    r = rounded(relu(_wi_0), r_dtype)
+    t0 = r <= 0
+    t1 = rounded(2 * r, t1_dtype)
+    g__wi_0 = rounded(grad_hidden_gelu * t1, g__wi_0_dtype)
+    g__wi_00 = rounded(tl.where(t0, 0.0, g__wi_0), g__wi_00_dtype)
+    grad__wi_0 = cast(g__wi_00, _wi_0_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad__wi_0_out_ptr + offsets, grad__wi_0.to(grad__wi_0_out_ptr.dtype.element_ty), mask=mask)
