@@ -337,6 +337,13 @@ class Kernel:
         self.bool_hazards = bool_hazards
         # The kernel computing its inputs' gradients (None: calls under autograd take the original code).
         self.gradients = gradients
+        # Whether a new signature's Triton kernel compiles in the background (its calls falling back meanwhile).
+        # A backward kernel compiles on its first call instead: it runs on autograd's thread, where background
+        # compiles on the H200 were seen to stay pending (benchmarks/RESULTS.md, issue 19).
+        self.background = True
+        if gradients is not None:
+            for backward in gradients.kernel if isinstance(gradients.kernel, tuple) else (gradients.kernel,):
+                backward.background = False
         self.counts: collections.Counter[str] = collections.Counter()
         self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
         self._plans: dict[tuple, Plan | str] = {}  # per call signature (see `_signature`)
@@ -433,7 +440,10 @@ class Kernel:
         if plan is None:
             if len(self._plans) >= MAX_PLANS:  # shapes that keep changing: keep the cache bounded
                 self._plans.clear()
-            plan = self._plans[key] = _compile_in_background(self._plan(tensors, scalars, modules), tensors, scalars)
+            plan = self._plan(tensors, scalars, modules)
+            if self.background:
+                plan = _compile_in_background(plan, tensors, scalars)
+            self._plans[key] = plan
         if type(plan) is _Compiling:
             plan = self._plans[key] = plan.settled(self)
             if type(plan) is _Compiling:
