@@ -1508,3 +1508,20 @@ def fallback_reasons(results: Iterable[Result], gradients: bool = False) -> Coun
 
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
     worker(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
+
+
+def seed_cases(seeds: dict[str, list[int]], known: dict[str, dict[int, str]]) -> list:
+    """pytest parameters (backend, seed) for the test suites' fixed seeds: a known failure is a strict xfail with
+    its reason, so that a fix shows (the xfail fails until the seed is taken off `known`)."""
+    import pytest
+
+    return [
+        pytest.param(
+            backend,
+            seed,
+            id=f"{backend}-{seed}",
+            marks=[pytest.mark.xfail(strict=True, reason=known[backend][seed])] if seed in known[backend] else [],
+        )
+        for backend, backend_seeds in seeds.items()
+        for seed in backend_seeds
+    ]

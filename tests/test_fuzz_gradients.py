@@ -34,15 +34,7 @@ def results(tmp_path_factory) -> dict[str, dict[int, fuzzing.Result]]:
     return out
 
 
-def _cases():
-    for backend, seeds in SEEDS.items():
-        for seed in seeds:
-            known = KNOWN[backend].get(seed)
-            marks = [pytest.mark.xfail(strict=True, reason=known)] if known else []
-            yield pytest.param(backend, seed, id=f"{backend}-{seed}", marks=marks)
-
-
-@pytest.mark.parametrize(("backend", "seed"), list(_cases()))
+@pytest.mark.parametrize(("backend", "seed"), fuzzing.seed_cases(SEEDS, KNOWN))
 def test_gradients_match_eager(results, backend, seed):
     result = results[backend][seed]
     setup = fuzzing.gradient_setup(result.program) if result.backward is not None else None
