@@ -22,8 +22,11 @@ family and its inputs; `--tools` says where it is, it is imported from there) ca
 4. runs two training steps on each (forward with `torch.manual_seed(hff.SEED)`, backward; no optimiser
    step, gradients reset in between: the first plans and builds the kernels, the second runs them
    planned). The loss is the output's `loss` where the model returns one (the inputs carry labels where
-   the tool gives them), else the sum of squares of the main floating output (the first floating tensor
-   of the output that requires grad; `loss` column: `sum of squares of <path>`);
+   the tool gives them), else a weighted sum of squares of the main floating output (the first floating
+   tensor of the output that requires grad, `sum(R * out**2)` with `R` a fixed normal tensor drawn from
+   `hff.SEED`: a plain sum of squares is constant after a final LayerNorm or RMSNorm of unit weight, as in
+   BERT, ViT and T5, and every gradient below that norm is then rounding noise; `loss` column:
+   `sum of squares of <path>`);
 5. compares, per step: the loss (rtol 1e-4), and every parameter's `.grad`: None in both or in neither,
    the same shape, and values within `|a - b| <= 1e-4 * max|eager grad| + 1e-6` (the bound of float32
    rounding for a reordered sum of these tiny widths, many times over), with the largest relative error
@@ -181,7 +184,10 @@ def _loss(hff: Any, output: Any) -> tuple[Any, str]:
         return loss.reshape(()), "model loss"
     for path, value in hff.flatten_outputs(output):
         if value.is_floating_point() and value.requires_grad:
-            return value.float().pow(2).sum(), f"sum of squares of {path}"
+            # weighted: a plain sum of squares is constant after a final LayerNorm/RMSNorm of unit weight (BERT,
+            # ViT, T5), where every gradient below the norm is rounding noise
+            weights = torch.randn(value.shape, generator=torch.Generator().manual_seed(hff.SEED), dtype=value.dtype)
+            return (weights * value.pow(2)).sum(), f"sum of squares of {path}"
     raise ValueError("no floating output requires grad")
 
 
