@@ -1063,8 +1063,8 @@ def gradient_setup(program: Program) -> GradientSetup:
 def _cotangent(seed: int, k: int, output: torch.Tensor) -> torch.Tensor:
     """The gradient backpropagated from output `k`: normal values of its dtype, from the seed (the same for
     every run; a widened run gets the same values in its wider dtype)."""
-    g = torch.Generator().manual_seed(seed * 16 + k)
-    return torch.randn(output.shape, generator=g, dtype=torch.float64).to(output.dtype)
+    g = torch.Generator().manual_seed(seed * 16 + k)  # drawn on the CPU: the same values on every device
+    return torch.randn(output.shape, generator=g, dtype=torch.float64).to(output.device, output.dtype)
 
 
 @dataclass
@@ -1108,7 +1108,7 @@ def _graded_call(module, inputs, program: Program, setup: GradientSetup, cotange
         return run
     if cotangents is None:
         cotangents = [_cotangent(program.seed, k, o) if o.requires_grad else None for k, o in enumerate(run.outputs)]
-    pairs = [(o, c.to(o.dtype)) for o, c in zip(run.outputs, cotangents) if c is not None and o.requires_grad]
+    pairs = [(o, c.to(o.device, o.dtype)) for o, c in zip(run.outputs, cotangents) if c is not None and o.requires_grad]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

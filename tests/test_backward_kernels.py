@@ -87,6 +87,12 @@ class TwoOutputs(nn.Module):
         return u, t
 
 
+class Rounded(nn.Module):
+    def forward(self, x, y, scale):
+        t = torch.round(x - y)
+        return t / scale + x * 2.0
+
+
 class Chosen(nn.Module):
     def __init__(self, d, act):
         super().__init__()
@@ -267,6 +273,27 @@ def test_an_output_requires_grad_only_where_an_input_it_is_computed_from_does(mo
         assert t.requires_grad
     u, t = b(x.requires_grad_(), y)
     assert u.requires_grad and t.requires_grad
+    assert kernel.counts.get("cpp", 0) == before + 2
+
+
+def test_an_input_reached_only_through_a_zero_derivative_gets_zeros(modules):
+    """`round(x - y)`: y's gradient is 0, and eager sets `y.grad` to zeros, not None (the CUDA fuzzer's seed 19143)."""
+    runtime = modules[2]
+    first = SOURCE.splitlines().index("        t = torch.round(x - y)") + 1
+    (kernel,) = [k for k in runtime.KERNELS if k.gradients and k.source.endswith(f":{first}-{first + 1}")]
+    before = kernel.counts.get("cpp", 0)
+    a, b = twins(modules, "Rounded")
+    x, y = torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64)
+    scale = torch.rand(8, dtype=torch.float64) + 0.5
+    for inputs in ([x.requires_grad_(), y.requires_grad_(), scale.requires_grad_()], [x, y, scale]):
+        expected, actual = step(a, inputs, torch.ones(4, 8, dtype=torch.float64)), step(
+            b, inputs, torch.ones(4, 8, dtype=torch.float64)
+        )
+        for got, want in zip(actual[1], expected[1]):
+            assert (got is None) == (want is None)
+            if want is not None:
+                torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert expected[1][1] is not None and not expected[1][1].any()
     assert kernel.counts.get("cpp", 0) == before + 2
 
 

@@ -832,6 +832,11 @@ class _Differentiated(torch.autograd.Function):
         for position, grad in zip(gradients.inputs, grads):
             if ctx.needs_input_grad[2 + position]:
                 result[position] = _summed_to(grad, tensors[position].shape)
+        # An input reached only through ops of zero derivative (`round`, `sign`) gets zeros, as eager's does, not
+        # None: autograd's graph reaches it.
+        for position in {p for sources in gradients.sources for p in sources}.difference(gradients.inputs):
+            if ctx.needs_input_grad[2 + position]:
+                result[position] = torch.zeros_like(tensors[position])
         return (None, None, *result)
 
 
