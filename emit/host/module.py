@@ -69,13 +69,13 @@ def emit(
     backwards: Mapping[str, object] = {},
 ) -> list[EmittedFile]:
     """The module (first) and its kernel files. `depth`: directories between the output root and the module.
-        `stem`: of the kernel files' names (`_{stem}_kernels.py`), from `kernel_stems` (default: the module's).
+    `stem`: of the kernel files' names (`_{stem}_kernels.py`), from `kernel_stems` (default: the module's).
 
-        `origin`: where the lines of `text` come from when statements were split (hoisting.py); the
-        comments and docstrings then name the lines of the source before the split. `epilogues`: linear
-        layers and their activations to run as one matmul (transpiler/compiler/linears.py). `convs`: convolutions
-        and their batch norms to fold in eval (transpiler/compiler/convs.py). `backwards`: per region name, its
-    backward (transpiler/compiler/autodiff.py `Backward`, on the lines of `text`), written as one more kernel."""
+    `origin`: where the lines of `text` come from when statements were split (hoisting.py); the
+    comments and docstrings then name the lines of the source before the split. `epilogues`: linear
+    layers and their activations to run as one matmul (transpiler/compiler/linears.py). `convs`: convolutions
+    and their batch norms to fold in eval (transpiler/compiler/convs.py). `backwards`: per region name, its
+    backward (transpiler/compiler/autodiff.py `Backward`, on the lines of `text`), written as more kernels."""
     stem = stem or kernel_stem(Path(source_path).stem)
     kernels_module = f"_{stem}_kernels"
     lines = (origin.source if origin else text).splitlines(keepends=True)

@@ -421,7 +421,7 @@ class Kernel:
             backward = backward[codes[gradients.activation]]
             passed = scalars[: gradients.activation] + scalars[gradients.activation + 1 :]
         row_length = None
-        if self.gradients.row_length:
+        if gradients.row_length:
             row_length = _row_length(self.shapes, tensors)
             if row_length is None:
                 self.counts["fallback: the reduced dim's length is unknown"] += 1

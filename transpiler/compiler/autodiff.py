@@ -67,9 +67,8 @@ class Backward:
     """A region's backward region, and how its inputs and outputs map to the forward's."""
 
     region: Region
-    grads_of: tuple[
-        int, ...
-    ]  # per output of the backward: the position of the forward tensor input it is the gradient of
+    # Per output of the backward: the position of the forward tensor input it is the gradient of.
+    grads_of: tuple[int, ...]
     outputs_with_grads: tuple[int, ...]  # forward outputs (positions) whose gradients the backward takes, in order
     row_length: bool  # the backward takes the reduced dim's length as its last scalar input
     sources: tuple[tuple[int, ...], ...] = ()  # per forward output, `gradient_sources`
@@ -223,19 +222,15 @@ def _reduced_dim(region: Region) -> int | None:
     return dims.pop() if dims else None
 
 
-def backward(region: Region, float_outputs: tuple[bool, ...] | None = None) -> Backward:
-    """The backward of `region` (raises NoBackward). `float_outputs`: per output, whether it may carry a
-    gradient (default: every output not computed by a comparison or a logical op)."""
+def backward(region: Region) -> Backward:
+    """The backward of `region` (raises NoBackward). Every output not computed by a comparison or a logical op
+    takes a gradient."""
     if any(node.inplace for node in region.nodes):
         raise NoBackward("an in-place update")
     for node in region.nodes:
         if node.op not in DERIVATIVES and not node.definition.returns_bool:
             raise NoBackward(f"no derivative for `{node.op}`")
     producers = {node.out: node for node in region.nodes}
-    if float_outputs is None:
-        float_outputs = tuple(
-            o.value in producers and not producers[o.value].definition.returns_bool for o in region.outputs
-        )
     levels = _levels(region)
     for node in region.nodes:
         if node.definition.kind is OpKind.REDUCTION and levels[node.operands[0]]:
@@ -247,7 +242,7 @@ def backward(region: Region, float_outputs: tuple[bool, ...] | None = None) -> B
     grad_inputs = []
     taking = []
     for position, output in enumerate(region.outputs):
-        if not float_outputs[position] or output.value not in producers:
+        if output.value not in producers or producers[output.value].definition.returns_bool:
             continue
         name = builder.fresh(f"{GRAD}{output.value}")
         what = "the value returned" if output.target == RETURN else output.target
