@@ -9,6 +9,7 @@ the backward's gradients, summed to each input's shape as autograd sums broadcas
 
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass, field, replace
 
@@ -430,3 +431,41 @@ def test_a_binding_of_an_earlier_value_renames_no_node():
         assert set(node.values()) <= defined, node
         defined.add(node.out)
     assert doubled in defined and result in defined
+
+
+_UPDATES = {
+    "method": ("x.clamp_(min=0)", True),
+    "augmented": ("x += 1", True),
+    "index": ("x[0] = 1", True),
+    "library": ("torch.relu_(x)", True),
+    "inplace keyword": ("F.relu(x, inplace=True)", True),
+    "argument of another's update": ("y.add_(x)", False),
+    "another name": ("y.clamp_(min=0)", False),
+    "out of place": ("x = x.clamp(min=0)", False),
+}
+
+
+@pytest.mark.parametrize("update, refused", _UPDATES.values(), ids=_UPDATES)
+@pytest.mark.parametrize("where", ["after", "before", "before, in the loop"])
+def test_an_input_updated_in_place_while_the_node_needs_it_refuses_the_backward(update, refused, where):
+    """The node saves its inputs: one the function updates in place after the region (or anywhere in a loop
+    around it) would make autograd raise where eager, whose ops may save only results, does not."""
+    body = {
+        "after": ["t = torch.tanh(x)", update],
+        "before": [update, "t = torch.tanh(x)"],
+        "before, in the loop": ["for _ in range(2):", "    " + update, "    t = torch.tanh(x)"],
+    }[where]
+    text = "def f(x, y):\n" + "".join(f"    {line}\n" for line in body) + "    return t\n"
+    line = 1 + next(n for n, code in enumerate(body, 1) if "tanh" in code)
+    region = Region(
+        "fused_tanh",
+        "m.py",
+        "m.f",
+        line,
+        line,
+        (Input("x", "x", True),),
+        (Node("tanh", ("x",), "t", line),),
+        (Output("t", "t"),),
+    )
+    why = autodiff.updated_later(ast.parse(text), region)
+    assert (why is not None) == (refused and where != "before"), why

@@ -103,6 +103,13 @@ class Chosen(nn.Module):
         h = x * 3.0 + self.bias
         h = self.act(h)
         return h * 0.5 - x
+
+
+class UpdatedLater(nn.Module):
+    def forward(self, x):
+        t = torch.tanh(x) * 2.0
+        x.clamp_(min=-0.5)
+        return t + x
 """
 
 
@@ -256,6 +263,27 @@ def test_a_region_updating_in_place_keeps_the_original_code_under_autograd(modul
     )
     torch.testing.assert_close(actual[1][0], expected[1][0], rtol=0, atol=0)
     assert kernels[0].counts["fallback: autograd needs the original code"] >= 1
+
+
+def test_a_region_whose_input_is_updated_in_place_later_keeps_the_original_code_under_autograd(modules):
+    """Eager's tanh saves its result, so clamping x afterwards leaves its backward valid; the node would save x
+    and autograd would raise (the CUDA fuzzer's seed 19231). The region has no backward: the source runs."""
+    runtime = modules[2]
+    line = SOURCE.splitlines().index("        t = torch.tanh(x) * 2.0") + 1
+    (kernel,) = [k for k in runtime.KERNELS if k.source.endswith(f":{line}")]
+    assert kernel.gradients is None
+    a, b = twins(modules, "UpdatedLater")
+    x = torch.randn(4, 8, dtype=torch.float64)
+    y = torch.randn(4, 8, dtype=torch.float64, requires_grad=True)
+    results = []
+    for module in (a, b):
+        leaf = y.detach().clone().requires_grad_()
+        inner = leaf * 1.0  # a non-leaf: clamp_ may update it
+        out = module(inner + x)
+        out.backward(torch.ones_like(out))
+        results.append((out.detach(), leaf.grad))
+    torch.testing.assert_close(results[1], results[0], rtol=0, atol=0)
+    assert kernel.counts["fallback: autograd needs the original code"] >= 1
 
 
 def test_an_output_requires_grad_only_where_an_input_it_is_computed_from_does(modules):

@@ -175,19 +175,60 @@ def test_the_padded_path_computes_what_the_module_does(forced, bias, dtype, tole
     torch.testing.assert_close(got, expected, **tolerance)
 
 
-def test_aligned_layers_and_autograd_take_the_module(forced):
+def test_aligned_layers_and_mixed_dtypes_take_the_module(forced):
     x = torch.randn(4, 8)
-    aligned = torch.nn.Linear(8, 16)
     with torch.no_grad():
-        runtime.linear(aligned, x)
-    odd = torch.nn.Linear(8, 13)
-    out = runtime.linear(odd, x)  # grad mode on, the weight requires grad
-    assert out.grad_fn is not None and forced["padded"] == 0
-    out.sum().backward()
-    assert odd.weight.grad is not None
+        runtime.linear(torch.nn.Linear(8, 16), x)  # aligned
+        with pytest.raises(RuntimeError, match="same dtype"):  # F.linear's own error
+            runtime.linear(torch.nn.Linear(8, 13).to(torch.float64), x)
+    assert forced["padded"] == 0
     with torch.no_grad():
-        runtime.linear(odd, x)
+        runtime.linear(torch.nn.Linear(8, 13), x)
     assert forced["padded"] == 1  # the control
+
+
+def _training_step(module, x, call):
+    """The output of `call(module, x)` and the gradients of x and the module's parameters, from a fixed cotangent."""
+    x = x.detach().requires_grad_()
+    module.zero_grad(set_to_none=True)
+    out = call(module, x)
+    out.backward(torch.linspace(-1, 1, out.numel()).view(out.shape).to(out))
+    return out.detach(), x.grad, *(p.grad for p in module.parameters())
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, {}), (torch.bfloat16, {"rtol": 2e-2, "atol": 2e-2})])
+def test_the_padded_path_trains_as_the_module_does(forced, bias, dtype, tolerance):
+    torch.manual_seed(0)
+    module = torch.nn.Linear(24, 45, bias=bias).to(dtype)
+    x = torch.randn(3, 7, 24, dtype=dtype)
+    expected = _training_step(module, x, lambda m, i: m(i))
+    got = _training_step(module, x, runtime.linear)
+    assert forced["padded"] == 1
+    assert all(g.dtype == e.dtype and g.shape == e.shape for g, e in zip(got, expected))
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, **tolerance)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_under_autocast_the_padded_path_runs_in_autocasts_dtype(forced, bias):
+    """Float32 weights under autocast: the matmul in bfloat16, as eager runs it; float32 gradients."""
+    torch.manual_seed(0)
+    module = torch.nn.Linear(24, 45, bias=bias)
+    x = torch.randn(3, 7, 24)
+    results = []
+    for call in (lambda m, i: m(i), runtime.linear):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            results.append(_training_step(module, x, call))
+    expected, got = results
+    assert forced["padded"] == 1
+    assert got[0].dtype == expected[0].dtype == torch.bfloat16
+    assert all(g.dtype == e.dtype == torch.float32 for g, e in zip(got[1:], expected[1:]))
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=2e-2, atol=2e-2)
+    with torch.autocast("cpu", dtype=torch.float16):  # bfloat16 weights under a float16 autocast: the module's
+        runtime.linear(module.to(torch.bfloat16), x.to(torch.bfloat16))
+    assert forced["padded"] == 1
 
 
 def test_hooks_subclasses_and_replaced_forwards_take_the_module(forced):
@@ -247,6 +288,23 @@ def test_gpt2s_lm_head_is_padded_on_cuda_in_bfloat16(monkeypatch):
     # The padded output and the padded weight: not a second, contiguous output.
     bound = 1024 * 50264 * 2 + 50264 * 768 * 2
     assert torch.cuda.max_memory_allocated() - base <= bound + (1 << 20)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpt2s_lm_head_trains_padded_under_autocast_on_cuda(monkeypatch):
+    monkeypatch.setattr(runtime, "counts", runtime.counts.__class__())
+    torch.manual_seed(0)
+    head = torch.nn.Linear(768, 50257, bias=False).cuda()
+    x = torch.randn(2, 512, 768, device="cuda")
+    results = []
+    for call in (lambda m, i: m(i), runtime.linear):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            results.append(_training_step(head, x, call))
+    assert runtime.counts["padded"] == 1
+    for got, expected in zip(results[1], results[0]):
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
 
 
 # -- transpiled and run ------------------------------------------------------------------------------------

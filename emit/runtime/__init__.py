@@ -347,6 +347,7 @@ class Kernel:
         self.counts: collections.Counter[str] = collections.Counter()
         self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
         self._plans: dict[tuple, Plan | str] = {}  # per call signature (see `_signature`)
+        self._row_lengths: dict[tuple, int | None] = {}  # under autograd, per call signature (see `_differentiable`)
         KERNELS.append(self)
 
     def __repr__(self) -> str:
@@ -385,12 +386,20 @@ class Kernel:
             plan = "fallback: an input is not a plain tensor"
         elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             if self.gradients is not None:
-                return self._differentiable(tensors, args[self.tensor_inputs :], scalars)
+                return self._differentiable(key, tensors, scalars, modules)
             plan = "fallback: autograd needs the original code"
         else:
-            plan = self._plans.get(key)
-            if plan is None or type(plan) is _Compiling:
-                plan = self._settled_plan(key, plan, tensors, scalars, modules)
+            plan = self._planned(key, tensors, scalars, modules)
+        return self._launch(key, plan, tensors, scalars)
+
+    def _planned(self, key: tuple, tensors: tuple, scalars: tuple, modules: tuple) -> Plan | str:
+        plan = self._plans.get(key)
+        if plan is None or type(plan) is _Compiling:
+            plan = self._settled_plan(key, plan, tensors, scalars, modules)
+        return plan
+
+    def _launch(self, key: tuple | None, plan: Plan | str, tensors: tuple, scalars: tuple):
+        """The outputs `plan` computes from the inputs, or None (counted) to run the original code."""
         if type(plan) is str:
             self.counts[plan] += 1
             return None
@@ -401,7 +410,7 @@ class Kernel:
         try:
             plan.launch(tensors, scalars, outputs)
         except Exception as error:  # a kernel that does not compile here (its first launch compiles it)
-            warnings.warn(f"{self!r}: the kernel failed, the original code runs: {error}", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"{self!r}: the kernel failed, the original code runs: {error}", RuntimeWarning, stacklevel=3)
             reason = f"fallback: the kernel failed to compile ({type(error).__name__})"
             self._plans[key] = reason  # and keeps running, for this signature
             self.counts[reason] += 1
@@ -411,10 +420,12 @@ class Kernel:
             outputs = tuple(o if shape is None else _narrowed(o, shape) for o, shape in zip(outputs, plan.narrow))
         return outputs
 
-    def _differentiable(self, tensors: tuple, scalars: tuple, codes: tuple):
+    def _differentiable(self, key: tuple, tensors: tuple, codes: tuple, scalars: tuple):
         """The outputs computed by the kernel, recorded by autograd as one node whose backward runs the kernel
         of `self.gradients`; or None (counted) to run the original code. `codes`: the scalars with an activation
-        module's code in its place."""
+        module's code in its place. The plan and the reduced dim's length are those of the signature `key`
+        (which a tensor's requiring grad does not change): a call costs two dict lookups more than one without
+        autograd."""
         gradients = self.gradients
         backward, passed = gradients.kernel, scalars
         if gradients.activation is not None:  # the backward of the op the module maps to, given the other scalars
@@ -422,12 +433,16 @@ class Kernel:
             passed = scalars[: gradients.activation] + scalars[gradients.activation + 1 :]
         row_length = None
         if gradients.row_length:
-            row_length = _row_length(self.shapes, tensors)
+            row_length = self._row_lengths.get(key)
+            if row_length is None:
+                if len(self._row_lengths) >= MAX_PLANS:
+                    self._row_lengths.clear()
+                row_length = self._row_lengths[key] = _row_length(self.shapes, tensors)
             if row_length is None:
                 self.counts["fallback: the reduced dim's length is unknown"] += 1
                 return None
-        with torch.no_grad():
-            outputs = self._run(*(t.detach() for t in tensors), *scalars)
+        with torch.no_grad():  # the kernel reads the inputs' memory: no need to detach them
+            outputs = self._launch(key, self._planned(key, tensors, codes, scalars), tensors, codes)
         if outputs is None:
             return None
         return _Differentiated.apply(self, (outputs, backward, passed, row_length), *tensors)
@@ -845,6 +860,10 @@ def _summed_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     summed over the dims the input was broadcast along, as autograd does."""
     if grad.shape == shape:
         return grad
+    # Most often the input was broadcast into `grad`'s shape: `sum_to_size` alone, without torch's Python
+    # broadcast_shapes (~30 us a call); otherwise (a row value's gradient, narrower than the input) expand first.
+    if len(shape) <= grad.dim() and all(s in (1, g) for s, g in zip(reversed(shape), reversed(grad.shape))):
+        return grad.sum_to_size(shape)
     return grad.expand(torch.broadcast_shapes(grad.shape, shape)).sum_to_size(shape)
 
 

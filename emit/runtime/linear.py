@@ -1,4 +1,5 @@
-"""`nn.Linear` layers whose output rows are not 16-byte aligned (GPT-2's LM head, 50257 wide), padded on CUDA.
+"""`nn.Linear` layers whose output rows are not 16-byte aligned (GPT-2's LM head, 50257 wide), padded on CUDA,
+in inference and in training.
 
 A contiguous [rows, 50257] half-precision output has a row stride that is not a multiple of
 8 elements, so cuBLAS can only pick its `align1` kernels (scalar loads and stores): 3.31 ms
@@ -46,54 +47,69 @@ def linear(module: torch.nn.Module, input: torch.Tensor) -> torch.Tensor:
         and (input.is_cuda or FORCE)
         and not _OFF
         and not torch.compiler.is_compiling()  # Dynamo traces `module(input)`; Inductor pads by itself
-        and _pays(module, input)
+        and (dtype := _pays(module, input)) is not None
         and not _hooked(module)  # module and global forward (pre-)hooks must run: module(input) runs them
         and "forward" not in vars(module)  # a forward replaced on the instance (the `kernels` library)
     ):
         counts["padded"] += 1
-        return padded_linear(input, module.weight, module.bias)
+        return padded_linear(input, module.weight, module.bias, dtype)
     return module(input)
 
 
-def _pays(module: torch.nn.Linear, input: torch.Tensor) -> bool:
-    """Plain tensors of one device and dtype, no autograd, shapes `F.linear` takes, and enough work."""
+def _pays(module: torch.nn.Linear, input: torch.Tensor) -> torch.dtype | None:
+    """The dtype the matmul runs in, where the padded path computes what `module(input)` does and pays:
+    plain tensors of one device, half precision (the operands', or autocast's for float32 operands), shapes
+    `F.linear` takes, and enough work. None: the module computes it (or raises its own error)."""
     weight, bias = module.weight, module.bias
     if not (
         type(input) in _PLAIN
         and type(weight) in _PLAIN
         and (bias is None or type(bias) in _PLAIN)
-        and (input.dtype in DTYPES or FORCE)
-        and weight.dtype == input.dtype
         and weight.device == input.device
-        and (bias is None or (bias.dtype == input.dtype and bias.device == input.device))
+        and (bias is None or bias.device == input.device)
         and input.shape[-1:] == weight.shape[1:]
     ):
-        return False  # module(input) computes it, or raises its own error
-    if torch.is_grad_enabled() and (
-        input.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
-    ):
-        return False  # training keeps autograd's graph of the original layer
+        return None
+    dtypes = {input.dtype, weight.dtype} | ({bias.dtype} if bias is not None else set())
+    if torch.is_autocast_enabled(input.device.type):
+        # Autocast runs the matmul in its dtype, casting float32 operands (and no others) to it.
+        dtype = torch.get_autocast_dtype(input.device.type)
+        if not dtypes <= {torch.float32, dtype}:
+            return None
+    elif len(dtypes) == 1:
+        dtype = input.dtype
+    else:
+        return None
+    if not (dtype in DTYPES or FORCE):
+        return None
     numel = input.numel()
-    return FORCE or (numel >= MIN_ROWS * weight.shape[1] and numel * weight.shape[0] >= MIN_WORK)
+    return dtype if FORCE or (numel >= MIN_ROWS * weight.shape[1] and numel * weight.shape[0] >= MIN_WORK) else None
 
 
-def padded_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """`F.linear(input, weight, bias)` through a weight padded to a multiple of ALIGN rows: its first N columns.
+def padded_linear(
+    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype
+) -> torch.Tensor:
+    """`F.linear(input, weight, bias)` through a weight padded to a multiple of ALIGN rows, in `dtype`: its first
+    N columns.
 
     The result is a view of the padded output, so it holds the memory F.linear's output would (and
     the pad columns): the row stride is the padded width, as in torch.compile's output, and
     `.contiguous()` gives F.linear's layout at the cost of a copy. The padded weight is made per
     call, not cached: a cache could not see every update (`weight.data.copy_(...)` bumps no version
     counter) and would hold a second copy of the weight, while the copy costs ~0.05 ms for GPT-2's
-    77 MB head. The pad rows stay uninitialised: output column j reads only weight row j, and the pad
-    columns are outside the view.
+    77 MB head; under autocast it is the cast eager makes anyway. Every op is one autograd records
+    (the copy into the padded weight, the concatenated bias, the matmul, the slice), so the layer
+    trains as the original does: its gradients reach `weight` and `bias` through them, and the
+    backward's matmuls are aligned too. The pad rows are zeros: the output's pad columns get a zero
+    gradient, which multiplies them in the input's gradient (uninitialised memory could hold NaN).
     """
     n, k = weight.shape
     width = n + -n % ALIGN
-    padded = weight.new_empty((width, k))
+    padded = weight.new_empty((width, k), dtype=dtype)
     padded[:n].copy_(weight)
+    padded[n:].zero_()
     if bias is not None:
-        bias = torch.cat((bias, bias.new_empty(width - n)))
+        bias = torch.cat((bias.to(dtype), bias.new_zeros(width - n, dtype=dtype)))
     return torch.nn.functional.linear(input, padded, bias)[..., :n]
 
 

@@ -42,6 +42,7 @@ BACKWARD = "_backward"  # a backward region's name is its forward's with this ap
 GRAD = "grad_"  # the backward's input holding the gradient of forward value `v` is `grad_v`
 ROW_LENGTH = "row_length"  # the scalar input `rowsize()` reads: the caller passes the reduced dim's length
 _FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
+_LIBRARIES = frozenset({"torch", "nn", "F", "init", "functional"})  # `torch.relu_(x)` updates its argument
 
 _BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow", ast.BitAnd: "and"}
 _BINARY.update({ast.BitOr: "or"})
@@ -355,12 +356,17 @@ def _activation_variants(region: Region) -> Backward:
     return replace(first, sources=gradient_sources(region), activation=position, variants=tuple(variants))
 
 
-def backwards_of(regions: Iterable[Region]) -> tuple[dict[str, Backward], tuple[tuple[str, str], ...]]:
+def backwards_of(
+    regions: Iterable[Region], tree: ast.Module | None = None
+) -> tuple[dict[str, Backward], tuple[tuple[str, str], ...]]:
     """Per region of `regions` with a backward that one kernel computes, that backward; and (name, why) for the
-    others, whose calls under autograd take the source's statements."""
+    others, whose calls under autograd take the source's statements. `tree`: the module the regions are on,
+    read for the inputs its functions update in place after a region (`updated_later`)."""
     derived, refused = {}, []
     for region in regions:
         try:
+            if tree is not None and (why := updated_later(tree, region)):
+                raise NoBackward(why)
             chosen = any(node.op == ACTIVATION.name for node in region.nodes)
             candidate = _activation_variants(region) if chosen else backward(region)
             for each in candidate.variants or (candidate,):
@@ -370,6 +376,54 @@ def backwards_of(regions: Iterable[Region]) -> tuple[dict[str, Backward], tuple[
             continue
         derived[region.name] = candidate
     return derived, tuple(refused)
+
+
+def updated_later(tree: ast.Module, region: Region) -> str | None:
+    """Why the region's node could find an input it saved changed by the time its backward runs: a tensor input
+    that the enclosing function updates in place after the region (`x.clamp_(...)`, `x += y`, `x[i] = y`,
+    `f(x, inplace=True)`), or anywhere in a loop around it. The node saves its inputs where eager's ops may
+    save only their results (`tanh`), so autograd would raise where eager does not; such a region keeps the
+    source's statements under autograd. Updates through another name or in a caller are not seen."""
+    inputs = {i.source for i in region.tensor_inputs}
+    function = None
+    for node in ast.walk(tree):  # the innermost function around the region
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= region.first_line:
+            if region.last_line <= node.end_lineno and (function is None or node.lineno > function.lineno):
+                function = node
+    if function is None:
+        return None
+    loops = [
+        n
+        for n in ast.walk(function)
+        if isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and n.lineno <= region.first_line <= n.end_lineno
+    ]
+    after = region.first_line if loops else region.last_line + 1
+    start = min((n.lineno for n in loops), default=after)
+    for node in ast.walk(function):
+        if getattr(node, "lineno", 0) < start or region.first_line <= getattr(node, "lineno", 0) <= region.last_line:
+            continue
+        for updated in _updated_in_place(node):
+            if ast.unparse(updated) in inputs:
+                return f"input `{ast.unparse(updated)}` is updated in place at line {node.lineno}, before the backward runs"
+    return None
+
+
+def _updated_in_place(node: ast.AST) -> list[ast.expr]:
+    """The expressions a statement or call updates in place."""
+    if isinstance(node, ast.AugAssign):
+        return [node.target.value if isinstance(node.target, ast.Subscript) else node.target]
+    if isinstance(node, ast.Assign):
+        return [t.value for t in node.targets if isinstance(t, ast.Subscript)]
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        inplace = any(k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value for k in node.keywords)
+        trailing = name.endswith("_") and not name.startswith("_")
+        if trailing and isinstance(func, ast.Attribute) and ast.unparse(func.value).split(".")[0] not in _LIBRARIES:
+            return [func.value]  # `x.add_(y)`
+        if trailing or inplace:
+            return node.args[:1]  # `torch.relu_(x)`, `nn.init.zeros_(x)`, `F.relu(x, inplace=True)`
+    return []
 
 
 def _live(nodes: list[Node], needed: set[str]) -> list[Node]:

@@ -166,7 +166,7 @@ def _conv_sites(unit: Unit) -> Unit:
 
 
 def _backwards(unit: Unit) -> Unit:
-    derived, refused = backwards_of(unit.regions)
+    derived, refused = backwards_of(unit.regions, ast.parse(unit.text) if unit.regions else None)
     return replace(unit, backwards=derived, no_backward=refused)
 
 
