@@ -110,6 +110,19 @@ class UpdatedLater(nn.Module):
         t = torch.tanh(x) * 2.0
         x.clamp_(min=-0.5)
         return t + x
+
+
+class Dropped(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.dense = nn.Linear(d, d)
+        self.drop = nn.Dropout(0.25)
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, x):
+        h = self.dense(x)
+        h = self.drop(h)
+        return self.ln(h + x)
 """
 
 
@@ -284,6 +297,27 @@ def test_a_region_whose_input_is_updated_in_place_later_keeps_the_original_code_
         results.append((out.detach(), leaf.grad))
     torch.testing.assert_close(results[1], results[0], rtol=0, atol=0)
     assert kernel.counts["fallback: autograd needs the original code"] >= 1
+
+
+def test_dropout_in_training_draws_eagers_masks_and_the_norm_after_it_trains_through_its_kernel(modules):
+    """Dropout stays eager: under one seed the transpiled model drops the same elements as the original, and the
+    add + layer norm after it runs its forward and backward kernels; its gradients equal eager's (float64)."""
+    runtime = modules[2]
+    a, b = twins(modules, "Dropped", 16)
+    a.train(), b.train()
+    before = backward_counts(runtime).get("cpp", 0)
+    x = torch.randn(4, 6, 16, dtype=torch.float64)
+    cotangent = torch.randn(4, 6, 16, dtype=torch.float64)
+    results = []
+    for module in (a, b):
+        torch.manual_seed(7)
+        results.append(step(module, [x.requires_grad_()], cotangent))
+    (out_a, grads_a, params_a), (out_b, grads_b, params_b) = results
+    assert not torch.equal(out_a, a.ln(a.dense(x) + x))  # dropout dropped something
+    torch.testing.assert_close(out_b, out_a, rtol=1e-12, atol=1e-12)
+    for got, want in zip(grads_b + params_b, grads_a + params_a):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    assert backward_counts(runtime).get("cpp", 0) == before + 1, backward_counts(runtime)
 
 
 def test_an_output_requires_grad_only_where_an_input_it_is_computed_from_does(modules):

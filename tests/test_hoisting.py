@@ -192,10 +192,16 @@ REFUSED = {
     "conditional": ("out = self.act_fn(self.gate_proj(x) if y is None else x) * y", "out = self.act_fn(self.gate_proj(x)) * y"),
     # the call to self.down_proj ran before the one the split would hoist
     "call order": ("out = torch.cat([self.down_proj(y), self.act_fn(self.gate_proj(x)) * y])", "out = torch.cat([self.act_fn(self.gate_proj(x)) * y, self.down_proj(y)])"),
-    # dropout draws random numbers in training: it moves across no call
-    "dropout": ("out = self.up_proj(x) * self.drop(y * 2)", "out = self.up_proj(x) * torch.tanh(y * 2)"),
     "two statements on a line": ("out = self.act_fn(self.gate_proj(x)) * y; z = 1", "out = self.act_fn(self.gate_proj(x)) * y  # z = 1"),
 }  # fmt: skip
+
+
+def test_a_dropout_around_fusible_work_is_split_off_and_stays_eager():
+    """Dropout is no op of a region: the work inside its call becomes a region and the call reads its result,
+    drawing eager's random numbers in training."""
+    split = hoist(module("out = self.drop(self.act_fn(self.gate_proj(x)) * y)\nreturn out", rotary=False))
+    assert split.splits == 1
+    assert "_act_mul = self.act_fn(_gate_proj) * y\n        out = self.drop(_act_mul)\n" in split.text
 
 
 @pytest.mark.parametrize("refused, control", REFUSED.values(), ids=REFUSED.keys())

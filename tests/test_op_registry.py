@@ -143,8 +143,10 @@ def test_module_facts_belong_to_the_ops_module_spellings():
         for module in op.modules:
             assert module.cls in spelled, (op.name, module.cls)
             assert all("{m}" in c or "{x}" in c for c in module.conditions)
-    assert ops.MODULES["torch.nn.Dropout"].random_in_training
-    assert [m for m in ops.MODULES.values() if m.random_in_training] == [ops.MODULES["torch.nn.Dropout"]]
+    # Dropout is no op of the registry: its call stays eager around the kernels (docs/compiler.md), so that its
+    # random draws are eager's in training.
+    assert "torch.nn.Dropout" not in ops.MODULES
+    assert not any("Dropout" in s for op in ops.BY_NAME.values() for s in op.spellings)
 
 
 def test_costs_and_names():

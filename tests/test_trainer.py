@@ -23,8 +23,9 @@ PACKAGE = "transpiled_trainer"
 MODELS = Path(transformers.__file__).parent / "models"
 VOCAB, SEQ, STEPS = 96, 12, 4
 
-CONFIGS = {
+CONFIGS = {  # test id: (family, class, config)
     "llama": (
+        "llama",
         "LlamaForCausalLM",
         lambda: transformers.LlamaConfig(
             num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
@@ -32,19 +33,30 @@ CONFIGS = {
         ),
     ),
     "gpt2": (
+        "gpt2",
         "GPT2LMHeadModel",
         lambda: transformers.GPT2Config(
             n_layer=2, n_embd=32, n_head=4, vocab_size=VOCAB, n_positions=32, bos_token_id=0, eos_token_id=0,
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
         ),
     ),
+    # Dropout stays eager (docs/compiler.md): under the Trainer's seed both models drop the same elements.
+    "gpt2 with dropout": (
+        "gpt2",
+        "GPT2LMHeadModel",
+        lambda: transformers.GPT2Config(
+            n_layer=2, n_embd=32, n_head=4, vocab_size=VOCAB, n_positions=32, bos_token_id=0, eos_token_id=0,
+            resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
+        ),
+    ),
 }  # fmt: skip
+FAMILIES = sorted({family for family, _, _ in CONFIGS.values()})
 
 
 @pytest.fixture(scope="module")
 def transpiled(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("trainer")
-    with importable(base, {MODELS / model: base / PACKAGE / model for model in CONFIGS}, (PACKAGE,)):
+    with importable(base, {MODELS / family: base / PACKAGE / family for family in FAMILIES}, (PACKAGE,)):
         yield base
 
 
@@ -75,7 +87,7 @@ def train(model, out: Path) -> tuple[list[float], dict[str, torch.Tensor]]:
 
 @pytest.mark.parametrize("model", CONFIGS)
 def test_the_transpiled_model_trains_with_the_original_loss_curve(transpiled, tmp_path, model):
-    name, config = CONFIGS[model]
+    model, name, config = CONFIGS[model]
     original_class = getattr(importlib.import_module(f"transformers.models.{model}.modeling_{model}"), name)
     compiled_class = getattr(importlib.import_module(f"{PACKAGE}.{model}.modeling_{model}"), name)
     runtime = importlib.import_module(f"{PACKAGE}.{model}._transpile_runtime")

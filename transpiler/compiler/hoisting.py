@@ -184,15 +184,14 @@ def _split(statement: ast.stmt, ctx: Context, callees: dict[str, Callee]) -> _Sp
         )
         return is_value and ctx.kind(node) in _HOISTED_KINDS
 
-    roots, hoisted, names, eval_only = [], [], [], []
+    roots, hoisted, names = [], [], []
     for node, part in _pointwise_parts(statement.value, ctx, callees, hoistable):
         if node is statement.value and not part.opaque:
             return None  # nothing to hoist: the statement is not fusible for another reason
         roots.append(node)
         hoisted.append(tuple(sorted(part.opaque, key=_evaluation_order(node).index)))
         names.append("_".join(_SHORT_OPS.get(op, op) for op in dict.fromkeys(part.ops) if op not in TRIVIAL))
-        eval_only.append(part.eval_only)
-    if not roots or not _keeps_call_order(statement.value, roots, hoisted, eval_only):
+    if not roots or not _keeps_call_order(statement.value, roots, hoisted):
         return None
     return _Split(ctx.function.qualname, statement, tuple(roots), tuple(hoisted), tuple(names))
 
@@ -229,22 +228,15 @@ def _may_be_root(node: ast.expr, ctx: Context, callees: dict[str, Callee]) -> bo
     return True
 
 
-def _keeps_call_order(value: ast.expr, roots: list[ast.expr], hoisted: list[tuple], eval_only: list[bool]) -> bool:
+def _keeps_call_order(value: ast.expr, roots: list[ast.expr], hoisted: list[tuple]) -> bool:
     """Whether the calls of the statement still run in their order: every hoisted subexpression ran
-    before every call left in the statement (only pure pointwise ops move). A part that calls a
-    module pure only in eval mode (dropout draws random numbers in training) moves across no call."""
+    before every call left in the statement (only pure pointwise ops move)."""
     order = _evaluation_order(value)
     position = {id(n): i for i, n in enumerate(order)}
     inside = {id(n) for root in roots for n in ast.walk(root)}
     outer = [i for i, n in enumerate(order) if isinstance(n, ast.Call) and id(n) not in inside]
     last_hoisted = max((position[id(h)] for found in hoisted for h in found), default=-1)
-    if outer and last_hoisted > min(outer):
-        return False
-    for root, found, impure in zip(roots, hoisted, eval_only):
-        start = min(position[id(n)] for n in ast.walk(root) if id(n) in position)
-        if impure and (found or any(i < start for i in outer)):
-            return False
-    return True
+    return not (outer and last_hoisted > min(outer))
 
 
 def _evaluation_order(node: ast.AST) -> list[ast.AST]:

@@ -52,14 +52,12 @@ class Domain(Enum):
 
 @dataclass(frozen=True)
 class Module:
-    """What a call of one of an op's module spellings (`module:torch.nn.Dropout(...)`) needs beyond the spelling."""
+    """What a call of one of an op's module spellings (`module:torch.nn.BatchNorm2d(...)`) needs beyond the spelling."""
 
     cls: str  # the module's class, as the spelling names it
     # Checked by the caller at run time before the kernel (`{m}`: the module; `{x}`: its input, then a tensor
     # the region reads, not one it computes); otherwise the original code runs.
     conditions: tuple[str, ...] = ()
-    # Draws random numbers in training: a split statement moves no call across it (hoisting.py).
-    random_in_training: bool = False
 
 
 @dataclass(frozen=True)
@@ -406,14 +404,11 @@ OPS: tuple[Op, ...] = (
         "identity",
         1,
         "{0}",
-        ("module:torch.nn.Identity()", "module:torch.nn.Dropout(p=..., inplace=False)"),
+        ("module:torch.nn.Identity()",),
         Domain.ANY,
         may_alias=True,
         kind_operands=(0,),
         cost=0,
-        # Dropout is the identity in eval mode, and with p == 0 in training too (torch returns its input then,
-        # drawing nothing): models that turn dropout off keep their kernels when they train.
-        modules=(Module("torch.nn.Dropout", ("(not {m}.training or {m}.p == 0)",), random_in_training=True),),
     ),
     # No spellings of their own: activation modules chosen at run time map to them (ACTIVATIONS below).
     Op(

@@ -147,7 +147,6 @@ class _Translator:
         self.opaque: dict[int, ast.expr] = {}
         self.nodes: list[tuple[str, tuple[Ref, ...], int]] = []
         self.conditions: list[str] = []
-        self.random: list[str] = []  # the modules called that are random in training (ops.Module)
         self.folds: dict[int, object] = {}  # what `fold` found for each subexpression (by id) so far
         # The call of a statement `t.add_(b)`: the one in-place call a fragment may hold (it updates `t`).
         self.inplace_root: ast.Call | None = None
@@ -162,15 +161,15 @@ class _Translator:
     def expr(self, node: ast.expr) -> Ref:
         if self.hoist is None:
             return self._expr(node)
-        marks = len(self.nodes), len(self.conditions), len(self.random), len(self.opaque)
+        marks = len(self.nodes), len(self.conditions), len(self.opaque)
         try:
             return self._expr(node)
         except _NotFusible:
             if not self.hoist(node):
                 raise
         # Drop what the failed attempt translated or collected inside `node`: it is hoisted whole.
-        del self.nodes[marks[0] :], self.conditions[marks[1] :], self.random[marks[2] :]
-        for key in list(self.opaque)[marks[3] :]:
+        del self.nodes[marks[0] :], self.conditions[marks[1] :]
+        for key in list(self.opaque)[marks[2] :]:
             del self.opaque[key]
         self.opaque[id(node)] = node
         return ("leaf", Leaf(ast.unparse(node), True, _names(node)))
@@ -314,8 +313,6 @@ class _Translator:
                 raise _NotFusible  # the caller checks the input before the region: not a value the region computes
             x = argument[1].source if argument[0] == "leaf" else None
             self.conditions += [c.format(m=f"self.{attr}", x=x) for c in conditions]
-            if module is not None and module.random_in_training:
-                self.random.append(attr)
             return self.node(spelling.op.name, refs)
         name = ctor.rpartition(".")[2]
         if spellings_of(f"module:{ctor}"):
@@ -724,7 +721,6 @@ class Part:
 
     ops: tuple[str, ...]  # in the order they are computed
     opaque: tuple[ast.expr, ...]  # the subexpressions read as tensor leaves, in no particular order
-    eval_only: bool  # it calls a module that draws random numbers in training (dropout)
 
 
 def translate_part(node: ast.expr, ctx: Context, callees: Callees, hoist: Callable[[ast.expr], bool]) -> Part | None:
@@ -737,7 +733,7 @@ def translate_part(node: ast.expr, ctx: Context, callees: Callees, hoist: Callab
         return None
     if result[0] != "tmp":
         return None
-    return Part(tuple(op for op, _, _ in translator.nodes), tuple(translator.opaque.values()), bool(translator.random))
+    return Part(tuple(op for op, _, _ in translator.nodes), tuple(translator.opaque.values()))
 
 
 def cost(ops: Iterable[str]) -> int:
