@@ -9,9 +9,8 @@ A step is a forward with labels (the model's own loss), `loss.backward()` and an
 forward runs under `torch.autocast("cuda", torch.bfloat16)`, as mixed-precision training does, at the
 shapes of benchmarks/models_bench.py (GPT-2 12 layers at 8x512, BERT-base with its masked-LM head at
 16x256, an 8-layer LLaMA at 4x1024); on CPU in float32, at its small configs. Configs keep their
-defaults, dropout included (GPT-2 and BERT 0.1): the transpiled dropout regions run only in eval mode,
-so training runs those statements eagerly; `--no-dropout` sets every dropout probability to 0, where
-the regions keep their kernels (a dropout of p == 0 is the identity in training too).
+defaults, dropout included (GPT-2 and BERT 0.1): dropout stays eager's call between the kernels (its masks
+are eager's under a seed); `--no-dropout` sets every dropout probability to 0.
 
 Per model, every variant is built from the same config and state_dict and trained on the same batches:
 - the first step, from a model that has never run (torch.compile compiles its forward and backward

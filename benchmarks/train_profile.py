@@ -7,7 +7,7 @@
 Each model as benchmarks/train_bench.py builds it (`--no-dropout`). Per variant, after warm-up steps (the
 transpiled runtime's compiles waited for): the step's wall time (median of 10), then one step under
 torch.profiler: the GPU's kernel time and launches, the longest kernels, and how much of the host's time the
-transpiled autograd nodes took; the wall time of the forward, the backward and the optimiser's step apart,
+transpiled autograd nodes took, and each transpiled kernel's host time per call; the wall time of the forward, the backward and the optimiser's step apart,
 and of the backward run on the calling thread (`torch.autograd.set_multithreading_enabled(False)`): CUDA
 backwards otherwise run on autograd's device thread, which the Python nodes share the GIL from. With
 `--trace DIR`, the profiled step's Chrome trace (DIR/<model>_<variant>.json.gz). With `--python N`, the transpiled step's N costliest Python functions
@@ -94,6 +94,41 @@ def profiled(step, kernels: int, trace: Path | None) -> str:
     return "\n".join(lines)
 
 
+def kernel_host_times(runtime, step) -> str:
+    """Per transpiled kernel, over two steps: its calls, the median host time of a call (`Kernel.__call__`, the
+    launch included, the autograd node's bookkeeping not), and how its launches ran (Triton's direct launcher
+    or its JIT)."""
+    times: dict[str, list[float]] = {}
+    original = runtime.Kernel.__call__
+
+    def timed(self, *args):
+        start = time.perf_counter()
+        try:
+            return original(self, *args)
+        finally:
+            times.setdefault(self.name, []).append(time.perf_counter() - start)
+
+    runtime.Kernel.__call__ = timed
+    try:
+        for _ in range(2):
+            step()
+        torch.cuda.synchronize()
+    finally:
+        runtime.Kernel.__call__ = original
+    lines = []
+    for kernel in runtime.KERNELS:
+        if kernel.name not in times:
+            continue
+        launchers = [p.launch for p in kernel._plans.values() if hasattr(p, "launch") and hasattr(p.launch, "_direct")]
+        direct = sum(1 for launch in launchers if launch.compiled is not None)
+        median = statistics.median(times[kernel.name]) * 1e6
+        lines.append(
+            f"     {kernel.name:40s} {len(times[kernel.name]):4d} calls {median:7.1f} us; "
+            f"launchers {len(launchers)}, direct {direct}"
+        )
+    return "\n".join(lines)
+
+
 def python_costs(step, n: int) -> str:
     profiler = cProfile.Profile()
     profiler.enable()
@@ -171,6 +206,7 @@ def main() -> int:
                 runtime = transpiled_runtime(model, compiled)
                 counts = {k.name: dict(k.counts) for k in runtime.KERNELS if k.counts}
                 print(f"   kernel counters: {counts}", flush=True)
+                print(kernel_host_times(runtime, step), flush=True)
             if variant == "transpiled" and args.python:
                 print(python_costs(step, args.python), flush=True)
             del module, runnable, opt, step
