@@ -143,6 +143,32 @@ def test_the_original_code_runs_until_the_kernel_is_compiled_then_the_kernel(mak
     assert kernel.triton_kernel.submitted == 1 and kernel.triton_kernel.compiled_at_launch == 0
 
 
+def test_inside_a_backward_a_kernel_still_compiling_at_its_last_call_keeps_the_original_code(make_kernel):
+    """A checkpoint's recomputation reruns a forward inside the backward: it must take the path the forward took
+    (the original code while compiling), or it would save other tensors. Outside a backward the kernel joins."""
+    gate = threading.Event()
+    kernel = make_kernel(gated(gate))
+    x, y = torch.randn(4, 256), torch.randn(4, 256)
+    assert kernel(x, y) is None  # the forward: compiling
+    gate.set()
+    assert runtime.wait_for_kernels(timeout=10)
+    inside = []
+
+    def recompute(grad):
+        with torch.no_grad():
+            inside.append(kernel(x, y))
+        return grad
+
+    leaf = torch.ones(3, requires_grad=True)
+    out = leaf * 2
+    out.register_hook(recompute)
+    out.sum().backward()
+    assert inside == [None]
+    (result,) = kernel(x, y)  # outside the backward: the kernel
+    torch.testing.assert_close(result, x * y + 1)
+    assert kernel.counts == {runtime.COMPILING: 2, "triton": 1}
+
+
 def test_a_failed_compile_falls_back_for_good_and_says_why(make_kernel):
     def compile_kernel():
         raise RuntimeError("ptxas fatal: out of registers")

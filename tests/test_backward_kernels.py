@@ -320,6 +320,46 @@ def test_dropout_in_training_draws_eagers_masks_and_the_norm_after_it_trains_thr
     assert backward_counts(runtime).get("cpp", 0) == before + 1, backward_counts(runtime)
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_activation_checkpointing_recomputes_through_the_kernels(modules, reentrant):
+    """`torch.utils.checkpoint` frees the block's saved tensors and reruns its forward in the backward: the
+    kernels' nodes are recorded again and give eager's gradients. The dropout block too: checkpointing restores
+    the RNG state before the recomputation, so the eager dropout between the kernels draws the same mask."""
+    runtime = modules[2]
+    for name in ("Block", "Dropped"):
+        a, b = twins(modules, name, 16)
+        a.train(), b.train()
+        inputs = block_inputs(torch.float64)[:1] if name == "Dropped" else block_inputs(torch.float64)
+        cotangent = torch.randn(3, 5, 16, dtype=torch.float64)
+        before = backward_counts(runtime).get("cpp", 0)
+        results = []
+        for module in (a, b):
+            leaves = [t.detach().clone().requires_grad_() for t in inputs]
+            torch.manual_seed(3)
+            out = torch.utils.checkpoint.checkpoint(module, *leaves, use_reentrant=reentrant)
+            out.backward(cotangent)
+            results.append([out.detach(), *(t.grad for t in leaves), *(p.grad for p in module.parameters())])
+        for got, want in zip(results[1], results[0]):
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+        assert backward_counts(runtime).get("cpp", 0) > before, name
+
+
+def test_tensor_and_module_backward_hooks_see_eagers_gradients(modules):
+    """A hook on an input tensor and a module's full backward hook: they run, and see the gradients eager's do."""
+    a, b = twins(modules, "Block", 16)
+    cotangent = torch.randn(3, 5, 16, dtype=torch.float64)
+    seen = []
+    for module in (a, b):
+        hooked = []
+        module.register_full_backward_hook(lambda m, grad_in, grad_out: hooked.append((grad_in[0], grad_out[0])))
+        x, bias = [t.detach().clone().requires_grad_() for t in block_inputs(torch.float64)]
+        x.register_hook(lambda grad: hooked.append(grad * 2))
+        module(x, bias).backward(cotangent)
+        seen.append(hooked)
+    assert len(seen[1]) == len(seen[0]) == 2
+    torch.testing.assert_close(seen[1], seen[0], rtol=1e-10, atol=1e-12)
+
+
 def test_an_output_requires_grad_only_where_an_input_it_is_computed_from_does(modules):
     """As in eager: `u` is computed from y only through a comparison, so with x frozen it requires no grad;
     `t` does. (A kernel's outputs all requiring grad was the fuzzer's "extra gradient", seeds 1023, 19089.)"""

@@ -304,7 +304,10 @@ def test_gpt2s_lm_head_trains_padded_under_autocast_on_cuda(monkeypatch):
     assert runtime.counts["padded"] == 1
     for got, expected in zip(results[1], results[0]):
         assert got.dtype == expected.dtype and got.shape == expected.shape
-        torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
+        # Each value is a bfloat16 matmul's, accumulated in float32 in another order (other cuBLAS kernels) and
+        # rounded once: within two bfloat16 ulps of the largest value (sums of 50257 terms cancel to near 0).
+        bound = 2 * torch.finfo(torch.bfloat16).eps * expected.abs().max().item()
+        torch.testing.assert_close(got, expected, rtol=0, atol=bound)
 
 
 # -- transpiled and run ------------------------------------------------------------------------------------

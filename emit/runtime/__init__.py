@@ -217,6 +217,12 @@ def wait_for_kernels(timeout: float | None = None) -> bool:
     return _COMPILER.wait(timeout)
 
 
+def _in_backward() -> bool:
+    """Whether this thread runs inside an autograd backward (a graph task)."""
+    task = getattr(torch._C, "_current_graph_task_id", None)
+    return task is not None and task() != -1
+
+
 def _autocast() -> tuple:
     """The autocast regions the call runs in, per device type, with their dtypes; () outside autocast.
 
@@ -395,6 +401,11 @@ class Kernel:
     def _planned(self, key: tuple, tensors: tuple, scalars: tuple, modules: tuple) -> Plan | str:
         plan = self._plans.get(key)
         if plan is None or type(plan) is _Compiling:
+            if type(plan) is _Compiling and _in_backward():
+                # A forward rerun inside a backward (`torch.utils.checkpoint`'s recomputation) takes the path its
+                # first run took: it found the kernel compiling and ran the original code. The kernel joins at
+                # the next call outside a backward; a recomputation saving other tensors would be an error.
+                return COMPILING
             plan = self._settled_plan(key, plan, tensors, scalars, modules)
         return plan
 
