@@ -23,6 +23,14 @@ PACKAGE = "transpiled_trainer"
 MODELS = Path(transformers.__file__).parent / "models"
 VOCAB, SEQ, STEPS = 96, 12, 4
 
+
+def gpt2_config(dropout: float):
+    return transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=4, vocab_size=VOCAB, n_positions=32, bos_token_id=0, eos_token_id=0,
+        resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
+    )  # fmt: skip
+
+
 CONFIGS = {  # test id: (family, class, config)
     "llama": (
         "llama",
@@ -32,23 +40,9 @@ CONFIGS = {  # test id: (family, class, config)
             vocab_size=VOCAB, max_position_embeddings=32,
         ),
     ),
-    "gpt2": (
-        "gpt2",
-        "GPT2LMHeadModel",
-        lambda: transformers.GPT2Config(
-            n_layer=2, n_embd=32, n_head=4, vocab_size=VOCAB, n_positions=32, bos_token_id=0, eos_token_id=0,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        ),
-    ),
+    "gpt2": ("gpt2", "GPT2LMHeadModel", lambda: gpt2_config(0.0)),
     # Dropout stays eager (docs/compiler.md): under the Trainer's seed both models drop the same elements.
-    "gpt2 with dropout": (
-        "gpt2",
-        "GPT2LMHeadModel",
-        lambda: transformers.GPT2Config(
-            n_layer=2, n_embd=32, n_head=4, vocab_size=VOCAB, n_positions=32, bos_token_id=0, eos_token_id=0,
-            resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
-        ),
-    ),
+    "gpt2 with dropout": ("gpt2", "GPT2LMHeadModel", lambda: gpt2_config(0.1)),
 }  # fmt: skip
 FAMILIES = sorted({family for family, _, _ in CONFIGS.values()})
 
