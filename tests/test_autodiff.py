@@ -283,6 +283,18 @@ def _cases() -> dict[str, list[Case]]:
     for op, group in cases.items():
         for case in group:
             case.name = op
+    # Shifted ops, whose halves differ (a rotary's sin repeats its halves: that would hide a swap): the backward's
+    # rotation of `g * s` moves onto the inputs, R(g * s) = R(g) * S(s), and through pointwise ops (tanh, a division).
+    x8, s8, c8 = randn(3, 8, seed=11), randn(3, 8, seed=12), randn(3, 8, seed=13)
+    cases["rotate_half"] = [
+        Case([("r", "rotate_half", "x", "h"), ("y", "mul", "r", "s")], {"x": x8, "s": s8, "h": 4}),
+        Case(
+            [("a", "mul", "x", "c"), ("r", "rotate_half", "x", "h"), ("b", "mul", "r", "s"), ("y", "add", "a", "b")],
+            {"x": x8, "c": c8, "s": s8, "h": 4},
+        ),
+        Case([("r", "rotate_half", "x", "h"), ("t", "tanh", "s"), ("y", "div", "r", "t")], {"x": x8, "s": s8, "h": 4}),
+    ]
+    cases["swap_halves"] = [Case([("r", "swap_halves", "x", "h"), ("y", "mul", "r", "s")], {"x": x8, "s": s8, "h": 4})]
     return cases
 
 
@@ -382,6 +394,14 @@ def test_every_op_has_a_derivative_or_a_reason():
 def test_formula_per_operand(op):
     assert op in BY_NAME
     assert len(DERIVATIVES[op]) == BY_NAME[op].arity
+
+
+def test_a_rotation_that_does_not_move_onto_inputs_has_no_backward():
+    """exp(rotate_half(x)): its gradient's rotation meets the rotation itself (S(R(x)) is -x with a sign per half,
+    which no op expresses), so the region keeps the source's statements under autograd."""
+    case = Case([("r", "rotate_half", "x", "h"), ("y", "exp", "r")], {"x": randn(3, 8), "h": 4})
+    with pytest.raises(autodiff.NoBackward, match="rotation"):
+        autodiff.backward(case.region())
 
 
 def test_constant_exponent_zero_leaves_no_node():

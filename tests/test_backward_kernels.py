@@ -123,6 +123,19 @@ class Dropped(nn.Module):
         h = self.dense(x)
         h = self.drop(h)
         return self.ln(h + x)
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Rotary(nn.Module):
+    def forward(self, q, cos, sin):
+        cos = cos.unsqueeze(1)
+        sin = sin.unsqueeze(1)
+        return (q * cos) + (rotate_half(q) * sin)
 """
 
 
@@ -360,6 +373,56 @@ def test_tensor_and_module_backward_hooks_see_eagers_gradients(modules):
     torch.testing.assert_close(seen[1], seen[0], rtol=1e-10, atol=1e-12)
 
 
+def rotary_inputs(dtype, transposed=False, shape=(2, 3, 5, 8), tables=None):
+    """q [B, H, T, D] (or a transposed view: stride 1 on its last dim all the same), cos and sin [B, T, D] (or
+    `tables`) whose halves differ (a real rotary's repeat them: that would hide a swap of sin's halves)."""
+    b, h, t, d = shape
+    generator = torch.Generator().manual_seed(5)
+    q = torch.randn(b, t, h, d, dtype=dtype, generator=generator)
+    q = q.transpose(1, 2) if transposed else q.reshape(b, h, t, d)
+    cos, sin = (torch.randn(tables or (b, t, d), dtype=dtype, generator=generator) for _ in range(2))
+    return [q, cos, sin]
+
+
+@pytest.mark.parametrize(
+    "transposed, shape, tables",
+    [
+        (False, (2, 3, 5, 8), None),
+        (True, (2, 3, 5, 8), None),
+        (False, (1, 2, 3, 2), None),  # D = 2: halves of one element
+        (True, (3, 4, 7, 64), (1, 7, 64)),  # tables broadcast over the batch
+    ],
+    ids=["contiguous", "transposed q", "D=2", "broadcast tables"],
+)
+def test_rotary_embeddings_train_through_their_backward_kernel(modules, transposed, shape, tables):
+    """rotate_half's backward reads the gradient times sin at the other half: R(g * sin) = R(g) * S(sin), with S the
+    halves exchanged (autodiff.py). Gradients of q, cos and sin equal eager's in float64."""
+    runtime = modules[2]
+    a, b = twins(modules, "Rotary")
+    inputs = [t.requires_grad_() for t in rotary_inputs(torch.float64, transposed, shape, tables)]
+    cotangent = torch.randn(*shape, dtype=torch.float64)
+    before = backward_counts(runtime).get("cpp", 0)
+    expected, actual = step(a, inputs, cotangent), step(b, inputs, cotangent)
+    torch.testing.assert_close(actual[0], expected[0], rtol=1e-12, atol=1e-12)
+    for got, want in zip(actual[1], expected[1]):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert backward_counts(runtime).get("cpp", 0) == before + 1, backward_counts(runtime)
+
+
+def test_a_rotary_gradient_not_read_at_stride_1_takes_the_reference(modules):
+    """The backward kernel loads the gradient at the other half: a gradient whose last dim is not at stride 1 (here
+    a transposed cotangent) takes the backward's eager reference, counted, with eager's gradients."""
+    runtime = modules[2]
+    a, b = twins(modules, "Rotary")
+    inputs = [t.requires_grad_() for t in rotary_inputs(torch.float64)]
+    cotangent = torch.randn(2, 3, 8, 5, dtype=torch.float64).transpose(-1, -2)
+    (kernel,) = [k for k in runtime.KERNELS if k.shifted]
+    expected, actual = step(a, inputs, cotangent), step(b, inputs, cotangent)
+    for got, want in zip(actual[1], expected[1]):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert any("other half" in reason for reason in kernel.counts), dict(kernel.counts)
+
+
 def test_an_output_requires_grad_only_where_an_input_it_is_computed_from_does(modules):
     """As in eager: `u` is computed from y only through a comparison, so with x frozen it requires no grad;
     `t` does. (A kernel's outputs all requiring grad was the fuzzer's "extra gradient", seeds 1023, 19089.)"""
@@ -458,8 +521,18 @@ for module in (a, b):
     grads.append([t.grad for t in leaves] + [p.grad for p in module.parameters()])
 for want, got in zip(*grads):
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+generator = torch.Generator().manual_seed(5)
+q, cos, sin = (torch.randn(*shape, generator=generator) for shape in ((2, 3, 5, 8), (2, 5, 8), (2, 5, 8)))
+cotangent = torch.randn(2, 3, 5, 8, generator=generator)
+grads = []
+for module in (original.Rotary(), transpiled.Rotary()):
+    leaves = [t.clone().requires_grad_() for t in (q, cos, sin)]
+    module(*leaves).backward(cotangent)
+    grads.append([t.grad for t in leaves])
+for want, got in zip(*grads):
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 ran = sum(k.counts.get("triton", 0) for k in runtime.KERNELS if k.name.endswith("_backward"))
-assert ran >= 3, [(k.name, dict(k.counts)) for k in runtime.KERNELS]
+assert ran >= 4, [(k.name, dict(k.counts)) for k in runtime.KERNELS]
 print("ok", ran)
 """
 

@@ -305,6 +305,8 @@ def _render_operand(node: Node, position: int, names: CppNames, kinds: dict[str,
         return ""  # the value whose dtype it is rounded to, by the value's type: not an operand
     constant = position in node.constants
     text = _literal(operand) if constant else names.value(operand)
+    if node.definition.kind is OpKind.SHIFTED and position == 0:
+        return text  # the input itself: the op loads it at the other half (its `_ptr`), converting to C
     have = operand_kind(node, position, kinds)
     if read_kind(node, position, kinds) is ValueKind.BOOL:
         return (
@@ -516,7 +518,7 @@ def _rotation_half(region: Region, names: CppNames, kinds: dict[str, ValueKind])
     Each rotated tensor's last dim is the output's (ops.SHIFTED_OPS), so every `rotate_half` of a region rotates
     by the same half: the first one's operand says it.
     """
-    rotations = [node for node in region.nodes if node.op == "rotate_half"]
+    rotations = [node for node in region.nodes if node.definition.kind is OpKind.SHIFTED]
     return _render_operand(rotations[0], 1, names, kinds) if rotations else None
 
 

@@ -113,6 +113,7 @@ CPP_OPS: dict[str, CppOp] = {
     # -- per-channel and shifted ops
     "batch_norm": CppOp(f"{{0}} * {_ALPHA} + ({{4}} - {{1}} * {_ALPHA})"),
     "rotate_half": CppOp("rotate_half<C>({0}_ptr, {0}_offset, first, half)"),
+    "swap_halves": CppOp("swap_halves<C>({0}_ptr, {0}_offset, first, half)"),
 }
 
 _LOWERED = "lowered to row ops and pointwise ops (transpiler/compiler/lowering.py)"

@@ -522,8 +522,16 @@ def _kernel_blocks(
         f"shapes={shape_program(kernel)}, "
         f'source="{source_path}:{region.lines}", triton=(_TRITON_FILE, "{runs}{abi.KERNEL_SUFFIX}"), cpp={cpp}'
         f"{_rows(kernel)}{_like_inputs(checks)}{_activations(region)}{_bool_hazards(kernel)}"
-        f"{_shared(shared.get(region.name))}{extra})\n",
+        f"{_shifted(region) if backward else ''}{_shared(shared.get(region.name))}{extra})\n",
     ]
+
+
+def _shifted(region: Region) -> str:
+    """The `shifted=` argument of a backward kernel: the tensor inputs it reads at other elements, which the runtime
+    checks (a forward's are checked by its caller, the region's conditions)."""
+    positions = {item.name: n for n, item in enumerate(region.tensor_inputs)}
+    read = sorted({positions[n.operands[0]] for n in region.nodes if n.definition.kind is OpKind.SHIFTED})
+    return f", shifted={tuple(read)!r}" if read else ""
 
 
 def shape_program(region: Region) -> str:

@@ -291,6 +291,16 @@ def inplace(result: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
     return result.to(tensor.dtype)
 
 
+def _shiftable(tensors: list, shape: torch.Size) -> bool:
+    """Whether a kernel can read `tensors` at the other half of the last dim of its iteration space `shape`: each
+    holds that whole dim, of even length, at stride 1 (ops.SHIFTED_OPS's conditions, for a backward's inputs)."""
+    return (
+        bool(shape)
+        and shape[-1] % 2 == 0
+        and all(t.dim() and t.shape[-1] == shape[-1] and t.stride(-1) == 1 for t in tensors)
+    )
+
+
 def _nothing(tensors, scalars, outputs) -> None:
     """The launch of a plan whose outputs are empty."""
 
@@ -314,6 +324,7 @@ class Kernel:
         same_as: str | None = None,
         renamed: dict[str, str] | None = None,
         gradients: "Gradients | None" = None,
+        shifted: tuple[int, ...] = (),
     ) -> None:
         self.name = name
         # Its kernels' name in the kernel files: its own, or that of an earlier region computing the same thing
@@ -341,6 +352,9 @@ class Kernel:
         # Sets of tensor inputs (positions) which, when all are bool, make eager keep as bool a value the
         # kernels compute as a number (`m + m` is True, not 2): such calls take the original code.
         self.bool_hazards = bool_hazards
+        # Tensor inputs a backward kernel reads at the other half of the last dim (rotate_half's backward): each
+        # must hold that whole dim, even, at stride 1, or the call takes the reference.
+        self.shifted = shifted
         # The kernel computing its inputs' gradients (None: calls under autograd take the original code).
         self.gradients = gradients
         # Whether a new signature's Triton kernel compiles in the background (its calls falling back meanwhile).
@@ -502,6 +516,8 @@ class Kernel:
             shape = broadcast([t.shape for t in read])
         except ValueError:
             return "fallback: values of shapes that do not broadcast together"
+        if self.shifted and not _shiftable([tensors[i] for i in self.shifted], shape):
+            return "fallback: an input read at the other half is not of the whole, even last dim at stride 1"
         outputs = [values[v] for v in self.shapes.outputs]
         # Only the inputs read for their values are indexed; a dtype-only input stands in as 0-dim.
         tensors = tuple(t.new_empty(()) if i in self.dtype_only else t for i, t in enumerate(tensors))

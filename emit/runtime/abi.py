@@ -125,6 +125,7 @@ TRITON_HELPERS = frozenset("""
     INTERPRETED accumulate_max accumulate_min accumulate_sum add addcmul cast ceil clamp clamp_max clamp_min
     divide expm1 floating floor floor_divide gelu gelu_tanh is_inf lerp log1p logical_and logical_not logical_or
     logical_xor max_partial maximum min_partial minimum nan_to_num power relu remainder rotate_half
-    round_half_even rounded row_max row_min row_sum scalar_in sign softplus sqrt_rn stored sum_partial tanh trunc
+    round_half_even rounded row_max row_min row_sum scalar_in sign softplus sqrt_rn stored sum_partial swap_halves tanh
+    trunc
     widen
     """.split())

@@ -314,6 +314,16 @@ inline C rotate_half(const T* x, int64_t offset, std::bool_constant<First>, int6
   }
 }
 
+// The halves of the rotated dim exchanged, no sign (rotate_half's backward reads its gradient so).
+template <typename C, typename T, bool First>
+inline C swap_halves(const T* x, int64_t offset, std::bool_constant<First>, int64_t half) {
+  if constexpr (First) {
+    return static_cast<C>(x[offset + half]);
+  } else {
+    return static_cast<C>(x[offset - half]);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernel plumbing.
 // ---------------------------------------------------------------------------------------------

@@ -472,6 +472,13 @@ def rotate_half(x_ptr, x_offsets, offsets, half, mask):
     return tl.where(first, -x, x)
 
 
+@triton.jit
+def swap_halves(x_ptr, x_offsets, offsets, half, mask):
+    """torch.cat((x[..., half:], x[..., :half]), dim=-1): rotate_half without its sign (see there)."""
+    first = offsets % (2 * half) < half
+    return widen(tl.load(x_ptr + x_offsets + tl.where(first, half, -half), mask=mask))
+
+
 # -- row reductions: a [ROWS, RBLOCK] tile reduced along its columns to [ROWS, 1] ----------
 # Lanes outside `mask` hold garbage (masked loads, and values computed from them):
 # they contribute the reduction's identity. Floats are summed in float32 (loads are

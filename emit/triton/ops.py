@@ -116,6 +116,7 @@ TRITON_OPS: dict[str, TritonOp] = {
     # -- per-channel and shifted ops: rotate_half loads its input at the shifted offsets itself
     "batch_norm": TritonOp(f"{{0}} * {_ALPHA} + ({{4}} - {{1}} * {_ALPHA})"),
     "rotate_half": TritonOp("rotate_half({0}_ptr, {0}_offsets, offsets, {1}, mask)"),
+    "swap_halves": TritonOp("swap_halves({0}_ptr, {0}_offsets, offsets, {1}, mask)"),
 }
 
 _LOWERED = "lowered to row ops and pointwise ops (transpiler/compiler/lowering.py)"

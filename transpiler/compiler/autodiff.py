@@ -297,7 +297,9 @@ def backward(region: Region) -> Backward:
         grads_of.append(position)
     if not outputs:
         raise NoBackward("no tensor input receives a gradient")
-    nodes = _live(_common_subexpressions([*region.nodes, *builder.nodes]), {o.value for o in outputs})
+    nodes = [*region.nodes, *builder.nodes]
+    nodes = _shifts_on_inputs(nodes, {i.name for i in (*region.tensor_inputs, *grad_inputs)}, builder)
+    nodes = _live(_common_subexpressions(nodes), {o.value for o in outputs})
     scalars = list(region.scalar_inputs) + [Input(ROW_LENGTH, "the reduced dim's length", False)] * builder.row_length
     back = Region(
         name=f"{region.name}{BACKWARD}",
@@ -311,6 +313,90 @@ def backward(region: Region) -> Backward:
         conditions=region.conditions,
     )
     return Backward(back, tuple(grads_of), tuple(taking), builder.row_length, gradient_sources(region))
+
+
+_SIGN_FREE = frozenset({"neg", "pos", CAST.name, CAST_LIKE.name, "round_like"})  # R(f(a)) = f(R(a))
+
+
+def _shifts_on_inputs(nodes: list[Node], tensors: set[str], builder: _Builder) -> list[Node]:
+    """`nodes` with every shifted op reading a tensor input, as the kernels need (they load the input at the other
+    half): `rotate_half` of a computed value (the backward's `-rotate_half(g * sin)`) is moved onto the inputs it
+    is computed from. With R = rotate_half and S = swap_halves (the halves exchanged, no sign), S commutes with
+    every pointwise op, and R with sums and casts; of a product one factor takes R and the others S:
+    R(g * sin) = R(g) * S(sin). Raises NoBackward for what does not move so (R of a constant, of a nonlinear
+    op). Eager's results exactly: each element is the same product of the same elements."""
+    producers = {n.out: n for n in nodes}
+    moved: dict[tuple[str, str], str] = {}
+    out: list[Node] = []
+
+    def emit(op: str, operands: tuple, constants: tuple[int, ...], line: int) -> str:
+        name = builder.fresh("t")
+        out.append(Node(op, operands, name, line, constants))
+        return name
+
+    def shift(value: str, op: str, half: Node) -> str:
+        key = (value, op)
+        if key not in moved:
+            moved[key] = _shift(value, op, half)
+        return moved[key]
+
+    def operand(node: Node, position: int, op: str, half: Node):
+        value = node.operands[position]
+        if position in node.constants or position in node.definition.dtype_operands:
+            if op == "rotate_half" and position not in node.definition.dtype_operands and value != 0:
+                raise NoBackward("a rotation of a constant")
+            return value
+        return shift(value, op, half)
+
+    def _shift(value: str, op: str, half: Node) -> str:
+        if value in tensors:
+            return emit(op, (value, half.operands[1]), tuple(c for c in half.constants if c == 1), half.line)
+        node = producers.get(value)
+        if node is None:  # a scalar input: the same at every element
+            if op == "rotate_half":
+                raise NoBackward("a rotation of a scalar")
+            return value
+        kind = node.definition.kind
+        if kind is OpKind.SHIFTED:
+            if node.op == op == "swap_halves" and node.operands[0] in tensors:
+                return node.operands[0]
+            if node.op == op == "rotate_half" and node.operands[0] in tensors:
+                return emit("neg", (node.operands[0],), (), node.line)
+            raise NoBackward("a rotation of a rotated value")
+        if kind is not OpKind.POINTWISE or node.op == ACTIVATION.name:
+            raise NoBackward(f"a rotation through `{node.op}`")
+        positions = range(len(node.operands))
+        if op == "swap_halves":
+            operands = tuple(operand(node, k, op, half) for k in positions)
+        elif node.op in ("add", "sub") or node.op in _SIGN_FREE:
+            operands = tuple(
+                operand(node, k, op, half) if k == 0 or node.op in ("add", "sub") else node.operands[k]
+                for k in positions
+            )
+        elif node.op in ("mul", "div"):
+            free = [k for k in positions if k not in node.constants]
+            rotated = free[0] if node.op == "mul" or free[0] == 0 else None
+            if rotated is None:
+                raise NoBackward("a rotation of a divisor")
+            operands = tuple(
+                operand(node, k, "rotate_half" if k == rotated else "swap_halves", half) for k in positions
+            )
+        elif node.op == "where":
+            operands = (operand(node, 0, "swap_halves", half), *(operand(node, k, op, half) for k in (1, 2)))
+        else:
+            raise NoBackward(f"a rotation through `{node.op}`")
+        return emit(node.op, operands, node.constants, node.line)
+
+    renamed: dict[str, str] = {}
+    for node in nodes:
+        node = replace(node, operands=tuple(renamed.get(o, o) if isinstance(o, str) else o for o in node.operands))
+        if node.definition.kind is OpKind.SHIFTED and node.operands[0] not in tensors:
+            producers[node.out] = node
+            renamed[node.out] = shift(node.operands[0], node.op, node)
+            continue
+        out.append(node)
+        producers[node.out] = node
+    return out
 
 
 def gradient_sources(region: Region) -> tuple[tuple[int, ...], ...]:

@@ -608,6 +608,16 @@ SHIFTED_OPS: tuple[Op, ...] = (
         kind=OpKind.SHIFTED,
         operand_conditions=("{x}.dim() > 0", "{x}.shape[-1] % 2 == 0", "{x}.stride(-1) == 1"),
     ),
+    # The halves exchanged, no sign: `rotate_half`'s backward reads the gradient's product with sin at the other
+    # half (autodiff.py). No spelling: only backward regions hold it, and the runtime checks its operands.
+    Op(
+        "swap_halves",
+        2,
+        "torch.cat(({0}[..., {0}.shape[-1] // 2 :], {0}[..., : {0}.shape[-1] // 2]), dim=-1)",
+        domain=Domain.NUMERIC,
+        kind=OpKind.SHIFTED,
+        operand_conditions=("{x}.dim() > 0", "{x}.shape[-1] % 2 == 0", "{x}.stride(-1) == 1"),
+    ),
 )
 
 ROW_OPS: tuple[Op, ...] = (
@@ -841,6 +851,10 @@ DERIVATIVES: dict[str, tuple[str | None, ...]] = {
         "g * where(({0} == 0) & ({1} >= 0), 0.0, out * log({0}))",
     ),
     "neg": ("-g",),
+    # rotate_half's transpose is -rotate_half: the gradient read at the other half. autodiff.py moves the shift
+    # onto the backward's inputs (a shifted op reads an input, not a computed value).
+    "rotate_half": ("-rotate_half(g, {1})", None),
+    "swap_halves": ("swap_halves(g, {1})", None),
     "pos": ("g",),
     "reciprocal": ("-g * (out * out)",),
     "abs": ("g * sign({0})",),  # sign(0) = 0: the subgradient 0 at the kink
@@ -948,7 +962,6 @@ NO_DERIVATIVE: dict[str, str] = {
     "floordiv": "torch has none (`x // y` of a tensor that requires grad raises in backward); eager raises the same",
     "activation": "the module is chosen at run time, and the backward kernel would have to switch on it too",
     "batch_norm": "fused only in eval mode with the running statistics; training normalises with the batch's",
-    "rotate_half": "its derivative -rotate_half(g) reads the gradient at other elements; a shifted op reads inputs",
     "round_like": "the lowering's mark, made after the backward is derived (autodiff reads regions before lowering)",
     "row_sum": "the lowering's primitive (autodiff reads regions before lowering: `rowsum` writes a sum)",
     "row_max": "the lowering's primitive (autodiff reads regions before lowering: `rowmax` writes an amax)",

@@ -175,6 +175,57 @@ fused_sum_clamp_min = Kernel(
 )
 
 
+def fused_rotary_backward_reference(q, cos, sin, grad_q_1, q_half):
+    """The gradients of models/clean.py:91 in eager PyTorch."""
+    t1 = torch.cat((-q[..., q.shape[-1] // 2 :], q[..., : q.shape[-1] // 2]), dim=-1)
+    g_sin = grad_q_1 * t1
+    t = torch.cat((-grad_q_1[..., grad_q_1.shape[-1] // 2 :], grad_q_1[..., : grad_q_1.shape[-1] // 2]), dim=-1)
+    t3 = torch.cat((sin[..., sin.shape[-1] // 2 :], sin[..., : sin.shape[-1] // 2]), dim=-1)
+    t4 = t * t3
+    g_q0 = -t4
+    g_q1 = grad_q_1 * cos
+    g_q2 = g_q0 + g_q1
+    g_cos = grad_q_1 * q
+    grad_q = g_q2.to(q.dtype)
+    grad_cos = g_cos.to(cos.dtype)
+    grad_sin = g_sin.to(sin.dtype)
+    return (
+        grad_q,
+        grad_cos,
+        grad_sin,
+    )
+
+
+fused_rotary_backward = Kernel(
+    "fused_rotary_backward",
+    fused_rotary_backward_reference,
+    tensor_inputs=4,
+    shapes=Shapes(
+        inputs=("q", "cos", "sin", "grad_q_1"),
+        steps=(
+            Step("t1", ("q",)),
+            Step("g_sin", ("grad_q_1", "t1")),
+            Step("t", ("grad_q_1",)),
+            Step("t3", ("sin",)),
+            Step("t4", ("t", "t3")),
+            Step("g_q0", ("t4",)),
+            Step("g_q1", ("grad_q_1", "cos")),
+            Step("g_q2", ("g_q0", "g_q1")),
+            Step("g_cos", ("grad_q_1", "q")),
+            Step("grad_q", ("g_q2",)),
+            Step("grad_cos", ("g_cos",)),
+            Step("grad_sin", ("g_sin",)),
+        ),
+        outputs=("grad_q", "grad_cos", "grad_sin"),
+    ),
+    source="models/clean.py:91",
+    triton=(_TRITON_FILE, "fused_rotary_backward_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((1,), (0,), (2,)),
+    shifted=(0, 2, 3),
+)
+
+
 def fused_rotary_reference(q, cos, sin, q_half):
     """models/clean.py:91 in eager PyTorch."""
     t0 = q * cos
@@ -201,6 +252,68 @@ fused_rotary = Kernel(
     source="models/clean.py:91",
     triton=(_TRITON_FILE, "fused_rotary_kernel"),
     cpp=_CPP_FILE,
+    gradients=Gradients(fused_rotary_backward, inputs=(0, 1, 2), outputs=(0,), sources=((0, 1, 2),), row_length=False),
+)
+
+
+def fused_rotary_2_backward_reference(k, cos, sin, grad_k_1, k_half):
+    """The gradients of models/clean.py:92 in eager PyTorch."""
+    t1 = torch.cat((-k[..., k.shape[-1] // 2 :], k[..., : k.shape[-1] // 2]), dim=-1)
+    g_sin = grad_k_1 * t1
+    t = torch.cat((-grad_k_1[..., grad_k_1.shape[-1] // 2 :], grad_k_1[..., : grad_k_1.shape[-1] // 2]), dim=-1)
+    t3 = torch.cat((sin[..., sin.shape[-1] // 2 :], sin[..., : sin.shape[-1] // 2]), dim=-1)
+    t4 = t * t3
+    g_k0 = -t4
+    g_k1 = grad_k_1 * cos
+    g_k2 = g_k0 + g_k1
+    g_cos = grad_k_1 * k
+    grad_k = g_k2.to(k.dtype)
+    grad_cos = g_cos.to(cos.dtype)
+    grad_sin = g_sin.to(sin.dtype)
+    return (
+        grad_k,
+        grad_cos,
+        grad_sin,
+    )
+
+
+fused_rotary_2_backward = Kernel(
+    "fused_rotary_2_backward",
+    fused_rotary_2_backward_reference,
+    tensor_inputs=4,
+    shapes=Shapes(
+        inputs=("k", "cos", "sin", "grad_k_1"),
+        steps=(
+            Step("t1", ("k",)),
+            Step("g_sin", ("grad_k_1", "t1")),
+            Step("t", ("grad_k_1",)),
+            Step("t3", ("sin",)),
+            Step("t4", ("t", "t3")),
+            Step("g_k0", ("t4",)),
+            Step("g_k1", ("grad_k_1", "cos")),
+            Step("g_k2", ("g_k0", "g_k1")),
+            Step("g_cos", ("grad_k_1", "k")),
+            Step("grad_k", ("g_k2",)),
+            Step("grad_cos", ("g_cos",)),
+            Step("grad_sin", ("g_sin",)),
+        ),
+        outputs=("grad_k", "grad_cos", "grad_sin"),
+    ),
+    source="models/clean.py:92",
+    triton=(_TRITON_FILE, "fused_rotary_backward_kernel"),
+    cpp=_CPP_BACKWARD_FILE,
+    bool_hazards=((1,), (0,), (2,)),
+    shifted=(0, 2, 3),
+    same_as="fused_rotary_backward",
+    renamed={
+        "k": "q",
+        "grad_k_1": "grad_q_1",
+        "k_half": "q_half",
+        "g_k0": "g_q0",
+        "g_k1": "g_q1",
+        "g_k2": "g_q2",
+        "grad_k": "grad_q",
+    },
 )
 
 
@@ -232,6 +345,9 @@ fused_rotary_2 = Kernel(
     cpp=_CPP_FILE,
     same_as="fused_rotary",
     renamed={"k": "q", "k_half": "q_half", "k_1": "q_1"},
+    gradients=Gradients(
+        fused_rotary_2_backward, inputs=(0, 1, 2), outputs=(0,), sources=((0, 1, 2),), row_length=False
+    ),
 )
 
 

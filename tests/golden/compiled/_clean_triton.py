@@ -19,6 +19,7 @@ from _transpile_runtime.triton_support import (
     row_sum,
     sqrt_rn,
     sum_partial,
+    swap_halves,
     widen,
 )
 
@@ -526,6 +527,113 @@ def fused_silu_backward_kernel(
     # Store the outputs, converted to their dtypes
     tl.store(grad_gate_out_ptr + offsets, grad_gate.to(grad_gate_out_ptr.dtype.element_ty), mask=mask)
     tl.store(grad_up_out_ptr + offsets, grad_up.to(grad_up_out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_rotary_backward_kernel(
+    q_ptr,  # input q
+    cos_ptr,  # input cos
+    sin_ptr,  # input sin
+    grad_q_1_ptr,  # input the gradient of q
+    q_half,  # scalar input q.shape[-1] // 2
+    grad_q_out_ptr,  # output grad_q
+    grad_cos_out_ptr,  # output grad_cos
+    grad_sin_out_ptr,  # output grad_sin
+    n_elements,
+    size0,
+    size1,
+    size2,
+    size3,
+    q_stride0,
+    q_stride1,
+    q_stride2,
+    q_stride3,
+    cos_stride0,
+    cos_stride1,
+    cos_stride2,
+    cos_stride3,
+    sin_stride0,
+    sin_stride1,
+    sin_stride2,
+    sin_stride3,
+    grad_q_1_stride0,
+    grad_q_1_stride1,
+    grad_q_1_stride2,
+    grad_q_1_stride3,
+    CONTIGUOUS: tl.constexpr,
+    NDIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    t1_dtype: tl.constexpr,  # each value's dtype in eager on this call: the value is rounded to it
+    g_sin_dtype: tl.constexpr,
+    t_dtype: tl.constexpr,
+    t3_dtype: tl.constexpr,
+    t4_dtype: tl.constexpr,
+    g_q0_dtype: tl.constexpr,
+    g_q1_dtype: tl.constexpr,
+    g_q2_dtype: tl.constexpr,
+    g_cos_dtype: tl.constexpr,
+):
+    """fixtures.models.clean.DecoderBlock.forward in models/clean.py:91."""
+    # Each program computes BLOCK_SIZE consecutive elements of the outputs
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    # Locate each input's elements
+    if CONTIGUOUS:
+        q_offsets = offsets
+        cos_offsets = offsets
+        sin_offsets = offsets
+        grad_q_1_offsets = offsets
+    else:
+        # Coordinates in the NDIM innermost of 4 dims (the output is contiguous)
+        index3 = offsets % size3 if NDIM > 1 else offsets
+        q_offsets = index3 * q_stride3
+        cos_offsets = index3 * cos_stride3
+        sin_offsets = index3 * sin_stride3
+        grad_q_1_offsets = index3 * grad_q_1_stride3
+        if NDIM > 1:
+            rest = offsets // size3
+            index2 = rest % size2 if NDIM > 2 else rest
+            q_offsets += index2 * q_stride2
+            cos_offsets += index2 * cos_stride2
+            sin_offsets += index2 * sin_stride2
+            grad_q_1_offsets += index2 * grad_q_1_stride2
+        if NDIM > 2:
+            rest = rest // size2
+            index1 = rest % size1 if NDIM > 3 else rest
+            q_offsets += index1 * q_stride1
+            cos_offsets += index1 * cos_stride1
+            sin_offsets += index1 * sin_stride1
+            grad_q_1_offsets += index1 * grad_q_1_stride1
+        if NDIM > 3:
+            rest = rest // size1
+            index0 = rest
+            q_offsets += index0 * q_stride0
+            cos_offsets += index0 * cos_stride0
+            sin_offsets += index0 * sin_stride0
+            grad_q_1_offsets += index0 * grad_q_1_stride0
+    # Load the inputs (half and bfloat16 widened to float32)
+    q = widen(tl.load(q_ptr + q_offsets, mask=mask))
+    cos = widen(tl.load(cos_ptr + cos_offsets, mask=mask))
+    sin = widen(tl.load(sin_ptr + sin_offsets, mask=mask))
+    grad_q_1 = widen(tl.load(grad_q_1_ptr + grad_q_1_offsets, mask=mask))
+    # Compute
+    # models/clean.py:91  q = (q * cos) + (rotate_half(q) * sin)
+    t1 = rounded(rotate_half(q_ptr, q_offsets, offsets, q_half, mask), t1_dtype)
+    g_sin = rounded(grad_q_1 * t1, g_sin_dtype)
+    t = rounded(rotate_half(grad_q_1_ptr, grad_q_1_offsets, offsets, q_half, mask), t_dtype)
+    t3 = rounded(swap_halves(sin_ptr, sin_offsets, offsets, q_half, mask), t3_dtype)
+    t4 = rounded(t * t3, t4_dtype)
+    g_q0 = rounded(-t4, g_q0_dtype)
+    g_q1 = rounded(grad_q_1 * cos, g_q1_dtype)
+    g_q2 = rounded(g_q0 + g_q1, g_q2_dtype)
+    g_cos = rounded(grad_q_1 * q, g_cos_dtype)
+    grad_q = cast(g_q2, q_ptr.dtype.element_ty)
+    grad_cos = cast(g_cos, cos_ptr.dtype.element_ty)
+    grad_sin = cast(g_sin, sin_ptr.dtype.element_ty)
+    # Store the outputs, converted to their dtypes
+    tl.store(grad_q_out_ptr + offsets, grad_q.to(grad_q_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad_cos_out_ptr + offsets, grad_cos.to(grad_cos_out_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad_sin_out_ptr + offsets, grad_sin.to(grad_sin_out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

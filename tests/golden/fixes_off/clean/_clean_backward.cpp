@@ -94,6 +94,121 @@ static void fused_silu_backward_entry(
       strides_of(strides, 1), strides_of(strides, 2), contiguous != 0);
 }
 
+// fused_rotary_backward: models/clean.py:91, in fixtures.models.clean.DecoderBlock.forward
+// T: the dtype of q, grad_q
+// T1: the dtype of cos, grad_cos
+// T2: the dtype of sin, grad_sin
+// T3: the dtype of grad_q_1, t
+// T4: the dtype of t1
+// T5: the dtype of g_sin
+// T6: the dtype of t3
+// T7: the dtype of t4, g_q0
+// T8: the dtype of g_q1
+// T9: the dtype of g_q2
+// T10: the dtype of g_cos
+template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename T6, typename T7, typename T8, typename T9, typename T10, typename C>
+static void fused_rotary_backward(
+    const T* q_ptr,                   // input q
+    const T1* cos_ptr,                // input cos
+    const T2* sin_ptr,                // input sin
+    const T3* grad_q_1_ptr,           // input the gradient of q
+    C q_half,                         // scalar q.shape[-1] // 2
+    T* grad_q_out,                    // output grad_q
+    T1* grad_cos_out,                 // output grad_cos
+    T2* grad_sin_out,                 // output grad_sin
+    int64_t n,                        // number of output elements
+    const int64_t* sizes,             // strided path: 4 sizes, padded on the left with 1s
+    const int64_t* q_strides,         // strided path: 4 element strides of q
+    const int64_t* cos_strides,       // strided path: 4 element strides of cos
+    const int64_t* sin_strides,       // strided path: 4 element strides of sin
+    const int64_t* grad_q_1_strides,  // strided path: 4 element strides of the gradient of q
+    bool contiguous) {                // every input is contiguous with the output's shape
+  // The rotated dim: 2 * half elements, each half a vector loop (rotate_half).
+  const int64_t half = static_cast<int64_t>(q_half), width = 2 * half;
+  // One element: load the inputs at their offsets, compute, store at the output index.
+  const auto compute = [=](
+      int64_t index, auto first, int64_t q_offset, int64_t cos_offset, int64_t sin_offset, int64_t grad_q_1_offset) {
+    // Load the inputs.
+    const auto q = static_cast<held_t<T, C>>(q_ptr[q_offset]);
+    const auto cos = static_cast<held_t<T1, C>>(cos_ptr[cos_offset]);
+    const auto sin = static_cast<held_t<T2, C>>(sin_ptr[sin_offset]);
+    const C grad_q_1 = static_cast<C>(grad_q_1_ptr[grad_q_1_offset]);
+    // line 91: q = (q * cos) + (rotate_half(q) * sin)
+    const C t1 = rounded<T4, C>(rotate_half<C>(q_ptr, q_offset, first, half));
+    const C g_sin = rounded<T5, C>(grad_q_1 * t1);
+    const C t = rounded<T3, C>(rotate_half<C>(grad_q_1_ptr, grad_q_1_offset, first, half));
+    const C t3 = rounded<T6, C>(swap_halves<C>(sin_ptr, sin_offset, first, half));
+    const C t4 = rounded<T7, C>(t * t3);
+    const C g_q0 = rounded<T7, C>(-t4);
+    const C g_q1 = rounded<T8, C>(grad_q_1 * C(cos));
+    const C g_q2 = rounded<T9, C>(g_q0 + g_q1);
+    const C g_cos = rounded<T10, C>(grad_q_1 * C(q));
+    const auto grad_q = held<T, C>(held_t<T, C>(g_q2));
+    const auto grad_cos = held<T1, C>(held_t<T1, C>(g_cos));
+    const auto grad_sin = held<T2, C>(held_t<T2, C>(g_sin));
+    // Store the outputs.
+    store(grad_q_out, index, grad_q);
+    store(grad_cos_out, index, grad_cos);
+    store(grad_sin_out, index, grad_sin);
+  };
+  if (contiguous) {
+    // Contiguous path: element i of every tensor is at offset i; n is a multiple of the width.
+#pragma omp parallel for schedule(static) if (n >= parallel_grain)
+    for (int64_t run = 0; run < n; run += width) {
+#pragma omp simd
+      for (int64_t i = run; i < run + half; ++i) {
+        compute(i, std::true_type(), i, i, i, i);
+      }
+#pragma omp simd
+      for (int64_t i = run + half; i < run + width; ++i) {
+        compute(i, std::false_type(), i, i, i, i);
+      }
+    }
+    return;
+  }
+  // Strided path: threads share the three outer dimensions; the last one, a multiple of the width (it may
+  // hold the rotated dim merged with dims before it), runs as the contiguous path's runs do.
+  const int64_t size0 = sizes[0], size1 = sizes[1], size2 = sizes[2], size3 = sizes[3];
+#pragma omp parallel for collapse(3) schedule(static) if (n >= parallel_grain)
+  for (int64_t d0 = 0; d0 < size0; ++d0) {
+    for (int64_t d1 = 0; d1 < size1; ++d1) {
+      for (int64_t d2 = 0; d2 < size2; ++d2) {
+        const int64_t row = ((d0 * size1 + d1) * size2 + d2) * size3;
+        const int64_t q_row = d0 * q_strides[0] + d1 * q_strides[1] + d2 * q_strides[2];
+        const int64_t cos_row = d0 * cos_strides[0] + d1 * cos_strides[1] + d2 * cos_strides[2];
+        const int64_t sin_row = d0 * sin_strides[0] + d1 * sin_strides[1] + d2 * sin_strides[2];
+        const int64_t grad_q_1_row = d0 * grad_q_1_strides[0] + d1 * grad_q_1_strides[1] + d2 * grad_q_1_strides[2];
+        for (int64_t run = 0; run < size3; run += width) {
+#pragma omp simd
+          for (int64_t d3 = run; d3 < run + half; ++d3) {
+            compute(
+                row + d3, std::true_type(), q_row + d3 * q_strides[3], cos_row + d3 * cos_strides[3],
+                sin_row + d3 * sin_strides[3], grad_q_1_row + d3 * grad_q_1_strides[3]);
+          }
+#pragma omp simd
+          for (int64_t d3 = run + half; d3 < run + width; ++d3) {
+            compute(
+                row + d3, std::false_type(), q_row + d3 * q_strides[3], cos_row + d3 * cos_strides[3],
+                sin_row + d3 * sin_strides[3], grad_q_1_row + d3 * grad_q_1_strides[3]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// fused_rotary_backward on untyped pointers: the parameters of its entry points (emit/runtime/abi.py).
+template <typename T, typename T1, typename T2, typename T3, typename T4, typename T5, typename T6, typename T7, typename T8, typename T9, typename T10, typename C>
+static void fused_rotary_backward_entry(
+    const void* q, const void* cos, const void* sin, const void* grad_q_1, double q_half, void* grad_q, void* grad_cos,
+    void* grad_sin, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous) {
+  fused_rotary_backward<T, T1, T2, T3, T4, T5, T6, T7, T8, T9, T10, C>(
+      static_cast<const T*>(q), static_cast<const T1*>(cos), static_cast<const T2*>(sin),
+      static_cast<const T3*>(grad_q_1), q_half, static_cast<T*>(grad_q), static_cast<T1*>(grad_cos),
+      static_cast<T2*>(grad_sin), n_elements, sizes, strides_of(strides, 0), strides_of(strides, 1),
+      strides_of(strides, 2), strides_of(strides, 3), contiguous != 0);
+}
+
 // fused_layer_norm_backward: models/clean.py:94-98, in fixtures.models.clean.DecoderBlock.forward
 // T: the dtype of attn, grad_attn
 // T1: the dtype of x, grad_x
@@ -389,6 +504,17 @@ extern decltype(&transpile::fused_silu_backward_entry<float, float, float, float
     transpile::fused_silu_backward_entry<double, double, double, double, double, double, double, double>,
     transpile::fused_silu_backward_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>,
     transpile::fused_silu_backward_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
+};
+
+// fused_rotary_backward
+extern const char fused_rotary_backward_kinds[] = "q:T cos:T1 sin:T2 grad_q_1:T3 -> grad_q:T grad_cos:T1 grad_sin:T2";
+extern const char fused_rotary_backward_types[] = "T:float32,float64,float16,bfloat16:int=q,grad_q T1:float32,float64,float16,bfloat16:int=cos,grad_cos T2:float32,float64,float16,bfloat16:int=sin,grad_sin T3:float32,float64,float16,bfloat16=grad_q_1,t T4:float32,float64,float16,bfloat16=t1 T5:float32,float64,float16,bfloat16=g_sin T6:float32,float64,float16,bfloat16=t3 T7:float32,float64,float16,bfloat16=t4,g_q0 T8:float32,float64,float16,bfloat16=g_q1 T9:float32,float64,float16,bfloat16=g_q2 T10:float32,float64,float16,bfloat16=g_cos";
+extern const char fused_rotary_backward_parameters[] = "const void* q, const void* cos, const void* sin, const void* grad_q_1, double q_half, void* grad_q, void* grad_cos, void* grad_sin, int64_t n_elements, const int64_t* sizes, const int64_t* strides, int contiguous";
+extern decltype(&transpile::fused_rotary_backward_entry<float, float, float, float, float, float, float, float, float, float, float, float>) const fused_rotary_backward_entries[] = {
+    transpile::fused_rotary_backward_entry<float, float, float, float, float, float, float, float, float, float, float, float>,
+    transpile::fused_rotary_backward_entry<double, double, double, double, double, double, double, double, double, double, double, double>,
+    transpile::fused_rotary_backward_entry<transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, transpile::half, float>,
+    transpile::fused_rotary_backward_entry<transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, transpile::bfloat16, float>,
 };
 
 // fused_layer_norm_backward
