@@ -591,6 +591,7 @@ CHANNEL_OPS: tuple[Op, ...] = (
     ),
 )
 
+
 # -- ops that read their input at other elements --------------------------------------------
 # Rotary embeddings' `rotate_half(x)`: out[..., j] = -x[..., j + h] for j < h, x[..., j - h] for j >= h,
 # with h = D // 2 of x's last dim D. Operand 0 is a tensor the region reads (the kernels load it at the
@@ -599,26 +600,21 @@ CHANNEL_OPS: tuple[Op, ...] = (
 # so that the shifted element is h elements away and j is the output's linear index modulo D. No
 # spellings: regions.py recognises a function of the file whose body is transformers' `rotate_half`,
 # and the same `torch.cat` written inline. Not among OPS: their tests draw arbitrary operands.
-SHIFTED_OPS: tuple[Op, ...] = (
-    Op(
-        "rotate_half",
+def _shifted(name: str, first_half_sign: str) -> Op:
+    """An op reading its operand at the other half of the last dim, the first half's element signed so."""
+    return Op(
+        name,
         2,
-        "torch.cat((-{0}[..., {0}.shape[-1] // 2 :], {0}[..., : {0}.shape[-1] // 2]), dim=-1)",
+        f"torch.cat(({first_half_sign}{{0}}[..., {{0}}.shape[-1] // 2 :], {{0}}[..., : {{0}}.shape[-1] // 2]), dim=-1)",
         domain=Domain.NUMERIC,
         kind=OpKind.SHIFTED,
         operand_conditions=("{x}.dim() > 0", "{x}.shape[-1] % 2 == 0", "{x}.stride(-1) == 1"),
-    ),
-    # The halves exchanged, no sign: `rotate_half`'s backward reads the gradient's product with sin at the other
-    # half (autodiff.py). No spelling: only backward regions hold it, and the runtime checks its operands.
-    Op(
-        "swap_halves",
-        2,
-        "torch.cat(({0}[..., {0}.shape[-1] // 2 :], {0}[..., : {0}.shape[-1] // 2]), dim=-1)",
-        domain=Domain.NUMERIC,
-        kind=OpKind.SHIFTED,
-        operand_conditions=("{x}.dim() > 0", "{x}.shape[-1] % 2 == 0", "{x}.stride(-1) == 1"),
-    ),
-)
+    )
+
+
+# `swap_halves`: the halves exchanged, no sign. `rotate_half`'s backward reads the gradient's product with sin at the
+# other half (autodiff.py). No spelling: only backward regions hold it, and the runtime checks its operands.
+SHIFTED_OPS: tuple[Op, ...] = (_shifted("rotate_half", "-"), _shifted("swap_halves", ""))
 
 ROW_OPS: tuple[Op, ...] = (
     Op("row_sum", 1, "", kind=OpKind.ROW),
