@@ -741,6 +741,49 @@ def _version(name: str) -> str:
     return version(name)
 
 
+def selected_families(args: argparse.Namespace) -> list[str]:
+    """The families of hf_families.py (in `args.tools`) that `--families`, `--every` and `--limit` pick; names it
+    does not list are reported and skipped."""
+    sys.path.insert(0, str(args.tools))
+    import hf_families as hff
+
+    families = hff.families()
+    if args.families:
+        wanted = args.families.split(",")
+        unknown = [f for f in wanted if f not in families]
+        if unknown:
+            print(f"not families here: {','.join(unknown)}", file=sys.stderr)
+        families = [f for f in wanted if f in families]
+    families = families[:: max(1, args.every)]
+    return families[: args.limit] if args.limit is not None else families
+
+
+def publish(rows: list[dict], args, seconds: float, script: str, argv, render, totals) -> None:
+    """A family harness's report of `rows`: printed, and written to `--markdown` and `--json` (the rows, their
+    `totals`, the command and the transpiler's commit)."""
+    rows.sort(key=lambda r: r["family"])
+    summary = totals(rows)
+    command = f"{script} " + " ".join(argv if argv is not None else sys.argv[1:])
+    report = render(rows, summary, seconds, command.strip()) + f", transpile at {_commit()}"
+    print(report)
+    if args.markdown:
+        args.markdown.write_text(report + "\n")
+    if args.json:
+        payload = {"command": command.strip(), "commit": _commit(), "seconds": round(seconds, 1)}
+        payload.update(totals=summary, families=rows)
+        args.json.write_text(json.dumps(payload, indent=1) + "\n")
+
+
+def report_saved(args, render, totals) -> None:
+    """The report of a saved `--json` run (`--from-json`), printed and written to `--markdown`."""
+    saved = json.loads(args.from_json.read_text())
+    report = render(saved["families"], totals(saved["families"]), saved["seconds"], saved["command"])
+    report += f", transpile at {saved.get('commit', 'unknown')}"
+    print(report)
+    if args.markdown:
+        args.markdown.write_text(report + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", help="comma-separated family names (default: every family hf_families.py lists)")
@@ -766,24 +809,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.from_json:
-        saved = json.loads(args.from_json.read_text())
-        report = render(saved["families"], totals(saved["families"]), saved["seconds"], saved["command"])
-        print(report + f", transpile at {saved.get('commit', 'unknown')}")
-        if args.markdown:
-            args.markdown.write_text(report + f", transpile at {saved.get('commit', 'unknown')}\n")
+        report_saved(args, render, totals)
         return 0
-    sys.path.insert(0, str(args.tools))
-    import hf_families as hff
-
-    families = hff.families()
-    if args.families:
-        wanted = args.families.split(",")
-        unknown = [f for f in wanted if f not in families]
-        if unknown:
-            print(f"not families here: {','.join(unknown)}", file=sys.stderr)
-        families = [f for f in wanted if f in families]
-    families = families[:: max(1, args.every)]
-    families = families[: args.limit] if args.limit is not None else families
+    families = selected_families(args)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     began = time.monotonic()
     rows: list[dict] = []
@@ -798,18 +826,7 @@ def main(argv: list[str] | None = None) -> int:
                 else row.get("error")
             )
             print(f"[{done}/{len(families)}] {row['family']}: {row['status']} {brief}", file=sys.stderr, flush=True)
-    rows.sort(key=lambda r: r["family"])
-    summary = totals(rows)
-    seconds = time.monotonic() - began
-    command = "python benchmarks/break_families.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    report = render(rows, summary, seconds, command.strip()) + f", transpile at {_commit()}"
-    print(report)
-    if args.markdown:
-        args.markdown.write_text(report + "\n")
-    if args.json:
-        payload = {"command": command.strip(), "commit": _commit(), "seconds": round(seconds, 1)}
-        payload.update(totals=summary, families=rows)
-        args.json.write_text(json.dumps(payload, indent=1) + "\n")
+    publish(rows, args, time.monotonic() - began, f"python benchmarks/{Path(__file__).name}", argv, render, totals)
     return 0
 
 

@@ -65,7 +65,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from break_families import DEFAULT_TOOLS, ROOT, _commit, _short, _version  # noqa: E402
+from break_families import (
+    DEFAULT_TOOLS,
+    ROOT,
+    _short,
+    _version,
+    publish,
+    report_saved,
+    selected_families,
+)  # noqa: E402
 from hf_families_check import DEFAULT_CACHE, _to_double  # noqa: E402
 
 LOSS_RTOL = 1e-4
@@ -447,25 +455,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure_family(args.child, args.tools, args.work)))
         return 0
     if args.from_json:
-        saved = json.loads(args.from_json.read_text())
-        report = render(saved["families"], totals(saved["families"]), saved["seconds"], saved["command"])
-        report += f", transpile at {saved.get('commit', 'unknown')}"
-        print(report)
-        if args.markdown:
-            args.markdown.write_text(report + "\n")
+        report_saved(args, render, totals)
         return 0
-    sys.path.insert(0, str(args.tools))
-    import hf_families as hff
-
-    families = hff.families()
-    if args.families:
-        wanted = args.families.split(",")
-        unknown = [f for f in wanted if f not in families]
-        if unknown:
-            print(f"not families here: {','.join(unknown)}", file=sys.stderr)
-        families = [f for f in wanted if f in families]
-    families = families[:: max(1, args.every)]
-    families = families[: args.limit] if args.limit is not None else families
+    families = selected_families(args)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -480,18 +472,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             brief = row.get("error") or f"max rel {row.get('max_rel_error')}, {row.get('kernels', {}).get('backward')}"
             print(f"[{done}/{len(families)}] {row['family']}: {row['status']} {brief}", file=sys.stderr, flush=True)
-    rows.sort(key=lambda r: r["family"])
-    summary = totals(rows)
-    seconds = time.monotonic() - began
-    command = "python benchmarks/train_families.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    report = render(rows, summary, seconds, command.strip()) + f", transpile at {_commit()}"
-    print(report)
-    if args.markdown:
-        args.markdown.write_text(report + "\n")
-    if args.json:
-        payload = {"command": command.strip(), "commit": _commit(), "seconds": round(seconds, 1)}
-        payload.update(totals=summary, families=rows)
-        args.json.write_text(json.dumps(payload, indent=1) + "\n")
+    publish(rows, args, time.monotonic() - began, f"python benchmarks/{Path(__file__).name}", argv, render, totals)
     return 0
 
 
