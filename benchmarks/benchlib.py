@@ -189,6 +189,17 @@ def peak_extra_bytes(call: Callable[[], object], device: str) -> int | None:
         return None
 
 
+def graph_pool_idle_bytes() -> int:
+    """CUDA memory the private pools of CUDA graphs hold with no live tensor on it: where their replays write
+    their intermediates (a training graph's saved values), which `memory_allocated` does not count."""
+    if not torch.cuda.is_available():
+        return 0
+    segments = torch.cuda.memory_snapshot()
+    return sum(
+        s["total_size"] - s["allocated_size"] for s in segments if tuple(s.get("segment_pool_id", (0, 0))) != (0, 0)
+    )
+
+
 def allocator_for_memory() -> None:
     """In this process, as `MALLOC_MMAP_THRESHOLD_` does for a child: freed tensors return to the OS, so the
     resident set that `peak_extra_bytes` reads on CPU tracks live ones (glibc otherwise raises the threshold

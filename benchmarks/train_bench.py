@@ -9,7 +9,7 @@ A step is a forward with labels (the model's own loss), `loss.backward()` and an
 forward runs under `torch.autocast("cuda", torch.bfloat16)`, as mixed-precision training does, at the
 shapes of benchmarks/models_bench.py (GPT-2 12 layers at 8x512, BERT-base with its masked-LM head at
 16x256, an 8-layer LLaMA at 4x1024); on CPU in float32, at its small configs. Configs keep their
-defaults, dropout included (GPT-2 and BERT 0.1): dropout stays eager's call between the kernels (its masks
+defaults, but `use_cache` off (no key-value cache in training), dropout included (GPT-2 and BERT 0.1): dropout stays eager's call between the kernels (its masks
 are eager's under a seed); `--no-dropout` sets every dropout probability to 0.
 
 Per model, every variant is built from the same config and state_dict and trained on the same batches:
@@ -18,7 +18,8 @@ Per model, every variant is built from the same config and state_dict and traine
   C++ library on the CPU);
 - the steady state: the variants' steps alternated in rounds (benchlib.alternating_seconds), the
   median per round, so that ratios hold on a noisy machine;
-- the peak memory one step needs above what is live before it (CUDA `max_memory_allocated`);
+- the peak memory one step needs above what is live before it (CUDA `max_memory_allocated`, plus the memory
+  the transpiled blocks' CUDA graphs keep in their pools for their intermediates, which it does not count);
 - the first step's loss against eager's (a sanity check: same weights, same batch), and, for the
   transpiled model, how often its backward kernels ran and why they fell back (the runtime's counters).
 """
@@ -26,6 +27,7 @@ Per model, every variant is built from the same config and state_dict and traine
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -34,7 +36,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import alternating_seconds, environment, ms, peak_extra_bytes, pick, synchronize  # noqa: E402
+from benchlib import (  # noqa: E402
+    alternating_seconds,
+    environment,
+    graph_pool_idle_bytes,
+    ms,
+    peak_extra_bytes,
+    pick,
+    synchronize,
+)
 from models_bench import MODELS_BY_NAME, Model, config, transpiled_module, transpiled_runtime  # noqa: E402
 
 VARIANTS = ("eager", "compile", "transpiled")
@@ -59,6 +69,7 @@ DROPOUT = {
 
 def build(model: Model, variant: str, device: str, compiled: Path | None, state: dict | None, dropout: bool):
     cfg = config(model, device, "sdpa")
+    cfg.use_cache = False  # training: no key-value cache is built (transformers' own training scripts do the same)
     if not dropout:
         for field in DROPOUT[model.name]:
             setattr(cfg, field, 0.0)
@@ -103,6 +114,7 @@ def run_model(model: Model, args: argparse.Namespace) -> dict:
     state = None  # the first variant's initial weights, which the others load
     steps, rows = {}, {}
     for variant in args.variants:
+        pooled = graph_pool_idle_bytes() if device == "cuda" else 0
         module, runnable, optimiser, vocab = build(model, variant, device, args.compiled, state, args.dropout)
         if state is None:
             state = {k: v.clone() for k, v in module.state_dict().items()}
@@ -120,9 +132,16 @@ def run_model(model: Model, args: argparse.Namespace) -> dict:
             transpiled_runtime(model, args.compiled).wait_for_kernels()
             step()
         rows[variant]["peak_bytes"] = peak_extra_bytes(step, device)
+        if device == "cuda":  # the transpiled blocks' graphs keep their intermediates in pools of their own
+            rows[variant]["graph_pool_bytes"] = graph_pool_idle_bytes() - pooled
+            rows[variant]["peak_bytes"] += rows[variant]["graph_pool_bytes"]
         steps[variant] = step
         if variant == "transpiled":
             rows[variant]["counters"] = backward_counters(model, args.compiled)
+            runtime = transpiled_runtime(model, args.compiled)
+            if runtime is not None:  # what the blocks' calls ran: training graph replays, or why not
+                graphs = importlib.import_module(f"{runtime.__name__}.graphs")
+                rows[variant]["graph_counts"] = dict(graphs.default_graph_counts())
     seconds = alternating_seconds(steps, device, rounds=args.rounds, per_round=args.per_round)
     for variant, value in seconds.items():
         rows[variant]["step_s"] = value

@@ -423,14 +423,16 @@ class _Snapshot:
             fields = operator.itemgetter(*keys)
             self.objects[id(table)] = (table, fields, fields(table), len(table))
 
-    def holds(self) -> bool:
+    def holds(self, versions: bool = True) -> bool:
+        """Whether nothing watched changed; `versions=False` ignores in-place writes (an optimizer's step), which
+        a training graph reads as they are (it keeps no value derived from them)."""
         values = list(itertools.chain.from_iterable(map(dict.values, self.tables)))
         return (
             len(values) == len(self.values)
             and all(map(operator.is_, values, self.values))
             and list(itertools.chain.from_iterable(self.tables)) == self.names
             and list(map(torch.Tensor.data_ptr, self.tensors)) == self.pointers  # `.data = ...`, `.to()` in place
-            and _versions(self.tensors) == self.versions
+            and (not versions or _versions(self.tensors) == self.versions)
             and list(map(_TRAINING, self.modules)) == self.training
             # after the tables: the submodules a read starts from are still those of the tree
             and all(_same(_read(get, owner), value, plain) for _, owner, get, value, plain in self.reads)
@@ -497,6 +499,7 @@ class _Pool:
         self._handle = None
         self.handouts: weakref.WeakSet[_Handout] = weakref.WeakSet()  # the outputs handed out by its graphs
         self.recordings = 0  # graphs recorded into it so far
+        self.pending: weakref.WeakSet = weakref.WeakSet()  # training replays whose backward may come (train_graphs)
 
     def handle(self):
         if self._handle is None:
@@ -508,6 +511,7 @@ class _Pool:
         self._handle = None
         self.handouts = weakref.WeakSet()
         self.recordings = 0
+        self.pending = weakref.WeakSet()
 
 
 class CudaGraphs:
@@ -663,9 +667,10 @@ _DEFAULT_ON = os.environ.get("TRANSPILE_CUDA_GRAPHS", "1") != "0"
 MAX_DEFAULT_GRAPHS = 256  # recordings held at once by every default replay together: their memory stays bounded
 # Every module's replayer, for the switch and the counts. A replayer holds its module (the bound forward, the
 # guards), so it lives on the module (`_Recordings`) and goes with it; this set holds it weakly.
-_REPLAYERS: "weakref.WeakSet[_DefaultGraphs]" = weakref.WeakSet()
+_REPLAYERS: "weakref.WeakSet[CudaGraphs]" = weakref.WeakSet()
 _KEY = "_transpile_graphs"  # the instance attribute holding a module's `_Recordings`
 _TAPES_KEY = "_transpile_tapes"  # the same for its tapes (tapes.py): the CPU's replay
+_TRAIN_KEY = "_transpile_training_graphs"  # the same for its replay under autograd (train_graphs.py)
 # `TRANSPILE_TAPES=0` (read at import) or `set_default_tapes(False)` turns the CPU's default replay off.
 _TAPES_ON = os.environ.get("TRANSPILE_TAPES", "1") != "0"
 _POOLS: dict[tuple, _Pool] = {}  # per device and stream: graphs that never run at once share memory
@@ -677,6 +682,9 @@ def set_default_graphs(enabled: bool) -> None:
     _DEFAULT_ON = enabled
     if not enabled:
         _forget_replayers(_DefaultGraphs, _KEY)
+        from .train_graphs import TrainingGraphs
+
+        _forget_replayers(TrainingGraphs, _TRAIN_KEY)
 
 
 def _forget_replayers(kind: type, key: str) -> None:
@@ -858,19 +866,26 @@ def _best_seconds(call: Callable[[], object]) -> float:
 def graphed(reads: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
     """Decorate a forward the build proved free of host syncs, data-dependent branches and Python side
     effects: in eval mode, without autograd, on CUDA inputs, each call signature is recorded once as a CUDA
-    graph and replayed (the `cuda_graphs` rules: warm-up, guards, outputs copied out). `reads`: the
-    attributes of the module (dotted paths) the forward and the modules it calls read; a change to one
-    records again. Anywhere else, and inside another graphed forward, the forward runs as it is."""
+    graph and replayed (the `cuda_graphs` rules: warm-up, guards, outputs copied out); with autograd on, its
+    forward and backward are (train_graphs.py). `reads`: the attributes of the module (dotted paths) the
+    forward and the modules it calls read; a change to one records again. Anywhere else, and inside another
+    graphed forward, the forward runs as it is."""
 
     def decorate(forward: Callable) -> Callable:
         @functools.wraps(forward)
         def replayed(self, *args, **kwargs):
-            if self.training or torch.is_grad_enabled() or recording():
+            if recording() or (self.training and not torch.is_grad_enabled()):
                 return forward(self, *args, **kwargs)
             first = _first_tensor(args, kwargs)
             if first is None or torch.compiler.is_compiling():
                 return forward(self, *args, **kwargs)
-            if first.is_cuda and _DEFAULT_ON:
+            if torch.is_grad_enabled():
+                if not (first.is_cuda and _DEFAULT_ON):
+                    return forward(self, *args, **kwargs)
+                from .train_graphs import TrainingGraphs
+
+                key, kind = _TRAIN_KEY, TrainingGraphs
+            elif first.is_cuda and _DEFAULT_ON:
                 key, kind = _KEY, _DefaultGraphs
             elif first.device.type == "cpu" and _TAPES_ON:
                 key, kind = _TAPES_KEY, _DefaultTapes
