@@ -189,14 +189,18 @@ def peak_extra_bytes(call: Callable[[], object], device: str) -> int | None:
         return None
 
 
-def graph_pool_idle_bytes() -> int:
-    """CUDA memory the private pools of CUDA graphs hold with no live tensor on it: where their replays write
-    their intermediates (a training graph's saved values), which `memory_allocated` does not count."""
-    if not torch.cuda.is_available():
-        return 0
-    segments = torch.cuda.memory_snapshot()
+def graph_pools() -> set[tuple]:
+    """The ids of the CUDA graphs' private memory pools that hold memory now."""
+    return {tuple(s["segment_pool_id"]) for s in torch.cuda.memory_snapshot()} - {(0, 0)}
+
+
+def graph_pool_idle_bytes(excluding: set[tuple] = frozenset()) -> int:
+    """CUDA memory the private pools of CUDA graphs (other than `excluding`) hold with no live tensor on it: where
+    their replays write their intermediates (a training graph's saved values), which `memory_allocated` misses."""
     return sum(
-        s["total_size"] - s["allocated_size"] for s in segments if tuple(s.get("segment_pool_id", (0, 0))) != (0, 0)
+        s["total_size"] - s["allocated_size"]
+        for s in torch.cuda.memory_snapshot()
+        if tuple(s["segment_pool_id"]) not in {(0, 0), *excluding}
     )
 
 

@@ -18,15 +18,18 @@ Per model, every variant is built from the same config and state_dict and traine
   C++ library on the CPU);
 - the steady state: the variants' steps alternated in rounds (benchlib.alternating_seconds), the
   median per round, so that ratios hold on a noisy machine;
-- the peak memory one step needs above what is live before it (CUDA `max_memory_allocated`, plus the memory
-  the transpiled blocks' CUDA graphs keep in their pools for their intermediates, which it does not count);
-- the first step's loss against eager's (a sanity check: same weights, same batch), and, for the
+- peak memory: on CUDA everything a variant holds at a step's peak (weights, optimizer state, activations:
+  `max_memory_allocated` above what was allocated before the variant was built, plus the memory its CUDA graphs
+  keep in pools of their own for their intermediates, which `memory_allocated` misses); on the CPU what one step
+  needs above what is live before it;
+- the losses of the first steps against eager's (a sanity check: same weights, same batch), and, for the
   transpiled model, how often its backward kernels ran and why they fell back (the runtime's counters).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import sys
@@ -40,6 +43,7 @@ from benchlib import (  # noqa: E402
     alternating_seconds,
     environment,
     graph_pool_idle_bytes,
+    graph_pools,
     ms,
     peak_extra_bytes,
     pick,
@@ -114,7 +118,10 @@ def run_model(model: Model, args: argparse.Namespace) -> dict:
     state = None  # the first variant's initial weights, which the others load
     steps, rows = {}, {}
     for variant in args.variants:
-        pooled = graph_pool_idle_bytes() if device == "cuda" else 0
+        if device == "cuda":  # what the variant holds is counted from here
+            gc.collect()
+            torch.cuda.empty_cache()
+            pools, allocated = graph_pools(), torch.cuda.memory_allocated()
         module, runnable, optimiser, vocab = build(model, variant, device, args.compiled, state, args.dropout)
         if state is None:
             state = {k: v.clone() for k, v in module.state_dict().items()}
@@ -126,15 +133,26 @@ def run_model(model: Model, args: argparse.Namespace) -> dict:
         loss = step()
         synchronize(device)
         rows[variant] = {"first_step_s": time.perf_counter() - start, "first_loss": loss.item()}
-        for _ in range(args.steps):  # warm: plans, background compiles, the allocator's pools
-            step()
+        losses = [loss]
+        for _ in range(args.steps):  # warm: plans, background compiles, recordings, the allocator's pools
+            losses.append(step())
+        rows[variant]["losses"] = [value.item() for value in losses]  # the same batch: eager's curve, step by step
         if variant == "transpiled" and hasattr(transpiled_runtime(model, args.compiled), "wait_for_kernels"):
             transpiled_runtime(model, args.compiled).wait_for_kernels()
             step()
-        rows[variant]["peak_bytes"] = peak_extra_bytes(step, device)
-        if device == "cuda":  # the transpiled blocks' graphs keep their intermediates in pools of their own
-            rows[variant]["graph_pool_bytes"] = graph_pool_idle_bytes() - pooled
-            rows[variant]["peak_bytes"] += rows[variant]["graph_pool_bytes"]
+        if device == "cuda":
+            # Everything the variant holds at a step's peak: weights, optimizer state, activations, and the memory its
+            # CUDA graphs keep in pools of their own for their intermediates, which `memory_allocated` misses.
+            synchronize(device)
+            torch.cuda.reset_peak_memory_stats()
+            step()
+            synchronize(device)
+            rows[variant]["graph_pool_bytes"] = graph_pool_idle_bytes(excluding=pools)
+            rows[variant]["peak_bytes"] = (
+                torch.cuda.max_memory_allocated() - allocated + rows[variant]["graph_pool_bytes"]
+            )
+        else:
+            rows[variant]["peak_bytes"] = peak_extra_bytes(step, device)
         steps[variant] = step
         if variant == "transpiled":
             rows[variant]["counters"] = backward_counters(model, args.compiled)
@@ -150,7 +168,7 @@ def run_model(model: Model, args: argparse.Namespace) -> dict:
 
 def table(results: dict) -> str:
     lines = [
-        "| model | variant | step (ms) | vs eager | vs compile | peak memory (MiB) | first step (s) | first loss |",
+        "| model | variant | step (ms) | vs eager | vs compile | peak memory (MiB) | first step (s) | loss: first -> last |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, rows in results.items():
@@ -160,7 +178,7 @@ def table(results: dict) -> str:
             peak = "n/a" if row.get("peak_bytes") is None else f"{row['peak_bytes'] / 2**20:.0f}"
             lines.append(
                 f"| {name} | {variant} | {ms(row['step_s'])} | {ratio(eager)} | {ratio(compiled)} | {peak} | "
-                f"{row['first_step_s']:.2f} | {row['first_loss']:.4f} |"
+                f"{row['first_step_s']:.2f} | {row['first_loss']:.4f} -> {row.get('losses', [row['first_loss']])[-1]:.4f} |"
             )
     return "\n".join(lines)
 
