@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import math
+import operator
 import weakref
 
 import torch
@@ -45,6 +46,21 @@ from torch.autograd.function import once_differentiable
 from torch.utils import _pytree as pytree
 
 from . import graphs, host_reads
+
+# A module's hook tables: hooks of the modules inside a block would run only when it is recorded.
+_HOOKS = tuple(
+    operator.attrgetter(name)
+    for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+)
+_GLOBAL_HOOKS = tuple(
+    getattr(torch.nn.modules.module, name)
+    for name in (
+        "_global_forward_hooks",
+        "_global_forward_pre_hooks",
+        "_global_backward_hooks",
+        "_global_backward_pre_hooks",
+    )
+)
 
 
 class _Pool(graphs._Pool):
@@ -114,6 +130,7 @@ class TrainingGraphs:
         self._seen: collections.Counter[tuple] = collections.Counter()
         self._state: graphs._Snapshot | None = None
         self._parameters: list[torch.Tensor] = []
+        self._hooks: list[dict] = []  # the hook tables of the modules inside, and the global ones
 
     def __call__(self, *args, **kwargs):
         reason = self._signature(args, kwargs)
@@ -147,21 +164,27 @@ class TrainingGraphs:
             return "original forward: saved tensor hooks are on (activation checkpointing, save_on_cpu)"
         if torch._C._current_graph_task_id() != -1:
             return "original forward: called inside a backward (a checkpoint's recomputation)"
-        if host_reads.capturing():
-            return "original forward: called while another graph is being recorded"
         described = graphs._described(args, kwargs)
         if isinstance(described, str):
             return described
         description, tensors = described
         if not tensors or not all(t.is_cuda for t in tensors):
             return "original forward: an input is not a CUDA tensor, or none is a tensor"
+        if host_reads.capturing():
+            return "original forward: called while another graph is being recorded"
         if self._state is None or not self._state.holds(versions=False):
             self._steps.clear()
             self._seen.clear()
             self._state = graphs._Snapshot(self.module, self.reads)
             self._parameters = list(self.module.parameters())
+            self._hooks = [
+                *_GLOBAL_HOOKS,
+                *(hooks(m) for m in self.module.modules() if m is not self.module for hooks in _HOOKS),
+            ]
         if self._state.unstable:
             return f"original forward: `{self._state.unstable}` is a new object at each read (it cannot be guarded)"
+        if any(self._hooks):  # they would run at the recording only
+            return "original forward: a module inside has hooks (or global module hooks are set)"
         wanted = tuple(p.requires_grad for p in self._parameters)
         if not any(wanted) and not any(t.requires_grad for t in tensors):
             return "original forward: nothing requires grad"
@@ -222,6 +245,8 @@ class _Step:
         standins = {id(p): torch.nn.Parameter(_alias(p), requires_grad=True) for p in parameters}
         self.recorded_targets = [self.inputs[index] for index in self.wanted] + [standins[id(p)] for p in parameters]
         static_args, static_kwargs = graphs._rebuild((args, kwargs), iter(self.inputs))
+        self.function, self.call = function, (static_args, static_kwargs)  # for a recomputation (`_recomputed`)
+        self.autocast = torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda")
         before = graphs._describe((static_args, static_kwargs), [])
         versions = [t._version for t in self.inputs]
         attributes = graphs._attributes(module)
@@ -287,8 +312,10 @@ class _Step:
         side.wait_stream(torch.cuda.current_stream(device))
         noted = host_reads.Noting()
         with torch.random.fork_rng(devices=[device]), torch.cuda.stream(side):
+            state = torch.cuda.get_rng_state(device)
             with noted:
                 output = function(*args, **kwargs)
+            self.random = not torch.equal(state, torch.cuda.get_rng_state(device))  # dropout: no recomputation
             outputs = [t for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad]
             if outputs:
                 ones = [torch.ones_like(t) for t in outputs]
@@ -324,7 +351,7 @@ class _Step:
         self.generation += 1
         outputs = self.handout.hand_out()
         wanted = [tensors[index] for index in self.wanted]
-        results = _Replayed.apply(self, outputs, *wanted, *self.targets[len(self.wanted) :])
+        results = _Replayed.apply(self, outputs, tensors, *wanted, *self.targets[len(self.wanted) :])
         self.live = weakref.ref(results[self.differentiable[0]].grad_fn)
         self.pool.pending.add(self)
         leaves = list(self.leaves)
@@ -337,20 +364,16 @@ class _Step:
 
     def backward(self, node, grads: tuple) -> list:
         """The gradients of the targets for one backward of the replay `node` stands for."""
-        if getattr(node, "spent", False) or node.generation != self.generation:
-            raise RuntimeError(
-                f"transpile: a backward reached the CUDA-graph replay of {self.name} after later replays overwrote "
-                "the values it saved (a second backward through a graph kept with retain_graph=True, or backward "
-                "passes in another order than recorded). TRANSPILE_CUDA_GRAPHS=0 turns graphs off."
-            )
         grads = [grads[index] for index in self.differentiable]
+        if getattr(node, "spent", False) or node.generation != self.generation:
+            return self._recomputed(node, grads)
         if self.backward_graph is None:
             return self._eager_backward(grads)
         position = self.backward_position
         for other in list(self.pool.pending):
             if other is not self and not other.forward_position < position < other.backward_position:
                 if _pending_step(other):
-                    other.live().spent = True  # its backward, should one come, raises instead of reading garbage
+                    other.live().spent = True  # its backward, should one come, recomputes (`_recomputed`)
                 self.pool.pending.discard(other)
         if not all([handout.evict() for handout in self._later(position)]):
             raise RuntimeError(
@@ -359,12 +382,33 @@ class _Step:
             )
         torch._foreach_copy_(self.grad_outputs, grads)
         self.backward_graph.replay()
-        node.spent = True  # its own temporaries may lie where its saved values were: no second backward
+        node.spent = True  # its own temporaries may lie where its saved values were: a second backward recomputes
         written = [_on_memory(*where) for where in self.grads if where is not None]
         # Copies, made before any other replay can reuse that memory: autograd may keep a gradient (a parameter's
         # `.grad`), and one launch copies them all (x * 1 is exact, signed zeros and NaNs included).
         copies = iter(torch._foreach_mul(written, 1.0)) if written else iter(())
         return [None if where is None else next(copies) for where in self.grads]
+
+    def _recomputed(self, node, grads: list) -> list:
+        """The backward of a replay whose saved values later replays overwrote (a second backward through a graph
+        kept with `retain_graph=True`, or backwards run in another order than recorded): the source's forward runs
+        again on the call's inputs, as activation checkpointing does, and is differentiated."""
+        targets = self.targets[len(self.wanted) :]
+        if self.random or graphs._versions([*node.inputs, *targets]) != node.versions:
+            raise RuntimeError(
+                f"transpile: a backward reached the CUDA-graph replay of {self.name} after later replays overwrote "
+                "the values it saved, and its forward cannot be run again as it ran: "
+                + ("it draws random numbers (dropout)" if self.random else "an input or a parameter changed in place")
+                + ". TRANSPILE_CUDA_GRAPHS=0 turns graphs off."
+            )
+        inputs = [t.detach().requires_grad_(t.requires_grad) for t in node.inputs]
+        args, kwargs = graphs._rebuild(self.call, iter(inputs))
+        with torch.enable_grad(), torch.autocast("cuda", self.autocast or torch.float32, enabled=bool(self.autocast)):
+            output = self.function(*args, **kwargs)  # inside a backward: graphed forwards run as they are
+        outputs = [leaf for leaf in pytree.tree_leaves(output) if isinstance(leaf, torch.Tensor)]
+        recomputed = [outputs[index] for index in self.differentiable]
+        wanted = [inputs[index] for index in self.wanted]
+        return list(torch.autograd.grad(recomputed, [*wanted, *targets], grads, allow_unused=True))
 
     def _eager_backward(self, grads: list) -> list:
         """Until the backward is recorded: the recording's autograd graph run eagerly, and kept (its saved values
@@ -463,9 +507,11 @@ class _Replayed(torch.autograd.Function):
     """The node of one forward replay: its inputs are the block's inputs and parameters that get gradients."""
 
     @staticmethod
-    def forward(ctx, step: _Step, outputs: list, *targets):
+    def forward(ctx, step: _Step, outputs: list, tensors: list, *targets):
         ctx.step = step
         ctx.generation = step.generation
+        ctx.inputs = tensors  # for a recomputation, with the versions of everything it reads
+        ctx.versions = graphs._versions([*tensors, *targets])
         ctx.save_for_backward(step.marker)  # freed with the node's saved values: `_pending` looks
         ctx.mark_non_differentiable(*(t for index, t in enumerate(outputs) if index not in step.differentiable))
         return tuple(outputs)
@@ -473,4 +519,4 @@ class _Replayed(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, *grads):
-        return (None, None, *ctx.step.backward(ctx, grads))
+        return (None, None, None, *ctx.step.backward(ctx, grads))
