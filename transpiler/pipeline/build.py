@@ -574,7 +574,7 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool, detail: str = "c
     if graphed:
         names = f": {', '.join(graphed)}" if verbose else ""
         lines.append(
-            f"Replaying by default (eval mode, no autograd; CUDA graphs on CUDA, tapes on the CPU) the forward of "
+            f"Replaying by default (CUDA graphs on CUDA, a block's backward too in training; tapes on the CPU without autograd) the forward of "
             f"{len(graphed)} class{'' if len(graphed) == 1 else 'es'} (models and their blocks){names}."
         )
     if result.imports:
