@@ -7,6 +7,7 @@ Without a GPU only the decisions are tested (CPU calls run the source's forward)
 from __future__ import annotations
 
 import contextlib
+import types
 
 import pytest
 import torch
@@ -123,8 +124,8 @@ class _Saves(torch.autograd.Function):
 
 def test_a_replay_is_pending_until_autograd_frees_what_it_saved():
     marker, x = torch.empty(0), torch.ones(3, requires_grad=True)
-    node = _Saves.apply(marker, x).grad_fn
-    assert train_graphs._pending(node)  # its backward may come
+    pending = _Saves.apply(marker, x)  # its graph lives while its output does
+    assert train_graphs._pending(pending.grad_fn)  # its backward may come
     y = _Saves.apply(marker, x)
     y.sum().backward(retain_graph=True)
     assert train_graphs._pending(y.grad_fn)  # kept: another backward may come
@@ -181,6 +182,33 @@ def test_calls_a_replay_cannot_stand_for_run_the_source_with_the_reason():
         "original forward: an input is not a CUDA tensor, or none is a tensor": 1,
     }
     assert dict(model.counts) == {"original forward: a model over graphed blocks (the blocks replay)": 1}
+
+
+def test_a_recomputed_backward_equals_eager_and_refuses_what_it_cannot_reproduce():
+    """A backward that reaches a replay whose saved values are gone runs the source's forward again."""
+    torch.manual_seed(0)
+    layer = Layer(8, 0.0)
+    parameters = list(layer.parameters())
+    x, grads = torch.randn(2, 8, requires_grad=True), [torch.randn(2, 8)]
+    step = object.__new__(train_graphs._Step)  # the fields a recomputation reads, without a CUDA recording
+    step.name, step.function, step.call = (
+        "Layer.forward",
+        Layer.forward.__wrapped__.__get__(layer),
+        ((x,), {"scale": 0.5}),
+    )
+    step.autocast, step.random, step.parameters, step.wanted, step.differentiable = False, False, parameters, [0], [0]
+    node = types.SimpleNamespace(inputs=[x], versions=graphs._versions([x, *parameters]))
+    got = step._recomputed(node, grads)
+    want = torch.autograd.grad(layer(x, scale=0.5), [x, *parameters], grads)
+    torch.testing.assert_close(got, list(want), rtol=0, atol=0)
+    step.random = True
+    with pytest.raises(RuntimeError, match="it draws random numbers"):
+        step._recomputed(node, grads)
+    step.random = False
+    with torch.no_grad():
+        layer.up.weight.add_(1)  # an optimizer's step between the forward and this backward
+    with pytest.raises(RuntimeError, match="an input or a parameter changed in place"):
+        step._recomputed(node, grads)
 
 
 @pytest.fixture

@@ -235,7 +235,7 @@ class _Step:
         # recording's autograd graph saved the static inputs and checks their versions in the first backward.
         self.slots = list(map(_alias, self.inputs))
         self.wanted = [index for index, t in enumerate(tensors) if t.requires_grad]  # inputs that get a gradient
-        self.targets = [self.inputs[index] for index in self.wanted] + parameters  # the node's inputs
+        self.parameters = parameters
         # The recording reads stand-ins of the parameters: new leaves on the same memory. Autograd keeps a leaf's
         # accumulator node, with the stream it was made on, while any graph holds it (the previous step's, kept by
         # a `loss` variable), and a backward recorded into such a node on another stream would have to wait on
@@ -351,7 +351,7 @@ class _Step:
         self.generation += 1
         outputs = self.handout.hand_out()
         wanted = [tensors[index] for index in self.wanted]
-        results = _Replayed.apply(self, outputs, tensors, *wanted, *self.targets[len(self.wanted) :])
+        results = _Replayed.apply(self, outputs, tensors, *wanted, *self.parameters)
         self.live = weakref.ref(results[self.differentiable[0]].grad_fn)
         self.pool.pending.add(self)
         leaves = list(self.leaves)
@@ -393,8 +393,7 @@ class _Step:
         """The backward of a replay whose saved values later replays overwrote (a second backward through a graph
         kept with `retain_graph=True`, or backwards run in another order than recorded): the source's forward runs
         again on the call's inputs, as activation checkpointing does, and is differentiated."""
-        targets = self.targets[len(self.wanted) :]
-        if self.random or graphs._versions([*node.inputs, *targets]) != node.versions:
+        if self.random or graphs._versions([*node.inputs, *self.parameters]) != node.versions:
             raise RuntimeError(
                 f"transpile: a backward reached the CUDA-graph replay of {self.name} after later replays overwrote "
                 "the values it saved, and its forward cannot be run again as it ran: "
@@ -408,7 +407,7 @@ class _Step:
         outputs = [leaf for leaf in pytree.tree_leaves(output) if isinstance(leaf, torch.Tensor)]
         recomputed = [outputs[index] for index in self.differentiable]
         wanted = [inputs[index] for index in self.wanted]
-        return list(torch.autograd.grad(recomputed, [*wanted, *targets], grads, allow_unused=True))
+        return list(torch.autograd.grad(recomputed, [*wanted, *self.parameters], grads, allow_unused=True))
 
     def _eager_backward(self, grads: list) -> list:
         """Until the backward is recorded: the recording's autograd graph run eagerly, and kept (its saved values
@@ -511,7 +510,7 @@ class _Replayed(torch.autograd.Function):
         ctx.step = step
         ctx.generation = step.generation
         ctx.inputs = tensors  # for a recomputation, with the versions of everything it reads
-        ctx.versions = graphs._versions([*tensors, *targets])
+        ctx.versions = graphs._versions([*tensors, *step.parameters])
         ctx.save_for_backward(step.marker)  # freed with the node's saved values: `_pending` looks
         ctx.mark_non_differentiable(*(t for index, t in enumerate(outputs) if index not in step.differentiable))
         return tuple(outputs)
