@@ -1,5 +1,5 @@
 """CUDA graphs in training: a graphed block's forward and its backward, each recorded once per call
-signature and replayed under autograd.
+signature and replayed under autograd (docs/compiler.md, "CUDA graphs in training").
 
 In training a transpiled model's step is host-bound as its inference is: every kernel call under autograd
 runs Python and the dispatcher, and the GPU waits. A forward the build marked `graphed` (graphs.py) that
@@ -7,10 +7,11 @@ is called with autograd on, on CUDA inputs, is therefore replayed as two CUDA gr
 the backward of that forward, recorded from the recording's own autograd graph. A call signature's first
 call runs the source's forward (lazy initialisation happens there); its second records the forward
 (after a warm-up on a side stream that leaves the RNG and the buffers as they were) and replays it; the
-first backward through that replay runs the recording's autograd graph eagerly, which gives this step's
-gradients, and then records it; later backwards replay it. A node (`_Replayed`) stands for the block in
-autograd: its inputs are the block's tensor inputs and parameters that require grad, and its backward
-returns copies of the gradients the graph wrote, so that parameters accumulate them as eager's.
+backward through that replay runs the recording's autograd graph eagerly; the next forward call of any
+training graph records the backwards that ran, latest forward first; later backwards replay. A node
+(`_Replayed`) stands for the block in autograd: its inputs are the block's tensor inputs and parameters
+that require grad, and its backward returns copies of the gradients the graph wrote, so that parameters
+accumulate them as eager's.
 
 The values a forward saves for its backward stay in the graphs' memory pool, where later recordings reuse
 memory that earlier ones freed, as eager's allocator does. A replay is therefore allowed only where it
@@ -23,15 +24,18 @@ step replays in the order it recorded, which keeps every replay safe; otherwise:
 - a forward whose replay would break that rule (its own previous replay, or another's, still awaits its
   backward: a block called twice before a backward) runs the source's forward, counted with the reason;
 - a backward whose replay breaks it (backward passes in another order than recorded) marks the pending
-  replay it overwrites, whose backward then raises a clear error instead of returning wrong gradients:
-  a second backward through a graph kept with `retain_graph=True` is the one way to get there.
+  replays it overwrites, and a backward replay marks its own (its temporaries may lie where its saved
+  values were). A backward that reaches a marked replay (a second backward through a graph kept with
+  `retain_graph=True`) runs the source's forward again on the call's inputs and differentiates it, as
+  activation checkpointing does, or raises a clear error where that would not reproduce the forward
+  (random numbers drawn, an input or parameter changed in place since).
 
 The source's forward runs, counted with the reason, where a replay could not stand for the call: saved
 tensor hooks are on (`torch.utils.checkpoint` without reentrance, `save_on_cpu`), the call runs inside a
 backward (a reentrant checkpoint's recomputation), nothing requires grad, a parameter is a tensor subclass
-(FSDP's DTensor) or has a tensor hook (which could keep the gradient it is given), the forward reads a
-tensor's value on the host, or the recording fails. The replay's RNG is the generator's, advanced as the
-forward advances it, so dropout draws eager's masks.
+(FSDP's DTensor) or has a tensor hook (which could keep the gradient it is given), a module inside has
+hooks, the forward reads a tensor's value on the host, or the recording fails. The replay's RNG is the
+generator's, advanced as the forward advances it, so `nn.Dropout` draws eager's masks.
 """
 
 from __future__ import annotations
