@@ -80,9 +80,10 @@ class _Pool(graphs._Pool):
 
     def record_backwards(self) -> None:
         """Record the backwards not recorded yet whose replays' backward ran (a training step's), of the latest
-        forward first: the order a training step's backwards run in, as all its forwards were recorded first. They are recorded here, at a forward's call, rather than in the backward that first
-        needs them: a recording on autograd's own backward thread makes CUDA's legacy stream wait on the
-        capture, which CUDA refuses. Until then a backward runs the recording's autograd graph eagerly."""
+        forward first: the order a training step's backwards run in, as all its forwards were recorded first.
+        They are recorded here, at a forward's call, rather than in the backward that first needs them: a
+        recording on autograd's own backward thread makes CUDA's legacy stream wait on the capture, which CUDA
+        refuses. Until then a backward runs the recording's autograd graph eagerly."""
         ready = [step for step in list(self.unrecorded) if step.backward_ran and not _pending_step(step)]
         for step in sorted(ready, key=lambda step: -step.forward_position):
             self.unrecorded.discard(step)
@@ -144,6 +145,8 @@ class TrainingGraphs:
         key, tensors = reason
         step = self._steps.get(key)
         if step is None:
+            if len(self._seen) >= graphs.SEEN_LIMIT:  # shapes that never repeat: keep the warm-up counts bounded
+                self._seen.clear()
             self._seen[key] += 1
             if self._seen[key] <= graphs.WARMUP_CALLS:
                 self.counts["warm-up (original forward)"] += 1
