@@ -63,6 +63,18 @@ WARMUP_CALLS = 1  # eager calls of a signature before it is recorded: lazy initi
 SEEN_LIMIT = 1024  # signatures whose warm-up calls are counted
 
 
+class _WarmUps(collections.Counter):
+    """The calls seen of each signature not recorded yet: one is recorded after WARMUP_CALLS of them (lazy
+    initialisation happens there). Bounded by SEEN_LIMIT: shapes that never repeat would grow it without end."""
+
+    def warming(self, key: tuple) -> bool:
+        """Count a call of `key`; whether it is still one of its warm-up calls."""
+        if len(self) >= SEEN_LIMIT:
+            self.clear()
+        self[key] += 1
+        return self[key] <= WARMUP_CALLS
+
+
 class _Unsupported(Exception):
     """A call whose arguments or outputs a graph cannot stand for; the message says why."""
 
@@ -542,7 +554,7 @@ class CudaGraphs:
     def reset(self) -> None:
         """Forget every recorded graph (and the memory they hold): the next calls record afresh."""
         self._graphs: dict[tuple, _Graph | str] = {}
-        self._seen: collections.Counter[tuple] = collections.Counter()
+        self._seen = _WarmUps()
         self._pool.release()
         self._state = None
         self._writes_own = False  # whether the forward writes into its own parameters or buffers
@@ -563,10 +575,7 @@ class CudaGraphs:
             return self.function(*args, **kwargs)
         graph = self._graphs.get(key)  # the guard may have forgotten every recording
         if graph is None:
-            if len(self._seen) >= SEEN_LIMIT:  # shapes that never repeat: keep the warm-up counts bounded
-                self._seen.clear()
-            self._seen[key] += 1
-            if self._seen[key] <= WARMUP_CALLS:
+            if self._seen.warming(key):
                 self.counts["warm-up (original forward)"] += 1
                 outputs = self.function(*args, **kwargs)
                 self._writes_own |= self._state.settle()

@@ -132,7 +132,7 @@ class TrainingGraphs:
     def reset(self) -> None:
         """Forget every recording: the next calls record afresh."""
         self._steps: dict[tuple, _Step | str] = {}
-        self._seen: collections.Counter[tuple] = collections.Counter()
+        self._seen = graphs._WarmUps()
         self._state: graphs._Snapshot | None = None
         self._parameters: list[torch.Tensor] = []
         self._hooks: list[dict] = []  # the hook tables of the modules inside, and the global ones
@@ -145,10 +145,7 @@ class TrainingGraphs:
         key, tensors = reason
         step = self._steps.get(key)
         if step is None:
-            if len(self._seen) >= graphs.SEEN_LIMIT:  # shapes that never repeat: keep the warm-up counts bounded
-                self._seen.clear()
-            self._seen[key] += 1
-            if self._seen[key] <= graphs.WARMUP_CALLS:
+            if self._seen.warming(key):
                 self.counts["warm-up (original forward)"] += 1
                 return self.function(*args, **kwargs)
             step = self._steps[key] = self._record(args, kwargs, tensors)
