@@ -125,6 +125,21 @@ class Dropped(nn.Module):
         return self.ln(h + x)
 
 
+def inv_attractor(dx, alpha=300, gamma=2):
+    # ZoeDepth's: an exponent given as a Python number, so its derivative's `gamma == 0` is one.
+    return dx.div(1 + alpha * dx.pow(gamma))
+
+
+class Squashed(nn.Module):
+    def __init__(self, alpha, gamma):
+        super().__init__()
+        self.alpha = alpha
+        self.gamma = gamma
+
+    def forward(self, x):
+        return inv_attractor(x, self.alpha, self.gamma) * 2.0
+
+
 def rotate_half(x):
     x1 = x[..., : x.shape[-1] // 2]
     x2 = x[..., x.shape[-1] // 2 :]
@@ -195,6 +210,20 @@ def test_a_training_step_gives_eager_gradients_in_float64(modules):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
     # The norm, the activations and softmax + layer norm: three backward kernels ran in C++.
     assert backward_counts(runtime).get("cpp", 0) >= before + 3, backward_counts(runtime)
+
+
+@pytest.mark.parametrize("gamma", [2.0, 0.0])
+def test_a_derivative_conditioned_on_a_python_number_trains_through_its_kernel(modules, gamma):
+    """The backward's eager reference (the dtype probe, and the fallback) takes `where(gamma == 0, ...)` with a
+    Python bool for a condition: found by the families' gradients (zoedepth, which raised)."""
+    runtime = modules[2]
+    before = backward_counts(runtime).get("cpp", 0)
+    a, b = twins(modules, "Squashed", 10.0, gamma)
+    x = (torch.rand(4, 8, dtype=torch.float64) + 0.5).requires_grad_()
+    cotangent = torch.randn(4, 8, dtype=torch.float64)
+    expected, actual = step(a, [x], cotangent), step(b, [x], cotangent)
+    torch.testing.assert_close(actual[1], expected[1], rtol=1e-12, atol=1e-12)
+    assert backward_counts(runtime).get("cpp", 0) == before + 1, backward_counts(runtime)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

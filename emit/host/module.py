@@ -615,12 +615,19 @@ def _reference(region: Region, source_path: str, checked: list[str], backward: b
     A `backward` region (autodiff.py) says whose gradients it computes."""
     params = ", ".join(i.name for i in (*region.tensor_inputs, *region.scalar_inputs))
     body = []
+    numbers = {i.name for i in region.scalar_inputs}  # values computed from Python numbers alone are numbers
     for node in region.nodes:
         template = node.definition.eager
         operands = [
             (str(o) if node.op == CAST.name else _operand_literal(o, template, i)) if i in node.constants else str(o)
             for i, o in enumerate(node.operands)
         ]
+        if all(i in node.constants or str(o) in numbers for i, o in enumerate(node.operands)):
+            numbers.add(node.out)
+        if node.op == "where" and operands[0] in numbers:
+            # A derivative's condition on a scalar (`pow`'s `exponent == 0`) is a Python bool, which torch.where
+            # does not take: a 0-dim tensor on the inputs' device stands for it.
+            operands[0] = f"torch.as_tensor({operands[0]}, device={region.tensor_inputs[0].name}.device)"
         value = node.definition.eager.format(*operands)
         if node.inplace:  # eager keeps the updated tensor's dtype, and raises where the result cannot be cast to it
             value = f"inplace({value}, {operands[0]})"
