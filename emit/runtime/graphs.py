@@ -511,7 +511,6 @@ class _Pool:
         self._handle = None
         self.handouts: weakref.WeakSet[_Handout] = weakref.WeakSet()  # the outputs handed out by its graphs
         self.recordings = 0  # graphs recorded into it so far
-        self.pending: weakref.WeakSet = weakref.WeakSet()  # training replays whose backward may come (train_graphs)
 
     def handle(self):
         if self._handle is None:
@@ -523,7 +522,6 @@ class _Pool:
         self._handle = None
         self.handouts = weakref.WeakSet()
         self.recordings = 0
-        self.pending = weakref.WeakSet()
 
 
 class CudaGraphs:

@@ -77,6 +77,7 @@ class _Pool(graphs._Pool):
         self.live = 0  # steps recorded into it and not yet freed
         self.retired = False
         self.unrecorded: weakref.WeakSet[_Step] = weakref.WeakSet()  # steps whose backward is not recorded yet
+        self.pending: weakref.WeakSet[_Step] = weakref.WeakSet()  # steps whose latest replay's backward may come
 
     def record_backwards(self) -> None:
         """Record the backwards not recorded yet whose replays' backward ran (a training step's), of the latest
@@ -310,7 +311,7 @@ class _Step:
     def _warm_up(self, function, args: tuple, kwargs: dict, module, device) -> None:
         """Run the forward and its backward once on a side stream, as the recordings will run on one (libraries
         set up per-stream state on a first call), leaving the RNG and the module's buffers as they were."""
-        buffers = [b for b in module.buffers() if b.is_floating_point() or b.dtype in (torch.int64, torch.int32)]
+        buffers = list(module.buffers())
         kept = [b.clone() for b in buffers]
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
