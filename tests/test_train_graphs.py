@@ -7,6 +7,7 @@ Without a GPU only the decisions are tested (CPU calls run the source's forward)
 from __future__ import annotations
 
 import contextlib
+import gc
 import types
 
 import pytest
@@ -336,3 +337,79 @@ def test_checkpointed_and_gradient_free_calls_run_the_source_forward(exact):
     with _graphs(True):
         twin(batches[0][0])
     assert _counts(twin).get("original forward: nothing requires grad")
+
+
+def _in_a_graph_pool(tensor: torch.Tensor) -> bool:
+    address = tensor.untyped_storage().data_ptr()
+    return any(
+        tuple(segment["segment_pool_id"]) != (0, 0)
+        and segment["address"] <= address < segment["address"] + segment["total_size"]
+        for segment in torch.cuda.memory_snapshot()
+    )
+
+
+@cuda
+def test_a_block_reads_the_previous_blocks_output_where_it_lies_and_gradients_take_the_pools_memory(exact):
+    _, model = _pair()
+    with _graphs(True):
+        for x, _ in _batches(4):
+            model.zero_grad()
+            model(x).sum().backward()
+    steps = [next(iter(graphs.replayer(layer, graphs._TRAIN_KEY)._steps.values())) for layer in model.layers]
+    # The first layer's input is the caller's (copied in); each next one reads its predecessor's output.
+    assert [output is not None for output in steps[0].chained] == [False]
+    assert all(output is not None for step in steps[1:] for output in step.chained)
+    assert all(_in_a_graph_pool(p.grad) for p in model.layers.parameters())  # no copy out of the pool
+    assert not any(_in_a_graph_pool(p.grad) for p in model.head.parameters())  # eager's: the allocator's
+
+
+@cuda
+def test_a_block_called_on_another_tensor_than_recorded_runs_its_source_and_equals_eager(exact):
+    grads = []
+    for enabled in (False, True):
+        _, model = _pair()
+        with _graphs(enabled):
+            for x, _ in _batches(3):
+                model(x).sum().backward()
+            x = _batches(1)[0][0]
+            hidden = model.layers[0](x)
+            for layer in model.layers[1:]:
+                hidden = layer(hidden.clone())  # not where the recording read its input
+            model.head(hidden).sum().backward()
+        grads.append([p.grad for p in model.parameters()])
+    assert (
+        _counts(model).get(
+            "original forward: an input is not the output it was recorded on (the previous block's, where it lies)"
+        )
+        == 2
+    )
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+
+
+def _held_outside_pools() -> int:
+    in_pools = sum(
+        segment["allocated_size"]
+        for segment in torch.cuda.memory_snapshot()
+        if tuple(segment["segment_pool_id"]) != (0, 0)
+    )
+    return torch.cuda.memory_allocated() - in_pools
+
+
+@cuda
+def test_recordings_leave_no_memory_behind_per_recording():
+    """Libraries keep state per stream (cuBLAS a workspace of up to 32 MiB): graphs record on one stream, so
+    what a model holds outside the pools does not grow with the number of blocks recorded."""
+    held = {}
+    for enabled in (False, True):
+        for depth in (2, 8):
+            torch.manual_seed(1)
+            model = Net(depth=depth).cuda()
+            gc.collect()
+            before = _held_outside_pools()
+            _train(model, _batches(4), enabled=enabled)
+            gc.collect()
+            held[enabled, depth] = _held_outside_pools() - before
+            del model
+    growth_with_graphs = held[True, 8] - held[True, 2]
+    growth_without = held[False, 8] - held[False, 2]
+    assert abs(growth_with_graphs - growth_without) < 2**20, held

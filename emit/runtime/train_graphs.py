@@ -6,12 +6,12 @@ runs Python and the dispatcher, and the GPU waits. A forward the build marked `g
 is called with autograd on, on CUDA inputs, is therefore replayed as two CUDA graphs: its forward, and
 the backward of that forward, recorded from the recording's own autograd graph. A call signature's first
 call runs the source's forward (lazy initialisation happens there); its second records the forward
-(after a warm-up on a side stream that leaves the RNG and the buffers as they were) and replays it; the
+(after a warm-up on the recording stream that leaves the RNG and the buffers as they were) and replays it; the
 backward through that replay runs the recording's autograd graph eagerly; the next forward call of any
 training graph records the backwards that ran, latest forward first; later backwards replay. A node
 (`_Replayed`) stands for the block in autograd: its inputs are the block's tensor inputs and parameters
-that require grad, and its backward returns copies of the gradients the graph wrote, so that parameters
-accumulate them as eager's.
+that require grad, and its backward hands out the gradients the graph wrote (on the pool's memory, moved
+when still referenced at the next replay that writes there), so that parameters accumulate them as eager's.
 
 The values a forward saves for its backward stay in the graphs' memory pool, where later recordings reuse
 memory that earlier ones freed, as eager's allocator does. A replay is therefore allowed only where it
@@ -231,14 +231,31 @@ class _Step:
     def __init__(self, function, args: tuple, kwargs: dict, tensors: list, parameters: list, pool, module) -> None:
         self.pool = pool
         self.name = getattr(function, "__qualname__", "the forward")
-        self.inputs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in tensors]
+        # An input that is an earlier replay's output as handed out (the previous block's hidden state) is read where
+        # it lies, as eager's next block reads it: no copy and no memory of its own. Its producer keeps that memory
+        # until it goes, and rewrites it only in its own forward replay, which the pending rule below refuses while
+        # this replay's backward may still read the input. Other inputs are copied into memory of the step's own.
+        self.chained = [_produced(pool, t) for t in tensors]
+        self.inputs = [
+            (
+                _alias(output)
+                if output is not None
+                else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+            )
+            for t, output in zip(tensors, self.chained)
+        ]
+        self.copied = [index for index, output in enumerate(self.chained) if output is None]
         with torch.no_grad():
-            torch._foreach_copy_(self.inputs, tensors)
+            for index in self.copied:
+                self.inputs[index].copy_(tensors[index])
         for static, tensor in zip(self.inputs, tensors):
             static.requires_grad_(tensor.requires_grad)
         # What a replay copies its inputs into: the same memory, with version counters of their own, since the
         # recording's autograd graph saved the static inputs and checks their versions in the first backward.
-        self.slots = list(map(_alias, self.inputs))
+        self.slots = [_alias(self.inputs[index]) for index in self.copied]
+        self.places = [
+            (index, _where(self.inputs[index])) for index, output in enumerate(self.chained) if output is not None
+        ]
         self.wanted = [index for index, t in enumerate(tensors) if t.requires_grad]  # inputs that get a gradient
         self.parameters = parameters
         # The recording reads stand-ins of the parameters: new leaves on the same memory. Autograd keeps a leaf's
@@ -259,6 +276,7 @@ class _Step:
         graphs._RECORDING.depth = getattr(graphs._RECORDING, "depth", 0) + 1
         caching = torch.is_autocast_cache_enabled()
         replaced = _replace_parameters(module, standins)
+        stream = graphs.recording_stream()
         try:
             self._warm_up(function, static_args, static_kwargs, module, device)
             graphs._check_unchanged(before, (static_args, static_kwargs), versions, self.inputs, attributes, module)
@@ -268,7 +286,9 @@ class _Step:
             self.forward_graph = torch.cuda.CUDAGraph()
             with (
                 _no_waits(),
-                torch.cuda.graph(self.forward_graph, pool=pool.handle(), capture_error_mode="thread_local"),
+                torch.cuda.graph(
+                    self.forward_graph, pool=pool.handle(), stream=stream, capture_error_mode="thread_local"
+                ),
             ):
                 output = function(*static_args, **static_kwargs)
         finally:
@@ -291,7 +311,7 @@ class _Step:
         # The recording's autograd graph: its saved values are the memory the forward's replays write. Its
         # backward runs once eagerly and is then recorded, which frees them for the recordings after it.
         self.recorded = [outputs[index] for index in self.differentiable]
-        self.grad_outputs = [torch.empty_like(t) for t in self.recorded]  # outside the pool: the backward's inputs
+        self.grad_outputs: list[torch.Tensor] = []  # the backward graph's inputs, made when it is recorded
         self.forward_position = pool.recordings
         pool.recordings += 1
         self.handout = graphs._Handout([t.detach() for t in outputs], order=self.forward_position)
@@ -301,7 +321,7 @@ class _Step:
         finalizer.atexit = False
         self.backward_graph: torch.cuda.CUDAGraph | None = None
         self.backward_position = math.inf  # recorded after every other recording, until it is
-        self.grads: list[tuple | None] = []  # per target: where the backward graph writes its gradient
+        self.gradients: graphs._Handout | None = None  # the backward graph's gradients, per target, once recorded
         self.generation = 0  # replays of the forward so far
         self.live: weakref.ref | None = None  # the node of the latest replay
         self.marker = torch.empty(0)  # saved by each node: autograd frees it with the node's saved values
@@ -309,11 +329,11 @@ class _Step:
         self.refused = ""  # set when the backward cannot be recorded: the signature runs the source from then on
 
     def _warm_up(self, function, args: tuple, kwargs: dict, module, device) -> None:
-        """Run the forward and its backward once on a side stream, as the recordings will run on one (libraries
-        set up per-stream state on a first call), leaving the RNG and the module's buffers as they were."""
+        """Run the forward and its backward once on the stream the recordings run on (libraries set up per-stream
+        state on a first call), leaving the RNG and the module's buffers as they were."""
         buffers = list(module.buffers())
         kept = [b.clone() for b in buffers]
-        side = torch.cuda.Stream(device)
+        side = graphs.recording_stream()
         side.wait_stream(torch.cuda.current_stream(device))
         noted = host_reads.Noting()
         with torch.random.fork_rng(devices=[device]), torch.cuda.stream(side):
@@ -350,8 +370,13 @@ class _Step:
                 self.pool.pending.discard(other)
         if not all([handout.evict() for handout in self._later(position)]):
             return "original forward: a view of an earlier output holds the graph's memory"
-        with torch.no_grad():
-            torch._foreach_copy_(self.slots, tensors)
+        if any(_where(tensors[index]) != place for index, place in self.places):
+            return (
+                "original forward: an input is not the output it was recorded on (the previous block's, where it lies)"
+            )
+        if self.slots:
+            with torch.no_grad():
+                torch._foreach_copy_(self.slots, [tensors[index] for index in self.copied])
         self.forward_graph.replay()
         self.generation += 1
         outputs = self.handout.hand_out()
@@ -388,11 +413,7 @@ class _Step:
         torch._foreach_copy_(self.grad_outputs, grads)
         self.backward_graph.replay()
         node.spent = True  # its own temporaries may lie where its saved values were: a second backward recomputes
-        written = [_on_memory(*where) for where in self.grads if where is not None]
-        # Copies, made before any other replay can reuse that memory: autograd may keep a gradient (a parameter's
-        # `.grad`), and one launch copies them all (x * 1 is exact, signed zeros and NaNs included).
-        copies = iter(torch._foreach_mul(written, 1.0)) if written else iter(())
-        return [None if where is None else next(copies) for where in self.grads]
+        return self.gradients.hand_out()
 
     def _recomputed(self, node, grads: list) -> list:
         """The backward of a replay whose saved values later replays overwrote (a second backward through a graph
@@ -418,7 +439,7 @@ class _Step:
         """Until the backward is recorded: the recording's autograd graph run eagerly, and kept (its saved values
         are the memory the replays write)."""
         device = self.inputs[0].device
-        capture_stream = torch.cuda.graph.default_capture_stream
+        capture_stream = graphs.recording_stream()
         current = torch.cuda.current_stream(device)
         capture_stream.wait_stream(current)  # the recording's nodes run on the stream it ran on
         targets = self.recorded_targets
@@ -431,19 +452,29 @@ class _Step:
         """Record the backward from the recording's autograd graph, which frees its saved values to the pool."""
         try:
             graph = torch.cuda.CUDAGraph()
-            with _no_waits(), torch.cuda.graph(graph, pool=self.pool.handle(), capture_error_mode="thread_local"):
+            with (
+                _no_waits(),
+                torch.cuda.graph(
+                    graph, pool=self.pool.handle(), stream=graphs.recording_stream(), capture_error_mode="thread_local"
+                ),
+            ):
+                # The output gradients and the gradients are the pool's, where the saved values of the backwards
+                # recorded before lay: as in eager, a backward's gradients take the memory its saved values free.
+                self.grad_outputs = [torch.empty_like(t) for t in self.recorded]  # allocations only: no kernel
                 static = torch.autograd.grad(self.recorded, self.recorded_targets, self.grad_outputs, allow_unused=True)
         except Exception as error:  # noqa: BLE001 - the next calls run the source
             self.pool.retired = True
             self.refused = f"original forward: its backward cannot be recorded ({graphs._first_line(error)})"
         else:
-            # The gradients' memory is the pool's once this recording ends (later recordings may reuse it): each
-            # replay copies them out at once. Only where they lie is kept.
-            self.grads = [None if t is None else _where(t) for t in static]
             self.backward_graph = graph
             self.backward_position = self.pool.recordings
             self.pool.recordings += 1
-            del static
+            # Handed out as a forward's outputs are: a parameter's `.grad` lies in the pool until the next replay that
+            # writes there, which moves it first if it is still held (accumulation without `zero_grad`).
+            self.gradients = graphs._Handout(list(static), order=self.backward_position)
+            self.pool.handouts.add(self.gradients)
+            finalizer = weakref.finalize(self, self.gradients.release)
+            finalizer.atexit = False
         self.recorded = self.recorded_targets = None
 
 
@@ -468,15 +499,20 @@ def _layout(tensor: torch.Tensor) -> tuple:
     return tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype
 
 
+def _produced(pool: _Pool, tensor: torch.Tensor) -> torch.Tensor | None:
+    """The output of a replay in `pool` that `tensor` is, as handed out (on its memory, with its layout), or None."""
+    place = _where(tensor)
+    for handout in list(pool.handouts):
+        if not handout.copies:
+            for output in handout.static:
+                if isinstance(output, torch.Tensor) and _where(output) == place:
+                    return output
+    return None
+
+
 def _where(tensor: torch.Tensor) -> tuple:
     storage = tensor.untyped_storage()
     return (storage.data_ptr(), storage.device, storage.nbytes()), *_layout(tensor)
-
-
-def _on_memory(memory: tuple, offset: int, shape, stride, dtype) -> torch.Tensor:
-    """A tensor on memory of the pool it does not own (the backward graph's gradient, just written)."""
-    storage = torch._C._construct_storage_from_data_pointer(*memory)
-    return graphs._on_storage(storage, offset, shape, stride, dtype, memory[1])
 
 
 def _pending(node) -> bool:
