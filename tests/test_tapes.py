@@ -255,6 +255,31 @@ def test_what_a_tape_cannot_stand_for_runs_the_source_with_the_reason():
     assert "before a host read" in why
 
 
+def test_hooks_of_the_modules_inside_run_at_every_call():
+    """A replay runs no Python: a module inside with a hook, or a global module hook, runs the source's forward,
+    from the call the hook appears on, so the hook sees every call as in eager."""
+    module = Masked().eval()
+    seen = []
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        for _ in range(3):
+            module(x)
+        assert tape_of(module).counts["tape replay"] == 1
+        handle = module.norm.register_forward_hook(lambda m, args, out: seen.append(out.shape))
+        for _ in range(2):
+            assert torch.equal(module(x)["h"], source(module, x)["h"])
+        handle.remove()
+        module(x)  # replays again
+        assert tape_of(module).counts["tape replay"] == 2
+        hook = nn.modules.module.register_module_forward_pre_hook(lambda m, args: seen.append(type(m).__name__))
+        try:
+            module(x)
+        finally:
+            hook.remove()
+    assert seen[:2] == [torch.Size([2, 5, 16])] * 2 and {"LayerNorm", "Linear"} <= set(seen[2:])
+    assert tape_of(module).counts[graphs.HOOKED] == 3
+
+
 def test_past_the_folding_budget_values_are_computed_at_each_replay(monkeypatch):
     monkeypatch.setattr(graphs.tapes, "FOLDED_BYTES", 0)
     model = Masked().eval()

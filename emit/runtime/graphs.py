@@ -538,6 +538,31 @@ class _Pool:
         self.recordings = 0
 
 
+# A module's hook tables, and the process's: a replay runs no Python, so hooks of the modules a replayed forward
+# calls would run only when it is recorded (eager runs them at every call).
+_HOOKS = tuple(
+    operator.attrgetter(name)
+    for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+)
+_GLOBAL_HOOKS = tuple(
+    getattr(torch.nn.modules.module, name)
+    for name in (
+        "_global_forward_hooks",
+        "_global_forward_pre_hooks",
+        "_global_backward_hooks",
+        "_global_backward_pre_hooks",
+    )
+)
+HOOKED = "original forward: a module inside has hooks (or global module hooks are set)"
+
+
+def hook_tables(function: Callable, module: torch.nn.Module) -> list[dict]:
+    """The hook tables a replay of `function` would skip: the process's, and those of the modules `module` holds (its
+    own too where `function` is the module, whose call runs them; a bound forward's caller runs them outside)."""
+    inside = [m for m in module.modules() if m is not module or function is module]
+    return [*_GLOBAL_HOOKS, *(hooks(m) for m in inside for hooks in _HOOKS)]
+
+
 class CudaGraphs:
     """A callable that runs `function` (a module or a module's bound forward) through CUDA graphs."""
 
@@ -569,6 +594,7 @@ class CudaGraphs:
         self._seen = _WarmUps()
         self._pool.release()
         self._state = None
+        self._hooks: list[dict] = []  # `hook_tables`, as of the guards' snapshot (the tables are read at each call)
         self._writes_own = False  # whether the forward writes into its own parameters or buffers
 
     def __call__(self, *args, **kwargs):
@@ -641,8 +667,11 @@ class CudaGraphs:
             self._graphs.clear()
             self._seen.clear()
             self._state = _Snapshot(self.module, self.reads)
+            self._hooks = hook_tables(self.function, self.module)
         if self._state.unstable:
             return f"original forward: `{self._state.unstable}` is a new object at each read (it cannot be guarded)"
+        if any(self._hooks):
+            return HOOKED
         return None
 
     def _unchanged(self) -> bool:

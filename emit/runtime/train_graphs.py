@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import collections
 import math
-import operator
 import weakref
 
 import torch
@@ -50,21 +49,6 @@ from torch.autograd.function import once_differentiable
 from torch.utils import _pytree as pytree
 
 from . import graphs, host_reads
-
-# A module's hook tables: hooks of the modules inside a block would run only when it is recorded.
-_HOOKS = tuple(
-    operator.attrgetter(name)
-    for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-)
-_GLOBAL_HOOKS = tuple(
-    getattr(torch.nn.modules.module, name)
-    for name in (
-        "_global_forward_hooks",
-        "_global_forward_pre_hooks",
-        "_global_backward_hooks",
-        "_global_backward_pre_hooks",
-    )
-)
 
 
 class _Pool(graphs._Pool):
@@ -182,14 +166,11 @@ class TrainingGraphs:
             self._seen.clear()
             self._state = graphs._Snapshot(self.module, self.reads)
             self._parameters = list(self.module.parameters())
-            self._hooks = [
-                *_GLOBAL_HOOKS,
-                *(hooks(m) for m in self.module.modules() if m is not self.module for hooks in _HOOKS),
-            ]
+            self._hooks = graphs.hook_tables(self.function, self.module)
         if self._state.unstable:
             return f"original forward: `{self._state.unstable}` is a new object at each read (it cannot be guarded)"
         if any(self._hooks):  # they would run at the recording only
-            return "original forward: a module inside has hooks (or global module hooks are set)"
+            return graphs.HOOKED
         wanted = tuple(p.requires_grad for p in self._parameters)
         if not any(wanted) and not any(t.requires_grad for t in tensors):
             return "original forward: nothing requires grad"
