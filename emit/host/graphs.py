@@ -18,8 +18,9 @@ from emit.host.module import (
 from transpiler.compiler.ir import GRAPHED, GraphSite
 
 _COMMENT = (
-    "# transpile: in eval mode without autograd, on CUDA, each call signature is recorded once as a CUDA\n",
-    '# graph and replayed; this forward runs otherwise (docs/compiler.md, "CUDA graphs by default").\n',
+    "# transpile: each call signature is recorded once and replayed: on CUDA as a CUDA graph (in training,\n",
+    "# its forward and its backward), on the CPU without autograd as a tape; this forward runs otherwise\n",
+    '# (docs/compiler.md, "CUDA graphs by default", "CUDA graphs in training" and "Tapes").\n',
 )
 
 

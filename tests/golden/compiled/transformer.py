@@ -40,8 +40,9 @@ class TransformerBlock(nn.Module):
         self.attn = Attention(dim, n_heads)
         self.mlp = ResidualMLP(dim, hidden)
 
-    # transpile: in eval mode without autograd, on CUDA, each call signature is recorded once as a CUDA
-    # graph and replayed; this forward runs otherwise (docs/compiler.md, "CUDA graphs by default").
+    # transpile: each call signature is recorded once and replayed: on CUDA as a CUDA graph (in training,
+    # its forward and its backward), on the CPU without autograd as a tape; this forward runs otherwise
+    # (docs/compiler.md, "CUDA graphs by default", "CUDA graphs in training" and "Tapes").
     @_transpile_graphed()
     def forward(self, x, mask=None):
         return self.mlp(self.attn(x, mask))

@@ -47,8 +47,9 @@ class ConvBlock(nn.Module):
         if stride != 1 or cin != cout:
             self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
 
-    # transpile: in eval mode without autograd, on CUDA, each call signature is recorded once as a CUDA
-    # graph and replayed; this forward runs otherwise (docs/compiler.md, "CUDA graphs by default").
+    # transpile: each call signature is recorded once and replayed: on CUDA as a CUDA graph (in training,
+    # its forward and its backward), on the CPU without autograd as a tape; this forward runs otherwise
+    # (docs/compiler.md, "CUDA graphs by default", "CUDA graphs in training" and "Tapes").
     @_transpile_graphed()
     def forward(self, x):
         _conv1 = self.conv1(x)
