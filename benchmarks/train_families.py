@@ -2,7 +2,7 @@
 
     nice python benchmarks/train_families.py [--families llama,gpt2] [--every N] [--limit N] [--jobs 1]
                                              [--timeout 600] [--json out.json] [--markdown out.md]
-                                             [--tools ../shared/tools]
+                                             [--tools ../shared/tools] [--float64]
     python benchmarks/train_families.py --from-json out.json [--markdown out.md]   # the report of a saved run
 
 For each family that `hf_families.py` (the shared tool that builds a tiny random model of a transformers
@@ -34,7 +34,11 @@ family and its inputs; `--tools` says where it is, it is imported from there) ca
    the eager model run in float64 (`hf_families_check._as_accurate`'s rule, for gradients): the
    transpiled gradient at most twice as far from the float64 one as eager's float32 gradient is (or 2
    ulps of its largest magnitude) counts as float32 rounding (`within tolerance`, `by float64`);
-6. reads the transpiled tree's `_transpile_runtime.KERNELS` over the second step: the calls of the
+6. with `--float64`, trains the transpiled model in float64 too (its C++ kernels run in float64) against eager in
+   float64, and reports the largest relative gradient difference with the kernel calls of that step: where the
+   kernels ran and the difference is at float64's rounding (~1e-12), their arithmetic is eager's, and a float32
+   difference is the rounding of a reordered computation (the status still comes from the float32 bound);
+7. reads the transpiled tree's `_transpile_runtime.KERNELS` over the second step: the calls of the
    backward kernels (`*_backward*`) and of the forward ones, by path (`cpp`, ...), and every fallback
    with its reason.
 
@@ -95,7 +99,7 @@ STATUSES = (
 # --------------------------------------------------------------------------- child: one family
 
 
-def measure_family(family: str, tools: Path, work: Path) -> dict:
+def measure_family(family: str, tools: Path, work: Path, float64: bool = False) -> dict:
     """Everything about one family, in this process. A JSON-able row."""
     sys.path.insert(0, str(tools))
     import hf_families as hff
@@ -158,7 +162,37 @@ def measure_family(family: str, tools: Path, work: Path) -> dict:
         judged = as_accurate(hff, family, state, steps[-1], results[-1], row["mismatches"])
         if judged is not None:
             row["status"], row["float64"] = "within tolerance", judged
+    if float64:
+        row["float64_kernels"] = kernels_in_float64(hff, family, state, model, copied, runtime)
     return row
+
+
+def kernels_in_float64(hff: Any, family: str, state: dict, model: Any, inputs: dict, runtime: Any) -> dict:
+    """The transpiled model trained in float64 (its C++ kernels run in float64 too) against eager in float64: the
+    largest relative gradient difference, and the kernel calls of that step. Where the kernels ran and the difference
+    is at float64's rounding (~1e-12), their arithmetic is eager's, and a float32 difference is the rounding of a
+    reordered computation; it does not tell whether that rounding is as small as eager's (the float32 bound does)."""
+    import torch
+
+    try:
+        original, original_inputs = hff.tiny_model(family)
+        original.load_state_dict(state)
+        exact = train_step(hff, original.double(), _to_double(original_inputs))
+        model.double()
+        train_step(hff, model, _to_double(inputs))  # plans (and builds) the float64 kernels
+        before = _counts(runtime)
+        ours = train_step(hff, model, _to_double(inputs))
+    except Exception as error:  # noqa: BLE001 - a model that does not train in float64: no evidence either way
+        return {"error": _short(error)}
+    worst, parameter = 0.0, ""
+    for name, want in exact["grads"].items():
+        got = ours["grads"][name]
+        if want is None or got is None or got.shape != want.shape:
+            continue
+        error = (got - want).abs().max().item() / max(want.abs().max().item(), torch.finfo(torch.float64).tiny)
+        if error > worst:
+            worst, parameter = error, name
+    return {"max_rel_error": worst, "worst_parameter": parameter, "kernels": _kernel_calls(before, _counts(runtime))}
 
 
 def zero_dropout(hff: Any, cfg: Any) -> list[str]:
@@ -331,6 +365,7 @@ def run_one(family: str, args: argparse.Namespace, env: dict) -> dict:
     """`measure_family` in a fresh interpreter under the timeout."""
     with tempfile.TemporaryDirectory(prefix=f"train_{family}_") as work:
         command = [sys.executable, __file__, "--child", family, "--tools", str(args.tools), "--work", work]
+        command += ["--float64"] if args.float64 else []
         began = time.monotonic()
         try:
             run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
@@ -366,6 +401,16 @@ def _fallback_text(path_counts: dict) -> str:
     return "; ".join(f"{path.removeprefix('fallback: ')} x{n}" for path, n in path_counts.items() if "fallback" in path)
 
 
+def _float64_text(checked: dict) -> str:
+    if "error" in checked:
+        return f"float64: does not train ({checked['error'][:80]})"
+    k = checked["kernels"]
+    calls = sum(
+        n for d in ("backward", "forward") for path, n in k.get(d, {}).items() if not path.startswith("fallback")
+    )
+    return f"float64 with {calls} kernel calls: max rel error {checked['max_rel_error']:.1e} ({checked['worst_parameter']})"
+
+
 def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str:
     head = ["family", "status", "loss", "max rel error (parameter)", "backward calls", "forward calls"]
     head += ["fallbacks", "note"]
@@ -390,6 +435,7 @@ def render(rows: list[dict], summary: dict, seconds: float, command: str) -> str
         notes = [f"{r.get('stage', '')}: {r['error'][:160]}" if r.get("error") else ""]
         notes += ["nondeterministic in eager"] if r.get("nondeterministic") else []
         notes += [r["float64"]] if r.get("float64") else []
+        notes += [_float64_text(r["float64_kernels"])] if r.get("float64_kernels") else []
         notes += [f"steps {'/'.join(r['steps'])}"] if len(set(r.get("steps", []))) > 1 else []
         notes += [f"{m['parameter']}: {_mismatch(m)}" for m in r.get("mismatches", [])[:3]]
         cells.append("; ".join(n for n in notes if n))
@@ -448,11 +494,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path, help="write the report here too")
     parser.add_argument("--tools", type=Path, default=DEFAULT_TOOLS, help="the directory of hf_families.py")
     parser.add_argument("--from-json", type=Path, help="render the report of a saved --json run instead of running")
+    parser.add_argument(
+        "--float64",
+        action="store_true",
+        help="also train the transpiled model in float64 against eager in float64 (its kernels' arithmetic)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure_family(args.child, args.tools, args.work)))
+        print(json.dumps(measure_family(args.child, args.tools, args.work, args.float64)))
         return 0
     if args.from_json:
         report_saved(args, render, totals)
