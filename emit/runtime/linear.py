@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import collections
 import os
+import weakref
 
 import torch
 
-from .activations import Activations, _hooked
+from .activations import _MODULES, Activations, _hooked
 
 # cuBLAS's vectorised kernels need the output's row stride and N to be multiples of 16 bytes;
 # 8 elements covers float16 and bfloat16 (torch.compile's pad_mm pads to the same).
@@ -169,3 +170,162 @@ def _epilogue_operand(layer: torch.nn.Module, input: torch.Tensor) -> torch.Tens
     if _hooked(layer) or "forward" in vars(layer):
         return None
     return mat2
+
+
+# -- sibling projections: the `nn.Linear` layers a forward applies to one input, computed at once -------------------
+
+
+class _Taken:
+    """The outputs of one stacked call that later calls of its group may take: valid while the input is the same
+    tensor at the same version, the layers' parameters the same tensors at theirs, and autocast's dtype as it was."""
+
+    def __init__(self, input: torch.Tensor, group: tuple, outputs: list, dtype: torch.dtype) -> None:
+        self.input = weakref.ref(input)
+        self.versions = _versions(input, group)
+        self.outputs: list = outputs  # None once taken
+        self.dtype = dtype
+
+    def take(self, input: torch.Tensor, group: tuple, index: int, dtype: torch.dtype) -> torch.Tensor | None:
+        output = self.outputs[index]
+        if output is None or self.input() is not input or dtype != self.dtype:
+            return None
+        if _versions(input, group) != self.versions:
+            return None
+        self.outputs[index] = None
+        return output
+
+
+_TAKEN: "weakref.WeakKeyDictionary[torch.nn.Module, _Taken]" = weakref.WeakKeyDictionary()  # by a group's first layer
+
+
+def siblings(group: tuple, index: int, input: torch.Tensor) -> torch.Tensor:
+    """`group[index](input)`. Under autocast with autograd on, the first call of the group computes every layer's
+    output at once (`_Stacked`: the input cast once, its gradient one matmul), and the later calls take theirs
+    (docs/compiler.md, "Sibling projections")."""
+    module = group[index]
+    dtype = _stacking(group, input)
+    if dtype is None:
+        return module(input)
+    if index == 0:
+        outputs = stacked_linears(group, input, dtype)
+        counts["stacked"] += 1
+        _TAKEN[group[0]] = _Taken(input, group, [None, *outputs[1:]], dtype)
+        return outputs[0]
+    taken = _TAKEN.get(group[0])
+    output = None if taken is None else taken.take(input, group, index, dtype)
+    return module(input) if output is None else output
+
+
+def _stacking(group: tuple, input: torch.Tensor) -> torch.dtype | None:
+    """Autocast's dtype where `_Stacked` computes what the group's layers do and pays, else None.
+
+    It pays under autocast with autograd on: each layer casts the same input to autocast's dtype, saves that
+    copy for its backward, and sends back a half-precision gradient that autograd casts to float32 and sums with
+    the others. Without autocast there is no cast to share and autograd's sum is in the input's dtype already;
+    without autograd (inference) nothing is saved or summed, and autocast's cache casts each weight once per
+    autocast region, where the stacked buffer is made at every call."""
+    device = input.device.type
+    if _OFF or not torch.is_grad_enabled() or not torch.is_autocast_enabled(device):
+        return None
+    if torch.compiler.is_compiling() or type(input) not in _PLAIN or input.dim() == 0:
+        return None
+    dtype = torch.get_autocast_dtype(device)
+    if not input.is_floating_point() or input.dtype == torch.float64:
+        return None  # autocast leaves float64 alone; the layers raise their own errors for integers
+    first = group[0]
+    for module in group:
+        if type(module) is not torch.nn.Linear or "forward" in vars(module) or _hooked(module):
+            return None
+        if module._backward_hooks or module._backward_pre_hooks:
+            return None
+        weight, bias = module.weight, module.bias
+        if type(weight) not in _PLAIN or weight.shape != first.weight.shape or weight.device != input.device:
+            return None
+        if weight.dtype != first.weight.dtype or weight.dtype == torch.float64:
+            return None
+        if (bias is None) != (first.bias is None) or (bias is not None and type(bias) not in _PLAIN):
+            return None
+        if bias is not None and (bias.dtype != weight.dtype or bias.device != input.device):
+            return None
+    if input.shape[-1] != first.in_features:
+        return None  # the layer raises its error
+    if _MODULES._global_backward_hooks or _MODULES._global_backward_pre_hooks:
+        return None
+    return dtype
+
+
+def stacked_linears(group: tuple, input: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
+    """Each layer's `F.linear(input, weight, bias)` under autocast to `dtype`, the input cast once (`_Stacked`)."""
+    parameters = [m.weight for m in group] + ([m.bias for m in group] if group[0].bias is not None else [])
+    return list(_Stacked.apply(input, dtype, len(group), *parameters))
+
+
+class _Stacked(torch.autograd.Function):
+    """k linear layers of one input as autocast runs them, with what the k separate calls repeat done once.
+
+    Forward: the input cast to autocast's dtype once (each layer casts it, and saves its copy), the weights cast
+    into one buffer [k * out, in], and a matmul per layer into an output of its own (contiguous, and free to be
+    updated in place as a layer's output is). Backward: the input's gradient is one matmul of the output
+    gradients side by side with that buffer, summed in float32 inside it and rounded once, where eager rounds
+    each layer's half-precision gradient, casts it to float32 and adds them; each weight's and bias's gradient
+    is its layer's own. A layer whose output gets no gradient gives its parameters none, as eager's does
+    (`set_materialize_grads(False)`): an optimizer then leaves them alone. Once differentiable, as the kernels'
+    nodes are."""
+
+    @staticmethod
+    def forward(ctx, input, dtype, count, *parameters):
+        with torch.autocast(input.device.type, enabled=False):  # every operand is cast to `dtype` here
+            return _Stacked._forward(ctx, input, dtype, count, parameters)
+
+    @staticmethod
+    def _forward(ctx, input, dtype, count, parameters):
+        cast = input.to(dtype)
+        weights = parameters[:count]
+        rows = weights[0].shape[0]
+        stacked = torch.empty((count * rows, input.shape[-1]), dtype=dtype, device=input.device)
+        torch._foreach_copy_(list(stacked.split(rows)), list(weights))
+        biases = [b.to(dtype) for b in parameters[count:]] or [None] * count
+        flat = cast.reshape(-1, cast.shape[-1])
+        outputs = []
+        for weight, bias in zip(stacked.split(rows), biases):
+            # An output of its own written through a 2-d view: a layer's output may be updated in place, which a
+            # view (`F.linear` with a bias returns one) returned from a Function may not.
+            output = torch.empty((*input.shape[:-1], rows), dtype=dtype, device=input.device)
+            if bias is None:
+                torch.mm(flat, weight.t(), out=output.view(-1, rows))
+            else:
+                torch.addmm(bias, flat, weight.t(), out=output.view(-1, rows))
+            outputs.append(output)
+        ctx.save_for_backward(cast, stacked)
+        ctx.input = (input.shape, input.dtype)
+        ctx.count, ctx.biased = count, bool(parameters[count:])
+        ctx.set_materialize_grads(False)
+        return tuple(outputs)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grads):
+        cast, stacked = ctx.saved_tensors
+        flat = cast.reshape(-1, cast.shape[-1])
+        shape, dtype = ctx.input
+        count, rows = ctx.count, stacked.shape[0] // ctx.count
+        used = [i for i, g in enumerate(grads) if g is not None]
+        flats = {i: grads[i].reshape(-1, rows).to(flat.dtype) for i in used}
+        input_grad = None
+        if used and ctx.needs_input_grad[0]:
+            side_by_side = torch.cat([flats[i] for i in used], dim=1) if len(used) > 1 else flats[used[0]]
+            weights = torch.cat([stacked[i * rows : (i + 1) * rows] for i in used]) if len(used) < count else stacked
+            input_grad = (side_by_side @ weights).view(shape).to(dtype)
+        weight_grads = [
+            flats[i].t() @ flat if i in flats and ctx.needs_input_grad[3 + i] else None for i in range(count)
+        ]
+        bias_grads = [
+            flats[i].sum(0) if i in flats and ctx.needs_input_grad[3 + count + i] else None
+            for i in range(count if ctx.biased else 0)
+        ]
+        return (input_grad, None, None, *weight_grads, *bias_grads)
+
+
+def _versions(input: torch.Tensor, group: tuple) -> tuple:
+    parameters = [p for m in group for p in (m.weight, m.bias) if p is not None]
+    return (input._version, *(p._version for p in parameters), *map(id, parameters))

@@ -105,6 +105,7 @@ RETURN = "return"  # the target of a fusible `return expr`: the region's last st
 GRAPHED = "_transpile_graphed"  # the runtime's `graphed`: a forward replayed as a CUDA graph (compiler/graphing.py)
 LINEAR = "_transpile_linear"  # `linear`: pads unaligned layers on CUDA
 EPILOGUE = "_transpile_linear_activation"  # the kernel file's `LinearActivation`: layer and activation in one matmul
+SIBLINGS = "_transpile_siblings"  # `siblings`: the layers a forward applies to one input, computed at once
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,18 @@ class LinearSite:
     line: int
     col: int
     end_col: int
+
+
+@dataclass(frozen=True)
+class SiblingGroup:
+    """`nn.Linear` layers of one class applied to one input in one block (`self.q_proj(x)`, `self.k_proj(x)`, ...),
+    with no statement rebinding the input between them: their calls (in evaluation order), their attributes, and
+    the first call's statement (its line and indentation), before which the emitted module names the group."""
+
+    calls: tuple[LinearSite, ...]
+    attrs: tuple[str, ...]
+    line: int
+    indent: int
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import ast
 import re
 
 from transpiler.analysis.walker import Walker, Context
-from transpiler.compiler.ir import EPILOGUE, LINEAR, Epilogue, LinearSite, Region
+from transpiler.compiler.ir import EPILOGUE, LINEAR, SIBLINGS, Epilogue, LinearSite, Region, SiblingGroup
 from transpiler.analysis.kinds import Kind
 from transpiler.compiler.ops import ACTIVATIONS, EPILOGUE_OPS
 from transpiler.compiler.regions import _bodies, _live_after
@@ -97,6 +97,95 @@ def _is_unaligned_linear(value: ast.expr, names: Names) -> bool:
     if isinstance(out_features, ast.Constant):
         return isinstance(out_features.value, int) and out_features.value % ALIGN != 0
     return out_features is not None and DATA_SIZE.search(ast.unparse(out_features)) is not None
+
+
+# -- sibling projections: the layers a forward applies to one input, computed at once ------------------------------
+# Expressions whose calls run later or more than once: their layer calls are not grouped.
+_DEFERRED = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def sibling_groups(text: str, module: str, is_package: bool, compiled: set[str] | None) -> list[SiblingGroup]:
+    """The groups of `nn.Linear` calls on one input in `text` (an emitted module), in the functions that run under
+    `forward`: `self.a(x)`, `self.b(x)`, ... of distinct layers, one positional argument each, in one block with no
+    statement between or among them rebinding `x` (a compound statement ends every group). The runtime's
+    `siblings` computes them at once where that pays (autocast with autograd on: one cast of the input, one
+    matmul for its gradient) and checks at each later call that the input and the layers are still those of the
+    group's first call (emit/runtime/linear.py)."""
+    tree = ast.parse(text)
+    if any(isinstance(n, ast.Name) and n.id == SIBLINGS for n in ast.walk(tree)):
+        return []  # the name is the user's
+    finder = _SiblingCalls(compiled)
+    Walker([finder]).check(tree, module, is_package, text)
+    return finder.groups
+
+
+class _SiblingCalls:
+    """A checker pass that collects sibling groups in the functions that run under `forward`."""
+
+    def __init__(self, compiled: set[str] | None) -> None:
+        self.compiled = compiled
+        self.groups: list[SiblingGroup] = []
+
+    def check_function(self, findings, ctx: Context) -> None:
+        if ctx.cls is None or (self.compiled is not None and ctx.function.qualname not in self.compiled):
+            return
+        for body in _bodies(ctx.node):
+            self._block(body, ctx)
+
+    def _block(self, body: list[ast.stmt], ctx: Context) -> None:
+        open_: dict[str, list[tuple[str, ast.Call, ast.stmt]]] = {}  # per input name: the calls so far
+
+        def close(name: str) -> None:
+            calls = open_.pop(name, [])
+            if len(calls) > 1:
+                first = calls[0][2]
+                sites = tuple(LinearSite(c.func.lineno, c.func.col_offset, c.func.end_col_offset) for _, c, _ in calls)
+                self.groups.append(SiblingGroup(sites, tuple(a for a, _, _ in calls), first.lineno, first.col_offset))
+
+        for statement in body:
+            if not isinstance(statement, _SIMPLE):
+                for name in list(open_):
+                    close(name)
+                continue
+            bound = _bound(statement)
+            for attr, call, name in _linear_calls(statement, ctx):
+                if name in bound:
+                    continue  # `x` is rebound within the statement: its calls may see either value
+                calls = open_.setdefault(name, [])
+                if any(attr == a for a, _, _ in calls):
+                    close(name)
+                    calls = open_.setdefault(name, [])
+                calls.append((attr, call, statement))
+            for name in bound:
+                close(name)
+        for name in list(open_):
+            close(name)
+
+
+_SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return)
+
+
+def _linear_calls(statement: ast.stmt, ctx: Context) -> list[tuple[str, ast.Call, str]]:
+    """`self.<layer>(<name>)` calls of `nn.Linear` attributes in the statement, in evaluation order (a call's
+    argument before it, left before right): (attribute, call, input name)."""
+    found = []
+    deferred = {id(n) for d in ast.walk(statement) if isinstance(d, _DEFERRED) for n in ast.walk(d)}
+    for node in ast.walk(statement):
+        if id(node) in deferred or not isinstance(node, ast.Call):
+            continue
+        call = _call_of(node, ctx)
+        if call is None or not isinstance(call[1], ast.Name):
+            continue
+        if ctx.cls.attr_ctors.get(call[0]) in LINEAR_CLASSES and node.func.lineno == node.func.end_lineno:
+            found.append((call[0], node, call[1].id))
+    return sorted(found, key=lambda f: (f[1].end_lineno, f[1].end_col_offset))
+
+
+def _bound(statement: ast.stmt) -> set[str]:
+    """The names a simple statement binds (its targets, and walrus targets inside it)."""
+    targets = statement.targets if isinstance(statement, ast.Assign) else [getattr(statement, "target", None)]
+    names = {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names | {n.target.id for n in ast.walk(statement) if isinstance(n, ast.NamedExpr)}
 
 
 # -- linear + activation: the activation in cuBLASLt's epilogue ------------------------------------------

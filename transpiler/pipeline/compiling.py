@@ -176,10 +176,10 @@ def _failed(job: Job, why: str) -> Failed:
 
 def _compile(job: Job, text: str, tree: ast.Module, facts: ProjectFacts) -> Compiled | None:
     from emit.host.graphs import graph_forwards
-    from emit.host.linears import route_linears
+    from emit.host.linears import route_linears, route_siblings
     from emit.host.module import emit, is_generated, newlines_like
     from emit.host.twins import twins
-    from transpiler.compiler.linears import linear_sites
+    from transpiler.compiler.linears import linear_sites, sibling_groups
     from transpiler.compiler.passes import compile_unit, start
 
     if is_generated(text):
@@ -207,6 +207,8 @@ def _compile(job: Job, text: str, tree: ast.Module, facts: ProjectFacts) -> Comp
     # Unaligned linear layers' calls in the emitted module, routed through the runtime's `linear`.
     sites = linear_sites(emitted[0].text, job.module, is_package, set(facts.compiled))
     module = route_linears(emitted[0].text, sites, job.depth)
+    # Linear layers applied to one input (attention's q, k and v projections): one matmul in autocast training.
+    module = route_siblings(module, sibling_groups(module, job.module, is_package, set(facts.compiled)), job.depth)
     module = twins(module, job.module, job.depth)  # classes that stand in for the original's: Auto classes, names
     module = graph_forwards(module, list(unit.graphs), job.depth, job.shown)
     emitted[0] = replace(emitted[0], text=newlines_like(module, text))  # the source's line endings

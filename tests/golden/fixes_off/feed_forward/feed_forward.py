@@ -9,6 +9,13 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 import torch
+
+# nn.Linear layers applied to one input: one cast, one gradient matmul in autocast training (docs/compiler.md)
+try:  # the output tree imported as a package
+    from ._transpile_runtime.linear import siblings as _transpile_siblings
+except ImportError:  # the output root on sys.path
+    from _transpile_runtime.linear import siblings as _transpile_siblings
+
 try:  # the output tree imported as a package
     from ._feed_forward_kernels import fused_activation, fused_activation_2, _transpile_linear_activation
 except ImportError:  # the output directory itself on sys.path
@@ -34,8 +41,11 @@ class GatedMLP(nn.Module):
         self.act_fn = ACT2FN[config.hidden_act]
 
     def forward(self, x):
-        _gate_proj = self.gate_proj(x)
-        _up_proj = self.up_proj(x)
+        # transpile: under autocast with autograd on, these layers cast their input once and sum its
+        # gradient in one matmul (docs/compiler.md, "Sibling projections"); otherwise each call runs its layer
+        _siblings_1 = (self.gate_proj, self.up_proj)
+        _gate_proj = _transpile_siblings(_siblings_1, 0, x)
+        _up_proj = _transpile_siblings(_siblings_1, 1, x)
         # activations/feed_forward.py:28
         #     _act_mul = self.act_fn(_gate_proj) * _up_proj
         if (
