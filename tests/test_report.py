@@ -382,6 +382,23 @@ def test_backticks_become_code(message, html_text):
     assert _prose(message) == html_text
 
 
+def test_a_region_sharing_an_earlier_regions_kernel_shows_that_kernel_and_says_so(result):
+    """The build gives a region that computes what an earlier one does, on values of other names, the earlier
+    region's kernel (`same_as=` in its `Kernel(...)`): the page shows that kernel's code and names it."""
+    (OUT / "_layers_kernels.py").write_text(
+        'fused_clamp = Kernel(\n    "fused_clamp",\n    fused_clamp_reference,\n    same_as="fused_scale",\n'
+        '    renamed={"x": "y"},\n)\n\n\nfused_other = Kernel(\n    "fused_other",\n    same_as="fused_nothing",\n)\n'
+    )
+    (OUT / "_layers_triton.py").write_text("@triton.jit\ndef fused_scale_kernel(y_ptr):\n    y = 2\n")
+    (scaled,) = _data(result)["files"][0]["regions"]
+    assert scaled["shares"] == "fused_scale"
+    assert scaled["kernel_code"] == {"triton": "@triton.jit\ndef fused_scale_kernel(y_ptr):\n    y = 2"}
+    page = render_html(_data(result))
+    assert "Runs the kernel of <code>fused_scale</code>: the same computation on other values." in page
+    (OUT / "_layers_kernels.py").write_text('fused_clamp = Kernel(\n    "fused_clamp",\n)\n')
+    assert _data(result)["files"][0]["regions"][0]["shares"] is None
+
+
 def test_region_shows_its_kernel_code_and_the_module_diff(result):
     """Each region has its generated kernels (cut from the files beside the module) and the file its diff,
     all folded in <details>; a backend whose file lacks the kernel is left out."""

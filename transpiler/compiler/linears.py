@@ -119,18 +119,29 @@ def sibling_groups(text: str, module: str, is_package: bool, compiled: set[str] 
     return finder.groups
 
 
-class _SiblingCalls:
-    """A checker pass that collects sibling groups in the functions that run under `forward`."""
+class _Blocks:
+    """A checker pass over each statement list of the methods that run under `forward` (`compiled`; every method
+    where None): `_block` sees them one by one."""
 
     def __init__(self, compiled: set[str] | None) -> None:
         self.compiled = compiled
-        self.groups: list[SiblingGroup] = []
 
     def check_function(self, findings, ctx: Context) -> None:
         if ctx.cls is None or (self.compiled is not None and ctx.function.qualname not in self.compiled):
             return
         for body in _bodies(ctx.node):
             self._block(body, ctx)
+
+    def _block(self, body: list[ast.stmt], ctx: Context) -> None:
+        raise NotImplementedError
+
+
+class _SiblingCalls(_Blocks):
+    """A checker pass that collects sibling groups in the functions that run under `forward`."""
+
+    def __init__(self, compiled: set[str] | None) -> None:
+        super().__init__(compiled)
+        self.groups: list[SiblingGroup] = []
 
     def _block(self, body: list[ast.stmt], ctx: Context) -> None:
         open_: dict[str, list[tuple[str, ast.Call, ast.stmt]]] = {}  # per input name: the calls so far
@@ -221,21 +232,18 @@ def epilogue_sites(
     ]
 
 
-class _EpilogueSites:
+class _EpilogueSites(_Blocks):
     """A checker pass that collects linear + activation pairs in the functions that run under `forward`."""
 
     def __init__(self, compiled: set[str] | None) -> None:
-        self.compiled = compiled
+        super().__init__(compiled)
         self.sites: list[Epilogue] = []
 
-    def check_function(self, findings, ctx: Context) -> None:
-        if ctx.cls is None or (self.compiled is not None and ctx.function.qualname not in self.compiled):
-            return
-        for body in _bodies(ctx.node):
-            for index in range(len(body)):
-                site = self._site(body[index : index + 2], ctx)
-                if site:
-                    self.sites.append(site)
+    def _block(self, body: list[ast.stmt], ctx: Context) -> None:
+        for index in range(len(body)):
+            site = self._site(body[index : index + 2], ctx)
+            if site:
+                self.sites.append(site)
 
     def _site(self, statements: list[ast.stmt], ctx: Context):
         first = _assigned_call(statements[0], ctx)

@@ -212,10 +212,28 @@ def _regions(
                 {"line": n, "text": numbered[n]} for n in range(r.first_line, r.last_line + 1) if n in numbered
             ],
             "kernel_files": [k.as_posix() for k in kernel_files],
-            "kernel_code": _kernel_code(r.name, kernel_files),
+            "shares": (shares := _shared_kernel(r.name, kernel_files)),
+            "kernel_code": _kernel_code(shares or r.name, kernel_files),
         }
         for r in sorted(regions, key=lambda r: (r.first_line, r.name))
     ]
+
+
+def _shared_kernel(name: str, kernel_files: list[Path]) -> str | None:
+    """The kernel whose code region `name` runs where the build gave it an earlier region's (the same computation
+    on values of other names: `same_as=` in its `Kernel(...)` of the host module), else None."""
+    for path in kernel_files:
+        if not path.name.endswith("_kernels.py"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        block = re.search(rf"^{re.escape(name)} = Kernel\(\n.*?^\)", text, re.M | re.S)
+        same = block and re.search(r'^    same_as="(\w+)",$', block.group(0), re.M)
+        if same:
+            return same.group(1)
+    return None
 
 
 def _kernel_code(name: str, kernel_files: list[Path]) -> dict[str, str]:
@@ -397,8 +415,9 @@ def _index(files: list[dict]) -> str:
     """One row per file, with what it has, and a filter over the paths."""
     if not files:
         return '<p class="none">No file has findings, rewrites or regions.</p>'
+    # "Rewrites": the fixes applied and the imports made absolute, as the file's section and the summary count them.
     head = "".join(
-        f'<th scope="col">{name}</th>' for name in ("File", "Findings", "Fixes", "Left", "Regions", "Refused")
+        f'<th scope="col">{name}</th>' for name in ("File", "Findings", "Rewrites", "Left", "Regions", "Refused")
     )
     rows = "".join(
         f'<tr data-path="{_e(entry["path"].lower())}"><td><a href="#file-{index}"><code>{_e(entry["path"])}</code></a></td>'
@@ -515,6 +534,11 @@ def _region(region: dict, out: str) -> str:
             f"<p>{'Line' if region['first_line'] == region['last_line'] else 'Lines'}"
             f" {region['lines']} of the source:</p>",
             f"<pre><code>{_e(source)}</code></pre>" if source else '<p class="none">Source text not available.</p>',
+            (
+                f"<p>Runs the kernel of <code>{_e(region['shares'])}</code>: the same computation on other values.</p>"
+                if region.get("shares")
+                else ""
+            ),
             *code,
             _details("Region IR", f"<pre class=\"wrap\"><code>{_e(region['ir'])}</code></pre>"),
             (
