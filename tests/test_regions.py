@@ -322,3 +322,41 @@ def test_tensor_code_left_eager_is_listed_with_its_reason():
             "`torch.nn.functional.softmax` with these arguments (dim=, dtype=): no spelling of the op table takes them",
         ),
     ]
+
+
+def test_a_function_a_forward_passes_on_as_a_value_is_listed_as_not_compiled():
+    """An attention interface's default (`get_interface(name, eager_attention)`): the forward does not call the
+    function, so the build does not compile it; the reader learns why its softmax is in no kernel. A function the
+    forward calls is compiled (its code is typed from the call: no such entry), and one nobody passes is not listed.
+    A file whose helpers are typed from their call sites keeps the other functions' reasons (LLaMA's lost them)."""
+    text = HEADER + textwrap.dedent("""
+        def eager_attention(q, k):
+            return torch.softmax(q @ k.transpose(-1, -2), dim=-1)
+
+
+        def unused(q):
+            return torch.tanh(q)
+
+
+        def scale(q):
+            return q * 2.0 + 1.0
+
+
+        class M(nn.Module):
+            def forward(self, q, k):
+                attend = INTERFACES.get(self.kind, eager_attention)
+                s = torch.matmul(q, k) * 0.5
+                return attend(scale(q), k) + s
+        """)
+    compiled = {"m.M.forward", "m.scale"}
+    for tensor_params in (None, {"m.scale": frozenset({"q"})}):
+        not_fused: list = []
+        find_regions(ast.parse(text), "m.py", "m", False, text, compiled, tensor_params, not_fused=not_fused)
+        reasons = {n.function: n.reason for n in not_fused}
+        assert reasons["m.eager_attention"] == (
+            "`eager_attention` is not compiled: `M.forward` passes it on as a value"
+            " (`INTERFACES.get(self.kind, eager_attention)`) rather than calling it, and the build compiles only what"
+            " a forward calls"
+        )
+        assert "m.unused" not in reasons and "m.scale" not in reasons
+        assert "`torch.matmul` is not in the op table" in reasons["m.M.forward"]  # kept beside the typed walk's

@@ -35,6 +35,7 @@ from transpiler.compiler.regions import (
     cost,
     find_regions,
     named_regions,
+    typed_reasons,
     outside_regions,
     translate,
     translate_part,
@@ -164,7 +165,8 @@ def _plan(
         typed_regions = typed_finder.regions
     ordered = sorted((s for found in splits.values() for s in found), key=lambda s: s.statement.lineno)
     regions = named_regions(finder.regions, typed_regions, tensor_params)
-    return ordered, taken, regions, outside_regions((typed_finder if tensor_params else finder).not_fused, regions)
+    reasons = typed_reasons(finder, typed_finder if tensor_params else None, tensor_params)
+    return ordered, taken, regions, outside_regions(reasons, regions)
 
 
 def _split(statement: ast.stmt, ctx: Context, callees: dict[str, Callee]) -> _Split | None:

@@ -916,6 +916,9 @@ def _kernel_name(nodes: list[Node]) -> str:
     return "fused_" + "_".join(named[:3])
 
 
+_TORCH_PREFIXES = ("torch.", "nn.functional.", "F.")
+
+
 class RegionFinder:
     """A checker pass (like a rule, reporting nothing) that collects the regions of a file."""
 
@@ -933,9 +936,30 @@ class RegionFinder:
         self.callees: Callees = {} if callees is None else callees
         self.temporaries = temporaries or {}  # per function, the tensor temporaries of split statements
         self.regions: list[Region] = []
-        self.not_fused: list[NotFused] = []  # tensor statements left eager in compiled functions, and why
+        self.left: list[NotFused] = []  # tensor statements left eager in compiled functions, and why
         self._fragments: dict[int, Fragment | None] = {}
         self._why: dict[int, str] = {}
+        # Module-level functions not compiled, with the line of their first call of torch; and the names that
+        # compiled functions pass to calls, with the function and the call: a function passed on (an attention
+        # interface's default, `get_interface(..., eager_attention_forward)`) runs where the build does not follow.
+        self._uncompiled: dict[str, tuple[str, int]] = {}
+        self._passed: dict[str, tuple[str, str]] = {}
+
+    @property
+    def not_fused(self) -> list[NotFused]:
+        """Tensor code left eager, and why: statements of compiled functions, and functions only passed on."""
+        passed = [
+            NotFused(
+                qualname,
+                line,
+                f"`{name}` is not compiled: `{user}` passes it on as a value (`{how}`) rather than calling it,"
+                " and the build compiles only what a forward calls",
+            )
+            for name, (qualname, line) in self._uncompiled.items()
+            if name in self._passed
+            for user, how in [self._passed[name]]
+        ]
+        return [*self.left, *passed]
 
     def _visit(self, node: ast.stmt, ctx: Context) -> None:
         if id(node) not in self._fragments:
@@ -958,19 +982,40 @@ class RegionFinder:
             else:  # a later definition of the name: calls below it run this one
                 self.callees.pop(ctx.function.qualname, None)
         if self.compiled is not None and ctx.function.qualname not in self.compiled:
+            if ctx.cls is None:  # its parameters are untyped here: torch's calls say it holds tensor code
+                torch_calls = [
+                    n.lineno
+                    for n in ast.walk(ctx.node)
+                    if isinstance(n, ast.Call) and ast.unparse(n.func).startswith(_TORCH_PREFIXES)
+                ]
+                if torch_calls:
+                    self._uncompiled[ctx.node.name] = (ctx.function.qualname, min(torch_calls))
             return
+        if self.compiled is not None:
+            self._note_passed(ctx)
         for body in _bodies(ctx.node):
             run: list[Fragment] = []
             for statement in [*body, None]:
                 fragment = self._fragments.get(id(statement)) if statement is not None else None
                 if statement is not None and id(statement) in self._why:
-                    self.not_fused.append(NotFused(ctx.function.qualname, statement.lineno, self._why[id(statement)]))
+                    self.left.append(NotFused(ctx.function.qualname, statement.lineno, self._why[id(statement)]))
                 if fragment is not None and _alone_on_its_lines(statement, body):
                     run.append(fragment)
                     if fragment.target != RETURN:
                         continue
                 self._close(run, ctx)
                 run = []
+
+    def _note_passed(self, ctx: Context) -> None:
+        """The names a compiled function uses as a call's argument, with the function's name and the call."""
+        short = f"{ctx.cls.name}.{ctx.function.name}" if ctx.cls is not None else ctx.function.name
+        for call in ast.walk(ctx.node):
+            if isinstance(call, ast.Call):
+                for argument in [*call.args, *(k.value for k in call.keywords)]:
+                    if isinstance(argument, ast.Name):
+                        shown = ast.unparse(call)
+                        shown = shown if len(shown) <= 80 else f"{shown[:77]}..."
+                        self._passed.setdefault(argument.id, (short, shown))
 
     def _close(self, run: list[Fragment], ctx: Context) -> None:
         builder = _Builder()
@@ -1027,7 +1072,7 @@ class RegionFinder:
 
     def _refuse(self, builder: _Builder, ctx: Context, reason: str) -> None:
         first = builder.fragments[0].statement.lineno
-        self.not_fused.append(NotFused(ctx.function.qualname, first, reason))
+        self.left.append(NotFused(ctx.function.qualname, first, reason))
 
 
 def _outputs(env: Mapping[str, str], live: set[str]) -> tuple[Output, ...]:
@@ -1104,13 +1149,24 @@ def find_regions(
         Walker([typed]).check(tree, module, is_package, text, tensor_params)
     regions = named_regions(finder.regions, typed.regions if typed else [], tensor_params)
     if not_fused is not None:
-        not_fused.extend(outside_regions((typed or finder).not_fused, regions))
+        not_fused.extend(outside_regions(typed_reasons(finder, typed, tensor_params), regions))
     return regions
 
 
+def typed_reasons(
+    finder: RegionFinder, typed: RegionFinder | None, tensor_params: Mapping[str, frozenset[str]] | None
+) -> list[NotFused]:
+    """The reasons of the walk over the file, but for the functions the typed walk checked again (it checks only
+    those, and knows more of their parameters): its reasons for them."""
+    if typed is None or not tensor_params:
+        return finder.not_fused
+    return [n for n in finder.not_fused if n.function not in tensor_params] + [
+        n for n in typed.not_fused if n.function in tensor_params
+    ]
+
+
 def outside_regions(reasons: Iterable[NotFused], regions: list[Region]) -> tuple[NotFused, ...]:
-    """The reasons at lines no region covers, once each, in line order (the typed walk's, where it ran:
-    it knows more of the helpers' parameters)."""
+    """The reasons at lines no region covers, once each, in line order."""
     kept = dict.fromkeys(n for n in reasons if not any(r.first_line <= n.line <= r.last_line for r in regions))
     return tuple(sorted(kept, key=lambda n: n.line))
 
