@@ -13,6 +13,7 @@ import pytest
 
 from transpiler.source.diagnostics import Diagnostic, Fix
 from transpiler.compiler.ir import Input, Node, Output, Region, format_region
+from transpiler.pipeline import report
 from transpiler.pipeline.report import REPORT_HTML, REPORT_JSON, render_html, report_data, write_report
 from transpiler.pipeline.build import BuildResult
 
@@ -348,8 +349,8 @@ def test_html_escapes_and_structure(result):
         "Summary", "Files", "src/pkg/layers.py", "src/pkg/sub/layers.py", "Runtime support"
     ]  # fmt: skip
     assert parsed.headings["h3"] == [
-        "Rewrites applied", "Regions compiled into kernels",
-        "Findings left in the output", "Regions compiled into kernels",
+        "Rewrites applied", "Regions compiled into kernels",  # its region's function is a lambda: no chart
+        "Findings left in the output", "Where each function's tensor operations run", "Regions compiled into kernels",
     ]  # fmt: skip
     assert parsed.headings["h4"] == ["Kernel fused_clamp", "Kernel fused_abs"]
     # Escaped text reads back as the original characters.
@@ -566,3 +567,71 @@ def test_tensor_code_left_eager_is_in_the_report_with_its_reason(tmp_path):
     page = (out / REPORT_HTML).read_text()
     assert "Tensor code left eager, and why (2)" in page
     assert "<code>torch.nn.functional.softmax</code> with these arguments" in page
+
+
+WHERE_SOURCE = """import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.act = nn.GELU()
+
+    def forward(self, x, mask):
+        if torch.compiler.is_compiling():
+            pass
+        h = self.proj(x)
+        h = self.act(h) * 2.0 + 1.0
+        s = torch.matmul(h, h.transpose(-1, -2))
+        s = s.cumsum(-1)
+        return F.softmax(s + mask, dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(4, 4)
+        self.k = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.matmul(self.q(x), self.k(x).transpose(-1, -2))
+
+
+def helper(x):
+    return torch.tanh(x)
+"""
+
+
+def test_where_each_functions_tensor_operations_run_is_counted_and_drawn(tmp_path):
+    """Per function: its regions' ops, its library calls (a torch.nn layer that kernels never compute; a torch
+    function in a statement no region or reason takes) and its statements left eager. Every forward is listed,
+    also one of library calls only; calls of torch that are not operations (`is_compiling`) do not count."""
+    source = tmp_path / "block.py"
+    source.write_text(WHERE_SOURCE)
+    lines = WHERE_SOURCE.splitlines()
+    at = {text.strip(): n for n, text in enumerate(lines, 1)}
+    nodes = (
+        Node("gelu", ("h",), "t0", at["h = self.act(h) * 2.0 + 1.0"]),
+        Node("mul", ("t0", "2.0"), "t1", at["h = self.act(h) * 2.0 + 1.0"], constants=(1,)),
+        Node("add", ("t1", "1.0"), "h_2", at["h = self.act(h) * 2.0 + 1.0"], constants=(1,)),
+    )
+    region = _region(
+        source, "fused_gelu", "m.Block.forward", at["h = self.act(h) * 2.0 + 1.0"], nodes, (Input("h", "h", True),)
+    )
+    left = [("m.Block.forward", at["s = s.cumsum(-1)"], "`.cumsum` is not in the op table")]
+    rows = report._where_it_runs(source, [region], left)
+    assert rows == [
+        # proj (nn.Linear) and torch.matmul; the softmax's statement is neither a region nor a reason: a library call;
+        # `self.act` (nn.GELU) is in the region, and a kernel may compute it.
+        {"function": "Block.forward", "kernels": 3, "library": 3, "eager": 1},
+        {"function": "Attention.forward", "kernels": 0, "library": 3, "eager": 0},
+    ]
+    page = report._where_chart(rows)
+    parsed = _parse(page)
+    assert [tag for tag, _ in parsed.tags].count("rect") == 4  # Block: three shares; Attention: one
+    assert 'aria-label="Block.forward: 3 ops in generated kernels, 3 library calls, 1 statements left eager;' in page
+    assert report._where_it_runs(tmp_path / "missing.py", [region], left) == []
+    assert report._where_it_runs(source, [], []) == []

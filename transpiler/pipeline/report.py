@@ -9,6 +9,7 @@ files are byte-identical for identical builds: no timestamps, everything sorted.
 
 from __future__ import annotations
 
+import ast
 import html
 import json
 import math
@@ -118,6 +119,7 @@ def report_data(
                     {"function": function, "line": line, "reason": why}
                     for function, line, why in result.not_fused.get(src, ())
                 ],
+                "where": _where_it_runs(src, result.regions.get(src, []), result.not_fused.get(src, ())),
                 "kernel_files": [k.as_posix() for k in kernel_files],
                 # Imports alone are listed above: a diff of them would be most of a large tree's page.
                 "diff": (
@@ -219,6 +221,81 @@ def _regions(
     ]
 
 
+# Calls of torch's functions that compute on tensors: not its namespaces and helpers of state, types and devices.
+_TORCH_OP = re.compile(
+    r"(torch|F|nn\.functional)\.(?!(compiler|jit|cuda|backends|autograd|distributed|_\w*)\.)"
+    r"(?!(is_\w+|no_grad|enable_grad|inference_mode|autocast|finfo|iinfo|device|dtype|get_\w+|set_\w+|manual_seed)$)"
+    r"[\w.]+$"
+)
+# torch.nn layers that run as library calls (kernels never compute them; activations and norms they may).
+_LIBRARY_LAYERS = re.compile(r"(Linear|Bilinear|Conv\w*|Embedding\w*|LSTM|GRU|RNN|MultiheadAttention)$")
+
+
+def _where_it_runs(src: Path, regions: list[Region], not_fused: Iterable[tuple[str, int, str]]) -> list[dict]:
+    """Per function with tensor code the build looked at (a region's, or a reason's for code it left eager), in
+    source order, its operations: those in generated kernels (its regions' ops), its library calls (of a `torch.nn`
+    layer its class builds in `__init__` that kernels never compute, `nn.Linear`, convolutions, embeddings, RNNs;
+    and of torch's functions, `torch.matmul`, `F.scaled_dot_product_attention`, in statements no region takes), and
+    its statements left eager (each counts as one). Empty where the source cannot be read."""
+    functions = {r.function: None for r in sorted(regions, key=lambda r: r.first_line)}
+    eager: dict[str, set[int]] = {}
+    for function, line, _ in not_fused:
+        functions.setdefault(function, None)
+        eager.setdefault(function, set()).add(line)
+    if not functions:
+        return []  # a file without tensor code the build looked at
+    try:
+        tree = ast.parse(read_source(src))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return []
+    defs: dict[str, tuple[ast.AST, set[str]]] = {}  # "Class.method" or "function": the node, its class's layers
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs[node.name] = (node, set())
+        elif isinstance(node, ast.ClassDef):
+            layers = {
+                target.attr
+                for assign in ast.walk(node)
+                if isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Call)
+                if _LIBRARY_LAYERS.search(ast.unparse(assign.value.func))
+                for target in assign.targets
+                if isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            }
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    defs[f"{node.name}.{item.name}"] = (item, layers)
+    keys = [max((k for k in defs if f == k or f.endswith(f".{k}")), key=len, default=None) for f in functions]
+    named = dict(zip(keys, functions))
+    # Every class's forward too: a forward of library calls only (attention's projections) has no region or reason.
+    named.update({k: k for k in defs if k.endswith(".forward") and k not in named})
+    rows = []
+    for key, function in sorted(
+        ((k, f) for k, f in named.items() if k is not None), key=lambda p: defs[p[0]][0].lineno
+    ):
+        node, layers = defs[key]
+        own = [r for r in regions if r.function == function]
+        left = eager.get(function, set())
+        library = 0
+        for statement in ast.walk(node):
+            if not isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return)):
+                continue
+            lines = set(range(statement.lineno, statement.end_lineno + 1))
+            taken = bool(lines & left) or any(r.first_line <= n <= r.last_line for n in lines for r in own)
+            for call in ast.walk(statement):
+                if isinstance(call, ast.Call):
+                    func = call.func
+                    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+                        library += func.attr in layers
+                    elif not taken and _TORCH_OP.match(ast.unparse(func)):
+                        library += 1
+        counts = {"kernels": sum(len(r.nodes) for r in own), "library": library, "eager": len(left)}
+        if any(counts.values()):
+            rows.append({"function": key, **counts})
+    return rows
+
+
 def _shared_kernel(name: str, kernel_files: list[Path]) -> str | None:
     """The kernel whose code region `name` runs where the build gave it an earlier region's (the same computation
     on values of other names: `same_as=` in its `Kernel(...)` of the host module), else None."""
@@ -302,6 +379,8 @@ def _json_constant(value: Constant | str) -> Constant | str:
 # -- the page -------------------------------------------------------------------------------------
 _CSS = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 0; color: #1b1b1b; background: #fff; }
+svg.where { font: 13px system-ui, sans-serif; max-width: 100%; height: auto; }
+.swatch { display: inline-block; width: .8em; height: .8em; margin: 0 .25em 0 .6em; vertical-align: -.05em; }
 main { max-width: 72rem; margin: 0 auto; padding: 1rem 1.5rem 3rem; }
 h1 { font-size: 1.6rem; overflow-wrap: anywhere; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ccc; }
 h2, h3, h4 { overflow-wrap: anywhere; } h4 { margin-bottom: .3rem; }
@@ -468,6 +547,8 @@ def _file_section(entry: dict, index: int, out: str) -> str:
         parts.append(f"<p>Relative imports made absolute: {items}.</p>")
     if entry["diff"]:
         parts.append(_details("The transpiled module, as a diff against the source", _diff_html(entry["diff"])))
+    if entry.get("where"):
+        parts += ["<h3>Where each function's tensor operations run</h3>", _where_chart(entry["where"])]
     if entry["regions"]:
         parts += ["<h3>Regions compiled into kernels</h3>", *(_region(region, out) for region in entry["regions"])]
     if entry["not_fused"]:
@@ -482,6 +563,43 @@ def _file_section(entry: dict, index: int, out: str) -> str:
         parts += ["<h3>Forwards replayed as CUDA graphs</h3>", _graphs(graphs)]
     parts.append("</section>")
     return "\n".join(parts)
+
+
+_WHERE = (("kernels", "ops in generated kernels", "#2e7d32"), ("library", "library calls", "#1565c0"))
+_WHERE += (("eager", "statements left eager", "#e65100"),)
+
+
+def _where_chart(rows: list[dict]) -> str:
+    """One bar per function: its operations in generated kernels, its library calls and its statements left eager
+    (`_where_it_runs`), as shares of the bar, with the counts beside it."""
+    label, bar, gap, height = 260, 360, 8, 22
+    parts = []
+    for index, row in enumerate(rows):
+        y = index * height
+        total = sum(row[key] for key, _, _ in _WHERE)
+        name = row["function"] if len(row["function"]) <= 34 else f"{row['function'][:33]}…"
+        parts.append(f'<text x="0" y="{y + 15}"><title>{_e(row["function"])}</title>{_e(name)}</text>')
+        x = float(label)
+        for key, words, colour in _WHERE:
+            width = bar * row[key] / total
+            if width:
+                parts.append(
+                    f'<rect x="{x:.1f}" y="{y + 3}" width="{width:.1f}" height="{height - 6}" fill="{colour}">'
+                    f"<title>{_e(row['function'])}: {row[key]} {words}</title></rect>"
+                )
+            x += width
+        counts = " / ".join(str(row[key]) for key, _, _ in _WHERE)
+        parts.append(f'<text x="{label + bar + gap}" y="{y + 15}">{counts}</text>')
+    legend = " ".join(f'<span class="swatch" style="background:{colour}"></span>{words}' for _, words, colour in _WHERE)
+    total_height = len(rows) * height
+    summary = "; ".join(
+        f"{row['function']}: " + ", ".join(f"{row[key]} {words}" for key, words, _ in _WHERE) for row in rows
+    )
+    return (
+        f'<p class="legend">{legend} (counts in that order)</p>\n'
+        f'<svg class="where" role="img" aria-label="{_e(summary)}" width="{label + bar + 90}" '
+        f'height="{total_height}" viewBox="0 0 {label + bar + 90} {total_height}">{"".join(parts)}</svg>'
+    )
 
 
 def _graphs(graphs: dict) -> str:
