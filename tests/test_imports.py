@@ -240,6 +240,13 @@ def test_modules_the_build_leaves_as_they_are_are_the_originals(tmp_path, transp
     assert run.exit_code == 0, run.output
     for name in ("configuration_fam", "util"):
         assert (out / f"{name}.py").read_text().startswith(SHARED_HEADER)
+    # The summary counts them apart, and not the imports their sources had: the output's files do not hold them.
+    counts = run.stdout.split("into ", 1)[1].split(".\n", 1)[0]
+    assert ", 2 shared with the original (importing its module), " in counts, counts
+    report = json.loads((out / "transpile-report.json").read_text())["summary"]
+    assert report["shared_files"] == 2
+    kinds = ("rewritten_files", "kernels_only_files", "shared_files", "copied_files", "unreadable_files")
+    assert report["files"] == sum(report[k] for k in kinds)  # every file counted once
     for name in ("heads.py", "__init__.py"):  # imports a compiled module; a package must find its submodules here
         assert (out / name).read_bytes() == (tmp_path / "src/lib/fam" / name).read_bytes()
     assert "fused_" in (out / "modeling_fam.py").read_text()

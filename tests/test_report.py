@@ -128,6 +128,7 @@ def test_summary_and_files_are_sorted(result):
         "files": 3,
         "rewritten_files": 0,
         "kernels_only_files": 1,
+        "shared_files": 0,
         "copied_files": 2,
         "unreadable_files": 0,
         "findings": 2,

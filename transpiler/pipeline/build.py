@@ -155,6 +155,9 @@ class BuildResult:
     kernel_files: list[Path] = field(default_factory=list)  # generated beside the modules, and the runtime
     kernels: dict[Path, list[Path]] = field(default_factory=dict)  # by source file, the kernel files beside its module
     imports: list[ImportRewrite] = field(default_factory=list)  # relative imports leaving `out`, made absolute
+    # Sources written as modules shared with the original (a file importing the original module, docs/compiler.md):
+    # neither rewritten nor copied, and their imports are not the output's.
+    shared: list[Path] = field(default_factory=list)
 
 
 def build(
@@ -235,6 +238,7 @@ def build(
             continue  # written above
         if src in shared:
             _write_if_changed(dst, shared_module_text(shared[src]).encode(), like=src)
+            result.shared.append(src)
         elif src in sources:
             _write_if_changed(dst, encode_source(src, sources[src]), like=src)
             result.rewritten.append(dst)
@@ -249,6 +253,8 @@ def build(
             _copy_if_changed(src, dst)
         written[rel] = _signature(dst)
         output_of[str(src)] = str(dst)
+    gone = {str(src) for src in result.shared}  # a shared module's file is the original's: its imports are not made
+    result.imports = [r for r in result.imports if r.path not in gone]
     # Unreadable files get one diagnostic each, saying they were not copied (the lint
     # reported the Python ones already, without knowing that).
     unreadable = {str(src) for src in result.unreadable}
@@ -492,11 +498,19 @@ def rule_rows(result: BuildResult) -> list[RuleRow]:
 
 def file_counts(result: BuildResult) -> tuple[int, int]:
     """Files written with kernels but no fix or import rewritten, and files copied unchanged; with
-    `result.rewritten` and `result.unreadable` they add up to `result.files` (the summary and the report
-    count them so)."""
+    `result.rewritten`, `result.shared` and `result.unreadable` they add up to `result.files` (the summary and the
+    report count them so)."""
     changed = {d.path for d in result.applied} | {r.path for r in result.imports}
     kernels_only = sum(1 for src in result.regions if str(src) not in changed)
-    return kernels_only, result.files - len(result.rewritten) - kernels_only - len(result.unreadable)
+    others = len(result.rewritten) + kernels_only + len(result.shared) + len(result.unreadable)
+    return kernels_only, result.files - others
+
+
+def file_counts_text(rewritten: int, kernels_only: int, shared: int, copied: int, unreadable: int) -> str:
+    """The summary's and the report's words for the files: "3 rewritten, 2 shared with the original, ..."."""
+    text = f"{rewritten} rewritten, " + (f"{kernels_only} with kernels only, " if kernels_only else "")
+    text += f"{shared} shared with the original (importing its module), " if shared else ""
+    return text + f"{copied} copied unchanged" + (f", {unreadable} unreadable (not copied)" if unreadable else "")
 
 
 # Findings about a file that could not be read, parsed or compiled: the compact summary lists them too.
@@ -521,6 +535,7 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool, detail: str = "c
                 "total": result.files,
                 "rewritten": len(result.rewritten),
                 "kernels_only": kernels_only,
+                "shared": len(result.shared),
                 "copied": copied,
                 "unreadable": [str(p) for p in result.unreadable],
                 "removed": [str(p) for p in result.removed],
@@ -558,9 +573,7 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool, detail: str = "c
     if detail == "quiet":
         return "".join(f"{line}\n" for line in shown)
     verbose = detail == "verbose"
-    counts = f"{len(result.rewritten)} rewritten, " + (f"{kernels_only} with kernels only, " if kernels_only else "")
-    counts += f"{copied} copied unchanged"
-    counts += f", {len(result.unreadable)} unreadable (not copied)" if result.unreadable else ""
+    counts = file_counts_text(len(result.rewritten), kernels_only, len(result.shared), copied, len(result.unreadable))
     lines = [f"Transpiled {_plural(result.files, 'file')} into {result.out}: {counts}."]
     regions = [r for found in result.regions.values() for r in found]
     if regions:

@@ -139,6 +139,7 @@ def report_data(
             "files": result.files,
             "rewritten_files": len(result.rewritten),
             "kernels_only_files": kernels_only,
+            "shared_files": len(result.shared),
             "copied_files": copied,
             "unreadable_files": len(result.unreadable),
             "findings": len(result.found),
@@ -447,12 +448,10 @@ def render_html(data: dict) -> str:
 def _summary(data: dict) -> str:
     """The build summary's counts, in its words, and its per-rule table."""
     s = data["summary"]
-    files = f"{s['rewritten_files']} rewritten, " + (
-        f"{s['kernels_only_files']} with kernels only, " if s["kernels_only_files"] else ""
-    )
-    files += f"{s['copied_files']} copied unchanged" + (
-        f", {s['unreadable_files']} unreadable (not copied)" if s["unreadable_files"] else ""
-    )
+    from transpiler.pipeline.build import file_counts_text
+
+    counts = ("rewritten_files", "kernels_only_files", "shared_files", "copied_files", "unreadable_files")
+    files = file_counts_text(*(s.get(key, 0) for key in counts))
     rows = [
         ("Files", f"{s['files']}: {files}"),
         ("Findings in the input", s["findings"]),
