@@ -297,7 +297,7 @@ def test_readme_editor_task_matches_the_output(project):
     block = re.search(r"In VS Code.*?```json\n(.*?)```", readme, re.S)[1]
     (task,) = json.loads(block)["tasks"]
     pattern = task["problemMatcher"]["pattern"]
-    model = project.write("model.py", MULTI_MODEL)
+    model = project.write("my model.py", MULTI_MODEL)  # a space: the task quotes the path
     command = task["command"].replace("${file}", str(model)).replace("transpile ", f"{' '.join(map(repr, CLI))} ", 1)
     proc = subprocess.run(command, shell=True, cwd=project.root, capture_output=True, text=True, env=ENV)
     assert proc.returncode == 1
