@@ -403,6 +403,7 @@ def test_json_summary_has_the_same_content(tmp_path, cli):
         "total": 5,
         "rewritten": 1,
         "kernels_only": 0,
+        "shared": 0,
         "copied": 4,
         "removed": [],
         "unreadable": [],
