@@ -189,6 +189,8 @@ class _Taken:
         output = self.outputs[index]
         if output is None or self.input() is not input or dtype != self.dtype:
             return None
+        if any(earlier is not None for earlier in self.outputs[1:index]):
+            return None  # in the group's order only: a call skipped since (an exception between them) ends the group
         if _versions(input, group) != self.versions:
             return None
         self.outputs[index] = None
