@@ -916,7 +916,14 @@ def _kernel_name(nodes: list[Node]) -> str:
     return "fused_" + "_".join(named[:3])
 
 
-_TORCH_PREFIXES = ("torch.", "nn.functional.", "F.")
+# A call of torch's that computes on tensors, by its callee's text: not its namespaces of state and tools, nor
+# its helpers of state, types and devices (`torch.compiler.is_compiling()`, `torch.finfo`). The report counts
+# library calls with it too.
+TORCH_OP = re.compile(
+    r"(torch|F|nn\.functional)\.(?!(compiler|jit|cuda|backends|autograd|distributed|_\w*)\.)"
+    r"(?!(is_\w+|no_grad|enable_grad|inference_mode|autocast|finfo|iinfo|device|dtype|get_\w+|set_\w+|manual_seed)$)"
+    r"[\w.]+$"
+)
 
 
 class RegionFinder:
@@ -939,7 +946,7 @@ class RegionFinder:
         self.left: list[NotFused] = []  # tensor statements left eager in compiled functions, and why
         self._fragments: dict[int, Fragment | None] = {}
         self._why: dict[int, str] = {}
-        # Module-level functions not compiled, with the line of their first call of torch; and the names that
+        # Module-level functions not compiled, with the line of their first torch op; and the names that
         # compiled functions pass to calls, with the function and the call: a function passed on (an attention
         # interface's default, `get_interface(..., eager_attention_forward)`) runs where the build does not follow.
         self._uncompiled: dict[str, tuple[str, int]] = {}
@@ -982,11 +989,11 @@ class RegionFinder:
             else:  # a later definition of the name: calls below it run this one
                 self.callees.pop(ctx.function.qualname, None)
         if self.compiled is not None and ctx.function.qualname not in self.compiled:
-            if ctx.cls is None:  # its parameters are untyped here: torch's calls say it holds tensor code
+            if ctx.cls is None:  # its parameters are untyped here: its torch ops say it holds tensor code
                 torch_calls = [
                     n.lineno
                     for n in ast.walk(ctx.node)
-                    if isinstance(n, ast.Call) and ast.unparse(n.func).startswith(_TORCH_PREFIXES)
+                    if isinstance(n, ast.Call) and TORCH_OP.match(ast.unparse(n.func))
                 ]
                 if torch_calls:
                     self._uncompiled[ctx.node.name] = (ctx.function.qualname, min(torch_calls))

@@ -26,6 +26,7 @@ from transpiler.source.diagnostics import Diagnostic
 from transpiler.source.reading import read_source
 from transpiler.lint.formats import diagnostic_record
 from transpiler.compiler.ir import Constant, Node, Region, format_region
+from transpiler.compiler.regions import TORCH_OP
 from transpiler.source.writing import write_atomic
 
 if TYPE_CHECKING:
@@ -197,6 +198,7 @@ def _regions(
     if not regions:
         return []
     numbered = _source_lines(src, lines)
+    texts = _texts(kernel_files)  # read once for every region of the file
     return [
         {
             "name": r.name,
@@ -215,19 +217,13 @@ def _regions(
                 {"line": n, "text": numbered[n]} for n in range(r.first_line, r.last_line + 1) if n in numbered
             ],
             "kernel_files": [k.as_posix() for k in kernel_files],
-            "shares": (shares := _shared_kernel(r.name, kernel_files)),
-            "kernel_code": _kernel_code(shares or r.name, kernel_files),
+            "shares": (shares := _shared_kernel(r.name, texts)),
+            "kernel_code": _kernel_code(shares or r.name, texts),
         }
         for r in sorted(regions, key=lambda r: (r.first_line, r.name))
     ]
 
 
-# Calls of torch's functions that compute on tensors: not its namespaces and helpers of state, types and devices.
-_TORCH_OP = re.compile(
-    r"(torch|F|nn\.functional)\.(?!(compiler|jit|cuda|backends|autograd|distributed|_\w*)\.)"
-    r"(?!(is_\w+|no_grad|enable_grad|inference_mode|autocast|finfo|iinfo|device|dtype|get_\w+|set_\w+|manual_seed)$)"
-    r"[\w.]+$"
-)
 # torch.nn layers that run as library calls (kernels never compute them; activations and norms they may).
 _LIBRARY_LAYERS = re.compile(r"(Linear|Bilinear|Conv\w*|Embedding\w*|LSTM|GRU|RNN|MultiheadAttention)$")
 
@@ -289,7 +285,7 @@ def _where_it_runs(src: Path, regions: list[Region], not_fused: Iterable[tuple[s
                     func = call.func
                     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
                         library += func.attr in layers
-                    elif not taken and _TORCH_OP.match(ast.unparse(func)):
+                    elif not taken and TORCH_OP.match(ast.unparse(func)):
                         library += 1
         counts = {"kernels": sum(len(r.nodes) for r in own), "library": library, "eager": len(left)}
         if any(counts.values()):
@@ -297,32 +293,34 @@ def _where_it_runs(src: Path, regions: list[Region], not_fused: Iterable[tuple[s
     return rows
 
 
-def _shared_kernel(name: str, kernel_files: list[Path]) -> str | None:
+def _shared_kernel(name: str, texts: Mapping[Path, str]) -> str | None:
     """The kernel whose code region `name` runs where the build gave it an earlier region's (the same computation
     on values of other names: `same_as=` in its `Kernel(...)` of the host module), else None."""
-    for path in kernel_files:
-        if not path.name.endswith("_kernels.py"):
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        block = re.search(rf"^{re.escape(name)} = Kernel\(\n.*?^\)", text, re.M | re.S)
-        same = block and re.search(r'^    same_as="(\w+)",$', block.group(0), re.M)
-        if same:
-            return same.group(1)
+    for path, text in texts.items():
+        if path.name.endswith("_kernels.py"):
+            block = re.search(rf"^{re.escape(name)} = Kernel\(\n.*?^\)", text, re.M | re.S)
+            same = block and re.search(r'^    same_as="(\w+)",$', block.group(0), re.M)
+            if same:
+                return same.group(1)
     return None
 
 
-def _kernel_code(name: str, kernel_files: list[Path]) -> dict[str, str]:
-    """The generated code of kernel `name`, by backend ("triton", "cpp"), cut out of the kernel files
-    beside its module; a backend whose file cannot be read or lacks the kernel is left out."""
-    code = {}
+def _texts(kernel_files: list[Path]) -> dict[Path, str]:
+    """The kernel files beside a module, by path; one that cannot be read is left out."""
+    texts = {}
     for path in kernel_files:
         try:
-            text = path.read_text(encoding="utf-8")
+            texts[path] = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
+    return texts
+
+
+def _kernel_code(name: str, texts: Mapping[Path, str]) -> dict[str, str]:
+    """The generated code of kernel `name`, by backend ("triton", "cpp"), cut out of the kernel files
+    beside its module (`_texts`); a backend whose file cannot be read or lacks the kernel is left out."""
+    code = {}
+    for path, text in texts.items():
         if path.name.endswith("_triton.py"):
             code["triton"] = _triton_kernel(text, name)
         elif path.suffix == ".cpp":
