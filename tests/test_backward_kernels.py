@@ -151,6 +151,19 @@ class Rotary(nn.Module):
         cos = cos.unsqueeze(1)
         sin = sin.unsqueeze(1)
         return (q * cos) + (rotate_half(q) * sin)
+
+
+class DeadStatistics(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = nn.Sigmoid()
+
+    def forward(self, x, y):
+        t1 = torch.std(y, -1, correction=0, keepdim=True)
+        t2 = t1 ** 2
+        t4 = t2.to(t2.dtype)
+        t4 = -t1
+        return self.act(x)
 """
 
 
@@ -489,6 +502,43 @@ def test_an_input_reached_only_through_a_zero_derivative_gets_zeros(modules):
                 torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     assert expected[1][1] is not None and not expected[1][1].any()
     assert kernel.counts.get("cpp", 0) == before + 2
+
+
+def test_an_input_only_the_fallback_reads_gets_no_gradient(modules):
+    """The second region takes `t1` and `t2` (its fallback, the original code, computes the dead `-t1`), but no
+    output is computed from them: autograd must not reach them, so `y.grad` stays None as in eager, not zeros
+    (the fuzzer's seed 20041)."""
+    a, b = twins(modules, "DeadStatistics")
+    x, y = torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64)
+    expected = step(a, [x.requires_grad_(), y.requires_grad_()], torch.ones(4, 8, dtype=torch.float64))
+    actual = step(b, [x, y], torch.ones(4, 8, dtype=torch.float64))
+    assert expected[1][1] is None and actual[1][1] is None
+    torch.testing.assert_close(actual[1][0], expected[1][0], rtol=1e-12, atol=1e-12)
+    runtime = modules[2]
+    first = SOURCE.splitlines().index("        t4 = t2.to(t2.dtype)") + 1
+    (kernel,) = [k for k in runtime.KERNELS if k.gradients and k.source.endswith(f":{first}-{first + 2}")]
+    assert kernel.counts.get("cpp", 0) >= 1
+
+
+@pytest.mark.parametrize("used", ["u", "t"])
+def test_an_output_no_loss_reaches_gives_its_inputs_no_gradient(modules, used):
+    """`u` is computed from x, `t` from y, by one node: a loss of one of them leaves the other's input's `.grad`
+    None, as eager's (whose graph never reaches the unused op), not zeros."""
+    runtime = modules[2]
+    (kernel,) = [k for k in runtime.KERNELS if k.source.endswith(":60-61") and k.gradients]
+    before = kernel.counts.get("cpp", 0)
+    a, b = twins(modules, "TwoOutputs")
+    grads = []
+    for module in (a, b):
+        x = torch.randn(4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(3), requires_grad=True)
+        y = torch.randn(4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4), requires_grad=True)
+        u, t = module(x, y)
+        (u if used == "u" else t).pow(2).sum().backward()
+        grads.append((x.grad, y.grad))
+    (want_x, want_y), (got_x, got_y) = grads
+    assert (got_x is None, got_y is None) == (want_x is None, want_y is None) == (used == "t", used == "u")
+    torch.testing.assert_close(got_x if used == "u" else got_y, want_x if used == "u" else want_y, rtol=1e-12, atol=1e-12)
+    assert kernel.counts.get("cpp", 0) == before + 1
 
 
 ACTIVATION_MODULES = {

@@ -312,7 +312,7 @@ def test_the_report_says_which_forwards_replay_and_why_the_others_do_not(tmp_pat
             {"class": "Model", "line": line, "reason": "in Mlp.config_scale: stores into `self.scale`"},
         ],
     }
-    html = (out / "transpile-report.html").read_text()
+    html = (out / "transpile-report" / entry["path"]).with_name("net.py.html").read_text()
     assert "<code>Block.forward</code>: not replayed (line" in html
     report = json.loads((build(tmp_path / "again", MODEL) / "transpile-report.json").read_text())
     assert report["summary"]["cuda_graph_forwards"] == 2

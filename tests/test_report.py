@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -14,7 +15,15 @@ import pytest
 from transpiler.source.diagnostics import Diagnostic, Fix
 from transpiler.compiler.ir import Input, Node, Output, Region, format_region
 from transpiler.pipeline import report
-from transpiler.pipeline.report import REPORT_HTML, REPORT_JSON, render_html, report_data, write_report
+from transpiler.pipeline.report import (
+    REPORT_DIR,
+    REPORT_HTML,
+    REPORT_JSON,
+    render_file_pages,
+    render_html,
+    report_data,
+    write_report,
+)
 from transpiler.pipeline.build import BuildResult
 
 # A source line that would run script if the report pasted it into the page unescaped.
@@ -202,6 +211,9 @@ def test_counts_agree_with_the_build_summary(tmp_path, kernels):
     page = _parse((out / REPORT_HTML).read_text())
     cells = "".join(page.text)
     assert "4: 2 rewritten, 2 copied unchanged" in cells and "1 (by 1 fix applied)" in cells
+    # The page of each file with findings or rewrites, under the name the summary gives the file; no other.
+    pages = {p.relative_to(out / REPORT_DIR).as_posix() for p in (out / REPORT_DIR).rglob("*.html")}
+    assert pages == {f"{f['path']}.html" for f in data["files"] if f["diagnostics"] or f["regions"]}
 
 
 def test_diagnostics_grouped_by_source_file(result):
@@ -292,7 +304,7 @@ def test_unreadable_source_has_no_lines(result):
     SUB_LAYERS.unlink()
     (shift,) = _data(result)["files"][1]["regions"]
     assert shift["source_lines"] == []
-    assert "Source text not available." in render_html(_data(result))
+    assert "Source text not available." in render_file_pages(_data(result))[SUB_PAGE]
 
 
 class _Page(HTMLParser):
@@ -335,37 +347,68 @@ def _parse(page: str) -> _Page:
     return parser
 
 
-# Header cells: the summary's 8 row headers, the rule table's 4 and the index's 6 column headers, and 4 for each
-# of the 2 finding tables (layers: fixed; sub: left). Empty parts of a file are left out.
-HEADER_CELLS = 8 + 4 + 6 + 4 * 2
+# Header cells of the index page: the summary's 8 row headers, the rule table's 4 and the index's 6 column headers;
+# of each file's page, its one finding table's 4 (layers: fixed; sub: left). Empty parts of a file are left out.
+HEADER_CELLS = 8 + 4 + 6
+LAYERS_PAGE = f"{REPORT_DIR}/src/pkg/layers.py.html"
+SUB_PAGE = f"{REPORT_DIR}/src/pkg/sub/layers.py.html"
+
+
+def _pages(result) -> dict[str, str]:
+    """Every page of the report, by its path in the output: the index, then the files'."""
+    data = _data(result)
+    return {REPORT_HTML: render_html(data), **render_file_pages(data)}
 
 
 def test_html_escapes_and_structure(result):
-    page = render_html(_data(result))
-    assert page.lower().count("<script") == 1  # the index's filter, at the end of the body
-    assert "&lt;script&gt;" in page
-    parsed = _parse(page)
+    pages = _pages(result)
+    assert list(pages) == [REPORT_HTML, LAYERS_PAGE, SUB_PAGE]
+    index = pages[REPORT_HTML]
+    assert index.lower().count("<script") == 1  # the index's filter, at the end of the body
+    parsed = _parse(index)
     assert parsed.headings["h1"] == ["transpile report: out"]
-    assert parsed.headings["h2"] == [
-        "Summary", "Files", "src/pkg/layers.py", "src/pkg/sub/layers.py", "Runtime support"
-    ]  # fmt: skip
-    assert parsed.headings["h3"] == [
-        "Rewrites applied", "Regions compiled into kernels",  # its region's function is a lambda: no chart
-        "Findings left in the output", "Where each function's tensor operations run", "Regions compiled into kernels",
-    ]  # fmt: skip
-    assert parsed.headings["h4"] == ["Kernel fused_clamp", "Kernel fused_abs"]
-    # Escaped text reads back as the original characters.
-    assert any(INJECTION in pre for pre in parsed.pre)
-    assert any(format_region(SCALED) in pre for pre in parsed.pre)
-    assert "print() <b>breaks</b> the graph & more" in "".join(parsed.text)
-    assert "pkg.layers.scaled.<locals>.<lambda>" in "".join(parsed.text)
-    assert not {"b", "lambda", "locals"} & {tag for tag, _ in parsed.tags}
+    assert parsed.headings["h2"] == ["Summary", "Files", "Runtime support"]
     tags = [tag for tag, _ in parsed.tags]
-    assert tags.count("table") == 5 and tags.count("th") == HEADER_CELLS
-    # The index names each file by its relative path, with a filter over them.
-    index = [attrs["data-path"] for tag, attrs in parsed.tags if tag == "tr" and "data-path" in attrs]
-    assert index == ["src/pkg/layers.py", "src/pkg/sub/layers.py"]
+    assert tags.count("table") == 3 and tags.count("th") == HEADER_CELLS
+    # The index names each file by its relative path, links its page, and has a filter over them.
+    rows = [attrs["data-path"] for tag, attrs in parsed.tags if tag == "tr" and "data-path" in attrs]
+    assert rows == ["src/pkg/layers.py", "src/pkg/sub/layers.py"]
+    links = [attrs["href"] for tag, attrs in parsed.tags if tag == "a" and attrs["href"].startswith(REPORT_DIR)]
+    assert links == [LAYERS_PAGE, SUB_PAGE]
     assert ("input", {"id": "filter", "type": "search", "placeholder": "e.g. llama"}) in parsed.tags
+    layers, sub = _parse(pages[LAYERS_PAGE]), _parse(pages[SUB_PAGE])
+    assert layers.headings["h1"] == ["src/pkg/layers.py"] and sub.headings["h1"] == ["src/pkg/sub/layers.py"]
+    # Its region's function is a lambda: no chart.
+    assert layers.headings["h2"] == ["Rewrites applied", "Regions compiled into kernels"]
+    assert sub.headings["h2"] == [
+        "Findings left in the output", "Where each function's tensor operations run", "Regions compiled into kernels"
+    ]  # fmt: skip
+    assert layers.headings["h3"] == ["Kernel fused_clamp"] and sub.headings["h3"] == ["Kernel fused_abs"]
+    for page in (layers, sub):
+        tags = [tag for tag, _ in page.tags]
+        assert "script" not in tags and tags.count("table") == 1 and tags.count("th") == 4
+    # Escaped text reads back as the original characters.
+    assert "&lt;script&gt;" in pages[LAYERS_PAGE]
+    assert any(INJECTION in pre for pre in layers.pre)
+    assert any(format_region(SCALED) in pre for pre in layers.pre)
+    assert "print() <b>breaks</b> the graph & more" in "".join(layers.text)
+    assert "pkg.layers.scaled.<locals>.<lambda>" in "".join(layers.text)
+    assert not {"b", "lambda", "locals"} & {tag for page in (layers, sub) for tag, _ in page.tags}
+
+
+def test_the_index_page_does_not_grow_with_a_files_findings(result):
+    """The index of a large tree stays small: a file's findings, diff and regions are on its own page, so the
+    index grows by a row per file, not by what the file holds (the whole transformers tree's one page was
+    1.3 MB, 0.8 MB of it finding tables)."""
+    before = render_html(_data(result))
+    many = [
+        replace(d, line=n, message=f"{d.message} ({n})") for d in result.remaining for n in range(1, 301)
+    ]
+    result.remaining[:] = many
+    data = _data(result)
+    after = render_html(data)
+    assert len(after) - len(before) < 40  # the counts' digits
+    assert len(render_file_pages(data)[SUB_PAGE]) > 300 * 100
 
 
 @pytest.mark.parametrize(
@@ -395,7 +438,7 @@ def test_a_region_sharing_an_earlier_regions_kernel_shows_that_kernel_and_says_s
     (scaled,) = _data(result)["files"][0]["regions"]
     assert scaled["shares"] == "fused_scale"
     assert scaled["kernel_code"] == {"triton": "@triton.jit\ndef fused_scale_kernel(y_ptr):\n    y = 2"}
-    page = render_html(_data(result))
+    page = render_file_pages(_data(result))[LAYERS_PAGE]
     assert "Runs the kernel of <code>fused_scale</code>: the same computation on other values." in page
     (OUT / "_layers_kernels.py").write_text('fused_clamp = Kernel(\n    "fused_clamp",\n)\n')
     assert _data(result)["files"][0]["regions"][0]["shares"] is None
@@ -424,7 +467,7 @@ def test_region_shows_its_kernel_code_and_the_module_diff(result):
     # The module as written against its source: the fixed lines.
     assert "+    if not torch.compiler.is_compiling():\n" in layers["diff"]
     assert layers["diff"].startswith("--- src/pkg/layers.py\n+++ src/pkg/layers.py (transpiled)\n")
-    page = render_html(_data(result))
+    page = "".join(render_file_pages(_data(result)).values())
     parsed = _parse(page)
     summaries = [t for t in parsed.text if t in ("Generated Triton (CUDA) kernel", "Generated C++ (CPU) kernel")]
     assert summaries == ["Generated Triton (CUDA) kernel", "Generated C++ (CPU) kernel"]
@@ -434,58 +477,74 @@ def test_region_shows_its_kernel_code_and_the_module_diff(result):
 
 
 def test_links_are_relative_and_resolve(result):
-    hrefs = [attrs["href"] for tag, attrs in _parse(render_html(_data(result))).tags if tag == "a"]
-    local = [h for h in hrefs if not h.startswith(("#", "https://"))]
-    assert "sub/_layers_triton.py" in local and "_transpile_runtime/triton_support.py" in local
-    assert all(not h.startswith("/") and (OUT / h).is_file() for h in local)
-    anchors = {attrs["id"] for _, attrs in _parse(render_html(_data(result))).tags if "id" in attrs}
-    assert {h[1:] for h in hrefs if h.startswith("#")} <= anchors
+    """Every link of every page, from where that page lies: to an output file, another page, or an anchor."""
+    pages = _pages(result)
+    for name, text in pages.items():
+        (OUT / name).parent.mkdir(parents=True, exist_ok=True)
+        (OUT / name).write_text(text)
+    targets = set()
+    for name, text in pages.items():
+        parsed = _parse(text)
+        hrefs = [attrs["href"] for tag, attrs in parsed.tags if tag == "a"]
+        local = [h for h in hrefs if not h.startswith(("#", "https://"))]
+        assert all(not h.startswith("/") and ((OUT / name).parent / h).is_file() for h in local), name
+        targets |= {((OUT / name).parent / h).resolve() for h in local}
+        anchors = {attrs["id"] for _, attrs in parsed.tags if "id" in attrs}
+        assert {h[1:] for h in hrefs if h.startswith("#")} <= anchors
+    assert {(OUT / p).resolve() for p in (LAYERS_PAGE, SUB_PAGE, REPORT_HTML)} <= targets  # index <-> files
+    assert {(OUT / p).resolve() for p in ("sub/_layers_triton.py", "_transpile_runtime/triton_support.py")} <= targets
+
+
+def test_a_file_page_name_stays_in_the_reports_folder():
+    """A path as a caller spelled it (absolute, with `..`) names a page inside `transpile-report/`, one per file."""
+    from transpiler.pipeline.report import _file_pages
+
+    entry = {"diagnostics": [1], "applied": [], "remaining": [], "regions": [], "cuda_graphs": {}}
+    files = [dict(entry, path=p) for p in ("/abs/m.py", "../abs/m.py", "abs/m.py", "a/./b.py")]
+    names = [name for _, name in _file_pages({"files": files})]
+    assert names == [
+        f"{REPORT_DIR}/abs/m.py.html", f"{REPORT_DIR}/abs/m.py-2.html", f"{REPORT_DIR}/abs/m.py-3.html",
+        f"{REPORT_DIR}/a/b.py.html",
+    ]  # fmt: skip
 
 
 def test_write_report_is_atomic_and_stable(result):
     paths = write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS)
-    assert paths == [OUT / REPORT_JSON, OUT / REPORT_HTML]
+    assert paths == [OUT / REPORT_JSON, OUT / REPORT_HTML, OUT / LAYERS_PAGE, OUT / SUB_PAGE]
     first = [p.read_bytes() for p in paths]
     assert json.loads(first[0]) == _data(result)
-    assert first[1].decode() == render_html(_data(result))
+    assert [page.decode() for page in first[1:]] == list(_pages(result).values())
     times = [p.stat().st_mtime_ns for p in paths]
     assert [p.read_bytes() for p in write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS)] == first
     assert [p.stat().st_mtime_ns for p in paths] == times  # unchanged: not written again
     result.applied.clear()
     write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS)
     assert json.loads(paths[0].read_text())["summary"]["fixes_applied"] == 0
-    assert sorted(p.name for p in OUT.iterdir() if p.name.startswith(".")) == []  # no temporary file left
+    assert [p for p in OUT.rglob(".*")] == []  # no temporary file left
 
 
 CHROMIUM = shutil.which("chromium")
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
-def test_page_in_headless_chromium(result, tmp_path):
-    """The page as a browser builds it: the DOM after parsing (and after any script would have run)."""
-    (path,) = [
-        p for p in write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS) if p.suffix == ".html"
-    ]
-    command = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-        "--dump-dom", path.resolve().as_uri(),
-    ]  # fmt: skip
-    run = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
-    parsed = _parse(run.stdout)
-    assert parsed.headings["h1"] == ["transpile report: out"]
-    assert parsed.headings["h2"][:4] == ["Summary", "Files", "src/pkg/layers.py", "src/pkg/sub/layers.py"]
-    assert parsed.headings["h4"] == ["Kernel fused_clamp", "Kernel fused_abs"]
-    assert any(f'7      y = x * 0.5  # "{INJECTION}"' in pre for pre in parsed.pre)
-    assert any("2      z = x + b\n3      return z.abs()" in pre for pre in parsed.pre)
-    # The source line stayed text: only the filter's script element, and the script in the line never ran.
-    tags = [tag for tag, _ in parsed.tags]
-    assert tags.count("script") == 1
-    (body,) = [attrs for tag, attrs in parsed.tags if tag == "body"]
-    assert "data-pwned" not in body
-    assert tags.count("th") == HEADER_CELLS
-    # The filter ran: with no text, every file is shown.
-    assert "2 of 2 files" in parsed.text
+def test_pages_in_headless_chromium(result, tmp_path):
+    """The pages as a browser builds them: the DOM after parsing (and after any script would have run)."""
+    write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS)
+    index = _parse(_chromium(tmp_path, "--dump-dom", (OUT / REPORT_HTML).resolve().as_uri()).stdout)
+    assert index.headings["h1"] == ["transpile report: out"]
+    assert index.headings["h2"] == ["Summary", "Files", "Runtime support"]
+    assert [tag for tag, _ in index.tags].count("th") == HEADER_CELLS
+    assert "2 of 2 files" in index.text  # the filter ran: with no text, every file is shown
+    layers = _parse(_chromium(tmp_path, "--dump-dom", (OUT / LAYERS_PAGE).resolve().as_uri()).stdout)
+    assert layers.headings["h1"] == ["src/pkg/layers.py"] and layers.headings["h3"] == ["Kernel fused_clamp"]
+    assert any(f'7      y = x * 0.5  # "{INJECTION}"' in pre for pre in layers.pre)
+    sub = _parse(_chromium(tmp_path, "--dump-dom", (OUT / SUB_PAGE).resolve().as_uri()).stdout)
+    assert any("2      z = x + b\n3      return z.abs()" in pre for pre in sub.pre)
+    # The source line stayed text: the script in the line never ran, and no page but the index has a script.
+    for page, scripts in ((index, 1), (layers, 0), (sub, 0)):
+        assert [tag for tag, _ in page.tags].count("script") == scripts
+        (body,) = [attrs for tag, attrs in page.tags if tag == "body"]
+        assert "data-pwned" not in body
 
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -501,8 +560,8 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def test_filter_and_console_in_headless_chromium(result, tmp_path):
     """`?q=` filters the index as typing does; the page logs no console message (no script error), and
     every link in it resolves to a file or an anchor of the page."""
-    page = [p for p in write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS) if p.suffix == ".html"]
-    uri = page[0].resolve().as_uri()
+    write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS)
+    uri = (OUT / REPORT_HTML).resolve().as_uri()
     run = _chromium(tmp_path, "--dump-dom", f"{uri}?q=SUB/")
     rows = [attrs for tag, attrs in _parse(run.stdout).tags if tag == "tr" and "data-path" in attrs]
     assert [(r["data-path"], "hidden" in r) for r in rows] == [
@@ -512,6 +571,8 @@ def test_filter_and_console_in_headless_chromium(result, tmp_path):
     assert "1 of 2 files" in _parse(run.stdout).text
     console = [line for line in run.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert console == []
+    run = _chromium(tmp_path, "--dump-dom", (OUT / SUB_PAGE).resolve().as_uri())
+    assert [line for line in run.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line] == []
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
@@ -520,11 +581,10 @@ def test_screenshot_in_headless_chromium(result, tmp_path):
     import struct
     import zlib
 
-    page = [p for p in write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS) if p.suffix == ".html"]
+    write_report(result, OUT, {LAYERS: _numbered(REWRITTEN)}, DESTINATIONS)
     shot = tmp_path / "report.png"
-    _chromium(
-        tmp_path, f"--screenshot={shot}", "--window-size=1000,1400", "--hide-scrollbars", page[0].resolve().as_uri()
-    )
+    uri = (OUT / LAYERS_PAGE).resolve().as_uri()
+    _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1000,1400", "--hide-scrollbars", uri)
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
@@ -565,7 +625,7 @@ def test_tensor_code_left_eager_is_in_the_report_with_its_reason(tmp_path):
         (9, "`add` alone, between statements the kernels do not compute"),
         (10, "`torch.nn.functional.softmax` with these arguments (dim=, dtype=)"),
     ]
-    page = (out / REPORT_HTML).read_text()
+    page = (out / REPORT_DIR / "src" / "attn.py.html").read_text()
     assert "Tensor code left eager, and why (2)" in page
     assert "<code>torch.nn.functional.softmax</code> with these arguments" in page
 

@@ -357,6 +357,12 @@ class Kernel:
         self.shifted = shifted
         # The kernel computing its inputs' gradients (None: calls under autograd take the original code).
         self.gradients = gradients
+        # Tensor inputs no output is computed from through ops carrying gradients (a value the original code
+        # reads only in its fallback): passed to autograd detached, so a gradient never reaches them or their
+        # producers, as in eager.
+        self._no_gradient = frozenset()
+        if gradients is not None and gradients.sources:
+            self._no_gradient = frozenset(range(tensor_inputs)).difference(*gradients.sources)
         # Whether a new signature's Triton kernel compiles in the background (its calls falling back meanwhile).
         # A backward kernel compiles on its first call instead: it runs on autograd's thread, where background
         # compiles on the H200 were seen to stay pending (benchmarks/RESULTS.md, issue 19).
@@ -470,6 +476,8 @@ class Kernel:
             outputs = self._launch(key, self._planned(key, tensors, codes, scalars), tensors, codes)
         if outputs is None:
             return None
+        if self._no_gradient:
+            tensors = tuple(t.detach() if n in self._no_gradient else t for n, t in enumerate(tensors))
         return _Differentiated.apply(self, (outputs, backward, passed, row_length), *tensors)
 
     # -- planning, once per input signature -----------------------------------------------
@@ -842,13 +850,19 @@ class _Differentiated(torch.autograd.Function):
     """A kernel's outputs as autograd's node: it saves the kernel's tensor inputs, nothing it computed (the
     backward kernel recomputes what it needs), and runs the backward kernel, or its eager reference where
     that kernel cannot run. Twice differentiable it is not: `once_differentiable` makes a double backward
-    raise a clear error."""
+    raise a clear error.
+
+    An output autograd gives no gradient (None: no loss reaches it) contributes none: an input computed into
+    such outputs only gets None, as in eager, where autograd never reaches the ops computing them. The others'
+    gradients are computed with zeros in its place."""
 
     @staticmethod
     def forward(ctx, kernel: "Kernel", computed: tuple, *tensors):
         outputs, ctx.backward, ctx.scalars, ctx.row_length = computed
         ctx.kernel = kernel
         ctx.save_for_backward(*tensors)
+        ctx.set_materialize_grads(False)
+        ctx.outputs = tuple((output.shape, output.dtype) for output in outputs)
         sources = kernel.gradients.sources
         ctx.mark_non_differentiable(
             *(
@@ -864,6 +878,18 @@ class _Differentiated(torch.autograd.Function):
     def backward(ctx, *output_grads):
         gradients = ctx.kernel.gradients
         tensors = ctx.saved_tensors
+        sources = gradients.sources
+        given = [n for n, grad in enumerate(output_grads) if grad is not None]
+        if not given:
+            return (None,) * (2 + len(tensors))
+        if len(given) < len(output_grads):
+            if sources:  # only the outputs given a gradient carry it to inputs
+                sources = tuple(s if n in given else () for n, s in enumerate(sources))
+            output_grads = tuple(
+                torch.zeros(shape, dtype=dtype, device=tensors[0].device) if grad is None else grad
+                for grad, (shape, dtype) in zip(output_grads, ctx.outputs)
+            )
+        reached = {p for s in sources for p in s} if sources else None  # None: unknown, every input
         args = (*tensors, *(output_grads[n] for n in gradients.outputs), *ctx.scalars)
         if gradients.row_length:
             args += (ctx.row_length,)
@@ -872,11 +898,11 @@ class _Differentiated(torch.autograd.Function):
             grads = ctx.backward.reference(*args)[: len(gradients.inputs)]
         result = [None] * len(tensors)
         for position, grad in zip(gradients.inputs, grads):
-            if ctx.needs_input_grad[2 + position]:
+            if ctx.needs_input_grad[2 + position] and (reached is None or position in reached):
                 result[position] = _summed_to(grad, tensors[position].shape)
         # An input reached only through ops of zero derivative (`round`, `sign`) gets zeros, as eager's does, not
         # None: autograd's graph reaches it.
-        for position in {p for sources in gradients.sources for p in sources}.difference(gradients.inputs):
+        for position in (reached or set()).difference(gradients.inputs):
             if ctx.needs_input_grad[2 + position]:
                 result[position] = torch.zeros_like(tensors[position])
         return (None, None, *result)

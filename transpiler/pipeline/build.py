@@ -28,6 +28,7 @@ from transpiler.lint.engine import ProjectFacts
 from transpiler.lint.fixer import SideEffects, encode_source, fix_project
 from transpiler.pipeline.imports import ImportRewrite, plan_imports, shared_module_text, shared_modules
 from transpiler.compiler.ir import Region
+from transpiler.pipeline.report import REPORT_DIR, REPORT_HTML, REPORT_JSON, write_report
 from transpiler.lint.rule import REGISTRY
 from transpiler.source.writing import copy_atomic, remove_stale_temporaries, write_atomic
 
@@ -94,10 +95,14 @@ def plan(sources: list[Path], out: Path, is_excluded_entry: Callable[[Path], boo
             raise LayoutError(f"source {src} is inside the output directory {out}; choose an output outside it")
         if src.is_dir():
             # The manifest and reports of an earlier output used as input are ours, not the user's.
-            ours = {src / MANIFEST, src / JOURNAL, src / "transpile-report.html", src / "transpile-report.json"}
+            ours = {src / MANIFEST, src / JOURNAL, src / REPORT_HTML, src / REPORT_JSON}
             found = tree_files(src, is_excluded_entry)
             skipped.update((out / s.path.relative_to(src), s) for s in found.skipped)
-            mapped = [(f, out / f.relative_to(src)) for f in found.files if f not in ours]
+            mapped = [
+                (f, out / f.relative_to(src))
+                for f in found.files
+                if f not in ours and f.relative_to(src).parts[0] != REPORT_DIR
+            ]
         elif (kind := not_regular(src)) is not None:
             skipped[out / src.name] = Skipped(src, kind)
             continue
@@ -261,8 +266,6 @@ def build(
     result.found = [d for d in result.found if not (d.code == "TP902" and d.path in unreadable)] + errors
     kept = [d for d in fixed.remaining if not (d.code == "TP902" and d.path in unreadable)]
     result.remaining = [replace(d, path=output_of.get(d.path, d.path)) for d in kept] + errors
-    from transpiler.pipeline.report import write_report
-
     result.kernel_files.sort()
     result.rewritten.sort()
     shown = {src: shown_path(src, dst, layout.out) for dst, src in layout.files.items()}
@@ -546,7 +549,7 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool, detail: str = "c
                 for src, found in sorted(result.regions.items())
                 for r in found
             ],
-            "report": str(result.out / "transpile-report.html"),
+            "report": str(result.out / REPORT_HTML),
             "imports": [r.__dict__ for r in result.imports],
             "fixes": [
                 # No line: fixes nested in others are planned on partly rewritten text.
@@ -596,7 +599,7 @@ def render_summary(result: BuildResult, fmt: str, unsafe: bool, detail: str = "c
             f"Made {_plural(len(result.imports), 'relative import')} of {_plural(files, 'file')} that leave the output"
             f" tree absolute (`{first.relative}` -> `{first.absolute}`, ...)."
         )
-    lines.append(f"Report: {result.out / 'transpile-report.html'}")
+    lines.append(f"Report: {result.out / REPORT_HTML}")
     if result.removed:
         lines.append(f"Removed {_plural(len(result.removed), 'stale file')} an earlier run wrote.")
     if rows:

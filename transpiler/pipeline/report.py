@@ -1,10 +1,13 @@
 """The build report: what `transpile SRC -o OUT` found, rewrote and compiled, file by file, as
 `OUT/transpile-report.json` for scripts and `OUT/transpile-report.html` for people.
 
-The HTML page is self-contained (inline CSS and one inline script, the index's filter; no external
-asset), so it opens from the output directory with no server and offline; without script it is all
-shown. Its counts are those of the build's summary (`build.rule_rows`, `build.file_counts`). Both
-files are byte-identical for identical builds: no timestamps, everything sorted.
+The HTML report is an index page, `OUT/transpile-report.html` (the summary, and one row per file with
+a filter over them), and one page per file under `OUT/transpile-report/`, named after the file: the
+index of a tree of hundreds of files stays small, as does each file's page however many findings the
+tree has. Pages are self-contained (inline CSS; the index has one inline script, its filter; no
+external asset), so they open from the output directory with no server and offline; without script
+all is shown. Its counts are those of the build's summary (`build.rule_rows`, `build.file_counts`).
+All files are byte-identical for identical builds: no timestamps, everything sorted.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
 
 REPORT_JSON = "transpile-report.json"
 REPORT_HTML = "transpile-report.html"
+REPORT_DIR = "transpile-report"  # the files' pages
 SCHEMA_VERSION = 2  # 2: the summary counts as the build's summary does; imports, diff, kernel code
 
 
@@ -44,7 +48,9 @@ def write_report(
     destinations: Mapping[Path, Path] | None = None,
     shown: Mapping[Path, str] | None = None,
 ) -> list[Path]:
-    """Write the JSON and HTML reports into `out`, each atomically and only when changed; returns their paths.
+    """Write the JSON report and the HTML pages into `out`, each atomically and only when changed; returns their
+    paths (the JSON's, the index page's, then the files' pages). The build's manifest removes a page an earlier
+    build wrote that this one did not.
 
     `lines`, `destinations` and `shown` are passed to `report_data`.
     """
@@ -53,6 +59,7 @@ def write_report(
     for name, text in (
         (REPORT_JSON, json.dumps(data, indent=1, allow_nan=False) + "\n"),
         (REPORT_HTML, render_html(data)),
+        *render_file_pages(data).items(),
     ):
         path, encoded = out / name, text.encode("utf-8")
         # An unchanged report keeps its modification time: the manifest tells our files by it.
@@ -382,7 +389,7 @@ svg.where { font: 13px system-ui, sans-serif; max-width: 100%; height: auto; }
 .swatch { display: inline-block; width: .8em; height: .8em; margin: 0 .25em 0 .6em; vertical-align: -.05em; }
 main { max-width: 72rem; margin: 0 auto; padding: 1rem 1.5rem 3rem; }
 h1 { font-size: 1.6rem; overflow-wrap: anywhere; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ccc; }
-h2, h3, h4 { overflow-wrap: anywhere; } h4 { margin-bottom: .3rem; }
+h2, h3 { overflow-wrap: anywhere; } h3 { margin-bottom: .3rem; } nav { margin-top: 1rem; }
 table { border-collapse: collapse; margin: .4rem 0 1rem; }
 th, td { border: 1px solid #ccc; padding: .25rem .55rem; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; }
@@ -420,20 +427,53 @@ filter();
 
 
 def render_html(data: dict) -> str:
-    """The report as one HTML page; every text from the data is escaped."""
+    """The index page: the summary, the files' rows linking to their pages, the files with imports made absolute
+    only, and the runtime's files. Every text from the data is escaped."""
     title = f"transpile report: {data['output']}"
-    # Files whose only change is imports made absolute (most of a package's) are named once, at the end.
-    keys = ("diagnostics", "applied", "remaining", "regions")
-    shown = [e for e in data["files"] if any(e[k] for k in keys) or any(e["cuda_graphs"].values())]
+    pages = _file_pages(data)
     body = [
         f"<h1>{_e(title)}</h1>",
         _summary(data),
-        _index(shown),
-        *(_file_section(entry, index, data["output"]) for index, entry in enumerate(shown, 1)),
-        _imports_only([entry for entry in data["files"] if entry not in shown]),
+        _index(pages),
+        _imports_only([entry for entry in data["files"] if not any(entry is e for e, _ in pages)]),
         _runtime_section(data),
     ]
-    script = f"<script>\n{_SCRIPT}\n</script>\n" if shown else ""
+    return _page(title, body, _SCRIPT if pages else "")
+
+
+def render_file_pages(data: dict) -> dict[str, str]:
+    """Per file with findings, rewrites, regions or forwards replayed, its page, by its path in the output."""
+    out = data["output"]
+    index = f"transpile report: {out}"
+    pages = {}
+    for entry, name in _file_pages(data):
+        base = posixpath.join(out, posixpath.dirname(name))  # where the page's links start
+        back = _href(posixpath.join(out, REPORT_HTML), base)
+        body = [f'<nav><a href="{back}">{_e(index)}</a></nav>', _file_section(entry, out, base)]
+        pages[name] = _page(f"{entry['path']}: {index}", body)
+    return pages
+
+
+def _file_pages(data: dict) -> list[tuple[dict, str]]:
+    """The files given a page, with its path in the output: `transpile-report/<path as shown>.html`. Files whose
+    only change is imports made absolute (most of a package's) get none: the index names them once, at its end."""
+    keys = ("diagnostics", "applied", "remaining", "regions")
+    pages, taken = [], set()
+    for entry in data["files"]:
+        if not (any(entry[k] for k in keys) or any(entry["cuda_graphs"].values())):
+            continue
+        # A path as shown is relative, but one a caller gave may not be: its root and `..` parts are dropped.
+        parts = [p for p in entry["path"].split("/") if p not in ("", ".", "..")] or ["file"]
+        stem, n = "/".join(parts), 1
+        while (name := f"{REPORT_DIR}/{stem}{'' if n == 1 else f'-{n}'}.html") in taken:
+            n += 1
+        taken.add(name)
+        pages.append((entry, name))
+    return pages
+
+
+def _page(title: str, body: list[str], script: str = "") -> str:
+    script = f"<script>\n{script}\n</script>\n" if script else ""
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -487,19 +527,19 @@ def _imports_only(entries: list[dict]) -> str:
     )
 
 
-def _index(files: list[dict]) -> str:
-    """One row per file, with what it has, and a filter over the paths."""
-    if not files:
+def _index(pages: list[tuple[dict, str]]) -> str:
+    """One row per file with a page, with what it has, and a filter over the paths."""
+    if not pages:
         return '<p class="none">No file has findings, rewrites or regions.</p>'
     # "Rewrites": the fixes applied and the imports made absolute, as the file's section and the summary count them.
     head = "".join(
         f'<th scope="col">{name}</th>' for name in ("File", "Findings", "Rewrites", "Left", "Regions", "Refused")
     )
     rows = "".join(
-        f'<tr data-path="{_e(entry["path"].lower())}"><td><a href="#file-{index}"><code>{_e(entry["path"])}</code></a></td>'
+        f'<tr data-path="{_e(entry["path"].lower())}"><td><a href="{_e(quote(name))}"><code>{_e(entry["path"])}</code></a></td>'
         + "".join(f'<td class="number">{n}</td>' for n in _counts(entry))
         + "</tr>"
-        for index, entry in enumerate(files, 1)
+        for entry, name in pages
     )
     return (
         '<section aria-labelledby="files">\n<h2 id="files">Files</h2>\n'
@@ -519,23 +559,19 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 or word.endswith('s') else 'es' if word.endswith('x') else 's'}"
 
 
-def _file_section(entry: dict, index: int, out: str) -> str:
-    """A file's findings, fixes, imports, regions and refusals; empty parts are left out (a tree of a few
-    thousand files would otherwise be mostly "none")."""
-    parts = [
-        f'<section aria-labelledby="file-{index}">',
-        f'<h2 id="file-{index}"><code>{_e(entry["path"])}</code></h2>',
-    ]
+def _file_section(entry: dict, out: str, base: str) -> str:
+    """A file's findings, fixes, imports, regions and refusals, for its page in `base`; empty parts are left out."""
+    parts = [f'<h1><code>{_e(entry["path"])}</code></h1>']
     if entry["output"]:
         shown = posixpath.relpath(entry["output"], out)
-        parts.append(f'<p>Output: <a href="{_href(entry["output"], out)}"><code>{_e(shown)}</code></a></p>')
+        parts.append(f'<p>Output: <a href="{_href(entry["output"], base)}"><code>{_e(shown)}</code></a></p>')
     # The findings of the input are those rewritten and those left: listing them too doubled a large tree's page.
     for title, key in (
         ("Rewrites applied", "applied"),
         ("Findings left in the output", "remaining"),
     ):
         if entry[key]:
-            parts += [f"<h3>{title}</h3>", _diagnostic_table(entry[key])]
+            parts += [f"<h2>{title}</h2>", _diagnostic_table(entry[key])]
     if entry["imports"]:
         items = "; ".join(
             f"line {i['line']} <code>{_e(i['relative'])}</code> &rarr; <code>{_e(i['absolute'])}</code>"
@@ -545,9 +581,9 @@ def _file_section(entry: dict, index: int, out: str) -> str:
     if entry["diff"]:
         parts.append(_details("The transpiled module, as a diff against the source", _diff_html(entry["diff"])))
     if entry.get("where"):
-        parts += ["<h3>Where each function's tensor operations run</h3>", _where_chart(entry["where"])]
+        parts += ["<h2>Where each function's tensor operations run</h2>", _where_chart(entry["where"])]
     if entry["regions"]:
-        parts += ["<h3>Regions compiled into kernels</h3>", *(_region(region, out) for region in entry["regions"])]
+        parts += ["<h2>Regions compiled into kernels</h2>", *(_region(region, out, base) for region in entry["regions"])]
     if entry["not_fused"]:
         items = "".join(
             f'<li class="refused">line {n["line"]} (<code>{_e(n["function"])}</code>): {_prose(n["reason"])}</li>'
@@ -557,8 +593,7 @@ def _file_section(entry: dict, index: int, out: str) -> str:
         parts.append(_details(title, f"<ul>{items}</ul>"))
     graphs = entry["cuda_graphs"]
     if graphs["replayed"] or graphs["not_replayed"]:
-        parts += ["<h3>Forwards replayed as CUDA graphs</h3>", _graphs(graphs)]
-    parts.append("</section>")
+        parts += ["<h2>Forwards replayed as CUDA graphs</h2>", _graphs(graphs)]
     return "\n".join(parts)
 
 
@@ -632,7 +667,7 @@ def _fix(diagnostic: dict) -> str:
     return _prose(diagnostic["fix"]) + safety
 
 
-def _region(region: dict, out: str) -> str:
+def _region(region: dict, out: str, base: str) -> str:
     width = len(str(region["last_line"]))
     source = "\n".join(f"{line['line']:>{width}}  {line['text']}" for line in region["source_lines"])
     code = [
@@ -643,7 +678,7 @@ def _region(region: dict, out: str) -> str:
     return "\n".join(
         [
             '<article class="region">',
-            f"<h4>Kernel <code>{_e(region['name'])}</code></h4>",
+            f"<h3>Kernel <code>{_e(region['name'])}</code></h3>",
             f"<p><code>{_e(region['location'])}</code> in <code>{_e(region['function'])}</code>,"
             f" {_plural(len(region['nodes']), 'op')}</p>",
             f"<p>{'Line' if region['first_line'] == region['last_line'] else 'Lines'}"
@@ -657,7 +692,7 @@ def _region(region: dict, out: str) -> str:
             *code,
             _details("Region IR", f"<pre class=\"wrap\"><code>{_e(region['ir'])}</code></pre>"),
             (
-                f"<p>Kernel files:</p>{_file_links(region['kernel_files'], out)}"
+                f"<p>Kernel files:</p>{_file_links(region['kernel_files'], out, base)}"
                 if region["kernel_files"]
                 else '<p class="none">No kernel files.</p>'
             ),
@@ -686,22 +721,22 @@ def _runtime_section(data: dict) -> str:
     return (
         '<section aria-labelledby="runtime">\n<h2 id="runtime">Runtime support</h2>\n'
         "<p>Written once into the output, imported by every kernel file:</p>\n"
-        f"{_file_links(data['runtime_files'], data['output'])}\n</section>"
+        f"{_file_links(data['runtime_files'], data['output'], data['output'])}\n</section>"
     )
 
 
-def _file_links(paths: list[str], out: str) -> str:
-    """Links to `paths`, named relative to the output directory."""
+def _file_links(paths: list[str], out: str, base: str) -> str:
+    """Links from a page in `base` to `paths`, named relative to the output directory `out`."""
     return (
         "<ul>"
-        + "".join(f'<li><a href="{_href(p, out)}"><code>{_e(posixpath.relpath(p, out))}</code></a></li>' for p in paths)
+        + "".join(f'<li><a href="{_href(p, base)}"><code>{_e(posixpath.relpath(p, out))}</code></a></li>' for p in paths)
         + "</ul>"
     )
 
 
-def _href(path: str, out: str) -> str:
-    """A link from the report (in `out`) to `path`; both as the build spelled them."""
-    return _e(quote(posixpath.relpath(path, out)))
+def _href(path: str, base: str) -> str:
+    """A link from a page in the directory `base` to `path`; both as the build spelled them."""
+    return _e(quote(posixpath.relpath(path, base)))
 
 
 def _prose(text: str) -> str:
