@@ -29,7 +29,9 @@ same config with the eager model's state_dict; with `--variants ...,compile-grap
 transpiled kernels once their background compiles finished; a graph replay): its primary output,
 `logits` or `last_hidden_state`, against eager's (max abs difference and relative L2), the transpiled
 kernels' counters over it (`_transpile_runtime.counters()`: calls per kernel and path), a timing (benchlib: warm-up, then a budget of iterations,
-median; CUDA events), the peak memory one forward needs above what is live before it
+median; CUDA events), on CUDA the joules per forward and average watts (energy.py: the GPU's NVML
+energy counter over a second or more of forwards after the timings; `energy_j`, `power_w`, null with
+`energy_unavailable` where not read), the peak memory one forward needs above what is live before it
 (CUDA `max_memory_allocated` after a reset; CPU the resident set's high water mark), and
 one forward under torch.profiler: on CUDA the device kernels it launched (Memcpy/Memset
 counted apart); on CPU the aten ops called from Python (views included) plus the
@@ -86,6 +88,7 @@ from benchlib import (  # noqa: E402
     since_parent_start,
     synchronize,
 )
+from energy import EnergyMeter  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = ("eager", "compile", "transpiled")
@@ -494,6 +497,10 @@ def steady_state(model: Model, args: argparse.Namespace) -> dict:
             result = row["variants"][variant]
             if "seconds" not in result or timing["seconds"] < result["seconds"]:
                 result.update(timing)
+    # Energy in a loop of its own, once per variant (energy.py): the timings above stay as they were.
+    meter = EnergyMeter.for_device(args.device)
+    for variant, call in calls.items():
+        row["variants"][variant].update(meter.measure(call))
     # Profiled last: a profiler session can slow the launches that follow it.
     allocator_for_memory()
     for variant, call in calls.items():
@@ -619,6 +626,7 @@ def first_calls(model: Model, args: argparse.Namespace) -> list[dict]:
 def markdown(report: dict) -> str:
     tables = (
         _steady_table(report),
+        _energy_table(report),
         _reach_table(report),
         _graphs_table(report),
         _first_call_table(report),
@@ -627,11 +635,12 @@ def markdown(report: dict) -> str:
     return "\n\n".join(table for table in tables if table)
 
 
-def _ratio(slow: dict | None, fast: dict | None) -> str:
-    """Throughput of `fast` over `slow` (the same batch): slow time / fast time."""
-    if not slow or not fast or "seconds" not in slow or "seconds" not in fast:
+def _ratio(slow: dict | None, fast: dict | None, key: str = "seconds") -> str:
+    """`slow`'s `key` over `fast`'s: of times (the same batch), the throughput of `fast` over `slow`; of joules
+    per forward, how many times less `fast` spends."""
+    if not slow or not fast or slow.get(key) is None or fast.get(key) is None:
         return "-"
-    return f"{slow['seconds'] / fast['seconds']:.2f}x"
+    return f"{slow[key] / fast[key]:.2f}x"
 
 
 def _cell(result: dict | None, show: Callable[[dict], str], why: bool = False) -> str:
@@ -678,6 +687,29 @@ def _steady_table(report: dict) -> str:
         cells.append(_cell(transpiled, _kernels))
         busy = [r["other_processes_cores"] for r in v.values() if r.get("other_processes_cores") is not None]
         cells.append(f"{max(busy):.2f}" if busy else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _energy_table(report: dict) -> str:
+    """CUDA runs that read the energy counter (energy.py): joules per forward and average watts per variant, and
+    eager's joules over the others' (above 1x: it spends less); n/a, and why, where the counter was not read."""
+    rows = [row for row in report["steady_state"] if any("energy_j" in r for r in row["variants"].values())]
+    if report["device"] != "cuda" or not rows:
+        return ""
+    lines = [
+        "| model | dtype | J/forward (eager / compile / transpiled) | W (eager / compile / transpiled) "
+        "| eager J / compile J | eager J / transpiled J | not read because |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        v = row["variants"]
+        cells = [row["model"], row["dtype"]]
+        cells.append(" / ".join(_cell(v.get(name), _joules) for name in VARIANTS))
+        cells.append(" / ".join(_cell(v.get(name), _watts) for name in VARIANTS))
+        cells += [_ratio(v.get("eager"), v.get(name), "energy_j") for name in VARIANTS[1:]]
+        reasons = sorted({r["energy_unavailable"] for r in v.values() if r.get("energy_unavailable")})
+        cells.append("; ".join(reasons) or "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -768,6 +800,14 @@ def _ops(result: dict) -> str:
 def _busy(result: dict) -> str:
     busy = result.get("profile", {}).get("device_busy_ms")
     return "-" if busy is None else f"{busy:.2f}"
+
+
+def _joules(result: dict) -> str:
+    return "n/a" if result.get("energy_j") is None else f"{result['energy_j']:.3f}"
+
+
+def _watts(result: dict) -> str:
+    return "n/a" if result.get("power_w") is None else f"{result['power_w']:.0f}"
 
 
 def _diff(result: dict) -> str:

@@ -537,7 +537,9 @@ def test_an_output_no_loss_reaches_gives_its_inputs_no_gradient(modules, used):
         grads.append((x.grad, y.grad))
     (want_x, want_y), (got_x, got_y) = grads
     assert (got_x is None, got_y is None) == (want_x is None, want_y is None) == (used == "t", used == "u")
-    torch.testing.assert_close(got_x if used == "u" else got_y, want_x if used == "u" else want_y, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        got_x if used == "u" else got_y, want_x if used == "u" else want_y, rtol=1e-12, atol=1e-12
+    )
     assert kernel.counts.get("cpp", 0) == before + 1
 
 

@@ -401,9 +401,7 @@ def test_the_index_page_does_not_grow_with_a_files_findings(result):
     index grows by a row per file, not by what the file holds (the whole transformers tree's one page was
     1.3 MB, 0.8 MB of it finding tables)."""
     before = render_html(_data(result))
-    many = [
-        replace(d, line=n, message=f"{d.message} ({n})") for d in result.remaining for n in range(1, 301)
-    ]
+    many = [replace(d, line=n, message=f"{d.message} ({n})") for d in result.remaining for n in range(1, 301)]
     result.remaining[:] = many
     data = _data(result)
     after = render_html(data)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from . import abi
+from . import abi, artifacts
 
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "transpile_runtime.h"
@@ -54,6 +54,23 @@ NO_FP16_INSTRUCTIONS = "-mno-avx512fp16"
 WIDE_VECTORS = "-mprefer-vector-width=512"
 # The options added per CPU feature (a flag of /proc/cpuinfo), where the compiler knows them.
 CPU_OPTIONS = (("avx512_fp16", NO_FP16_INSTRUCTIONS), ("avx512f", WIDE_VECTORS))
+# The x86-64 levels of the psABI a library can be built for ahead of time (`transpile precompile`), lowest first,
+# each with the /proc/cpuinfo flags a CPU needs to run its code (its own and the lower levels'; `abm` is LZCNT).
+CPU_LEVELS: dict[str, frozenset[str]] = {
+    "x86-64-v2": frozenset({"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"})
+}
+CPU_LEVELS["x86-64-v3"] = CPU_LEVELS["x86-64-v2"] | {
+    "avx",
+    "avx2",
+    "bmi1",
+    "bmi2",
+    "f16c",
+    "fma",
+    "abm",
+    "movbe",
+    "xsave",
+}
+CPU_LEVELS["x86-64-v4"] = CPU_LEVELS["x86-64-v3"] | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
 NO_COMPILER = "no C++ compiler: using the eager fallback"
 # Temporaries of a build start with this; one older than STALE_S was left by a process that
 # died mid-build (a build takes seconds, up to minutes on a loaded machine).
@@ -109,11 +126,22 @@ def find_compiler() -> Compiler | None:
 
 
 @functools.lru_cache(maxsize=None)
-def flags(compiler: Compiler) -> tuple[str, ...]:
+def flags(compiler: Compiler, level: str | None = None) -> tuple[str, ...]:
     """The build's flags: FLAGS, and each of CPU_OPTIONS whose feature the CPU has and which the compiler
-    knows (one probe per option and process)."""
-    features = set(" ".join(line.split(":", 1)[-1] for line in cpu_identity().splitlines()).split())
-    return FLAGS + tuple(option for feature, option in CPU_OPTIONS if feature in features and _knows(compiler, option))
+    knows (one probe per option and process). For a `level` of CPU_LEVELS (a library built ahead of time,
+    for other machines), its `-march` instead of `-march=native`, and the options of the features it has."""
+    if level is None:
+        features = cpu_features()
+        march = ()
+    else:
+        features, march = CPU_LEVELS[level], (f"-march={level}",)
+    base = tuple(flag for flag in FLAGS if not (march and flag == "-march=native")) + march
+    return base + tuple(option for feature, option in CPU_OPTIONS if feature in features and _knows(compiler, option))
+
+
+def cpu_features() -> frozenset[str]:
+    """This CPU's feature flags, as /proc/cpuinfo names them."""
+    return frozenset(" ".join(line.split(":", 1)[-1] for line in cpu_identity().splitlines()).split())
 
 
 def _knows(compiler: Compiler, option: str) -> bool:
@@ -215,14 +243,13 @@ def build_text(text: str, stem: str, compiler: Compiler) -> tuple[Path, bool]:
     except OSError as error:
         raise CacheError(f"cannot write in {directory}: {error.strerror or error}") from error
     try:
-        command = [*compiler.command, *flags(compiler), f"-I{HERE}", "-x", "c++", "-", "-o", str(temporary)]
-        result = subprocess.run(command, input=text, capture_output=True, text=True)
-        if result.returncode != 0:
-            message = f"{shlex.join(command)} failed:\n{result.stderr}"
-            if LOCATED_ERROR.search(result.stderr):  # an error in the code, not a full disk: it would fail again
+        try:
+            compile_library(text, compiler, flags(compiler), temporary)
+        except CppBuildError as error:
+            if LOCATED_ERROR.search(str(error)):  # an error in the code, not a full disk: it would fail again
                 with contextlib.suppress(OSError):  # unrecorded, the next process tries once more
-                    os.replace(_temporary(directory, failure, message.encode()), failure)
-            raise CppBuildError(message)
+                    os.replace(_temporary(directory, failure, str(error).encode()), failure)
+            raise
         digest = hashlib.sha256(temporary.read_bytes()).hexdigest()
         os.replace(_temporary(directory, record, digest.encode()), record)
         os.replace(temporary, library)
@@ -231,6 +258,15 @@ def build_text(text: str, stem: str, compiler: Compiler) -> tuple[Path, bool]:
     finally:
         temporary.unlink(missing_ok=True)
     return library, False
+
+
+def compile_library(text: str, compiler: Compiler, options: Sequence[str], output: Path, include: Path = HERE) -> None:
+    """Compile the C++ source `text` into the shared library `output` with `options`, the runtime's header read
+    from `include`; CppBuildError with the compiler's message where it fails."""
+    command = [*compiler.command, *options, f"-I{include}", "-x", "c++", "-", "-o", str(output)]
+    result = subprocess.run(command, input=text, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise CppBuildError(f"{shlex.join(command)} failed:\n{result.stderr}")
 
 
 def _verified(library: Path, record: Path) -> bool:
@@ -393,9 +429,9 @@ class CppLibrary:
     _loaded: dict[Path, CppLibrary | None] = {}  # one build per file and process
     _lock = threading.Lock()
 
-    def __init__(self, source: Path, compiler: Compiler, path: Path, cache_hit: bool) -> None:
+    def __init__(self, source: Path, compiler: Compiler | None, path: Path, cache_hit: bool) -> None:
         self.source = source  # the kernel file
-        self.compiler = compiler
+        self.compiler = compiler  # None: the library was built ahead of time, and no compiler is looked for
         self.path = path  # the shared library
         self.cache_hit = cache_hit  # False: this process compiled it
         self._library = ctypes.CDLL(str(path))
@@ -432,10 +468,17 @@ class CppLibrary:
 
     @classmethod
     def load(cls, source: Path) -> CppLibrary | None:
-        """Build (or find in the cache) and load `source`; None, with a one-line warning, without a compiler.
+        """Load `source`'s library built ahead of time for this CPU (`transpile precompile`, verified by its
+        hash: artifacts.py), else build (or find in the cache) and load it; None, with a one-line warning,
+        without a compiler.
 
         Raises CppBuildError, CacheError or OSError (see `build`); `for_file` turns them into a fallback.
         """
+        found = artifacts.precompiled(Path(source), cpu_features())
+        if isinstance(found, Path):
+            return cls(Path(source), None, found, True)
+        if found is not None:
+            warnings.warn(f"{Path(source).name}: {found}: building it here", RuntimeWarning, stacklevel=2)
         compiler = find_compiler()
         if compiler is None:
             warnings.warn(NO_COMPILER, RuntimeWarning, stacklevel=2)
@@ -554,8 +597,11 @@ class CppLibrary:
             f"// {entry} for a call of these dtypes, built by the runtime.\n"
             f'extern "C" decltype(&{instance}) const {abi.INSTANCE} = {instance};\n'
         )
+        compiler = self.compiler or find_compiler()  # a library built ahead of time has the entry points only
+        if compiler is None:
+            return f"no C++ compiler to build the instantiation of {entry} for these dtypes"
         try:
-            path, _ = build_text(text, f"{self.source.stem}-{entry}", self.compiler)
+            path, _ = build_text(text, f"{self.source.stem}-{entry}", compiler)
             library = ctypes.CDLL(str(path))
             self._instance_libraries.append(library)
             return ctypes.c_void_p.in_dll(library, abi.INSTANCE).value

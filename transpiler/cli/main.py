@@ -503,6 +503,11 @@ def _progress(total: int):
     help="Format of the summary.",
 )
 @click.option("--no-kernels", is_flag=True, help="Write the rewritten source only: no fused kernels.")
+@click.option(
+    "--targets",
+    metavar="TARGETS",
+    help="Also build the C++ kernels ahead of time for these CPU levels (as `transpile precompile` does).",
+)
 @click.option("-e", "--exit-zero", is_flag=True, help="Exit 0 even when findings are left.")
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when a fix was applied, even if nothing is left.")
 @click.option(
@@ -526,6 +531,7 @@ def build(
     no_cache: bool,
     fmt: str,
     no_kernels: bool,
+    targets: str | None,
     exit_zero: bool,
     exit_non_zero_on_fix: bool,
     verbose: bool,
@@ -543,6 +549,8 @@ def build(
     """
     if verbose and quiet:
         raise click.UsageError("--verbose and --quiet ask for opposite things; use one")
+    if targets is not None and no_kernels:
+        raise click.UsageError("--targets builds the kernels --no-kernels leaves out; use one")
     overrides = {
         "select": _codes(select),
         "extend_select": _codes(extend_select),
@@ -552,12 +560,19 @@ def build(
     }
     run = _Run(overrides, config, no_cache, jobs, _Exits(exit_zero, exit_non_zero_on_fix))
     detail = "verbose" if verbose else "quiet" if quiet else "compact"
-    sys.exit(_guarded(lambda: _build(list(sources), output, run, fmt, detail, not no_kernels)))
+    sys.exit(_guarded(lambda: _build(list(sources), output, run, fmt, detail, not no_kernels, targets)))
 
 
-def _build(sources: list[Path], out: Path, run: _Run, fmt: str, detail: str, kernels: bool) -> int:
+def _build(
+    sources: list[Path], out: Path, run: _Run, fmt: str, detail: str, kernels: bool, targets: str | None = None
+) -> int:
     from transpiler.pipeline import build as transpile
+    from transpiler.pipeline.precompiling import PrecompileError, parse_targets, precompile, render
 
+    try:
+        levels = parse_targets(targets) if targets is not None else ()  # before the work, not after it
+    except PrecompileError as error:
+        raise click.UsageError(str(error)) from error
     settings = _settings(sources, run.overrides, run.config)
     # The copy is of the whole tree, .gitignore'd files included (data files a model reads are often ignored).
     layout = transpile.plan(sources, out, settings.is_excluded_entry)
@@ -576,7 +591,48 @@ def _build(sources: list[Path], out: Path, run: _Run, fmt: str, detail: str, ker
             layout, lint_files, settings.unsafe_fixes, settings.side_effects, advance, kernels, facts, jobs
         )
     sys.stdout.write(transpile.render_summary(result, fmt, settings.unsafe_fixes, detail))
-    return run.exits.status(len(result.remaining), len(result.applied))
+    status = run.exits.status(len(result.remaining), len(result.applied))
+    if levels:
+        try:
+            precompiled = precompile(layout.out, levels, jobs or os.cpu_count() or 1)
+        except PrecompileError as error:
+            _fail(str(error))
+        # On stderr: stdout is the summary, JSON with `--format json`.
+        sys.stderr.write(render(precompiled, layout.out))
+        status = max(status, EXIT_FINDINGS if precompiled.failed else EXIT_CLEAN)
+    return status
+
+
+@main.command()
+@click.argument("output", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="OUT")
+@click.option(
+    "--targets",
+    required=True,
+    metavar="TARGETS",
+    help="The CPU levels to build for, comma-separated: x86-64-v2, x86-64-v3, x86-64-v4.",
+)
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Compilers run at once (default: one per core).")
+def precompile(output: Path, targets: str, jobs: int | None) -> None:
+    """Build the C++ kernels of the output tree OUT ahead of time, for each target.
+
+    The libraries are written beside the kernel files, with their hashes in
+    OUT/transpile-artifacts.json; the transpiled modules load the one the CPU
+    runs best, with no compiler, or build the kernels themselves (and say why)
+    where none fits. Exit status: 0 when every library was built, 1 when some
+    failed (their kernels are built on first use), 2 bad usage.
+    """
+    sys.exit(_guarded(lambda: _precompile(output, targets, jobs)))
+
+
+def _precompile(out: Path, targets: str, jobs: int | None) -> int:
+    from transpiler.pipeline.precompiling import PrecompileError, parse_targets, precompile, render
+
+    try:
+        result = precompile(out, parse_targets(targets), jobs or os.cpu_count() or 1)
+    except PrecompileError as error:
+        _fail(str(error))
+    sys.stdout.write(render(result, out))
+    return EXIT_FINDINGS if result.failed else EXIT_CLEAN
 
 
 @main.command()

@@ -28,6 +28,7 @@ from transpiler.lint.engine import ProjectFacts
 from transpiler.lint.fixer import SideEffects, encode_source, fix_project
 from transpiler.pipeline.imports import ImportRewrite, plan_imports, shared_module_text, shared_modules
 from transpiler.compiler.ir import Region
+from transpiler.pipeline.precompiling import artifact_files
 from transpiler.pipeline.report import REPORT_DIR, REPORT_HTML, REPORT_JSON, write_report
 from transpiler.lint.rule import REGISTRY
 from transpiler.source.writing import copy_atomic, remove_stale_temporaries, write_atomic
@@ -95,7 +96,7 @@ def plan(sources: list[Path], out: Path, is_excluded_entry: Callable[[Path], boo
             raise LayoutError(f"source {src} is inside the output directory {out}; choose an output outside it")
         if src.is_dir():
             # The manifest and reports of an earlier output used as input are ours, not the user's.
-            ours = {src / MANIFEST, src / JOURNAL, src / REPORT_HTML, src / REPORT_JSON}
+            ours = {src / MANIFEST, src / JOURNAL, src / REPORT_HTML, src / REPORT_JSON, *artifact_files(src)}
             found = tree_files(src, is_excluded_entry)
             skipped.update((out / s.path.relative_to(src), s) for s in found.skipped)
             mapped = [

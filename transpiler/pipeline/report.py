@@ -583,7 +583,10 @@ def _file_section(entry: dict, out: str, base: str) -> str:
     if entry.get("where"):
         parts += ["<h2>Where each function's tensor operations run</h2>", _where_chart(entry["where"])]
     if entry["regions"]:
-        parts += ["<h2>Regions compiled into kernels</h2>", *(_region(region, out, base) for region in entry["regions"])]
+        parts += [
+            "<h2>Regions compiled into kernels</h2>",
+            *(_region(region, out, base) for region in entry["regions"]),
+        ]
     if entry["not_fused"]:
         items = "".join(
             f'<li class="refused">line {n["line"]} (<code>{_e(n["function"])}</code>): {_prose(n["reason"])}</li>'
@@ -729,7 +732,9 @@ def _file_links(paths: list[str], out: str, base: str) -> str:
     """Links from a page in `base` to `paths`, named relative to the output directory `out`."""
     return (
         "<ul>"
-        + "".join(f'<li><a href="{_href(p, base)}"><code>{_e(posixpath.relpath(p, out))}</code></a></li>' for p in paths)
+        + "".join(
+            f'<li><a href="{_href(p, base)}"><code>{_e(posixpath.relpath(p, out))}</code></a></li>' for p in paths
+        )
         + "</ul>"
     )
 

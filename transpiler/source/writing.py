@@ -27,7 +27,7 @@ def write_atomic(path: Path, data: bytes, *, like: Path | None = None) -> None:
     exists) gives the permission bits, so a fixed script stays executable."""
     source = like if like is not None else path
     mode = source.stat().st_mode & 0o7777 if source.exists() else _default_mode()
-    with _replacing(path) as tmp:
+    with replacing(path) as tmp:
         with open(tmp, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -37,13 +37,13 @@ def write_atomic(path: Path, data: bytes, *, like: Path | None = None) -> None:
 
 def copy_atomic(src: Path, dst: Path) -> None:
     """Copy with `shutil.copy2` (bytes, permission bits, times) into a temporary file renamed over `dst`."""
-    with _replacing(dst) as tmp:
+    with replacing(dst) as tmp:
         shutil.copy2(src, tmp)
 
 
 @contextmanager
-def _replacing(path: Path) -> Iterator[Path]:
-    """`with _replacing(path) as tmp:` gives a new temporary file beside `path`, renamed over `path` when the
+def replacing(path: Path) -> Iterator[Path]:
+    """`with replacing(path) as tmp:` gives a new temporary file beside `path`, renamed over `path` when the
     block ends and deleted when it raises (an interrupt included). Errors writing it are WriteErrors."""
     tmp = _temporary(path)
     try:

@@ -1,0 +1,194 @@
+"""`transpile precompile OUT --targets ...`: an output tree's C++ kernel files built ahead of time, so that the
+first call of its kernels loads a library instead of compiling one (7-70 s for a model family on two cores).
+
+Each kernel file (`_<module>_kernels.cpp`, `_<module>_backward.cpp`, as the build's manifest lists them) is built
+once per target, an x86-64 level of the psABI, into `<file stem>.<target>.so` beside it, with the tree's own
+runtime header. `OUT/transpile-artifacts.json` records, per file, the SHA-256 of the source and of each library,
+the compiler and the flags; the runtime (emit/runtime/artifacts.py) loads the highest level the CPU runs, after
+checking those hashes, and builds the file itself (saying why) where none fits. A library whose source, header,
+compiler and flags are those recorded, and whose bytes still match, is kept as it is: a second run builds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from emit.host.module import RUNTIME
+from transpiler.source.writing import WriteError, replacing, write_atomic
+
+# emit/runtime/artifacts.py `MANIFEST` (here ARTIFACTS) and `VERSION`, which the runtime reads: the runtime imports
+# torch, which a build of the source alone (`--no-kernels`) and `artifact_files` do without (tests/test_precompile.py
+# checks they agree).
+ARTIFACTS = "transpile-artifacts.json"
+VERSION = 1
+# emit/runtime/cpp_support.py `CPU_LEVELS`, lowest first (checked like ARTIFACTS).
+TARGETS = ("x86-64-v2", "x86-64-v3", "x86-64-v4")
+_KERNEL_FILES = ("_kernels.cpp", "_backward.cpp")
+
+if TYPE_CHECKING:
+    from emit.runtime.cpp_support import Compiler
+
+
+class PrecompileError(ValueError):
+    """The tree or the targets cannot be precompiled: the message says why."""
+
+
+@dataclass
+class Precompiled:
+    manifest: Path
+    built: list[tuple[str, str]] = field(default_factory=list)  # (kernel file, target), built by this run
+    kept: list[tuple[str, str]] = field(default_factory=list)  # up to date already
+    failed: list[tuple[str, str, str]] = field(default_factory=list)  # (kernel file, target, compiler's message)
+    removed: list[Path] = field(default_factory=list)  # libraries of files or targets no longer asked for
+    seconds: float = 0.0
+
+
+def parse_targets(text: str) -> tuple[str, ...]:
+    """`x86-64-v3,x86-64-v4` as targets, in TARGETS' order; PrecompileError naming the valid ones."""
+    asked = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in asked if t not in TARGETS]
+    if unknown or not asked:
+        raise PrecompileError(f"unknown target {', '.join(unknown) or '(none)'}: the targets are {', '.join(TARGETS)}")
+    return tuple(t for t in TARGETS if t in asked)
+
+
+def kernel_files(out: Path) -> list[str]:
+    """The C++ kernel files the build wrote into `out`, relative to it (from its manifest)."""
+    from transpiler.pipeline.build import MANIFEST
+
+    try:
+        written = json.loads((out / MANIFEST).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise PrecompileError(f"{out} has no readable build manifest ({MANIFEST}): build it first") from error
+    return sorted(rel for rel in written if rel.endswith(_KERNEL_FILES) and Path(rel).name.startswith("_"))
+
+
+def library_path(source: str, target: str) -> str:
+    return str(Path(source).with_suffix(f".{target}.so").as_posix())
+
+
+def artifact_files(root: Path) -> set[Path]:
+    """The manifest of artifacts under `root` and the libraries it lists (what a build of an output tree used as
+    input must not copy)."""
+    manifest = root / ARTIFACTS
+    try:
+        libraries = json.loads(manifest.read_text(encoding="utf-8"))["libraries"]
+        paths = {root / t["path"] for entry in libraries.values() for t in entry["targets"].values()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        paths = set()
+    return {manifest, *paths}
+
+
+def precompile(out: Path, targets: Sequence[str], jobs: int = 1) -> Precompiled:
+    """Build every C++ kernel file of the output tree `out` for each of `targets`; see the module's docstring."""
+    from emit.runtime.artifacts import sha256
+    from emit.runtime.cpp_support import find_compiler, flags
+
+    started = time.perf_counter()
+    compiler = find_compiler()
+    if compiler is None:
+        raise PrecompileError("no C++ compiler (set CXX, or install g++ or clang++)")
+    sources = kernel_files(out)
+    header = out / RUNTIME / "transpile_runtime.h"
+    if not header.is_file():
+        raise PrecompileError(f"{out} has no runtime header ({header.relative_to(out)}): build it first")
+    result = Precompiled(out / ARTIFACTS)
+    previous = _previous(out)
+    earlier = artifact_files(out)  # the libraries the earlier run listed
+    header_sha = sha256(header)
+    libraries: dict[str, dict] = {s: {"source_sha256": sha256(out / s), "targets": {}} for s in sources}
+    work = []
+    for source in sources:
+        for target in targets:
+            record = {
+                "path": library_path(source, target),
+                "compiler": compiler.version,
+                "flags": list(flags(compiler, target)),
+            }
+            old = previous.get("libraries", {}).get(source, {})
+            kept = old.get("targets", {}).get(target, {})
+            if (
+                previous.get("header_sha256") == header_sha
+                and old.get("source_sha256") == libraries[source]["source_sha256"]
+                and {k: kept.get(k) for k in record} == record
+                and _matches(out / record["path"], kept.get("sha256"))
+            ):
+                libraries[source]["targets"][target] = kept
+                result.kept.append((source, target))
+            else:
+                work.append((source, target, record))
+
+    def run(item: tuple[str, str, dict]) -> tuple[str, str, dict, str | None]:
+        source, target, record = item
+        return source, target, record, _build(out, source, record, compiler, header.parent)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each build is a compiler process
+        for source, target, record, error in pool.map(run, work):
+            if error is None:
+                record["sha256"] = sha256(out / record["path"])
+                libraries[source]["targets"][target] = record
+                result.built.append((source, target))
+            else:
+                result.failed.append((source, target, error))
+    manifest = {"tool": "transpile", "version": VERSION, "header_sha256": header_sha, "libraries": libraries}
+    write_atomic(result.manifest, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    kept_paths = {out / t["path"] for entry in libraries.values() for t in entry["targets"].values()}
+    for path in sorted(earlier - kept_paths - {result.manifest}):
+        if path.is_file() and not path.is_symlink() and path.resolve().is_relative_to(out.resolve()):
+            path.unlink()
+            result.removed.append(path)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _previous(out: Path) -> dict:
+    try:
+        data = json.loads((out / ARTIFACTS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and data.get("version") == VERSION else {}
+
+
+def _matches(path: Path, digest: str | None) -> bool:
+    from emit.runtime.artifacts import sha256
+
+    try:
+        return digest is not None and path.is_file() and sha256(path) == digest
+    except OSError:
+        return False
+
+
+def _build(out: Path, source: str, record: dict, compiler: "Compiler", include: Path) -> str | None:
+    """Compile `source` into its library, written atomically; None, or the compiler's message."""
+    from emit.runtime.cpp_support import CppBuildError, compile_library
+
+    try:
+        with replacing(out / record["path"]) as temporary:  # a killed run's temporary is removed by the next build
+            compile_library((out / source).read_text(), compiler, record["flags"], temporary, include)
+    except (CppBuildError, WriteError) as error:
+        return str(error)
+    return None
+
+
+def render(result: Precompiled, out: Path) -> str:
+    """The summary of a run, as the command prints it."""
+    lines = []
+    if result.built or result.kept:
+        lines.append(
+            f"Built {len(result.built)} C++ libraries ahead of time, kept {len(result.kept)} up to date,"
+            f" in {result.seconds:.1f} s."
+        )
+    for source, target, error in result.failed:
+        lines.append(f"{out / source}: the {target} build failed; the runtime will build it on first use:\n{error}")
+    if result.removed:
+        lines.append(f"Removed {len(result.removed)} libraries no longer asked for.")
+    if not (result.built or result.kept or result.failed):
+        lines.append("No C++ kernel file in the tree: nothing to build.")
+    lines.append(f"Manifest: {result.manifest}")
+    return "\n".join(lines) + "\n"
