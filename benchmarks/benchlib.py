@@ -236,10 +236,11 @@ def _status_kib(field_name: str) -> int:
 
 
 # -- fresh processes ----------------------------------------------------------------------
-def fresh_process(script: Path, spec: dict, caches: Path, label: str) -> dict:
+def fresh_process(script: Path, spec: dict, caches: Path, label: str, env: dict[str, str] | None = None) -> dict:
     """Run `script --child SPEC` in a new interpreter whose compile caches live under `caches`
-    (empty: cold; left by an earlier run: warm); its last stdout line, as JSON, or {"error": ...}."""
-    env = {**os.environ, **{name: str(caches / name.lower()) for name in CACHE_VARIABLES}}
+    (empty: cold; left by an earlier run: warm), with `env` added to its environment; its last stdout
+    line, as JSON, or {"error": ...}."""
+    env = {**os.environ, **(env or {}), **{name: str(caches / name.lower()) for name in CACHE_VARIABLES}}
     env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)  # freed tensors return to the OS: RSS tracks live ones
     env[PARENT_START] = repr(time.time())
     done = subprocess.run(

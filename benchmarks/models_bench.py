@@ -1,6 +1,6 @@
 """Real transformers models against eager PyTorch and torch.compile: steady state, first call, memory, kernels.
 
-    python benchmarks/models_bench.py --prepare compiled/hf      # transpile transformers' model packages into it
+    python benchmarks/models_bench.py --prepare compiled/hf [--targets x86-64-v3,x86-64-v4]  # transpile the models
     python benchmarks/models_bench.py --compiled compiled/hf [--device cpu|cuda] [--models gpt2,llama,...]
         [--dtypes bfloat16,float32] [--variants eager,compile,transpiled] [--first-call MODELS|all|none]
         [--attention sdpa|eager] [--json FILE]
@@ -47,7 +47,9 @@ parent starting the child to the first result (interpreter start, imports of tor
 transformers and the modeling module included), with model construction (random
 initialisation on the device, the cast) timed apart and subtracted, and the first forward
 alone. torch.compile and transpiled run twice, each with its own cache directories
-(Inductor, Triton, the transpiled C++ kernels): cold (empty), then warm.
+(Inductor, Triton, the transpiled C++ kernels): cold (empty), then warm. A tree prepared with
+`--targets` adds a third transpiled run, "precompiled": cold caches, the C++ kernels loaded from the
+libraries built ahead of time, no compiler on the path (the cold and warm runs ignore those libraries).
 """
 
 from __future__ import annotations
@@ -601,12 +603,20 @@ def child(spec: dict) -> dict:
 
 
 def first_calls(model: Model, args: argparse.Namespace) -> list[dict]:
-    """Fresh processes for eager, and for torch.compile and transpiled with cold then warm caches."""
+    """Fresh processes for eager, and for torch.compile and transpiled with cold then warm caches; for a transpiled
+    tree with C++ libraries built ahead of time (`--prepare DIR --targets ...`), also a run with cold caches using
+    them, with no compiler to call (`CXX` names none). The cold and warm runs ignore them (`TRANSPILE_ARTIFACTS=0`):
+    they compile as before."""
     later = [v for v in args.variants if v not in ("eager", *GRAPH_VARIANTS)]  # a graph's first call is its warm-up
     runs = [("eager", "none")] + [(v, cache) for v in later for cache in ("cold", "warm")]
+    if "transpiled" in later and args.compiled and (args.compiled / model.name / "transpile-artifacts.json").is_file():
+        runs.append(("transpiled", "precompiled"))
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-caches-") as caches:
         for variant, cache in runs:
+            env = {"TRANSPILE_ARTIFACTS": "0"}
+            if cache == "precompiled":
+                env = {"TRANSPILE_ARTIFACTS": "1", "CXX": str(Path(caches) / "no-compiler")}
             spec = {
                 "model": model.name,
                 "variant": variant,
@@ -616,7 +626,9 @@ def first_calls(model: Model, args: argparse.Namespace) -> list[dict]:
                 "compiled": str(args.compiled) if args.compiled else None,
             }
             label = f"{model.name} ({variant}, {cache} cache)"
-            found = fresh_process(Path(__file__).resolve(), spec, Path(caches) / variant, label)
+            # The warm run finds what the cold one left; the precompiled run starts empty.
+            where = Path(caches) / (f"{variant}-{cache}" if cache == "precompiled" else variant)
+            found = fresh_process(Path(__file__).resolve(), spec, where, label, env)
             results.append({**spec, "cache": cache, **found})
             print(f"done first call {label}", file=sys.stderr)
     return results
@@ -860,8 +872,9 @@ def transpile_command() -> list[str]:
     return [found, "build"]
 
 
-def prepare(directory: Path, models: list[Model]) -> int:
-    """Transpile each model's package of the installed transformers into DIR/<name>; 1 if any failed."""
+def prepare(directory: Path, models: list[Model], targets: str | None = None) -> int:
+    """Transpile each model's package of the installed transformers into DIR/<name>, its C++ kernels built ahead of
+    time for `targets` where given; 1 if any failed."""
     source = Path(transformers.__file__).resolve().parent / "models"
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "__init__.py").write_text(
@@ -870,6 +883,7 @@ def prepare(directory: Path, models: list[Model]) -> int:
     status = {}
     for model in models:
         command = [*transpile_command(), str(source / model.name), "-o", str(directory / model.name)]
+        command += ["--targets", targets] if targets else []
         print(" ".join(command), file=sys.stderr)
         status[model.name] = subprocess.run(command, cwd=REPO).returncode
     record = {"transformers": transformers.__version__, "torch": torch.__version__, "exit_codes": status}
@@ -895,6 +909,9 @@ def check_prepared(compiled: Path) -> dict:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prepare", type=Path, metavar="DIR", help="transpile the models' packages into DIR and exit")
+    parser.add_argument(
+        "--targets", metavar="LEVELS", help="with --prepare: build the C++ kernels ahead of time for these CPU levels"
+    )
     parser.add_argument("--compiled", type=Path, metavar="DIR", help="the transpiled packages (from --prepare)")
     parser.add_argument(
         "--tables", type=Path, nargs="+", metavar="JSON", help="print the tables of these runs and exit"
@@ -941,7 +958,7 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(merged(args.tables)))
         return 0
     if args.prepare:
-        return prepare(args.prepare, args.models)
+        return prepare(args.prepare, args.models, args.targets)
     report = {**environment(args.device), "benchmark": "models", "attention": args.attention}
     report["versions"]["transformers"] = transformers.__version__
     report["float32_matmul_precision"] = torch.get_float32_matmul_precision()

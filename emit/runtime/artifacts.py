@@ -10,7 +10,8 @@ tree's root holds `transpile-artifacts.json`, written by transpiler/pipeline/pre
 
 A kernel file's library is used only where the file and the runtime's header are still the bytes it was
 built from, the CPU runs its level, and its own bytes have the recorded SHA-256; otherwise the runtime
-says why and builds the file as it would without artifacts (cpp_support.py).
+says why and builds the file as it would without artifacts (cpp_support.py). `TRANSPILE_ARTIFACTS=0` ignores
+them (a run that compiles as if the tree had none, to compare or to debug).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -50,6 +52,8 @@ def precompiled(source: Path, features: frozenset[str], root: Path = ROOT) -> Pa
     names them) runs best, verified; why none can be used; or None where the tree has no artifacts."""
     from .cpp_support import CPU_LEVELS, HEADER  # cpp_support imports this module
 
+    if os.environ.get("TRANSPILE_ARTIFACTS") == "0":
+        return None
     manifest = _manifest(root)
     if manifest is None or isinstance(manifest, str):
         return manifest
