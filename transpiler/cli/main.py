@@ -636,6 +636,36 @@ def _precompile(out: Path, targets: str, jobs: int | None) -> int:
 
 
 @main.command()
+@click.argument("output", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="OUT")
+@click.option("--cases", type=click.IntRange(min=1), default=12, show_default=True, help="Cases computed per kernel.")
+@click.option("--seed", type=int, default=0, show_default=True, help="The first seed of the drawn cases.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--no-gradients", is_flag=True, help="Check the forward kernels only, not their backward kernels.")
+@click.option("--format", "--output-format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def verify(output: Path, cases: int, seed: int, device: str, no_gradients: bool, fmt: str) -> None:
+    """Run every kernel of the output tree OUT against its region's eager code.
+
+    Each kernel is called beside the statements it replaces on generated
+    inputs (shapes, dtypes, layouts, NaN and infinities), and under autograd
+    where it trains. Per kernel: equal, within tolerance, different (with the
+    first difference and a shrunk case) or not exercised (and why). Exit
+    status: 0 when no kernel is different, 1 when one is, 2 bad usage.
+    """
+    sys.exit(_guarded(lambda: _verify(output, cases, seed, device, not no_gradients, fmt)))
+
+
+def _verify(out: Path, cases: int, seed: int, device: str, gradients: bool, fmt: str) -> int:
+    from transpiler.pipeline.verifying import VerifyError, render, verify
+
+    try:
+        verdicts = verify(out, cases, seed, device, gradients)
+    except VerifyError as error:
+        _fail(str(error))
+    sys.stdout.write(render(verdicts, fmt))
+    return EXIT_FINDINGS if any(v.outcome == "different" for v in verdicts) else EXIT_CLEAN
+
+
+@main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--passes", is_flag=True, help="Print the IR after each compiler pass, in the order the build runs them.")
 def explain(files: tuple[Path, ...], passes: bool) -> None:
