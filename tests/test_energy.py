@@ -2,15 +2,13 @@
 for the time; and the energy table of benchmarks/models_bench.py."""
 
 import ctypes
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from tests.benchmark_modules import load
+
 NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUND = 3, 6
 # Two GPUs as torch numbers them, (PCI domain, bus, device), and their bus ids as NVML names them: cuda:1 is
 # 00000000:3b:00.0, whatever NVML's own index of it.
@@ -18,15 +16,7 @@ GPUS = {0: (0, 0x18, 0), 1: (0, 0x3B, 0)}
 BUS_IDS = {0: "00000000:18:00.0", 1: "00000000:3b:00.0"}
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-energy = _load("energy")
+energy = load("energy")
 
 
 class FakeNvml:
@@ -188,7 +178,7 @@ def _report(device: str, transpiled: dict) -> dict:
 @pytest.fixture(scope="module")
 def bench():
     pytest.importorskip("transformers")
-    return _load("models_bench")
+    return load("models_bench")
 
 
 def test_the_energy_table_shows_joules_watts_and_ratios_to_eager(bench):

@@ -1,29 +1,19 @@
 """The model benchmark harness runs end to end on CPU: a small BERT transpiled from the installed transformers, eager
 against transpiled (no torch.compile: it alone takes half a minute here), steady state and fresh processes."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.benchmark_modules import load
+
 pytest.importorskip("transformers")
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return _load("models_bench")
+    return load("models_bench")
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +98,7 @@ def test_tables_and_plot_read_the_report(bench, run, tmp_path, capsys):
     assert out.count("| bert | float32 | 8x64 |") == 2  # both copies' rows, merged
     pytest.importorskip("matplotlib")
     picture = tmp_path / "models.png"
-    assert _load("plot").main([str(saved), "-o", str(picture)]) == 0
+    assert load("plot").main([str(saved), "-o", str(picture)]) == 0
     assert picture.read_bytes().startswith(b"\x89PNG")
 
 
