@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transpiler.compiler.ops import ACTIVATION, BY_NAME, Domain
+from transpiler.compiler.ops import ACTIVATION, BY_NAME, CHANNEL_OPS, Domain
 
 OUTCOMES = ("equal", "within tolerance", "different", "not exercised")
 FLOATING = ("float32", "float64", "bfloat16", "float16")
@@ -59,7 +59,9 @@ class Spec:
     shapes: tuple[tuple[int, ...], ...]  # per tensor input
     dtypes: tuple[str, ...]
     layouts: tuple[str, ...]
-    special: bool  # NaN, infinities and zeros among the values
+    # Per tensor input, NaN, infinities and zeros among its values; never in a parameter or buffer (`self.*`):
+    # a model's are finite, where activations overflow and attention masks hold -inf.
+    special: tuple[bool, ...]
     scalars: tuple[object, ...]
     seed: int
 
@@ -70,7 +72,8 @@ class Spec:
             for n, s, d, layout in zip(names, self.shapes, self.dtypes, self.layouts)
         ]
         scalars = [f"{n}={source or repr(v)}" for (n, source), v in zip(scalars, self.scalars)]
-        return ", ".join(tensors + scalars) + (", with NaN and infinities" if self.special else "")
+        special = [n for n, flag in zip(names, self.special) if flag]
+        return ", ".join(tensors + scalars) + (f", with NaN and infinities in {', '.join(special)}" if special else "")
 
 
 @dataclass
@@ -158,7 +161,7 @@ class _Inputs:
 
     tensors: tuple[str, ...]
     bools: frozenset[str]
-    # (name, source, role): "number", "positive" (a constant operand), "module" or "constant" (a dim: not drawn)
+    # (name, source, role): "number", "positive" (a constant operand), "module", "dim" or "keepdim"
     scalars: tuple[tuple[str, str, str], ...]
     ops: int
     reduces: bool  # a row kernel: the bound allows for a reduction's rounding over the longest dim, as the fuzzer's
@@ -168,20 +171,27 @@ class _Inputs:
     sources: tuple[str, ...] = ()
     # Tensor inputs (positions) of one value per element of the last dim: a layer norm's weight and bias.
     last_dim: frozenset[int] = frozenset()
+    # Tensor inputs of one value per channel, viewed to broadcast along dim 1: a batch norm's statistics.
+    channels: frozenset[str] = frozenset()
 
 
 def _inputs_of(region: dict) -> _Inputs:
     roles: dict[str, str] = {}
     bools: set[str] = set()
+    channels: set[str] = set()
     for node in region["nodes"]:
         op = BY_NAME.get(node["op"])
+        if op in CHANNEL_OPS:  # operands 1-4: the statistics and the affine parameters
+            channels.update(node["operands"][1:5])
         for position, operand in enumerate(node["operands"]):
             if op is None or position in node["constants"]:
                 continue
             if op.name == ACTIVATION.name and position == 1:
                 roles[operand] = "module"
-            elif position in (op.dim_operand, op.keepdim_operand):
-                roles.setdefault(operand, "constant")
+            elif position == op.dim_operand:
+                roles.setdefault(operand, "dim")
+            elif position == op.keepdim_operand:
+                roles.setdefault(operand, "keepdim")
             elif position in op.constant_operands:  # a norm's epsilon, a clamp's bound: a positive number will do
                 roles.setdefault(operand, "positive")
             else:
@@ -194,7 +204,16 @@ def _inputs_of(region: dict) -> _Inputs:
     )
     bools = frozenset(bools & set(tensors))
     sources = tuple(i["source"] for i in region["inputs"] if i["is_tensor"])
-    return _Inputs(tensors, bools, scalars, len(region["nodes"]), False, tuple(region["conditions"]), sources)
+    return _Inputs(
+        tensors,
+        bools,
+        scalars,
+        len(region["nodes"]),
+        False,
+        tuple(region["conditions"]),
+        sources,
+        channels=frozenset(channels & set(tensors)),
+    )
 
 
 def _draw(inputs: _Inputs, rng: random.Random) -> Spec:
@@ -207,6 +226,8 @@ def _draw(inputs: _Inputs, rng: random.Random) -> Spec:
         shape = list(full)
         if position in inputs.last_dim and rng.random() < 0.8:
             shape = full[-1:]
+        elif inputs.tensors[position] in inputs.channels and rank >= 2:  # as the caller views them, always
+            shape = (full[1], *(1,) * (rank - 2))
         elif rng.random() < 0.4:  # broadcast: some dims 1, or leading dims dropped
             shape = [1 if rng.random() < 0.3 else s for s in shape][
                 rng.randrange(len(shape)) if rng.random() < 0.3 else 0 :
@@ -221,10 +242,16 @@ def _draw(inputs: _Inputs, rng: random.Random) -> Spec:
     for _, _, role in inputs.scalars:
         if role == "module":
             scalars.append(rng.choice(ACTIVATIONS))
+        elif role == "dim":  # out of range for the rank at times: eager raises, and the kernel must not compute
+            scalars.append(rng.choice((-1, -1, 0, 1, -2)))
+        elif role == "keepdim":
+            scalars.append(rng.random() < 0.5)
         else:
             scalars.append(rng.choice([n for n in NUMBERS if n > 0 or role == "number"]))
     layouts = tuple(rng.choice(LAYOUTS) for _ in inputs.tensors)
-    return Spec(full, tuple(shapes), tuple(dtypes), layouts, rng.random() < 0.2, tuple(scalars), rng.randrange(2**31))
+    special = rng.random() < 0.2
+    specials = tuple(special and not source.startswith("self.") for source in inputs.sources)
+    return Spec(full, tuple(shapes), tuple(dtypes), layouts, specials, tuple(scalars), rng.randrange(2**31))
 
 
 def _tensors(spec: Spec, device: str, widen: str = ""):
@@ -233,9 +260,9 @@ def _tensors(spec: Spec, device: str, widen: str = ""):
 
     generator = torch.Generator().manual_seed(spec.seed)
     made = []
-    for shape, dtype, layout in zip(spec.shapes, spec.dtypes, spec.layouts):
+    for shape, dtype, layout, special in zip(spec.shapes, spec.dtypes, spec.layouts, spec.special):
         base = torch.randn(shape, generator=generator, dtype=torch.float64) * 2
-        if spec.special and base.numel():
+        if special and base.numel():
             flat = base.view(-1)
             # Distinct places: a write of several values to one place keeps any of them (index_put's threads).
             picks = torch.randperm(flat.numel(), generator=generator)[: max(1, flat.numel() // 8)]
@@ -296,10 +323,6 @@ def _verify_kernel(kernel, region: dict, cases: int, seed: int, device: str, gra
     last_dim = frozenset(n for n, name in enumerate(kernel.shapes.inputs) if name in affine)
     inputs = dataclasses.replace(inputs, last_dim=last_dim, reduces=kernel.rows is not None)
     verdict = Verdict(kernel.name, region["location"])
-    unknown = [name for name, source, role in inputs.scalars if role == "constant" and not _names_only(source, inputs)]
-    if unknown:
-        verdict.detail = f"its scalar {', '.join(unknown)} sets a dim or a constant of the region, and cannot be drawn"
-        return verdict
     rng = random.Random(f"{seed}:{kernel.name}:{region['location']}")
     worst = "equal"
     while verdict.ran < cases and verdict.cases < cases * ATTEMPTS_PER_CASE:
@@ -407,7 +430,7 @@ def _case(kernel, spec: Spec, inputs: _Inputs, device: str, gradients: bool, dec
     # Gradients on finite inputs only: with an infinite one, a gradient summed over a broadcast dim is NaN or
     # infinite by the order of the sum and the product (eager's add backward sums the cotangents first, the
     # kernel multiplies each by the infinity), one expression of exact arithmetic either way.
-    if gradients and kernel.gradients is not None and not spec.special:
+    if gradients and kernel.gradients is not None and not any(spec.special):
         mismatch = _gradients_mismatch(kernel, spec, inputs, device, n, length)
         if mismatch:
             return "different", mismatch
@@ -506,8 +529,8 @@ def _shrunk(kernel, spec: Spec, inputs: _Inputs, device: str, gradients: bool) -
 
 def _simpler(spec: Spec) -> list[Spec]:
     out = []
-    if spec.special:
-        out.append(dataclasses.replace(spec, special=False))
+    if any(spec.special):
+        out.append(dataclasses.replace(spec, special=(False,) * len(spec.special)))
     for k, layout in enumerate(spec.layouts):
         if layout != "contiguous":
             out.append(dataclasses.replace(spec, layouts=(*spec.layouts[:k], "contiguous", *spec.layouts[k + 1 :])))
