@@ -164,6 +164,13 @@ class DeadStatistics(nn.Module):
         t4 = t2.to(t2.dtype)
         t4 = -t1
         return self.act(x)
+
+
+class SmallerOutput(nn.Module):
+    def forward(self, x, w):
+        h = torch.tanh(x) + 1.0
+        y = h * w * 2.0
+        return h, y
 """
 
 
@@ -541,6 +548,29 @@ def test_an_output_no_loss_reaches_gives_its_inputs_no_gradient(modules, used):
         got_x if used == "u" else got_y, want_x if used == "u" else want_y, rtol=1e-12, atol=1e-12
     )
     assert kernel.counts.get("cpp", 0) == before + 1
+
+
+@pytest.mark.parametrize("shapes", [((3, 4), (4,)), ((1, 4), (2, 1, 4)), ((4,), (3, 4))], ids=str)
+def test_an_output_smaller_than_the_iteration_space_gets_its_gradient_once(modules, shapes):
+    """`h` has x's shape and `y = h * w` broadcasts over w's leading dims: autograd adds h's gradient to x's once,
+    where the backward kernel, running over y's shape, would add it once per broadcast element (found by
+    `transpile verify` in LLaMA's residual and norm). Such calls take the original code under autograd."""
+    runtime = modules[2]
+    first = SOURCE.splitlines().index("        h = torch.tanh(x) + 1.0") + 1
+    (kernel,) = [k for k in runtime.KERNELS if k.gradients and k.source.endswith(f":{first}-{first + 1}")]
+    before = dict(kernel.counts)
+    a, b = twins(modules, "SmallerOutput")
+    grads = []
+    for module in (a, b):
+        x = torch.randn(shapes[0], dtype=torch.float64, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        w = torch.randn(shapes[1], dtype=torch.float64, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        h, y = module(x, w)
+        (h.sum() * 0.5 + y.sum()).backward()
+        grads.append((x.grad, w.grad))
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    ran = kernel.counts.get("cpp", 0) - before.get("cpp", 0)
+    assert ran == (1 if shapes[0] == (3, 4) else 0)  # the kernel trains where h has y's shape
 
 
 ACTIVATION_MODULES = {

@@ -374,6 +374,7 @@ class Kernel:
         self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
         self._plans: dict[tuple, Plan | str] = {}  # per call signature (see `_signature`)
         self._row_lengths: dict[tuple, int | None] = {}  # under autograd, per call signature (see `_differentiable`)
+        self._added_once: dict[tuple, bool] = {}  # likewise (`_gradients_added_once`)
         KERNELS.append(self)
 
     def __repr__(self) -> str:
@@ -472,6 +473,14 @@ class Kernel:
             if row_length is None:
                 self.counts["fallback: the reduced dim's length is unknown"] += 1
                 return None
+        once = self._added_once.get(key)
+        if once is None:
+            if len(self._added_once) >= MAX_PLANS:
+                self._added_once.clear()
+            once = self._added_once[key] = _gradients_added_once(self.shapes, tensors, gradients.outputs, self.rows)
+        if not once:
+            self.counts["fallback: an output smaller than the kernel's iteration space (its gradient is summed)"] += 1
+            return None
         with torch.no_grad():  # the kernel reads the inputs' memory: no need to detach them
             outputs = self._launch(key, self._planned(key, tensors, codes, scalars), tensors, codes)
         if outputs is None:
@@ -918,6 +927,28 @@ def _summed_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     if len(shape) <= grad.dim() and all(s in (1, g) for s, g in zip(reversed(shape), reversed(grad.shape))):
         return grad.sum_to_size(shape)
     return grad.expand(torch.broadcast_shapes(grad.shape, shape)).sum_to_size(shape)
+
+
+def _gradients_added_once(shapes: "Shapes", tensors: tuple, outputs: tuple[int, ...], rows: "Rows | None") -> bool:
+    """Whether the backward kernel takes each output's gradient once per element of that output.
+
+    It runs over the region's whole iteration space and reads an output's gradient where the forward computed
+    the output. An output of fewer elements than that space (`h` of x's shape where `y = h * w` broadcasts
+    over w's leading dims; a row output counts the reduced dim) is read at several of its places: its gradient
+    would be added to the inputs' as many times, where autograd sums the other outputs' over the broadcast
+    first and adds it once (LLaMA's residual beside a norm whose weight broadcasts). Such calls take the
+    original code under autograd."""
+    try:
+        values = value_shapes(shapes, [t.shape for t in tensors])
+    except (ValueError, IndexError):
+        return False  # the original code raises as eager does
+    space = max((math.prod(s) for s in values.values()), default=1)
+    row_length = (_row_length(shapes, tensors) or 1) if rows is not None else 1
+    for n in outputs:
+        elements = math.prod(values[shapes.outputs[n]])
+        if elements * (row_length if rows is not None and n in rows.row_outputs else 1) != space:
+            return False
+    return True
 
 
 def _row_length(shapes: "Shapes", tensors: tuple) -> int | None:
