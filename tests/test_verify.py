@@ -143,3 +143,27 @@ def test_the_text_report_counts_the_outcomes(built, tmp_path):
         r"src/net\.py:11-12: fused_sigmoid_layer_norm: (equal|within tolerance) \(4 of \d+ cases computed\)", lines[0]
     )
     assert re.fullmatch(r"1 kernels: \d equal, \d within tolerance, 0 different, 0 not exercised", lines[-1])
+
+
+def test_nan_and_infinities_only_when_asked_never_in_parameters_nor_before_an_integer_cast():
+    """`--nonfinite` draws them into a fifth of the cases, in the inputs that are not `self.*`; a region casting to
+    an integer dtype gets none (the conversion is undefined in C++)."""
+    import random
+
+    from transpiler.pipeline import verifying
+
+    region = {
+        "inputs": [
+            {"name": "x", "source": "x", "is_tensor": True},
+            {"name": "w", "source": "self.w", "is_tensor": True},
+        ],
+        "nodes": [{"op": "mul", "operands": ["x", "w"], "constants": [], "out": "t0", "line": 1}],
+        "conditions": [],
+    }
+    inputs = verifying._inputs_of(region)
+    drawn = [verifying._draw(inputs, random.Random(n), nonfinite=True).special for n in range(200)]
+    assert 20 < sum(s == (True, False) for s in drawn) < 80 and all(s in {(True, False), (False, False)} for s in drawn)
+    assert not any(any(verifying._draw(inputs, random.Random(n), nonfinite=False).special) for n in range(200))
+    region["nodes"].append({"op": "to", "operands": ["t0", "int64"], "constants": [1], "out": "t1", "line": 1})
+    inputs = verifying._inputs_of(region)
+    assert not any(any(verifying._draw(inputs, random.Random(n), nonfinite=True).special) for n in range(200))

@@ -641,8 +641,9 @@ def _precompile(out: Path, targets: str, jobs: int | None) -> int:
 @click.option("--seed", type=int, default=0, show_default=True, help="The first seed of the drawn cases.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--no-gradients", is_flag=True, help="Check the forward kernels only, not their backward kernels.")
+@click.option("--nonfinite", is_flag=True, help="Also draw NaN and infinities (their placement is judged strictly).")
 @click.option("--format", "--output-format", "fmt", type=click.Choice(["text", "json"]), default="text")
-def verify(output: Path, cases: int, seed: int, device: str, no_gradients: bool, fmt: str) -> None:
+def verify(output: Path, cases: int, seed: int, device: str, no_gradients: bool, nonfinite: bool, fmt: str) -> None:
     """Run every kernel of the output tree OUT against its region's eager code.
 
     Each kernel is called beside the statements it replaces on generated
@@ -651,14 +652,14 @@ def verify(output: Path, cases: int, seed: int, device: str, no_gradients: bool,
     first difference and a shrunk case) or not exercised (and why). Exit
     status: 0 when no kernel is different, 1 when one is, 2 bad usage.
     """
-    sys.exit(_guarded(lambda: _verify(output, cases, seed, device, not no_gradients, fmt)))
+    sys.exit(_guarded(lambda: _verify(output, cases, seed, device, not no_gradients, nonfinite, fmt)))
 
 
-def _verify(out: Path, cases: int, seed: int, device: str, gradients: bool, fmt: str) -> int:
+def _verify(out: Path, cases: int, seed: int, device: str, gradients: bool, nonfinite: bool, fmt: str) -> int:
     from transpiler.pipeline.verifying import VerifyError, render, verify
 
     try:
-        verdicts = verify(out, cases, seed, device, gradients)
+        verdicts = verify(out, cases, seed, device, gradients, nonfinite)
     except VerifyError as error:
         _fail(str(error))
     sys.stdout.write(render(verdicts, fmt))

@@ -6,7 +6,9 @@ module runs whenever the kernel declines a call. Each kernel is called beside it
 shapes that broadcast as the region reads its inputs (and some that do not), float32, float64, bfloat16 and
 float16, contiguous, transposed, strided, broadcast and offset layouts, NaN and infinities among normal values,
 and its scalar inputs (evaluated from their source where that names only the region's tensors, `q.shape[-1] //
-2`; drawn numbers where the region computes with them). `comparing.py` judges each case as the fuzzer does:
+2`; drawn numbers where the region computes with them). NaN and infinities only when asked (`nonfinite`): their
+placement is judged strictly, and a difference of an ulp times an infinity is NaN against an infinity (the C++
+`erf` an ulp from eager's in GELU's far tail, times an infinite `up`). `comparing.py` judges each case as the fuzzer does:
 values within the rounding the ops allow (widened by eager's own distance from float64), NaN placement, shapes,
 dtypes, aliasing, inputs changed, errors raised; where the kernel trains, the same under autograd with the
 inputs' gradients. A kernel is "equal" (every output bit for bit), "within tolerance", "different" (with the
@@ -32,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transpiler.compiler.ops import ACTIVATION, BY_NAME, CHANNEL_OPS, Domain
+from transpiler.compiler.ops import ACTIVATION, BY_NAME, CAST, CHANNEL_OPS, Domain
 
 OUTCOMES = ("equal", "within tolerance", "different", "not exercised")
 FLOATING = ("float32", "float64", "bfloat16", "float16")
@@ -88,8 +90,11 @@ class Verdict:
     declined: Counter = field(default_factory=Counter)  # why the kernel declined, by reason
 
 
-def verify(out: Path, cases: int = 12, seed: int = 0, device: str = "cpu", gradients: bool = True) -> list[Verdict]:
-    """The verdict of every forward kernel of the output tree `out` (see the module's docstring)."""
+def verify(
+    out: Path, cases: int = 12, seed: int = 0, device: str = "cpu", gradients: bool = True, nonfinite: bool = False
+) -> list[Verdict]:
+    """The verdict of every forward kernel of the output tree `out` (see the module's docstring); `nonfinite`: also
+    cases with NaN and infinities among the inputs' values."""
     import torch
 
     if device == "cuda" and not torch.cuda.is_available():
@@ -104,7 +109,7 @@ def verify(out: Path, cases: int = 12, seed: int = 0, device: str = "cpu", gradi
         for value in vars(module).values():
             if isinstance(value, runtime.Kernel) and value.name in regions.get(path, {}):
                 region = regions[path][value.name]
-                verdicts.append(_verify_kernel(value, region, cases, seed, device, gradients))
+                verdicts.append(_verify_kernel(value, region, cases, seed, device, gradients, nonfinite))
     return verdicts
 
 
@@ -173,6 +178,9 @@ class _Inputs:
     last_dim: frozenset[int] = frozenset()
     # Tensor inputs of one value per channel, viewed to broadcast along dim 1: a batch norm's statistics.
     channels: frozenset[str] = frozenset()
+    # The region converts values to an integer dtype: NaN and infinities are not drawn (their conversion is
+    # undefined in C++, and torch's result is the CPU's: INT64_MIN on x86).
+    to_integers: bool = False
 
 
 def _inputs_of(region: dict) -> _Inputs:
@@ -213,10 +221,13 @@ def _inputs_of(region: dict) -> _Inputs:
         tuple(region["conditions"]),
         sources,
         channels=frozenset(channels & set(tensors)),
+        to_integers=any(
+            n["op"] == CAST.name and str(n["operands"][1]) not in FLOATING + ("bool",) for n in region["nodes"]
+        ),
     )
 
 
-def _draw(inputs: _Inputs, rng: random.Random) -> Spec:
+def _draw(inputs: _Inputs, rng: random.Random, nonfinite: bool) -> Spec:
     # A rank the caller requires (`x.dim() == 4`, a batch norm's), else any.
     ranks = [int(m) for c in inputs.conditions for m in re.findall(r"\.dim\(\) == (\d)", c)]
     rank = ranks[0] if ranks else rng.choice((1, 2, 2, 3, 3, 4))
@@ -249,7 +260,7 @@ def _draw(inputs: _Inputs, rng: random.Random) -> Spec:
         else:
             scalars.append(rng.choice([n for n in NUMBERS if n > 0 or role == "number"]))
     layouts = tuple(rng.choice(LAYOUTS) for _ in inputs.tensors)
-    special = rng.random() < 0.2
+    special = rng.random() < 0.2 and nonfinite and not inputs.to_integers
     specials = tuple(special and not source.startswith("self.") for source in inputs.sources)
     return Spec(full, tuple(shapes), tuple(dtypes), layouts, specials, tuple(scalars), rng.randrange(2**31))
 
@@ -317,7 +328,9 @@ def _scalars(spec: Spec, inputs: _Inputs, tensors: list) -> list:
 
 
 # -- running and judging --------------------------------------------------------------------------------
-def _verify_kernel(kernel, region: dict, cases: int, seed: int, device: str, gradients: bool) -> Verdict:
+def _verify_kernel(
+    kernel, region: dict, cases: int, seed: int, device: str, gradients: bool, nonfinite: bool
+) -> Verdict:
     inputs = _inputs_of(region)
     affine = {name for step in kernel.shapes.steps if step.affine for name in step.reads[1:]}
     last_dim = frozenset(n for n, name in enumerate(kernel.shapes.inputs) if name in affine)
@@ -326,7 +339,7 @@ def _verify_kernel(kernel, region: dict, cases: int, seed: int, device: str, gra
     rng = random.Random(f"{seed}:{kernel.name}:{region['location']}")
     worst = "equal"
     while verdict.ran < cases and verdict.cases < cases * ATTEMPTS_PER_CASE:
-        spec = _draw(inputs, rng)
+        spec = _draw(inputs, rng, nonfinite)
         verdict.cases += 1
         outcome, detail = _case(kernel, spec, inputs, device, gradients, verdict.declined)
         if outcome is None:
