@@ -3,17 +3,16 @@ generated inputs; a gate for CI.
 
 A kernel file's `Kernel` has its region's statements as an eager function (`reference`), which the transpiled
 module runs whenever the kernel declines a call. Each kernel is called beside its reference on drawn cases:
-shapes that broadcast as the region reads its inputs (and some that do not), float32, float64, bfloat16 and
-float16, contiguous, transposed, strided, broadcast and offset layouts, NaN and infinities among normal values,
-and its scalar inputs (evaluated from their source where that names only the region's tensors, `q.shape[-1] //
-2`; drawn numbers where the region computes with them). NaN and infinities only when asked (`nonfinite`): their
-placement is judged strictly, and a difference of an ulp times an infinity is NaN against an infinity (the C++
-`erf` an ulp from eager's in GELU's far tail, times an infinite `up`). `comparing.py` judges each case as the fuzzer does:
-values within the rounding the ops allow (widened by eager's own distance from float64), NaN placement, shapes,
-dtypes, aliasing, inputs changed, errors raised; where the kernel trains, the same under autograd with the
-inputs' gradients. A kernel is "equal" (every output bit for bit), "within tolerance", "different" (with the
-first difference and the case shrunk while it stays different), or "not exercised" (no case the kernel
-computed, and why it declined).
+shapes that broadcast as the region reads its inputs (and some that do not), float32, bfloat16 and float16,
+contiguous, transposed, strided, broadcast and offset layouts, and its scalar inputs (evaluated from their source
+where that names only the region's tensors, `q.shape[-1] // 2`; drawn where the region computes with them). NaN
+and infinities only when asked (`nonfinite`): their placement is judged strictly, and an ulp's difference times
+an infinity is NaN against an infinity (the C++ `erf` an ulp from eager's in GELU's far tail, times an infinite
+`up`). `comparing.py` judges each case as the fuzzer does: values within the rounding the ops allow (widened by
+eager's own distance from float64), NaN placement, shapes, dtypes, aliasing, inputs changed, errors raised; where
+the kernel trains, the same under autograd with the inputs' gradients. A kernel is "equal" (every output bit for
+bit), "within tolerance", "different" (with the first difference and the case shrunk while it stays different),
+or "not exercised" (no case the kernel computed, and why it declined).
 
 The tree is read, never written: its build manifest names the kernel files, its report (transpile-report.json)
 the regions' inputs, and its runtime runs the kernels.
