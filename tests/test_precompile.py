@@ -83,8 +83,8 @@ def tree(tmp_path):
     return out
 
 
-def _run(out: Path, tmp_path: Path, compiler: str | None) -> dict:
-    env = dict(os.environ, TRANSPILE_CACHE_DIR=str(tmp_path / "cache"), TRANSPILE_TAPES="0")
+def _run(out: Path, tmp_path: Path, compiler: str | None, **variables: str) -> dict:
+    env = dict(os.environ, TRANSPILE_CACHE_DIR=str(tmp_path / "cache"), TRANSPILE_TAPES="0", **variables)
     env["CXX"] = compiler or str(tmp_path / "no-compiler")
     script = tmp_path / "run.py"
     script.write_text(RUN)
@@ -126,6 +126,9 @@ def test_a_precompiled_tree_runs_its_cpp_kernels_with_no_compiler_and_no_cache(t
     assert result["cpp"] >= 1 and result["warnings"] == []
     assert result["loaded"] == {"_net_kernels.cpp": f"_net_kernels.{RUNS[-1]}.so"}  # the highest level it runs
     assert not (tmp_path / "cache").exists()  # nothing was built
+    # TRANSPILE_ARTIFACTS=0 ignores them: with no compiler either, the kernels take the original code.
+    ignored = _run(tree, tmp_path, compiler=None, TRANSPILE_ARTIFACTS="0")
+    assert ignored["cpp"] == 0 and ignored["loaded"] == {"_net_kernels.cpp": "no C++ compiler"}
 
 
 @needs_levels

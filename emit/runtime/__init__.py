@@ -373,8 +373,8 @@ class Kernel:
         self.counts: collections.Counter[str] = collections.Counter()
         self._signature_plans = functools.lru_cache(maxsize=256)(self._signature_plan)
         self._plans: dict[tuple, Plan | str] = {}  # per call signature (see `_signature`)
-        self._row_lengths: dict[tuple, int | None] = {}  # under autograd, per call signature (see `_differentiable`)
-        self._added_once: dict[tuple, bool] = {}  # likewise (`_gradients_added_once`)
+        # Under autograd, per call signature: the reduced dim's length and why the node cannot take it (`_autograd`).
+        self._autograd: dict[tuple, tuple[int | None, str | None]] = {}
         KERNELS.append(self)
 
     def __repr__(self) -> str:
@@ -455,31 +455,21 @@ class Kernel:
     def _differentiable(self, key: tuple, tensors: tuple, codes: tuple, scalars: tuple):
         """The outputs computed by the kernel, recorded by autograd as one node whose backward runs the kernel
         of `self.gradients`; or None (counted) to run the original code. `codes`: the scalars with an activation
-        module's code in its place. The plan and the reduced dim's length are those of the signature `key`
-        (which a tensor's requiring grad does not change): a call costs two dict lookups more than one without
-        autograd."""
+        module's code in its place. The plan and `_autograd`'s facts are those of the signature `key` (which a
+        tensor's requiring grad does not change): a call costs one dict lookup more than one without autograd."""
         gradients = self.gradients
         backward, passed = gradients.kernel, scalars
         if gradients.activation is not None:  # the backward of the op the module maps to, given the other scalars
             backward = backward[codes[gradients.activation]]
             passed = scalars[: gradients.activation] + scalars[gradients.activation + 1 :]
-        row_length = None
-        if gradients.row_length:
-            row_length = self._row_lengths.get(key)
-            if row_length is None:
-                if len(self._row_lengths) >= MAX_PLANS:
-                    self._row_lengths.clear()
-                row_length = self._row_lengths[key] = _row_length(self.shapes, tensors)
-            if row_length is None:
-                self.counts["fallback: the reduced dim's length is unknown"] += 1
-                return None
-        once = self._added_once.get(key)
-        if once is None:
-            if len(self._added_once) >= MAX_PLANS:
-                self._added_once.clear()
-            once = self._added_once[key] = _gradients_added_once(self.shapes, tensors, gradients.outputs, self.rows)
-        if not once:
-            self.counts["fallback: an output smaller than the kernel's iteration space (its gradient is summed)"] += 1
+        facts = self._autograd.get(key)
+        if facts is None:
+            if len(self._autograd) >= MAX_PLANS:
+                self._autograd.clear()
+            facts = self._autograd[key] = _autograd(self.shapes, tensors, gradients, self.rows)
+        row_length, refused = facts
+        if refused is not None:
+            self.counts[refused] += 1
             return None
         with torch.no_grad():  # the kernel reads the inputs' memory: no need to detach them
             outputs = self._launch(key, self._planned(key, tensors, codes, scalars), tensors, codes)
@@ -929,39 +919,34 @@ def _summed_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return grad.expand(torch.broadcast_shapes(grad.shape, shape)).sum_to_size(shape)
 
 
-def _gradients_added_once(shapes: "Shapes", tensors: tuple, outputs: tuple[int, ...], rows: "Rows | None") -> bool:
-    """Whether the backward kernel takes each output's gradient once per element of that output.
+def _autograd(
+    shapes: "Shapes", tensors: tuple, gradients: Gradients, rows: "Rows | None"
+) -> tuple[int | None, str | None]:
+    """For a call under autograd with these inputs: the length of the dim the reductions reduce (None: none) and
+    why the kernel's node cannot take the call (None: it can).
 
-    It runs over the region's whole iteration space and reads an output's gradient where the forward computed
-    the output. An output of fewer elements than that space (`h` of x's shape where `y = h * w` broadcasts
-    over w's leading dims; a row output counts the reduced dim) is read at several of its places: its gradient
-    would be added to the inputs' as many times, where autograd sums the other outputs' over the broadcast
-    first and adds it once (LLaMA's residual beside a norm whose weight broadcasts). Such calls take the
-    original code under autograd."""
+    The backward kernel runs over the region's whole iteration space and reads an output's gradient where the
+    forward computed the output. An output of fewer elements than that space (`h` of x's shape where `y = h * w`
+    broadcasts over w's leading dims; a row output counts the reduced dim) would be read at several of its
+    places, its gradient added to the inputs' as many times, where autograd sums the other outputs' over the
+    broadcast first and adds it once (LLaMA's residual beside a norm whose weight broadcasts): such calls take
+    the original code."""
     try:
         values = value_shapes(shapes, [t.shape for t in tensors])
     except (ValueError, IndexError):
-        return False  # the original code raises as eager does
+        return None, "fallback: shapes eager rejects (the original code raises)"
+    row_length = next(
+        (values[s.reads[0]][s.dim] if values[s.reads[0]] else 1 for s in shapes.steps if s.dim is not None and s.reads),
+        None,
+    )
+    if gradients.row_length and row_length is None:
+        return None, "fallback: the reduced dim's length is unknown"
     space = max((math.prod(s) for s in values.values()), default=1)
-    row_length = (_row_length(shapes, tensors) or 1) if rows is not None else 1
-    for n in outputs:
+    for n in gradients.outputs:
         elements = math.prod(values[shapes.outputs[n]])
-        if elements * (row_length if rows is not None and n in rows.row_outputs else 1) != space:
-            return False
-    return True
-
-
-def _row_length(shapes: "Shapes", tensors: tuple) -> int | None:
-    """The length of the dim a kernel's reductions reduce, for these inputs (None where eager would raise)."""
-    try:
-        values = value_shapes(shapes, [t.shape for t in tensors])
-    except (ValueError, IndexError):
-        return None
-    for step in shapes.steps:
-        if step.dim is not None and step.reads:
-            operand = values[step.reads[0]]
-            return operand[step.dim] if operand else 1
-    return None
+        if elements * ((row_length or 1) if rows is not None and n in rows.row_outputs else 1) != space:
+            return row_length, "fallback: an output smaller than the kernel's iteration space (its gradient is summed)"
+    return row_length, None
 
 
 class Step(NamedTuple):

@@ -625,11 +625,12 @@ def precompile(output: Path, targets: str, jobs: int | None) -> None:
 
 
 def _precompile(out: Path, targets: str, jobs: int | None) -> int:
+    from transpiler.pipeline.build import NotBuilt
     from transpiler.pipeline.precompiling import PrecompileError, parse_targets, precompile, render
 
     try:
         result = precompile(out, parse_targets(targets), jobs or os.cpu_count() or 1)
-    except PrecompileError as error:
+    except (PrecompileError, NotBuilt) as error:
         _fail(str(error))
     sys.stdout.write(render(result, out))
     return EXIT_FINDINGS if result.failed else EXIT_CLEAN
@@ -656,11 +657,12 @@ def verify(output: Path, cases: int, seed: int, device: str, no_gradients: bool,
 
 
 def _verify(out: Path, cases: int, seed: int, device: str, gradients: bool, nonfinite: bool, fmt: str) -> int:
+    from transpiler.pipeline.build import NotBuilt
     from transpiler.pipeline.verifying import VerifyError, render, verify
 
     try:
         verdicts = verify(out, cases, seed, device, gradients, nonfinite)
-    except VerifyError as error:
+    except (VerifyError, NotBuilt) as error:
         _fail(str(error))
     sys.stdout.write(render(verdicts, fmt))
     return EXIT_FINDINGS if any(v.outcome == "different" for v in verdicts) else EXIT_CLEAN

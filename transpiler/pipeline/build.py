@@ -418,16 +418,29 @@ class _Written(dict):
             handle.write(json.dumps([rel, *signature]) + "\n")
 
 
-def _read_manifest(out: Path) -> dict[str, tuple[int, int]]:
-    """The files earlier runs wrote: the manifest of the last complete one, then the journal of any
-    interrupted since (empty when neither can be read)."""
-    files = {}
+class NotBuilt(ValueError):
+    """A directory that is no output of `transpile build` (or whose manifest cannot be read)."""
+
+
+def built_files(out: Path) -> dict[str, tuple[int, int]]:
+    """The files the last complete build wrote into `out` (relative path -> size and modification time), from its
+    manifest; NotBuilt where it has none that reads (`transpile precompile` and `verify` need a built tree)."""
     try:
         manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
         if manifest.get("tool") == "transpile" and manifest.get("version") == _MANIFEST_VERSION:
-            files = {str(rel): (int(size), int(mtime)) for rel, (size, mtime) in manifest["files"].items()}
+            return {str(rel): (int(size), int(mtime)) for rel, (size, mtime) in manifest["files"].items()}
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         pass
+    raise NotBuilt(f"{out} has no readable build manifest ({MANIFEST}): build it first")
+
+
+def _read_manifest(out: Path) -> dict[str, tuple[int, int]]:
+    """The files earlier runs wrote: the manifest of the last complete one, then the journal of any
+    interrupted since (empty when neither can be read)."""
+    try:
+        files = built_files(out)
+    except NotBuilt:
+        files = {}
     try:
         journal = (out / JOURNAL).read_text(encoding="utf-8").splitlines()
     except (OSError, ValueError):

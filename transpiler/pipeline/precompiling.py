@@ -59,14 +59,10 @@ def parse_targets(text: str) -> tuple[str, ...]:
 
 
 def kernel_files(out: Path) -> list[str]:
-    """The C++ kernel files the build wrote into `out`, relative to it (from its manifest)."""
-    from transpiler.pipeline.build import MANIFEST
+    """The C++ kernel files the build wrote into `out`, relative to it (from its manifest; NotBuilt without one)."""
+    from transpiler.pipeline.build import built_files
 
-    try:
-        written = json.loads((out / MANIFEST).read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise PrecompileError(f"{out} has no readable build manifest ({MANIFEST}): build it first") from error
-    return sorted(rel for rel in written if rel.endswith(_KERNEL_FILES) and Path(rel).name.startswith("_"))
+    return sorted(rel for rel in built_files(out) if rel.endswith(_KERNEL_FILES) and Path(rel).name.startswith("_"))
 
 
 def library_path(source: str, target: str) -> str:
@@ -76,13 +72,15 @@ def library_path(source: str, target: str) -> str:
 def artifact_files(root: Path) -> set[Path]:
     """The manifest of artifacts under `root` and the libraries it lists (what a build of an output tree used as
     input must not copy)."""
-    manifest = root / ARTIFACTS
+    return {root / ARTIFACTS, *_listed(root, _previous(root))}
+
+
+def _listed(root: Path, manifest: dict) -> set[Path]:
+    """The libraries a manifest of artifacts lists."""
     try:
-        libraries = json.loads(manifest.read_text(encoding="utf-8"))["libraries"]
-        paths = {root / t["path"] for entry in libraries.values() for t in entry["targets"].values()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        paths = set()
-    return {manifest, *paths}
+        return {root / t["path"] for entry in manifest.get("libraries", {}).values() for t in entry["targets"].values()}
+    except (KeyError, TypeError, AttributeError):
+        return set()
 
 
 def precompile(out: Path, targets: Sequence[str], jobs: int = 1) -> Precompiled:
@@ -100,7 +98,7 @@ def precompile(out: Path, targets: Sequence[str], jobs: int = 1) -> Precompiled:
         raise PrecompileError(f"{out} has no runtime header ({header.relative_to(out)}): build it first")
     result = Precompiled(out / ARTIFACTS)
     previous = _previous(out)
-    earlier = artifact_files(out)  # the libraries the earlier run listed
+    earlier = _listed(out, previous)
     header_sha = sha256(header)
     libraries: dict[str, dict] = {s: {"source_sha256": sha256(out / s), "targets": {}} for s in sources}
     work = []
@@ -138,8 +136,7 @@ def precompile(out: Path, targets: Sequence[str], jobs: int = 1) -> Precompiled:
                 result.failed.append((source, target, error))
     manifest = {"tool": "transpile", "version": VERSION, "header_sha256": header_sha, "libraries": libraries}
     write_atomic(result.manifest, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-    kept_paths = {out / t["path"] for entry in libraries.values() for t in entry["targets"].values()}
-    for path in sorted(earlier - kept_paths - {result.manifest}):
+    for path in sorted(earlier - _listed(out, manifest)):
         if path.is_file() and not path.is_symlink() and path.resolve().is_relative_to(out.resolve()):
             path.unlink()
             result.removed.append(path)

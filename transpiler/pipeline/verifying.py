@@ -113,13 +113,12 @@ def verify(
 
 
 def _kernel_modules(out: Path) -> list[Path]:
-    from transpiler.pipeline.build import MANIFEST
+    """The kernel files the build wrote into `out` (from its manifest; NotBuilt without one)."""
+    from transpiler.pipeline.build import built_files
 
-    try:
-        written = json.loads((out / MANIFEST).read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise VerifyError(f"{out} has no readable build manifest ({MANIFEST}): build it first") from error
-    return [out / rel for rel in sorted(written) if Path(rel).name.startswith("_") and rel.endswith("_kernels.py")]
+    return [
+        out / rel for rel in sorted(built_files(out)) if Path(rel).name.startswith("_") and rel.endswith("_kernels.py")
+    ]
 
 
 def _regions(out: Path) -> dict[Path, dict[str, dict]]:
