@@ -596,6 +596,7 @@ def child(spec: dict) -> dict:
         "to_first_result_without_construction_s": to_first_result - construction,
         "first_call_s": first_call,
         "cache_files_at_start": files_at_start,  # 0: a cold start indeed
+        "cache_files_at_end": cache_files(),  # still 0 after a precompiled run: nothing was compiled
     }
     if spec["variant"] == "transpiled":
         result["kernels"] = kernel_counters(model, args.compiled)
@@ -615,8 +616,9 @@ def first_calls(model: Model, args: argparse.Namespace) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="bench-caches-") as caches:
         for variant, cache in runs:
             env = {"TRANSPILE_ARTIFACTS": "0"}
-            if cache == "precompiled":
-                env = {"TRANSPILE_ARTIFACTS": "1", "CXX": str(Path(caches) / "no-compiler")}
+            if cache == "precompiled":  # no compiler to run: C++ (CXX), Triton's launchers (CC), its kernels (ptxas)
+                none = str(Path(caches) / "no-compiler")
+                env = {"TRANSPILE_ARTIFACTS": "1", "CXX": none, "CC": none, "TRITON_PTXAS_PATH": none}
             spec = {
                 "model": model.name,
                 "variant": variant,
@@ -834,19 +836,21 @@ def _first_call_table(report: dict) -> str:
         return ""
     lines = [
         "| model | dtype | variant | caches | process start to first result s (construction excluded) "
-        "| model construction s | first call alone s |",
-        "|---|---|---|---|---|---|---|",
+        "| model construction s | first call alone s | calls off the kernels in the first call | cache files after |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in report["first_call"]:
         start = f"| {run['model']} | {run['dtype']} | {run['variant']} | {run['cache']} "
         if "error" in run:
-            lines.append(start + f"| failed: {' '.join(run['error'])} | | |")
+            lines.append(start + f"| failed: {' '.join(run['error'])} | | | | |")
             continue
         caches = run["cache"] if run["cache"] == "none" else f"{run['cache']} ({run['cache_files_at_start']} files)"
+        kernels = run.get("kernels")
+        off = "-" if not kernels else sum(n for paths in kernels.values() for p, n in paths.items() if p.startswith("fallback"))
         lines.append(
             f"| {run['model']} | {run['dtype']} | {run['variant']} | {caches} "
             f"| {run['to_first_result_without_construction_s']:.2f} | {run['construction_s']:.2f} "
-            f"| {run['first_call_s']:.2f} |"
+            f"| {run['first_call_s']:.2f} | {off} | {run.get('cache_files_at_end', '-')} |"
         )
     return "\n".join(lines)
 
@@ -872,9 +876,10 @@ def transpile_command() -> list[str]:
     return [found, "build"]
 
 
-def prepare(directory: Path, models: list[Model], targets: str | None = None) -> int:
-    """Transpile each model's package of the installed transformers into DIR/<name>, its C++ kernels built ahead of
-    time for `targets` where given; 1 if any failed."""
+def prepare(directory: Path, models: list[Model], args: argparse.Namespace) -> int:
+    """Transpile each model's package of the installed transformers into DIR/<name>, its kernels built ahead of time
+    for `args.targets` where given; 1 if any failed. CUDA targets compile the Triton kernels for the call signatures
+    of a first forward per dtype, recorded in a fresh process (`record_signatures`)."""
     source = Path(transformers.__file__).resolve().parent / "models"
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "__init__.py").write_text(
@@ -883,15 +888,40 @@ def prepare(directory: Path, models: list[Model], targets: str | None = None) ->
     status = {}
     for model in models:
         command = [*transpile_command(), str(source / model.name), "-o", str(directory / model.name)]
-        command += ["--targets", targets] if targets else []
         print(" ".join(command), file=sys.stderr)
         status[model.name] = subprocess.run(command, cwd=REPO).returncode
+        if args.targets and status[model.name] in (0, 1):  # 1: findings left, the tree is written
+            command = [*transpile_command()[:-1], "precompile", str(directory / model.name), "--targets", args.targets]
+            if "sm_" in args.targets:
+                command += ["--signatures", str(record_signatures(directory, model, args))]
+            print(" ".join(command), file=sys.stderr)
+            status[model.name] = max(status[model.name], subprocess.run(command, cwd=REPO).returncode)
     record = {"transformers": transformers.__version__, "torch": torch.__version__, "exit_codes": status}
     (directory / "prepared.json").write_text(json.dumps(record, indent=1) + "\n")
     failed = [name for name, code in status.items() if code != 0]
     if failed:
         print(f"transpile failed for {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def record_signatures(directory: Path, model: Model, args: argparse.Namespace) -> Path:
+    """The Triton call signatures of the model's first forward in each of `args.dtypes` on `args.device`, recorded
+    by fresh processes (TRANSPILE_RECORD_SIGNATURES) into DIR/<name>.signatures.jsonl."""
+    path = directory / f"{model.name}.signatures.jsonl"
+    path.unlink(missing_ok=True)
+    for dtype in args.dtypes:
+        spec = {
+            "model": model.name,
+            "variant": "transpiled",
+            "dtype": str(dtype).removeprefix("torch."),
+            "device": args.device,
+            "attention": args.attention,
+            "compiled": str(directory.resolve()),
+        }
+        with tempfile.TemporaryDirectory(prefix="bench-record-") as caches:
+            env = {"TRANSPILE_RECORD_SIGNATURES": str(path.resolve()), "TRANSPILE_ARTIFACTS": "0"}
+            fresh_process(Path(__file__).resolve(), spec, Path(caches), f"{model.name} (recording)", env)
+    return path
 
 
 def check_prepared(compiled: Path) -> dict:
@@ -910,7 +940,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prepare", type=Path, metavar="DIR", help="transpile the models' packages into DIR and exit")
     parser.add_argument(
-        "--targets", metavar="LEVELS", help="with --prepare: build the C++ kernels ahead of time for these CPU levels"
+        "--targets",
+        metavar="TARGETS",
+        help="with --prepare: build the kernels ahead of time for these CPU levels and CUDA capabilities (sm_90)",
     )
     parser.add_argument("--compiled", type=Path, metavar="DIR", help="the transpiled packages (from --prepare)")
     parser.add_argument(
@@ -958,7 +990,7 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(merged(args.tables)))
         return 0
     if args.prepare:
-        return prepare(args.prepare, args.models, args.targets)
+        return prepare(args.prepare, args.models, args)
     report = {**environment(args.device), "benchmark": "models", "attention": args.attention}
     report["versions"]["transformers"] = transformers.__version__
     report["float32_matmul_precision"] = torch.get_float32_matmul_precision()

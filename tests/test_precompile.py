@@ -141,7 +141,7 @@ def test_a_second_run_builds_nothing_and_a_target_left_out_is_removed(tree):
     assert [p.stat().st_mtime_ns for p in libraries] == times
     if len(RUNS) > 1:
         code, output = _precompile(tree, RUNS[0])
-        assert code == 0 and f"Removed {len(libraries) - 2} libraries no longer asked for." in output
+        assert code == 0 and f"Removed {len(libraries) - 2} artifacts no longer asked for." in output
         assert sorted(p.name for p in tree.glob("*.so")) == [
             f"_net_backward.{RUNS[0]}.so",
             f"_net_kernels.{RUNS[0]}.so",
@@ -210,10 +210,12 @@ def test_the_library_for_the_highest_level_the_cpu_runs(tmp_path):
 
 
 def test_bad_targets_and_trees_are_usage_errors(tmp_path):
-    code, output = _precompile(tmp_path, "sm_90")
-    assert code == 2 and "unknown target sm_90: the targets are x86-64-v2, x86-64-v3, x86-64-v4" in output
-    code, output = _precompile(tmp_path, "x86-64-v3")
-    assert code == 2 and "has no readable build manifest" in output
+    code, output = _precompile(tmp_path, "sm90")
+    assert code == 2 and "unknown target sm90: the targets are x86-64-v2, x86-64-v3, x86-64-v4" in output
+    assert "and CUDA capabilities such as sm_80, sm_90" in output
+    for target in ("x86-64-v3", "sm_90"):
+        code, output = _precompile(tmp_path, target)
+        assert code == 2 and "has no readable build manifest" in output
     run = CliRunner().invoke(main, ["build", str(tmp_path), "-o", str(tmp_path / "o"), "--targets", "avx9"])
     assert run.exit_code == 2 and "unknown target avx9" in run.output and not (tmp_path / "o").exists()
 

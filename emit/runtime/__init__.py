@@ -193,11 +193,20 @@ def _warm_up_triton_in_background() -> threading.Thread | None:
         return None
     if importlib.util.find_spec("triton") is None or not torch.cuda.is_available() or _warming():
         return None
+    if _has_triton_binaries():  # kernels built ahead of time load without Triton's compiler or its driver module
+        return None
     thread = threading.Thread(target=_warm_triton, name=WARM_THREAD, daemon=True)
     thread.start()
     # Joined at exit, as the compile threads are: cut off inside its C compiler run, it could crash the exit.
     atexit.register(thread.join, EXIT_WAIT_S)
     return thread
+
+
+def _has_triton_binaries() -> bool:
+    from .artifacts import ROOT, _manifest
+
+    manifest = _manifest(ROOT)
+    return isinstance(manifest, dict) and bool(manifest.get("triton")) and os.environ.get("TRANSPILE_ARTIFACTS") != "0"
 
 
 def _warming() -> list[threading.Thread]:

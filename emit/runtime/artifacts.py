@@ -32,6 +32,14 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def matches(path: Path, digest: str | None) -> bool:
+    """Whether the file `path` exists and has the SHA-256 `digest`."""
+    try:
+        return digest is not None and path.is_file() and sha256(path) == digest
+    except OSError:
+        return False
+
+
 @functools.lru_cache(maxsize=None)
 def _manifest(root: Path) -> dict | str | None:
     """The tree's manifest, why it cannot be read, or None where the tree has none (the usual case)."""

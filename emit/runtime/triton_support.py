@@ -20,7 +20,7 @@ from triton.language.extra import libdevice
 
 import torch
 
-from . import abi
+from . import abi, triton_artifacts
 
 # Read once at import: the interpreter decides at `@triton.jit` time too.
 INTERPRETED: tl.constexpr = tl.constexpr(triton.knobs.runtime.interpret)
@@ -616,6 +616,9 @@ def accumulate_min(partial, x, mask):
 
 
 # -- launching -------------------------------------------------------------------------------
+_UNSET = object()
+
+
 def unsupported(tensor_dtypes, output_dtypes) -> str | None:
     """Why Triton kernels cannot run with these dtypes, or None when they can."""
     for dtype in (*tensor_dtypes, *output_dtypes):
@@ -651,6 +654,16 @@ class Launcher:
         self._constexpr_values = tuple(constexprs.values())
         self._grid3 = (*grid, 1, 1)[:3]
         self._compiling = None  # Triton's FutureKernel while `compile` runs in the background
+        self._binary = _UNSET  # (cuda_driver.Function, the positions of its arguments), once looked up
+
+    def _precompiled(self, tensors, scalars, outputs) -> bool:
+        """Whether a binary built ahead of time serves this launcher (triton_artifacts.py), looked up once."""
+        if self._binary is _UNSET:
+            arguments = (*tensors, *scalars, *outputs, *self.tail)
+            self._binary = triton_artifacts.binary(
+                self.kernel, arguments, self.constexprs, self.num_warps, tensors[0].device
+            )
+        return self._binary is not None
 
     def compile(self, tensors, scalars, output_dtypes, executor) -> bool:
         """Start compiling the kernel this launcher launches, in `executor`; False if there is nothing to wait for.
@@ -663,7 +676,7 @@ class Launcher:
         executor instead of running it. False: a kernel already in memory, or no
         background compiles (interpreter, an older Triton, another AsyncCompileMode active).
         """
-        if not BACKGROUND:
+        if self._precompiled(tensors, scalars, output_dtypes) or not BACKGROUND:
             return False
         try:
             with _background_mode(tensors[0].device, executor):
@@ -700,6 +713,14 @@ class Launcher:
         return True
 
     def __call__(self, tensors, scalars, outputs) -> None:
+        if self._binary is _UNSET:
+            self._precompiled(tensors, scalars, outputs)
+        if self._binary is not None:
+            function, positions = self._binary
+            arguments = (*tensors, *scalars, *outputs, *self.tail)
+            stream = torch.cuda.current_stream(tensors[0].device).cuda_stream
+            function(self._grid3, [arguments[i] for i in positions], stream)
+            return
         compiled = self.compiled
         if compiled is None or _hooks_installed():
             compiled = self.kernel[self.grid](
@@ -782,9 +803,7 @@ def _options() -> dict:
         backend = triton.runtime.driver.active.get_current_target().backend
     except Exception:  # no GPU driver: nothing is launched either
         return {}
-    return (
-        {"enable_reflect_ftz": False, "enable_fp_fusion": False} if backend == "cuda" else {"enable_fp_fusion": False}
-    )
+    return triton_artifacts.CUDA_OPTIONS if backend == "cuda" else {"enable_fp_fusion": False}
 
 
 def _hooks_installed() -> bool:

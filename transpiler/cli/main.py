@@ -506,7 +506,14 @@ def _progress(total: int):
 @click.option(
     "--targets",
     metavar="TARGETS",
-    help="Also build the C++ kernels ahead of time for these CPU levels (as `transpile precompile` does).",
+    help="Also build the kernels ahead of time for these CPU levels and CUDA capabilities (as `transpile precompile`).",
+)
+@click.option(
+    "--signatures",
+    "signatures",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Recorded call signatures of the Triton kernels, for CUDA targets (see `transpile precompile`).",
 )
 @click.option("-e", "--exit-zero", is_flag=True, help="Exit 0 even when findings are left.")
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when a fix was applied, even if nothing is left.")
@@ -532,6 +539,7 @@ def build(
     fmt: str,
     no_kernels: bool,
     targets: str | None,
+    signatures: tuple[Path, ...],
     exit_zero: bool,
     exit_non_zero_on_fix: bool,
     verbose: bool,
@@ -560,17 +568,26 @@ def build(
     }
     run = _Run(overrides, config, no_cache, jobs, _Exits(exit_zero, exit_non_zero_on_fix))
     detail = "verbose" if verbose else "quiet" if quiet else "compact"
-    sys.exit(_guarded(lambda: _build(list(sources), output, run, fmt, detail, not no_kernels, targets)))
+    if signatures and targets is None:
+        raise click.UsageError("--signatures are compiled for --targets: name the CUDA targets")
+    ahead = (targets, signatures) if targets is not None else None
+    sys.exit(_guarded(lambda: _build(list(sources), output, run, fmt, detail, not no_kernels, ahead)))
 
 
 def _build(
-    sources: list[Path], out: Path, run: _Run, fmt: str, detail: str, kernels: bool, targets: str | None = None
+    sources: list[Path],
+    out: Path,
+    run: _Run,
+    fmt: str,
+    detail: str,
+    kernels: bool,
+    ahead: tuple[str, tuple[Path, ...]] | None = None,
 ) -> int:
     from transpiler.pipeline import build as transpile
     from transpiler.pipeline.precompiling import PrecompileError, parse_targets, precompile, render
 
     try:
-        levels = parse_targets(targets) if targets is not None else ()  # before the work, not after it
+        levels = parse_targets(ahead[0]) if ahead is not None else ()  # before the work, not after it
     except PrecompileError as error:
         raise click.UsageError(str(error)) from error
     settings = _settings(sources, run.overrides, run.config)
@@ -594,7 +611,7 @@ def _build(
     status = run.exits.status(len(result.remaining), len(result.applied))
     if levels:
         try:
-            precompiled = precompile(layout.out, levels, jobs or os.cpu_count() or 1)
+            precompiled = precompile(layout.out, levels, jobs or os.cpu_count() or 1, ahead[1])
         except PrecompileError as error:
             _fail(str(error))
         # On stderr: stdout is the summary, JSON with `--format json`.
@@ -609,27 +626,38 @@ def _build(
     "--targets",
     required=True,
     metavar="TARGETS",
-    help="The CPU levels to build for, comma-separated: x86-64-v2, x86-64-v3, x86-64-v4.",
+    help="The targets, comma-separated: CPU levels (x86-64-v2, x86-64-v3, x86-64-v4) and CUDA capabilities"
+    " (sm_80, sm_90, ...).",
+)
+@click.option(
+    "--signatures",
+    "signatures",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A file of the Triton kernels' call signatures, recorded by a run with TRANSPILE_RECORD_SIGNATURES=FILE"
+    " (repeatable; those of earlier runs are kept in the manifest).",
 )
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Compilers run at once (default: one per core).")
-def precompile(output: Path, targets: str, jobs: int | None) -> None:
-    """Build the C++ kernels of the output tree OUT ahead of time, for each target.
+def precompile(output: Path, targets: str, signatures: tuple[Path, ...], jobs: int | None) -> None:
+    """Build the kernels of the output tree OUT ahead of time, for each target.
 
-    The libraries are written beside the kernel files, with their hashes in
-    OUT/transpile-artifacts.json; the transpiled modules load the one the CPU
-    runs best, with no compiler, or build the kernels themselves (and say why)
-    where none fits. Exit status: 0 when every library was built, 1 when some
-    failed (their kernels are built on first use), 2 bad usage.
+    C++ kernel files are built per CPU level into libraries beside them;
+    Triton kernels are compiled per CUDA capability for the call signatures
+    that runs recorded. Their hashes go into OUT/transpile-artifacts.json; the
+    transpiled modules load what fits the machine, with no compiler, or build
+    the kernels themselves (and say why) where nothing fits. Exit status: 0
+    when everything was built, 1 when some failed (those kernels are built on
+    first use), 2 bad usage.
     """
-    sys.exit(_guarded(lambda: _precompile(output, targets, jobs)))
+    sys.exit(_guarded(lambda: _precompile(output, targets, signatures, jobs)))
 
 
-def _precompile(out: Path, targets: str, jobs: int | None) -> int:
+def _precompile(out: Path, targets: str, signatures: tuple[Path, ...], jobs: int | None) -> int:
     from transpiler.pipeline.build import NotBuilt
     from transpiler.pipeline.precompiling import PrecompileError, parse_targets, precompile, render
 
     try:
-        result = precompile(out, parse_targets(targets), jobs or os.cpu_count() or 1)
+        result = precompile(out, parse_targets(targets), jobs or os.cpu_count() or 1, signatures)
     except (PrecompileError, NotBuilt) as error:
         _fail(str(error))
     sys.stdout.write(render(result, out))

@@ -44,18 +44,26 @@ class Precompiled:
     manifest: Path
     built: list[tuple[str, str]] = field(default_factory=list)  # (kernel file, target), built by this run
     kept: list[tuple[str, str]] = field(default_factory=list)  # up to date already
-    failed: list[tuple[str, str, str]] = field(default_factory=list)  # (kernel file, target, compiler's message)
-    removed: list[Path] = field(default_factory=list)  # libraries of files or targets no longer asked for
+    compiled: list[str] = field(default_factory=list)  # Triton binaries compiled by this run
+    reused: list[str] = field(default_factory=list)  # up to date already
+    failed: list[tuple[str, str, str]] = field(default_factory=list)  # (kernel file or kernel, target, message)
+    removed: list[Path] = field(default_factory=list)  # artifacts of files or targets no longer asked for
     seconds: float = 0.0
 
 
 def parse_targets(text: str) -> tuple[str, ...]:
-    """`x86-64-v3,x86-64-v4` as targets, in TARGETS' order; PrecompileError naming the valid ones."""
+    """`x86-64-v3,sm_90` as targets: the CPU levels in TARGETS' order, then the CUDA capabilities; PrecompileError
+    naming the valid ones."""
+    from transpiler.pipeline.triton_binaries import CUDA_TARGET
+
     asked = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [t for t in asked if t not in TARGETS]
+    unknown = [t for t in asked if t not in TARGETS and not CUDA_TARGET.fullmatch(t)]
     if unknown or not asked:
-        raise PrecompileError(f"unknown target {', '.join(unknown) or '(none)'}: the targets are {', '.join(TARGETS)}")
-    return tuple(t for t in TARGETS if t in asked)
+        raise PrecompileError(
+            f"unknown target {', '.join(unknown) or '(none)'}: the targets are {', '.join(TARGETS)}"
+            " and CUDA capabilities such as sm_80, sm_90"
+        )
+    return (*(t for t in TARGETS if t in asked), *sorted({t for t in asked if t not in TARGETS}))
 
 
 def kernel_files(out: Path) -> list[str]:
@@ -78,17 +86,42 @@ def artifact_files(root: Path) -> set[Path]:
 def _listed(root: Path, manifest: dict) -> set[Path]:
     """The libraries a manifest of artifacts lists."""
     try:
-        return {root / t["path"] for entry in manifest.get("libraries", {}).values() for t in entry["targets"].values()}
+        libraries = {root / t["path"] for e in manifest.get("libraries", {}).values() for t in e["targets"].values()}
+        binaries = {root / b["path"] for e in manifest.get("triton", {}).values() for b in e["binaries"].values()}
     except (KeyError, TypeError, AttributeError):
         return set()
+    return libraries | binaries
 
 
-def precompile(out: Path, targets: Sequence[str], jobs: int = 1) -> Precompiled:
-    """Build every C++ kernel file of the output tree `out` for each of `targets`; see the module's docstring."""
-    from emit.runtime.artifacts import sha256
+def precompile(out: Path, targets: Sequence[str], jobs: int = 1, signatures: Sequence[Path] = ()) -> Precompiled:
+    """Build the output tree `out`'s C++ kernel files for each CPU level of `targets`, and its Triton kernels for
+    each CUDA capability, from the recorded `signatures` and those of the last run; see the module's docstring.
+    Artifacts of targets not asked for are removed."""
+    started = time.perf_counter()
+    result = Precompiled(out / ARTIFACTS)
+    previous = _previous(out)
+    earlier = _listed(out, previous)
+    manifest: dict = {"tool": "transpile", "version": VERSION}
+    levels = [t for t in targets if t in TARGETS]
+    capabilities = [t for t in targets if t not in TARGETS]
+    if levels:
+        manifest.update(_libraries(out, levels, previous, jobs, result))
+    if capabilities:
+        manifest.update(_binaries(out, capabilities, signatures, previous, jobs, result))
+    write_atomic(result.manifest, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    for path in sorted(earlier - _listed(out, manifest)):
+        if path.is_file() and not path.is_symlink() and path.resolve().is_relative_to(out.resolve()):
+            path.unlink()
+            result.removed.append(path)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _libraries(out: Path, levels: Sequence[str], previous: dict, jobs: int, result: Precompiled) -> dict:
+    """The C++ part of the manifest, building what is not up to date."""
+    from emit.runtime.artifacts import matches, sha256
     from emit.runtime.cpp_support import find_compiler, flags
 
-    started = time.perf_counter()
     compiler = find_compiler()
     if compiler is None:
         raise PrecompileError("no C++ compiler (set CXX, or install g++ or clang++)")
@@ -96,14 +129,11 @@ def precompile(out: Path, targets: Sequence[str], jobs: int = 1) -> Precompiled:
     header = out / RUNTIME / "transpile_runtime.h"
     if not header.is_file():
         raise PrecompileError(f"{out} has no runtime header ({header.relative_to(out)}): build it first")
-    result = Precompiled(out / ARTIFACTS)
-    previous = _previous(out)
-    earlier = _listed(out, previous)
     header_sha = sha256(header)
     libraries: dict[str, dict] = {s: {"source_sha256": sha256(out / s), "targets": {}} for s in sources}
     work = []
     for source in sources:
-        for target in targets:
+        for target in levels:
             record = {
                 "path": library_path(source, target),
                 "compiler": compiler.version,
@@ -115,7 +145,7 @@ def precompile(out: Path, targets: Sequence[str], jobs: int = 1) -> Precompiled:
                 previous.get("header_sha256") == header_sha
                 and old.get("source_sha256") == libraries[source]["source_sha256"]
                 and {k: kept.get(k) for k in record} == record
-                and _matches(out / record["path"], kept.get("sha256"))
+                and matches(out / record["path"], kept.get("sha256"))
             ):
                 libraries[source]["targets"][target] = kept
                 result.kept.append((source, target))
@@ -134,14 +164,51 @@ def precompile(out: Path, targets: Sequence[str], jobs: int = 1) -> Precompiled:
                 result.built.append((source, target))
             else:
                 result.failed.append((source, target, error))
-    manifest = {"tool": "transpile", "version": VERSION, "header_sha256": header_sha, "libraries": libraries}
-    write_atomic(result.manifest, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-    for path in sorted(earlier - _listed(out, manifest)):
-        if path.is_file() and not path.is_symlink() and path.resolve().is_relative_to(out.resolve()):
-            path.unlink()
-            result.removed.append(path)
-    result.seconds = time.perf_counter() - started
-    return result
+    return {"header_sha256": header_sha, "libraries": libraries}
+
+
+def _binaries(
+    out: Path, capabilities: Sequence[str], signatures: Sequence[Path], previous: dict, jobs: int, result: Precompiled
+) -> dict:
+    """The Triton part of the manifest: the recorded signatures, with those the last run kept, compiled for each
+    capability (triton_binaries.py)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from emit.runtime.artifacts import sha256
+    from transpiler.pipeline.triton_binaries import SignatureError, compile_binaries, read_signatures
+
+    try:
+        triton_version = version("triton")
+    except PackageNotFoundError:
+        raise PrecompileError("CUDA targets need Triton installed (pip install triton)") from None
+    from transpiler.pipeline.build import built_files
+
+    built_files(out)  # NotBuilt: a tree the build did not write
+    support = out / RUNTIME / "triton_support.py"
+    if not support.is_file():
+        raise PrecompileError(f"{out} has no Triton runtime ({support.relative_to(out)}): build it first")
+    try:
+        recorded = read_signatures(signatures)
+    except SignatureError as error:
+        raise PrecompileError(str(error)) from error
+    old = previous.get("triton", {}) if isinstance(previous.get("triton"), dict) else {}
+    kept = [d for entry in old.values() if isinstance(entry, dict) for d in entry.get("signatures", [])]
+    known = {json.dumps(d, sort_keys=True) for d in recorded}
+    recorded += [d for d in kept if json.dumps(d, sort_keys=True) not in known]
+    if not recorded:
+        raise PrecompileError(
+            "CUDA targets need the call signatures of the kernels, which runs record: run the model with"
+            " TRANSPILE_RECORD_SIGNATURES=FILE, then pass --signatures FILE"
+        )
+    support_sha = sha256(support)
+    if previous.get("triton_version") != triton_version or previous.get("triton_support_sha256") != support_sha:
+        old = {}  # nothing the last run built is up to date
+    entries, written, failures = compile_binaries(out, recorded, capabilities, old, jobs)
+    earlier = {b.get("path") for entry in old.values() if isinstance(entry, dict) for b in entry.get("binaries", {}).values()}
+    for path in written:
+        (result.reused if path in earlier else result.compiled).append(path)
+    result.failed += failures
+    return {"triton": entries, "triton_version": triton_version, "triton_support_sha256": support_sha}
 
 
 def _previous(out: Path) -> dict:
@@ -150,15 +217,6 @@ def _previous(out: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) and data.get("version") == VERSION else {}
-
-
-def _matches(path: Path, digest: str | None) -> bool:
-    from emit.runtime.artifacts import sha256
-
-    try:
-        return digest is not None and path.is_file() and sha256(path) == digest
-    except OSError:
-        return False
 
 
 def _build(out: Path, source: str, record: dict, compiler: "Compiler", include: Path) -> str | None:
@@ -177,15 +235,15 @@ def render(result: Precompiled, out: Path) -> str:
     """The summary of a run, as the command prints it."""
     lines = []
     if result.built or result.kept:
-        lines.append(
-            f"Built {len(result.built)} C++ libraries ahead of time, kept {len(result.kept)} up to date,"
-            f" in {result.seconds:.1f} s."
-        )
-    for source, target, error in result.failed:
-        lines.append(f"{out / source}: the {target} build failed; the runtime will build it on first use:\n{error}")
+        lines.append(f"Built {len(result.built)} C++ libraries ahead of time, kept {len(result.kept)} up to date.")
+    if result.compiled or result.reused:
+        lines.append(f"Compiled {len(result.compiled)} Triton binaries ahead of time, kept {len(result.reused)} up to date.")
+    for what, target, error in result.failed:
+        lines.append(f"{out / what}: the {target} build failed; the runtime will build it on first use:\n{error}")
     if result.removed:
-        lines.append(f"Removed {len(result.removed)} libraries no longer asked for.")
-    if not (result.built or result.kept or result.failed):
-        lines.append("No C++ kernel file in the tree: nothing to build.")
+        lines.append(f"Removed {len(result.removed)} artifacts no longer asked for.")
+    if not (result.built or result.kept or result.compiled or result.reused or result.failed):
+        lines.append("No kernel in the tree to build for these targets.")
+    lines.append(f"In {result.seconds:.1f} s.")
     lines.append(f"Manifest: {result.manifest}")
     return "\n".join(lines) + "\n"
