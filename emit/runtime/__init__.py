@@ -193,7 +193,7 @@ def _warm_up_triton_in_background() -> threading.Thread | None:
         return None
     if importlib.util.find_spec("triton") is None or not torch.cuda.is_available() or _warming():
         return None
-    if _has_triton_binaries():  # kernels built ahead of time load without Triton's compiler or its driver module
+    if _precompiled_for_cuda():  # kernels built ahead of time load without Triton's compiler or its driver module
         return None
     thread = threading.Thread(target=_warm_triton, name=WARM_THREAD, daemon=True)
     thread.start()
@@ -202,11 +202,13 @@ def _warm_up_triton_in_background() -> threading.Thread | None:
     return thread
 
 
-def _has_triton_binaries() -> bool:
+def _precompiled_for_cuda() -> bool:
+    """Whether the tree's Triton kernels were built ahead of time (`precompile --targets sm_...`), for the launches
+    its runs recorded: a launch left out compiles as without artifacts, with its own start-up."""
     from .artifacts import ROOT, _manifest
 
     manifest = _manifest(ROOT)
-    return isinstance(manifest, dict) and bool(manifest.get("triton")) and os.environ.get("TRANSPILE_ARTIFACTS") != "0"
+    return isinstance(manifest, dict) and "triton" in manifest and os.environ.get("TRANSPILE_ARTIFACTS") != "0"
 
 
 def _warming() -> list[threading.Thread]:

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_support import rounded, widen
+from .triton_support import Launcher, rounded, widen
 
 BLOCK = 1024
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -60,10 +60,21 @@ def supported(out: torch.Tensor, bias: torch.Tensor) -> bool:
     )
 
 
+# A launcher per geometry, as the generated kernels' plans keep theirs: it launches a binary built ahead of time
+# where the tree has one (triton_artifacts.py), else the kernel Triton's JIT compiled on its first call.
+_launchers: dict[tuple, Launcher] = {}
+
+
 def add_(out: torch.Tensor, bias: torch.Tensor, relu: bool) -> torch.Tensor:
     """`out += bias[:, None, None]` (then `out.relu_()`), in place, for `supported` tensors; returns `out`."""
     numel = out.numel()
     if numel:
-        grid = (triton.cdiv(numel, BLOCK),)
-        _add_channel_bias[grid](out, bias, numel, out.shape[1], channel_stride(out), RELU=relu, BLOCK=BLOCK)
+        tail = (numel, out.shape[1], channel_stride(out))
+        # Everything the kernel is specialised on: dtypes, the 16-byte alignment of the data, the integers.
+        key = (out.dtype, out.device, tail, relu, out.data_ptr() % 16, bias.data_ptr() % 16)
+        launcher = _launchers.get(key)
+        if launcher is None:
+            grid = (triton.cdiv(numel, BLOCK),)
+            launcher = _launchers[key] = Launcher(_add_channel_bias, grid, tail, {"RELU": relu, "BLOCK": BLOCK}, 4)
+        launcher((out, bias), (), ())
     return out

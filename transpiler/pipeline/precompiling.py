@@ -195,7 +195,7 @@ def _binaries(
     kept = [d for entry in old.values() if isinstance(entry, dict) for d in entry.get("signatures", [])]
     known = {json.dumps(d, sort_keys=True) for d in recorded}
     recorded += [d for d in kept if json.dumps(d, sort_keys=True) not in known]
-    if not recorded:
+    if not recorded and not signatures:
         raise PrecompileError(
             "CUDA targets need the call signatures of the kernels, which runs record: run the model with"
             " TRANSPILE_RECORD_SIGNATURES=FILE, then pass --signatures FILE"

@@ -14,6 +14,7 @@ computed here is the one the tree's runtime computes; Triton's front end holds t
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import multiprocessing
 import os
@@ -108,6 +109,7 @@ def _compile_file(item) -> tuple[str, dict | None, list[str], list[tuple[str, st
         sys.path.insert(0, root)  # the tree's `_transpile_runtime`, as its modules import it
     from _transpile_runtime import _load_file, artifacts, triton_artifacts  # the tree's own runtime
 
+    from emit.host.module import RUNTIME
     from transpiler.source.writing import write_atomic
 
     path = out / file
@@ -115,7 +117,9 @@ def _compile_file(item) -> tuple[str, dict | None, list[str], list[tuple[str, st
         return file, None, [], [(file, "sm_*", "the kernel file is not in the tree (recorded from another tree?)")]
     source_sha = artifacts.sha256(path)
     up_to_date = previous.get("source_sha256") == source_sha
-    module = _load_file(path)
+    # The runtime's own kernels (channel_bias.py) import their package relatively: imported as its modules.
+    runtime = Path(file).parts[0] == RUNTIME
+    module = importlib.import_module(".".join(Path(file).with_suffix("").parts)) if runtime else _load_file(path)
     binaries, written, failed = {}, [], []
     for description in descriptions:
         kernel = getattr(module, description["kernel"], None)
