@@ -113,6 +113,8 @@ def precompile(out: Path, targets: Sequence[str], jobs: int = 1, signatures: Seq
         if path.is_file() and not path.is_symlink() and path.resolve().is_relative_to(out.resolve()):
             path.unlink()
             result.removed.append(path)
+            if path.parent != out and not any(path.parent.iterdir()):  # a target's folder of Triton binaries
+                path.parent.rmdir()
     result.seconds = time.perf_counter() - started
     return result
 
