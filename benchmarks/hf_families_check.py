@@ -1,7 +1,7 @@
 """Is every transformers family a drop-in after `transpile`? Each family folder, transpiled on its own.
 
     nice python benchmarks/hf_families_check.py [--only bart,align] [--jobs 2] [--timeout 600]
-                                                [--json out.json] [--tools ../shared/tools]
+                                                [--json out.json] [--tools ../shared/tools] [--verify CASES]
 
 For each family of the installed `transformers/models` that `hf_families.py` (the shared tool
 that builds a tiny random model and its inputs per family; `--tools` says where it is) can
@@ -13,7 +13,10 @@ build, a child process
    and seed, runs both on the same inputs and compares every output tensor (the transpiled model
    is called CALLS times, each compared: the third call replays the tapes of its graphed forwards),
 4. reads the runtime's counters (`_transpile_runtime.counters()`): which path each kernel
-   call took (`cpp`, `triton`, or a fallback with its reason).
+   call took (`cpp`, `triton`, or a fallback with its reason);
+5. with `--verify CASES`: captures the kernels' calls of those forwards (`TRANSPILE_CAPTURE_CALLS`)
+   and runs `transpile verify` on the tree with them and CASES drawn cases per kernel: each kernel
+   judged on the family's own inputs too.
 
 Families run in parallel, at most `--jobs` at a time, each under `--timeout` seconds. The C++
 builds go to one cache directory shared by all runs (`TRANSPILE_CACHE_DIR`, default
@@ -55,8 +58,9 @@ KERNEL_PATHS = ("cpp", "triton")  # counter keys of calls a generated kernel com
 CALLS = 3
 
 
-def check(family: str, tools: Path, work: Path) -> dict:
-    """One family, in this process: build, transpile, compare, count. A JSON-able row."""
+def check(family: str, tools: Path, work: Path, verify_cases: int = 0) -> dict:
+    """One family, in this process: build, transpile, compare, count; with `verify_cases`, also `transpile verify`
+    on the calls the transpiled forwards made (captured) and that many drawn cases per kernel. A JSON-able row."""
     sys.path.insert(0, str(tools))
     import hf_families as hff
     import torch
@@ -89,6 +93,9 @@ def check(family: str, tools: Path, work: Path) -> dict:
     report = json.loads((out / "transpile-report.json").read_text())
     row["regions"] = sum(len(f["regions"]) for f in report["files"])
 
+    calls = work / "calls"
+    if verify_cases:  # read when the tree's runtime is imported, below
+        os.environ["TRANSPILE_CAPTURE_CALLS"] = str(calls)
     stage = "import"
     try:
         module = importlib.import_module(f"{package}.{family}.{hff._modeling_files(family)[0][:-3]}")
@@ -118,8 +125,23 @@ def check(family: str, tools: Path, work: Path) -> dict:
         rounding = _as_accurate(hff, family, expected, actual)
         if rounding is not None:
             row.update(status="equal", rounding=rounding, detail=f"{detail}; {rounding}")
+    if verify_cases and calls.is_dir():
+        row["verify"] = _verify(out, calls, verify_cases)
     row["seconds"] = round(time.monotonic() - started, 1)
     return row
+
+
+def _verify(out: Path, calls: Path, cases: int) -> dict:
+    """`transpile verify OUT --calls CALLS` in a process of its own (it imports the tree's runtime afresh): the
+    counts of outcomes, the kernels found different, and how many captured calls were checked."""
+    command = [sys.executable, "-m", "transpiler", "verify", str(out), "--calls", str(calls), "--cases", str(cases)]
+    done = subprocess.run([*command, "--format", "json"], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode not in (0, 1):
+        return {"error": _short(done.stderr[-600:])}
+    report = json.loads(done.stdout)
+    different = [f"{k['kernel']} ({k['source']}): {k['detail']}; {k['case']}" for k in report["kernels"] if k["outcome"] == "different"]
+    captured = sum(k["captured"] for k in report["kernels"])
+    return {"counts": report["counts"], "captured_calls": captured, "different": different}
 
 
 def _replays(package: str, family: str) -> dict[str, int]:
@@ -214,6 +236,13 @@ def summarise(rows: list[dict]) -> dict:
         "not_equal": sorted(r["family"] for r in built if r["status"] != "equal"),
         "equal_without_a_kernel": sorted(r["family"] for r in built if r["status"] == "equal" and not _ran_a_kernel(r)),
         "equal_by_float64": sorted(r["family"] for r in built if r.get("rounding")),
+        "verified": {
+            "families": sum("verify" in r for r in rows),
+            "captured_calls": sum(r.get("verify", {}).get("captured_calls", 0) for r in rows),
+            "kernels": dict(sum((collections.Counter(r.get("verify", {}).get("counts", {})) for r in rows), collections.Counter())),
+            "different": sorted(r["family"] for r in rows if r.get("verify", {}).get("different")),
+            "errors": sorted(r["family"] for r in rows if "error" in r.get("verify", {})),
+        },
     }
 
 
@@ -237,6 +266,7 @@ def run_one(family: str, args: argparse.Namespace, env: dict) -> dict:
     """`check` in a fresh interpreter (imports, C++ libraries and crashes stay there), under the timeout."""
     with tempfile.TemporaryDirectory(prefix=f"hf15_{family}_") as work:
         command = [sys.executable, __file__, "--child", family, "--tools", str(args.tools), "--work", work]
+        command += ["--verify", str(args.verify)] if args.verify else []
         begin = time.monotonic()
         try:
             run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
@@ -258,11 +288,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per family")
     parser.add_argument("--json", type=Path, help="write every family's row and the summary here")
     parser.add_argument("--tools", type=Path, default=DEFAULT_TOOLS, help="the directory of hf_families.py")
+    parser.add_argument(
+        "--verify",
+        type=int,
+        default=0,
+        metavar="CASES",
+        help="also run `transpile verify` on each family's tree: the kernels' calls its forwards made, and CASES drawn",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(check(args.child, args.tools, args.work)))
+        print(json.dumps(check(args.child, args.tools, args.work, args.verify)))
         return 0
 
     sys.path.insert(0, str(args.tools))
@@ -290,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {row['family']} | {row['status']} | {row.get('reason') or row.get('detail', '')} |")
         elif row["status"] == "equal" and not _ran_a_kernel(row):
             print(f"| {row['family']} | equal, no kernel ran | {_why_no_kernel(row)} |")
+        for different in row.get("verify", {}).get("different", []):
+            print(f"| {row['family']} | verify: different | {different} |")
     summary = summarise(rows)
     print(json.dumps(summary, indent=1))
     if args.json:

@@ -87,11 +87,11 @@ def built(tmp_path_factory):
     return base / "out"
 
 
-def _verify(out: Path, tmp_path: Path) -> tuple[int, dict]:
+def _verify(out: Path, tmp_path: Path, *options: str) -> tuple[int, dict]:
     """`transpile verify OUT --format json` in a process of its own (a tree's runtime is imported once per
     process), with a C++ cache of its own: an edited kernel file is built anew."""
     env = dict(os.environ, TRANSPILE_CACHE_DIR=str(tmp_path / "cache"), TRANSPILE_TAPES="0")
-    command = [sys.executable, "-m", "transpiler", "verify", str(out), "--cases", "8", "--format", "json"]
+    command = [sys.executable, "-m", "transpiler", "verify", str(out), "--cases", "8", "--format", "json", *options]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode in (0, 1), done.stderr
     return done.returncode, json.loads(done.stdout)
@@ -167,3 +167,59 @@ def test_nan_and_infinities_only_when_asked_never_in_parameters_nor_before_an_in
     region["nodes"].append({"op": "to", "operands": ["t0", "int64"], "constants": [1], "out": "t1", "line": 1})
     inputs = verifying._inputs_of(region)
     assert not any(any(verifying._draw(inputs, random.Random(n), nonfinite=True).special) for n in range(200))
+
+
+# Runs the transpiled Net on the model's own inputs (argv[2]'s shapes) with its calls captured.
+CAPTURE = """\
+import json, sys
+import torch
+
+sys.path.insert(0, sys.argv[1])
+import net
+
+torch.manual_seed(0)
+with torch.no_grad():
+    for x_shape, y_shape in json.loads(sys.argv[2]):
+        net.Net().eval()(torch.randn(*x_shape), torch.randn(*y_shape))
+"""
+
+
+def _capture(out: Path, tmp_path: Path, shapes) -> Path:
+    calls = tmp_path / "calls"
+    script = tmp_path / "capture.py"
+    script.write_text(CAPTURE)
+    env = dict(os.environ, TRANSPILE_CACHE_DIR=str(tmp_path / "cache"), TRANSPILE_CAPTURE_CALLS=str(calls))
+    done = subprocess.run(
+        [sys.executable, str(script), str(out), json.dumps(shapes)], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    return calls
+
+
+def test_calls_a_run_captured_are_cases_and_catch_what_its_shapes_alone_show(built, tmp_path):
+    """A miscompile of one shape only, the model's own (3, 7, 8): drawn cases miss it, the captured call does not."""
+    calls = _capture(built, tmp_path, [[[3, 7, 8], [3, 7, 8]], [[3, 7, 8], [8]], [[3, 7, 8], [3, 7, 8]]])
+    assert len(list(calls.glob("_net_kernels.fused_sigmoid_layer_norm.*.pt"))) == 2  # one a signature
+    code, report = _verify(built, tmp_path, "--calls", str(calls))
+    (kernel,) = report["kernels"]
+    assert code == 0 and kernel["captured"] == 2 and kernel["cases"] >= 10 and kernel["ran"] == 10, kernel
+    out = _copy(built, tmp_path / "out")
+    runtime = out / "_transpile_runtime/__init__.py"
+    plant = LAUNCH_END.replace(
+        "        return outputs",
+        "        if tuple(tensors[0].shape) == (3, 7, 8):\n"
+        "            outputs = tuple(o * 1.01 for o in outputs)\n        return outputs",
+    )
+    runtime.write_text(runtime.read_text().replace(LAUNCH_END, plant))
+    assert _verify(out, tmp_path)[0] == 0  # the drawn cases alone
+    code, report = _verify(out, tmp_path, "--calls", str(calls))
+    (kernel,) = report["kernels"]
+    assert code == 1 and kernel["outcome"] == "different" and "wrong value" in kernel["detail"], kernel
+    assert re.fullmatch(r"the captured call _net_kernels\.fused_sigmoid_layer_norm\.\d+-1\.pt", kernel["case"])
+
+
+def test_a_capture_that_cannot_be_read_is_named(built, tmp_path):
+    (tmp_path / "calls").mkdir()
+    (tmp_path / "calls" / "broken.pt").write_bytes(b"not a capture")
+    run = CliRunner().invoke(main, ["verify", str(built), "--calls", str(tmp_path / "calls")])
+    assert run.exit_code == 2 and "broken.pt: not a captured call" in run.output

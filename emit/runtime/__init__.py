@@ -45,7 +45,7 @@ from .graphs import CudaGraphs as CudaGraphs, GraphedBlocks as GraphedBlocks
 from .graphs import cuda_graph_blocks as cuda_graph_blocks, cuda_graphs as cuda_graphs
 from .graphs import default_graph_counts as default_graph_counts, graphed as graphed
 from .graphs import set_default_graphs as set_default_graphs, set_default_tapes as set_default_tapes
-from . import tapes
+from . import captures, tapes
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _SCALARS = (bool, int, float)
@@ -420,6 +420,8 @@ class Kernel:
         key = _signature(tensors, scalars)
         if key is not None and (autocast := _autocast()):
             key += autocast  # autocast changes eager's dtypes (CUDA's softmax of a half is float32)
+        if captures.DIRECTORY is not None and key is not None:
+            captures.save(self, key, args)
         if key is None:
             plan = "fallback: an input is not a plain tensor"
         elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors):

@@ -671,25 +671,35 @@ def _precompile(out: Path, targets: str, signatures: tuple[Path, ...], jobs: int
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--no-gradients", is_flag=True, help="Check the forward kernels only, not their backward kernels.")
 @click.option("--nonfinite", is_flag=True, help="Also draw NaN and infinities (their placement is judged strictly).")
+@click.option(
+    "--calls",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Also check each kernel on the calls a run captured here (TRANSPILE_CAPTURE_CALLS=DIR): a model's own inputs.",
+)
 @click.option("--format", "--output-format", "fmt", type=click.Choice(["text", "json"]), default="text")
-def verify(output: Path, cases: int, seed: int, device: str, no_gradients: bool, nonfinite: bool, fmt: str) -> None:
+def verify(
+    output: Path, cases: int, seed: int, device: str, no_gradients: bool, nonfinite: bool, calls: Path | None, fmt: str
+) -> None:
     """Run every kernel of the output tree OUT against its region's eager code.
 
     Each kernel is called beside the statements it replaces on generated
-    inputs (shapes, dtypes, layouts, NaN and infinities), and under autograd
-    where it trains. Per kernel: equal, within tolerance, different (with the
-    first difference and a shrunk case) or not exercised (and why). Exit
-    status: 0 when no kernel is different, 1 when one is, 2 bad usage.
+    inputs (shapes, dtypes, layouts, NaN and infinities), and on the calls a
+    run captured (`--calls`), and under autograd where it trains. Per kernel:
+    equal, within tolerance, different (with the first difference and a shrunk
+    case, or the captured call) or not exercised (and why). Exit status: 0
+    when no kernel is different, 1 when one is, 2 bad usage.
     """
-    sys.exit(_guarded(lambda: _verify(output, cases, seed, device, not no_gradients, nonfinite, fmt)))
+    sys.exit(_guarded(lambda: _verify(output, cases, seed, device, not no_gradients, nonfinite, calls, fmt)))
 
 
-def _verify(out: Path, cases: int, seed: int, device: str, gradients: bool, nonfinite: bool, fmt: str) -> int:
+def _verify(
+    out: Path, cases: int, seed: int, device: str, gradients: bool, nonfinite: bool, calls: Path | None, fmt: str
+) -> int:
     from transpiler.pipeline.build import NotBuilt
     from transpiler.pipeline.verifying import VerifyError, render, verify
 
     try:
-        verdicts = verify(out, cases, seed, device, gradients, nonfinite)
+        verdicts = verify(out, cases, seed, device, gradients, nonfinite, calls)
     except (VerifyError, NotBuilt) as error:
         _fail(str(error))
     sys.stdout.write(render(verdicts, fmt))

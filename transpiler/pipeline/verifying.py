@@ -82,24 +82,33 @@ class Verdict:
     kernel: str
     source: str  # the region's `path:lines`
     outcome: str = "not exercised"
-    cases: int = 0  # drawn
+    cases: int = 0  # drawn, and captured from runs
     ran: int = 0  # computed by the kernel
+    captured: int = 0  # of `cases`: calls a run made (`--calls`)
     detail: str = ""  # the first difference, or why not exercised
     case: str = ""  # a different case, shrunk
     declined: Counter = field(default_factory=Counter)  # why the kernel declined, by reason
 
 
 def verify(
-    out: Path, cases: int = 12, seed: int = 0, device: str = "cpu", gradients: bool = True, nonfinite: bool = False
+    out: Path,
+    cases: int = 12,
+    seed: int = 0,
+    device: str = "cpu",
+    gradients: bool = True,
+    nonfinite: bool = False,
+    calls: Path | None = None,
 ) -> list[Verdict]:
     """The verdict of every forward kernel of the output tree `out` (see the module's docstring); `nonfinite`: also
-    cases with NaN and infinities among the inputs' values."""
+    cases with NaN and infinities among the inputs' values; `calls`: a directory of calls runs captured
+    (`TRANSPILE_CAPTURE_CALLS`), each a case of its kernel, before the drawn ones."""
     import torch
 
     if device == "cuda" and not torch.cuda.is_available():
         raise VerifyError("--device cuda: no CUDA device")
     paths = _kernel_modules(out)
     regions = _regions(out)
+    captured = _captured(calls) if calls is not None else {}
     os.environ.setdefault("TRANSPILE_COMPILE", "sync")  # a Triton kernel compiled on first use, not declined
     verdicts = []
     for path in paths:
@@ -108,8 +117,56 @@ def verify(
         for value in vars(module).values():
             if isinstance(value, runtime.Kernel) and value.name in regions.get(path, {}):
                 region = regions[path][value.name]
-                verdicts.append(_verify_kernel(value, region, cases, seed, device, gradients, nonfinite))
+                calls_of = captured.get((path.relative_to(out).as_posix(), value.name), [])
+                verdicts.append(_verify_kernel(value, region, cases, seed, device, gradients, nonfinite, calls_of))
     return verdicts
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A call a run made (emit/runtime/captures.py), as a case: its tensors and scalars as they were."""
+
+    name: str  # the capture's file name
+    args: tuple
+    tensor_inputs: int
+    seed: int = 0  # of the cotangents, for its gradients
+
+    @property
+    def full(self) -> tuple[int, ...]:
+        import torch
+
+        try:
+            return tuple(torch.broadcast_shapes(*(t.shape for t in self.args[: self.tensor_inputs])))
+        except RuntimeError:  # shapes that do not broadcast: eager raises, and the kernel must too
+            return max((tuple(t.shape) for t in self.args[: self.tensor_inputs]), key=len, default=())
+
+    @property
+    def special(self) -> tuple[bool, ...]:
+        """Per tensor, whether it holds NaN or infinities."""
+        import torch
+
+        tensors = self.args[: self.tensor_inputs]
+        return tuple(bool(t.is_floating_point() and not torch.isfinite(t).all()) for t in tensors)
+
+
+def _captured(directory: Path) -> dict[tuple[str, str], list[Captured]]:
+    """The captures in `directory`, by (kernel file relative to the tree, kernel name); VerifyError for one that
+    cannot be read, naming it."""
+    import torch
+
+    if not directory.is_dir():
+        raise VerifyError(f"--calls {directory}: not a directory")
+    found: dict[tuple[str, str], list[Captured]] = {}
+    for path in sorted(directory.glob("*.pt")):
+        try:
+            # The captures' activation modules are objects: loading imports their classes (the user's own run).
+            record = torch.load(path, map_location="cpu", weights_only=False)
+            key = (record["file"], record["kernel"])
+            case = Captured(path.name, tuple(record["args"]), int(record["tensor_inputs"]), len(found.get(key, ())))
+        except Exception as error:
+            raise VerifyError(f"{path}: not a captured call ({type(error).__name__}: {error})") from error
+        found.setdefault(key, []).append(case)
+    return found
 
 
 def _kernel_modules(out: Path) -> list[Path]:
@@ -263,10 +320,18 @@ def _draw(inputs: _Inputs, rng: random.Random, nonfinite: bool) -> Spec:
     return Spec(full, tuple(shapes), tuple(dtypes), layouts, specials, tuple(scalars), rng.randrange(2**31))
 
 
-def _tensors(spec: Spec, device: str, widen: str = ""):
+def _tensors(spec: Spec | Captured, device: str, widen: str = ""):
     """The case's tensor inputs; `widen`: "wide" float32 ones in float64, "exact" every floating one."""
     import torch
 
+    if isinstance(spec, Captured):
+        made = []
+        for tensor in spec.args[: spec.tensor_inputs]:
+            wanted = tensor.dtype
+            if (widen == "wide" and wanted == torch.float32) or (widen == "exact" and wanted.is_floating_point):
+                wanted = torch.float64
+            made.append(tensor.to(device=device, dtype=wanted, copy=True))  # dense tensors keep their strides
+        return made
     generator = torch.Generator().manual_seed(spec.seed)
     made = []
     for shape, dtype, layout, special in zip(spec.shapes, spec.dtypes, spec.layouts, spec.special):
@@ -306,11 +371,13 @@ def _laid_out(tensor, layout: str):
     return tensor.contiguous()
 
 
-def _scalars(spec: Spec, inputs: _Inputs, tensors: list) -> list:
+def _scalars(spec: Spec | Captured, inputs: _Inputs, tensors: list) -> list:
     """The case's scalars: a source naming only the region's tensors is evaluated on them (`q.shape[-1] // 2`),
     as the transpiled module computes it; the others are the spec's."""
     import torch
 
+    if isinstance(spec, Captured):
+        return list(spec.args[spec.tensor_inputs :])
     names = dict(zip(inputs.tensors, tensors))
     values = []
     for (_, source, role), drawn in zip(inputs.scalars, spec.scalars):
@@ -327,16 +394,36 @@ def _scalars(spec: Spec, inputs: _Inputs, tensors: list) -> list:
 
 # -- running and judging --------------------------------------------------------------------------------
 def _verify_kernel(
-    kernel, region: dict, cases: int, seed: int, device: str, gradients: bool, nonfinite: bool
+    kernel,
+    region: dict,
+    cases: int,
+    seed: int,
+    device: str,
+    gradients: bool,
+    nonfinite: bool,
+    calls: Sequence[Captured] = (),
 ) -> Verdict:
     inputs = _inputs_of(region)
     affine = {name for step in kernel.shapes.steps if step.affine for name in step.reads[1:]}
     last_dim = frozenset(n for n, name in enumerate(kernel.shapes.inputs) if name in affine)
     inputs = dataclasses.replace(inputs, last_dim=last_dim, reduces=kernel.rows is not None)
     verdict = Verdict(kernel.name, region["location"])
-    rng = random.Random(f"{seed}:{kernel.name}:{region['location']}")
     worst = "equal"
-    while verdict.ran < cases and verdict.cases < cases * ATTEMPTS_PER_CASE:
+    for call in calls:  # a run's calls first: a difference there is one a model meets
+        verdict.cases += 1
+        verdict.captured += 1
+        outcome, detail = _case(kernel, call, inputs, device, gradients, verdict.declined)
+        if outcome is None:
+            continue
+        verdict.ran += 1
+        if outcome == "different":
+            verdict.outcome, verdict.detail, verdict.case = "different", detail, f"the captured call {call.name}"
+            return verdict
+        if outcome == "within tolerance":
+            worst = outcome
+    drawn = verdict.ran
+    rng = random.Random(f"{seed}:{kernel.name}:{region['location']}")
+    while verdict.ran - drawn < cases and verdict.cases - verdict.captured < cases * ATTEMPTS_PER_CASE:
         spec = _draw(inputs, rng, nonfinite)
         verdict.cases += 1
         outcome, detail = _case(kernel, spec, inputs, device, gradients, verdict.declined)
@@ -398,13 +485,14 @@ def _names_only(source: str, inputs: _Inputs) -> bool:
     return all(n.id in inputs.tensors or n.id == "torch" for n in ast.walk(tree) if isinstance(n, ast.Name))
 
 
-def _case(kernel, spec: Spec, inputs: _Inputs, device: str, gradients: bool, declined: Counter):
+def _case(kernel, spec: Spec | Captured, inputs: _Inputs, device: str, gradients: bool, declined: Counter):
     """(outcome, detail) of one case: None where the kernel declined it (its reason counted in `declined`)."""
     from transpiler.pipeline import comparing
 
     eager_in, ours_in = _tensors(spec, device), _tensors(spec, device)
     scalars = _scalars(spec, inputs, eager_in)
-    held = _conditions(inputs, eager_in, scalars)
+    # A captured call was made by the transpiled module: its caller's conditions held.
+    held = {} if isinstance(spec, Captured) else _conditions(inputs, eager_in, scalars)
     if False in held.values():  # the transpiled module runs the original code without calling the kernel
         failed = next(c for c, value in held.items() if value is False)
         declined[f"the caller's condition `{failed}` does not hold"] += 1
@@ -471,7 +559,7 @@ def _call(function, tensors, scalars, n: int):
     return (None if result is None else tuple(result)[:n]), None
 
 
-def _gradients_mismatch(kernel, spec: Spec, inputs: _Inputs, device: str, n: int, length: int) -> str | None:
+def _gradients_mismatch(kernel, spec: Spec | Captured, inputs: _Inputs, device: str, n: int, length: int) -> str | None:
     """Under autograd, each floating input's gradient from the kernel's backward against eager's, for the same
     cotangents; None where they agree (or the kernel declined)."""
     import torch
@@ -571,7 +659,8 @@ def render(verdicts: list[Verdict], fmt: str = "text") -> str:
         return json.dumps({"kernels": records, "counts": _counts(verdicts)}, indent=1) + "\n"
     lines = []
     for v in verdicts:
-        line = f"{v.source}: {v.kernel}: {v.outcome} ({v.ran} of {v.cases} cases computed)"
+        runs = f", {v.captured} captured from runs" if v.captured else ""
+        line = f"{v.source}: {v.kernel}: {v.outcome} ({v.ran} of {v.cases} cases computed{runs})"
         if v.detail:
             line += f"\n    {v.detail}"
         if v.case:
