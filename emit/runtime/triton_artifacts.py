@@ -79,6 +79,8 @@ def describe(kernel, arguments, constexprs: dict, num_warps: int) -> dict:
             described.append({"int": argument})
         elif isinstance(argument, float):
             described.append({"float": True})  # never specialised on: its value does not matter
+        elif argument is None:
+            described.append({"none": True})
         else:
             raise TypeError(f"cannot describe an argument of type {type(argument).__name__}")
     constants = {}
@@ -123,6 +125,8 @@ def _argument(described: dict):
         return bool(described["bool"])
     if "int" in described:
         return int(described["int"])
+    if "none" in described:
+        return None
     return 0.5
 
 

@@ -638,7 +638,9 @@ class Launcher:
     H100 host), which is safe because the runtime makes a new Launcher whenever
     anything the JIT specialises on could change: shapes, strides, dtypes, 16-byte
     alignment of the data and integer scalar values. With launch hooks installed (a
-    profiler), or under the interpreter, every call goes through the JIT.
+    profiler), or under the interpreter, every call goes through the JIT. Where the tree
+    has a binary built ahead of time for the launch (triton_artifacts.py), it is launched
+    through the CUDA driver instead, and nothing is compiled.
     """
 
     def __init__(self, kernel, grid: tuple[int, ...], tail: tuple, constexprs: dict, num_warps: int) -> None:
@@ -713,9 +715,7 @@ class Launcher:
         return True
 
     def __call__(self, tensors, scalars, outputs) -> None:
-        if self._binary is _UNSET:
-            self._precompiled(tensors, scalars, outputs)
-        if self._binary is not None:
+        if self._binary is not None and self._precompiled(tensors, scalars, outputs):
             function, positions = self._binary
             arguments = (*tensors, *scalars, *outputs, *self.tail)
             stream = torch.cuda.current_stream(tensors[0].device).cuda_stream
