@@ -128,6 +128,20 @@ def test_a_planted_miscompile_is_caught(built, tmp_path, plant):
     assert re.search(r"x: (float32|bfloat16|float16) \(", kernel["case"]) and "ln_eps=" in kernel["case"]
 
 
+def test_a_kernel_file_whose_globals_grow_while_its_kernels_run_is_verified(built, tmp_path):
+    """Running a kernel may add to its file's globals (an activation table's first lookup, wav2vec2's): verify
+    walked the file's globals while it ran them ("dictionary changed size during iteration")."""
+    out = _copy(built, tmp_path / "out")
+    kernels = out / "_net_kernels.py"
+    anchor = '    """src/net.py:11-12 in eager PyTorch."""\n'
+    text = kernels.read_text()
+    assert anchor in text
+    kernels.write_text(text.replace(anchor, anchor + '    globals()[f"_call_{len(globals())}"] = True\n'))
+    code, report = _verify(out, tmp_path)
+    (kernel,) = report["kernels"]
+    assert code == 0 and kernel["outcome"] in ("equal", "within tolerance") and kernel["ran"] == 8, kernel
+
+
 def test_not_a_tree_is_a_usage_error(tmp_path):
     run = CliRunner().invoke(main, ["verify", str(tmp_path)])
     assert run.exit_code == 2 and "has no readable build manifest" in run.output

@@ -114,7 +114,8 @@ def verify(
     for path in paths:
         module = _load(out, path)
         runtime = sys.modules["_transpile_runtime"]
-        for value in vars(module).values():
+        # A copy: running a kernel may add to its file's globals (an activation table's first lookup).
+        for value in list(vars(module).values()):
             if isinstance(value, runtime.Kernel) and value.name in regions.get(path, {}):
                 region = regions[path][value.name]
                 calls_of = captured.get((path.relative_to(out).as_posix(), value.name), [])
