@@ -23,21 +23,7 @@ from transpiler.cli.main import main
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-MODEL = """\
-import torch
-from torch import nn
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(16, 16)
-
-    def forward(self, x):
-        h = self.proj(x)
-        h = torch.sigmoid(h) * h + 1.0
-        return h * x.mean(-1, keepdim=True)
-"""
+from tests.test_precompile import MODEL  # noqa: E402  (the same Net: a pointwise product and a row mean)
 
 # Runs the transpiled Net beside the original on inputs of the shapes in argv[3] (JSON), on argv[4]'s device; prints
 # the kernels' counts by path and the runtime's warnings, as JSON.

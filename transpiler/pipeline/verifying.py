@@ -409,32 +409,22 @@ def _verify_kernel(
     last_dim = frozenset(n for n, name in enumerate(kernel.shapes.inputs) if name in affine)
     inputs = dataclasses.replace(inputs, last_dim=last_dim, reduces=kernel.rows is not None)
     verdict = Verdict(kernel.name, region["location"])
-    worst = "equal"
-    for call in calls:  # a run's calls first: a difference there is one a model meets
-        verdict.cases += 1
-        verdict.captured += 1
-        outcome, detail = _case(kernel, call, inputs, device, gradients, verdict.declined)
-        if outcome is None:
-            continue
-        verdict.ran += 1
-        if outcome == "different":
-            verdict.outcome, verdict.detail, verdict.case = "different", detail, f"the captured call {call.name}"
-            return verdict
-        if outcome == "within tolerance":
-            worst = outcome
-    drawn = verdict.ran
     rng = random.Random(f"{seed}:{kernel.name}:{region['location']}")
-    while verdict.ran - drawn < cases and verdict.cases - verdict.captured < cases * ATTEMPTS_PER_CASE:
-        spec = _draw(inputs, rng, nonfinite)
+    worst = "equal"
+    for spec in _cases(calls, inputs, verdict, cases, rng, nonfinite):
         verdict.cases += 1
+        verdict.captured += isinstance(spec, Captured)
         outcome, detail = _case(kernel, spec, inputs, device, gradients, verdict.declined)
         if outcome is None:
             continue
         verdict.ran += 1
         if outcome == "different":
+            verdict.outcome = "different"
+            if isinstance(spec, Captured):
+                verdict.detail, verdict.case = detail, f"the captured call {spec.name}"
+                return verdict
             spec = _shrunk(kernel, spec, inputs, device, gradients)
-            _, detail = _case(kernel, spec, inputs, device, gradients, Counter())
-            verdict.outcome, verdict.detail = "different", detail
+            _, verdict.detail = _case(kernel, spec, inputs, device, gradients, Counter())
             evaluated = [(name, source if _names_only(source, inputs) else None) for name, source, _ in inputs.scalars]
             verdict.case = spec.describe(inputs.tensors, evaluated)
             return verdict
@@ -446,6 +436,17 @@ def _verify_kernel(
         reasons = verdict.declined.most_common(1)
         verdict.detail = f"the kernel declined every case: {reasons[0][0]}" if reasons else "no case was drawn"
     return verdict
+
+
+def _cases(calls: Sequence[Captured], inputs: _Inputs, verdict: Verdict, cases: int, rng, nonfinite: bool):
+    """A run's captured calls first (a difference there is one a model meets), then drawn cases until `cases` of
+    them were computed (read from `verdict` as the caller judges them), drawing at most ATTEMPTS_PER_CASE times
+    as many."""
+    yield from calls
+    computed, drawn = verdict.ran, 0
+    while verdict.ran - computed < cases and drawn < cases * ATTEMPTS_PER_CASE:
+        drawn += 1
+        yield _draw(inputs, rng, nonfinite)
 
 
 def _conditions(inputs: _Inputs, tensors: list, scalars: list) -> dict[str, bool | None]:
