@@ -139,7 +139,11 @@ def _verify(out: Path, calls: Path, cases: int) -> dict:
     if done.returncode not in (0, 1):
         return {"error": _short(done.stderr[-600:])}
     report = json.loads(done.stdout)
-    different = [f"{k['kernel']} ({k['source']}): {k['detail']}; {k['case']}" for k in report["kernels"] if k["outcome"] == "different"]
+    different = [
+        f"{k['kernel']} ({k['source']}): {k['detail']}; {k['case']}"
+        for k in report["kernels"]
+        if k["outcome"] == "different"
+    ]
     captured = sum(k["captured"] for k in report["kernels"])
     return {"counts": report["counts"], "captured_calls": captured, "different": different}
 
@@ -239,7 +243,9 @@ def summarise(rows: list[dict]) -> dict:
         "verified": {
             "families": sum("verify" in r for r in rows),
             "captured_calls": sum(r.get("verify", {}).get("captured_calls", 0) for r in rows),
-            "kernels": dict(sum((collections.Counter(r.get("verify", {}).get("counts", {})) for r in rows), collections.Counter())),
+            "kernels": dict(
+                sum((collections.Counter(r.get("verify", {}).get("counts", {})) for r in rows), collections.Counter())
+            ),
             "different": sorted(r["family"] for r in rows if r.get("verify", {}).get("different")),
             "errors": sorted(r["family"] for r in rows if "error" in r.get("verify", {})),
         },

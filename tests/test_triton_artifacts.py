@@ -151,7 +151,9 @@ def test_recorded_signatures_are_compiled_and_the_runtime_finds_each(tree):
     assert sorted(set(found)) == sorted(b["path"] for b in binaries.values())
     # Another capability has none; nor has a launch whose integers specialise otherwise (17 rows: not a multiple of 16).
     assert all("no sm_80 binary of" in reason for reason in _lookup(tree, signatures, 80))
-    changed = dict(described[0], arguments=[a if "int" not in a else {"int": a["int"] + 1} for a in described[0]["arguments"]])
+    changed = dict(
+        described[0], arguments=[a if "int" not in a else {"int": a["int"] + 1} for a in described[0]["arguments"]]
+    )
     other = tree.parent / "other.jsonl"
     other.write_text(json.dumps(changed) + "\n")
     assert "for this call signature" in _lookup(tree, other, 90)[0]
@@ -170,7 +172,9 @@ def test_stale_damaged_or_foreign_binaries_are_not_used(tree):
     (tree / "transpile-artifacts.json").write_text(json.dumps(manifest))
     kernels = tree / "_net_triton.py"
     kernels.write_text(kernels.read_text() + "\n")
-    assert all("_net_triton.py changed since its Triton binaries were built" in r for r in _lookup(tree, signatures, 90))
+    assert all(
+        "_net_triton.py changed since its Triton binaries were built" in r for r in _lookup(tree, signatures, 90)
+    )
 
 
 def test_a_second_run_compiles_nothing_and_a_target_left_out_is_removed(tree):
@@ -183,7 +187,9 @@ def test_a_second_run_compiles_nothing_and_a_target_left_out_is_removed(tree):
     assert [p.stat().st_mtime_ns for p in binaries] == times
     code, output = _precompile(tree, "sm_80")
     assert code == 0 and f"Removed {len(binaries)} artifacts no longer asked for." in output
-    assert not (tree / "_net_triton.sm_90").exists() and len(list(tree.glob("_net_triton.sm_80/*.cubin"))) == len(binaries)
+    assert not (tree / "_net_triton.sm_90").exists() and len(list(tree.glob("_net_triton.sm_80/*.cubin"))) == len(
+        binaries
+    )
 
 
 def test_missing_or_bad_signatures_are_errors_that_say_where(tree):

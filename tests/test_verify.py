@@ -204,7 +204,11 @@ def _capture(out: Path, tmp_path: Path, shapes) -> Path:
     script.write_text(CAPTURE)
     env = dict(os.environ, TRANSPILE_CACHE_DIR=str(tmp_path / "cache"), TRANSPILE_CAPTURE_CALLS=str(calls))
     done = subprocess.run(
-        [sys.executable, str(script), str(out), json.dumps(shapes)], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, str(script), str(out), json.dumps(shapes)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     return calls

@@ -92,7 +92,9 @@ class Function:
                     library.cuFuncSetAttribute(function, MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
                 )
         self.module, self.function = module, function  # the module stays loaded for the process
-        fields = [(f"a{i}", ctypes.c_uint64 if t.startswith("*") else ARGUMENT_TYPES[t]) for i, t in enumerate(parameters)]
+        fields = [
+            (f"a{i}", ctypes.c_uint64 if t.startswith("*") else ARGUMENT_TYPES[t]) for i, t in enumerate(parameters)
+        ]
         fields += [("global_scratch", ctypes.c_uint64), ("profile_scratch", ctypes.c_uint64)]
         # One structure holds a launch's arguments; cuLaunchKernel takes a pointer to each.
         self._arguments = type("Arguments", (ctypes.Structure,), {"_fields_": fields})

@@ -225,7 +225,9 @@ def _find(kernel, description: dict, device: torch.device):
     if not isinstance(entry, dict):
         return f"no Triton binary was built ahead of time for {file}"
     if manifest.get("triton_version") != triton.__version__:
-        return f"the Triton binaries were built by Triton {manifest.get('triton_version')}, this is {triton.__version__}"
+        return (
+            f"the Triton binaries were built by Triton {manifest.get('triton_version')}, this is {triton.__version__}"
+        )
     major, minor = torch.cuda.get_device_capability(device)
     capability = major * 10 + minor
     try:
@@ -268,7 +270,12 @@ def _load(found: dict, variant: Variant, device: torch.device):
             return f"the Triton binary {found.get('path')} needs scratch memory, which only Triton's launcher allocates"
         try:
             function = Function(
-                data, found["name"], found["parameters"], found["shared"], found["num_warps"], torch.device("cuda", index)
+                data,
+                found["name"],
+                found["parameters"],
+                found["shared"],
+                found["num_warps"],
+                torch.device("cuda", index),
             )
         except (DriverError, OSError, KeyError) as error:
             return f"the Triton binary {found.get('path')} does not load ({error})"

@@ -206,7 +206,9 @@ def _binaries(
     if previous.get("triton_version") != triton_version or previous.get("triton_support_sha256") != support_sha:
         old = {}  # nothing the last run built is up to date
     entries, written, failures = compile_binaries(out, recorded, capabilities, old, jobs)
-    earlier = {b.get("path") for entry in old.values() if isinstance(entry, dict) for b in entry.get("binaries", {}).values()}
+    earlier = {
+        b.get("path") for entry in old.values() if isinstance(entry, dict) for b in entry.get("binaries", {}).values()
+    }
     for path in written:
         (result.reused if path in earlier else result.compiled).append(path)
     result.failed += failures
@@ -239,7 +241,9 @@ def render(result: Precompiled, out: Path) -> str:
     if result.built or result.kept:
         lines.append(f"Built {len(result.built)} C++ libraries ahead of time, kept {len(result.kept)} up to date.")
     if result.compiled or result.reused:
-        lines.append(f"Compiled {len(result.compiled)} Triton binaries ahead of time, kept {len(result.reused)} up to date.")
+        lines.append(
+            f"Compiled {len(result.compiled)} Triton binaries ahead of time, kept {len(result.reused)} up to date."
+        )
     for what, target, error in result.failed:
         lines.append(f"{out / what}: the {target} build failed; the runtime will build it on first use:\n{error}")
     if result.removed:

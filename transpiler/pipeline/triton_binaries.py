@@ -77,7 +77,9 @@ def compile_binaries(
     by_file: dict[str, list[dict]] = {}
     for description in signatures:
         by_file.setdefault(description["file"], []).append(description)
-    work = [(str(out), file, descriptions, list(targets), previous.get(file, {})) for file, descriptions in by_file.items()]
+    work = [
+        (str(out), file, descriptions, list(targets), previous.get(file, {})) for file, descriptions in by_file.items()
+    ]
     entries, paths, failures = {}, [], []
     if not work:
         return entries, paths, failures
@@ -124,7 +126,13 @@ def _compile_file(item) -> tuple[str, dict | None, list[str], list[tuple[str, st
     for description in descriptions:
         kernel = getattr(module, description["kernel"], None)
         if kernel is None:
-            failed.append((f"{file}: {description['kernel']}", "sm_*", "no such kernel in the file (recorded from an earlier build)"))
+            failed.append(
+                (
+                    f"{file}: {description['kernel']}",
+                    "sm_*",
+                    "no such kernel in the file (recorded from an earlier build)",
+                )
+            )
             continue
         for target in targets:
             number = capability(target)
@@ -137,7 +145,11 @@ def _compile_file(item) -> tuple[str, dict | None, list[str], list[tuple[str, st
             if key in binaries:
                 continue
             kept = previous.get("binaries", {}).get(key)
-            if up_to_date and isinstance(kept, dict) and artifacts.matches(out / kept.get("path", ""), kept.get("sha256")):
+            if (
+                up_to_date
+                and isinstance(kept, dict)
+                and artifacts.matches(out / kept.get("path", ""), kept.get("sha256"))
+            ):
                 binaries[key] = kept
                 written.append(kept["path"])
                 continue
@@ -146,7 +158,9 @@ def _compile_file(item) -> tuple[str, dict | None, list[str], list[tuple[str, st
             except Exception as error:  # a compile error: the runtime compiles this launch itself
                 failed.append((f"{file}: {description['kernel']}", target, f"{type(error).__name__}: {error}"))
                 continue
-            record.update(kernel=description["kernel"], target=target, path=binary_path(file, target, description["kernel"], key))
+            record.update(
+                kernel=description["kernel"], target=target, path=binary_path(file, target, description["kernel"], key)
+            )
             record["sha256"] = hashlib.sha256(data).hexdigest()
             write_atomic(out / record["path"], data)
             binaries[key] = record
@@ -172,4 +186,3 @@ def _compile(kernel, variant, number: int) -> tuple[dict, bytes]:
         "scratch": bool(metadata.global_scratch_size or metadata.profile_scratch_size or metadata.num_ctas != 1),
     }
     return record, compiled.asm["cubin"]
-
