@@ -200,6 +200,11 @@ def test_missing_or_bad_signatures_are_errors_that_say_where(tree):
     bad.write_text(first + "\n{not json\n")
     code, output = _precompile(tree, "sm_90", bad)
     assert code == 2 and f"{bad}:2: not a recorded signature" in output
+    for field, value in (("file", "../net.py"), ("file", "/etc/passwd.py"), ("kernel", "../../x")):
+        bad.write_text(json.dumps(dict(json.loads(first), **{field: value})) + "\n")
+        code, output = _precompile(tree, "sm_90", bad)
+        assert code == 2 and f"{bad}:1: not a recorded signature" in output
+        assert ("inside the tree" if field == "file" else "is not a name") in output
     gone = tree.parent / "gone.jsonl"
     gone.write_text(json.dumps(dict(json.loads(first), kernel="fused_gone_kernel")) + "\n")
     code, output = _precompile(tree, "sm_90", gone)

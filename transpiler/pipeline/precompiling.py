@@ -194,7 +194,7 @@ def _binaries(
     except SignatureError as error:
         raise PrecompileError(str(error)) from error
     old = previous.get("triton", {}) if isinstance(previous.get("triton"), dict) else {}
-    kept = [d for entry in old.values() if isinstance(entry, dict) for d in entry.get("signatures", [])]
+    kept = [d for entry in old.values() if isinstance(entry, dict) for d in entry.get("signatures", []) if _valid(d)]
     known = {json.dumps(d, sort_keys=True) for d in recorded}
     recorded += [d for d in kept if json.dumps(d, sort_keys=True) not in known]
     if not recorded and not signatures:
@@ -221,6 +221,18 @@ def _previous(out: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) and data.get("version") == VERSION else {}
+
+
+def _valid(description) -> bool:
+    """Whether a signature kept in the manifest is one `read_signatures` would take (the manifest is a file of the
+    tree, which may come from elsewhere)."""
+    from transpiler.pipeline.triton_binaries import check_signature
+
+    try:
+        check_signature(description)
+    except (TypeError, ValueError, KeyError):
+        return False
+    return True
 
 
 def _build(out: Path, source: str, record: dict, compiler: "Compiler", include: Path) -> str | None:

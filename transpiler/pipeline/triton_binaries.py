@@ -49,19 +49,26 @@ def read_signatures(paths: Iterable[Path]) -> list[dict]:
                 continue
             try:
                 description = json.loads(line)
-                _check(description)
+                check_signature(description)
             except (ValueError, KeyError, TypeError) as error:
                 raise SignatureError(f"{path}:{number}: not a recorded signature ({error})") from error
             seen.setdefault(json.dumps(description, sort_keys=True), description)
     return list(seen.values())
 
 
-def _check(description) -> None:
+def check_signature(description) -> None:
+    """TypeError or ValueError where `description` is not a recorded signature of a kernel inside the tree."""
     if not isinstance(description, dict):
         raise TypeError("not an object")
     for field, kind in (("file", str), ("kernel", str), ("arguments", list), ("constexprs", dict), ("num_warps", int)):
         if not isinstance(description[field], kind):
             raise TypeError(f"{field} is not a {kind.__name__}")
+    # Precompile imports the file and writes binaries named after the kernel: both stay inside the tree.
+    file = Path(description["file"])
+    if file.is_absolute() or ".." in file.parts or file.suffix != ".py":
+        raise ValueError(f"file {description['file']!r} is not a Python file inside the tree")
+    if not description["kernel"].isidentifier():
+        raise ValueError(f"kernel {description['kernel']!r} is not a name")
 
 
 def binary_path(file: str, target: str, kernel: str, key: str) -> str:
