@@ -83,13 +83,16 @@ def describe(kernel, arguments, constexprs: dict, num_warps: int) -> dict:
             described.append({"none": True})
         else:
             raise TypeError(f"cannot describe an argument of type {type(argument).__name__}")
+    function = getattr(kernel, "fn", None)
+    if function is None:
+        raise TypeError(f"{kernel!r} is not a Triton kernel")
     constants = {}
     for name, value in constexprs.items():
         constants[name] = {"dtype": str(value)} if isinstance(value, tl.dtype) else value
-    path = Path(kernel.fn.__code__.co_filename)
+    path = Path(function.__code__.co_filename)
     return {
         "file": _relative(path) or path.name,
-        "kernel": kernel.fn.__name__,
+        "kernel": function.__name__,
         "arguments": described,
         "constexprs": constants,
         "num_warps": num_warps,
@@ -200,7 +203,10 @@ def binary(kernel, arguments, constexprs: dict, num_warps: int, device: torch.de
     """The binary built ahead of time for this launch (see `describe`), loaded onto `device` as a
     `cuda_driver.Function` with its argument positions; or None, after a warning where the tree has Triton
     binaries but none can serve this launch. Records the launch where $TRANSPILE_RECORD_SIGNATURES asks."""
-    description = describe(kernel, arguments, constexprs, num_warps)
+    try:
+        description = describe(kernel, arguments, constexprs, num_warps)
+    except TypeError:  # an argument or a kernel Triton's binder would not take either: the JIT says what is wrong
+        return None
     record(description)
     if device.type != "cuda" or torch.version.hip or os.environ.get("TRANSPILE_ARTIFACTS") == "0":
         return None
