@@ -234,16 +234,13 @@ def _find(kernel, description: dict, device: torch.device):
         return (
             f"the Triton binaries were built by Triton {manifest.get('triton_version')}, this is {triton.__version__}"
         )
+    stale = _stale(file, entry.get("source_sha256"), manifest.get("triton_support_sha256"))
+    if stale:
+        return stale
     major, minor = torch.cuda.get_device_capability(device)
     capability = major * 10 + minor
     try:
-        if sha256(ROOT / file) != entry.get("source_sha256"):
-            return f"{file} changed since its Triton binaries were built"
-        if sha256(SUPPORT) != manifest.get("triton_support_sha256"):
-            return "the runtime's triton_support.py changed since the Triton binaries were built"
         variant = specialize(kernel, description, capability)
-    except OSError as error:
-        return f"cannot read {file} or the runtime ({error.strerror or error})"
     except Exception as error:  # a Triton whose binder differs: the launch compiles as it would without artifacts
         return f"cannot specialise {description['kernel']} for sm_{capability} ({type(error).__name__}: {error})"
     name = key(description["kernel"], variant, capability)
@@ -254,6 +251,20 @@ def _find(kernel, description: dict, device: torch.device):
             f" (the signatures precompiled did not include it)"
         )
     return _load(found, variant, device)
+
+
+@functools.lru_cache(maxsize=None)
+def _stale(file: str, source_sha256: str | None, support_sha256: str | None) -> str | None:
+    """Why the kernel file or the runtime's helpers are not the bytes the binaries were built from; read once per
+    process (as the manifest is)."""
+    try:
+        if sha256(ROOT / file) != source_sha256:
+            return f"{file} changed since its Triton binaries were built"
+        if sha256(SUPPORT) != support_sha256:
+            return "the runtime's triton_support.py changed since the Triton binaries were built"
+    except OSError as error:
+        return f"cannot read {file} or the runtime ({error.strerror or error})"
+    return None
 
 
 def _load(found: dict, variant: Variant, device: torch.device):
