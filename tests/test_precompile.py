@@ -42,8 +42,9 @@ class Net(nn.Module):
         return h * x.mean(-1, keepdim=True)
 """
 
-# Runs the transpiled Net against the original on the same weights and input; prints the C++ kernels' calls, the
-# library each kernel file loaded, and the runtime's warnings, as JSON.
+# Runs the transpiled Net against the original on the same weights, on inputs of the shapes in argv[3] (JSON) on the
+# device argv[4]; prints the kernels' calls by path, the library each C++ kernel file loaded, and the runtime's
+# warnings, as JSON (`run_net`; tests/test_triton_artifacts.py runs it too).
 RUN = """\
 import importlib.util, json, sys, warnings
 import torch
@@ -59,17 +60,34 @@ with warnings.catch_warnings(record=True) as caught:
     from _transpile_runtime.cpp_support import CppLibrary
 
     torch.manual_seed(0)
-    a, b = original.Net().eval(), net.Net().eval()
+    device = sys.argv[4]
+    a, b = original.Net().eval().to(device), net.Net().eval().to(device)
     b.load_state_dict(a.state_dict())
-    x = torch.randn(4, 16)
     with torch.no_grad():
-        torch.testing.assert_close(b(x), a(x), rtol=1e-5, atol=1e-6)
+        for shape in json.loads(sys.argv[3]):
+            x = torch.randn(*shape, device=device)
+            torch.testing.assert_close(b(x), a(x), rtol=1e-5, atol=1e-5)
+counts = {}
+for kernel in runtime.KERNELS:
+    for path, n in kernel.counts.items():
+        counts[path] = counts.get(path, 0) + n
 print(json.dumps({
-    "cpp": sum(k.counts.get("cpp", 0) for k in runtime.KERNELS),
+    "counts": counts,
     "loaded": {p.name: (l if isinstance(l, str) else l.path.name) for p, l in CppLibrary._loaded.items()},
     "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)],
 }))
 """
+
+
+def run_net(out: Path, shapes, device: str, env: dict) -> dict:
+    """`RUN` on the tree `out` (its source beside it, in `src/`) in a process of its own, with the environment
+    `env`: the printed JSON."""
+    script = out.parent / "run.py"
+    script.write_text(RUN)
+    command = [sys.executable, str(script), str(out), str(out.parent / "src" / "net.py"), json.dumps(shapes), device]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 @pytest.fixture
@@ -86,17 +104,8 @@ def tree(tmp_path):
 def _run(out: Path, tmp_path: Path, compiler: str | None, **variables: str) -> dict:
     env = dict(os.environ, TRANSPILE_CACHE_DIR=str(tmp_path / "cache"), TRANSPILE_TAPES="0", **variables)
     env["CXX"] = compiler or str(tmp_path / "no-compiler")
-    script = tmp_path / "run.py"
-    script.write_text(RUN)
-    done = subprocess.run(
-        [sys.executable, str(script), str(out), str(out.parent / "src" / "net.py")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
+    result = run_net(out, [[4, 16]], "cpu", env)
+    return {**result, "cpp": result["counts"].get("cpp", 0)}
 
 
 def _precompile(out: Path, *targets: str) -> tuple[int, str]:

@@ -23,37 +23,7 @@ from transpiler.cli.main import main
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from tests.test_precompile import MODEL  # noqa: E402  (the same Net: a pointwise product and a row mean)
-
-# Runs the transpiled Net beside the original on inputs of the shapes in argv[3] (JSON), on argv[4]'s device; prints
-# the kernels' counts by path and the runtime's warnings, as JSON.
-RUN = """\
-import importlib.util, json, sys, warnings
-import torch
-
-sys.path.insert(0, sys.argv[1])
-spec = importlib.util.spec_from_file_location("original", sys.argv[2])
-original = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(original)
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    import net
-    import _transpile_runtime as runtime
-
-    torch.manual_seed(0)
-    device = sys.argv[4]
-    a, b = original.Net().eval().to(device), net.Net().eval().to(device)
-    b.load_state_dict(a.state_dict())
-    with torch.no_grad():
-        for shape in json.loads(sys.argv[3]):
-            x = torch.randn(*shape, device=device)
-            torch.testing.assert_close(b(x), a(x), rtol=1e-5, atol=1e-5)
-counts = {}
-for kernel in runtime.KERNELS:
-    for path, n in kernel.counts.items():
-        counts[path] = counts.get(path, 0) + n
-print(json.dumps({"counts": counts, "warnings": [str(w.message) for w in caught]}))
-"""
+from tests.test_precompile import MODEL, run_net  # noqa: E402  (the same Net: a pointwise product and a row mean)
 
 # For each description in argv[2] (JSON lines), what the tree's runtime finds for it on a GPU of capability
 # argv[3] (90: sm_90): the binary's path (loading it stood in), or why none serves.
@@ -97,12 +67,7 @@ def tree(tmp_path):
 
 def _run(out: Path, shapes, device: str = "cpu", **variables: str) -> dict:
     env = dict(_compiling(), TRANSPILE_CACHE_DIR=str(out.parent / "cache"), TRANSPILE_TAPES="0", **variables)
-    script = out.parent / "run.py"
-    script.write_text(RUN)
-    command = [sys.executable, str(script), str(out), str(out.parent / "src" / "net.py"), json.dumps(shapes), device]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
+    return run_net(out, shapes, device, env)
 
 
 def _lookup(out: Path, signatures: Path, capability: int, *, load: bool = False) -> list:
