@@ -90,15 +90,20 @@ def run_net(out: Path, shapes, device: str, env: dict) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-@pytest.fixture
-def tree(tmp_path):
-    """A transpiled tree (its source beside it), with the environment of a run: an empty kernel cache."""
+def built_net(tmp_path: Path) -> Path:
+    """`MODEL` transpiled into tmp_path/out, its source in tmp_path/src."""
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "net.py").write_text(MODEL)
     out = tmp_path / "out"
     run = CliRunner().invoke(main, ["build", "--no-cache", str(tmp_path / "src"), "-o", str(out)])
     assert run.exit_code == 0, run.output
     return out
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A transpiled tree (its source beside it), with the environment of a run: an empty kernel cache."""
+    return built_net(tmp_path)
 
 
 def _run(out: Path, tmp_path: Path, compiler: str | None, **variables: str) -> dict:

@@ -23,7 +23,7 @@ from transpiler.cli.main import main
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from tests.test_precompile import MODEL, run_net  # noqa: E402  (the same Net: a pointwise product and a row mean)
+from tests.test_precompile import built_net, run_net  # noqa: E402  (the same Net: a pointwise product and a row mean)
 
 # For each description in argv[2] (JSON lines), what the tree's runtime finds for it on a GPU of capability
 # argv[3] (90: sm_90): the binary's path (loading it stood in), or why none serves.
@@ -49,11 +49,7 @@ print(json.dumps(found))
 @pytest.fixture
 def tree(tmp_path):
     """A transpiled tree (its source beside it) and the signatures of two shapes, recorded under the interpreter."""
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "net.py").write_text(MODEL)
-    out = tmp_path / "out"
-    run = CliRunner().invoke(main, ["build", "--no-cache", str(tmp_path / "src"), "-o", str(out)])
-    assert run.exit_code == 0, run.output
+    out = built_net(tmp_path)
     recorded = _run(
         out,
         [[4, 16], [3, 5, 16]],
