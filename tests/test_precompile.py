@@ -202,7 +202,7 @@ def test_the_library_for_the_highest_level_the_cpu_runs(tmp_path):
 
     def found(features, root=tmp_path):
         (tmp_path / artifacts.MANIFEST).write_text(json.dumps(manifest))
-        artifacts._manifest.cache_clear()
+        artifacts.read_manifest.cache_clear()
         return artifacts.precompiled(source, frozenset(features), root)
 
     v3, v4 = cpp_support.CPU_LEVELS["x86-64-v3"], cpp_support.CPU_LEVELS["x86-64-v4"]
@@ -219,7 +219,7 @@ def test_the_library_for_the_highest_level_the_cpu_runs(tmp_path):
     manifest["version"] = 2
     assert found(v4) == f"{artifacts.MANIFEST} is not a version 1 manifest of transpile"
     (tmp_path / artifacts.MANIFEST).unlink()
-    artifacts._manifest.cache_clear()
+    artifacts.read_manifest.cache_clear()
     assert artifacts.precompiled(source, frozenset(v4), tmp_path) is None  # no artifacts: the usual build, silently
 
 

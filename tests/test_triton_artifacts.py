@@ -136,6 +136,13 @@ def test_stale_damaged_or_foreign_binaries_are_not_used(tree):
     assert all(
         "_net_triton.py changed since its Triton binaries were built" in r for r in _lookup(tree, signatures, 90)
     )
+    # Signatures kept in a manifest that came from elsewhere go through the same checks: one naming a file outside
+    # the tree is dropped, never imported.
+    entry = manifest["triton"]["_net_triton.py"]
+    entry["signatures"] = [dict(d, file="../src/net.py") for d in entry["signatures"]]
+    (tree / "transpile-artifacts.json").write_text(json.dumps(manifest))
+    code, output = _precompile(tree, "sm_90")
+    assert code == 2 and "TRANSPILE_RECORD_SIGNATURES=FILE" in output
 
 
 def test_a_second_run_compiles_nothing_and_a_target_left_out_is_removed(tree):

@@ -205,9 +205,9 @@ def _warm_up_triton_in_background() -> threading.Thread | None:
 def _precompiled_for_cuda() -> bool:
     """Whether the tree's Triton kernels were built ahead of time (`precompile --targets sm_...`), for the launches
     its runs recorded: a launch left out compiles as without artifacts, with its own start-up."""
-    from .artifacts import ROOT, _manifest
+    from .artifacts import ROOT, read_manifest
 
-    manifest = _manifest(ROOT)
+    manifest = read_manifest(ROOT)
     return isinstance(manifest, dict) and "triton" in manifest and os.environ.get("TRANSPILE_ARTIFACTS") != "0"
 
 

@@ -41,7 +41,7 @@ def matches(path: Path, digest: str | None) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _manifest(root: Path) -> dict | str | None:
+def read_manifest(root: Path) -> dict | str | None:
     """The tree's manifest, why it cannot be read, or None where the tree has none (the usual case)."""
     path = root / MANIFEST
     try:
@@ -62,7 +62,7 @@ def precompiled(source: Path, features: frozenset[str], root: Path = ROOT) -> Pa
 
     if os.environ.get("TRANSPILE_ARTIFACTS") == "0":
         return None
-    manifest = _manifest(root)
+    manifest = read_manifest(root)
     if manifest is None or isinstance(manifest, str):
         return manifest
     try:

@@ -61,8 +61,10 @@ def supported(out: torch.Tensor, bias: torch.Tensor) -> bool:
 
 
 # A launcher per geometry, as the generated kernels' plans keep theirs: it launches a binary built ahead of time
-# where the tree has one (triton_artifacts.py), else the kernel Triton's JIT compiled on its first call.
+# where the tree has one (triton_artifacts.py), else the kernel Triton's JIT compiled on its first call. Bounded as
+# the plans are: a server of ever new batch sizes must not grow it for ever.
 _launchers: dict[tuple, Launcher] = {}
+MAX_LAUNCHERS = 256
 
 
 def add_(out: torch.Tensor, bias: torch.Tensor, relu: bool) -> torch.Tensor:
@@ -74,6 +76,8 @@ def add_(out: torch.Tensor, bias: torch.Tensor, relu: bool) -> torch.Tensor:
         key = (out.dtype, out.device, tail, relu, out.data_ptr() % 16, bias.data_ptr() % 16)
         launcher = _launchers.get(key)
         if launcher is None:
+            if len(_launchers) >= MAX_LAUNCHERS:
+                _launchers.clear()
             grid = (triton.cdiv(numel, BLOCK),)
             launcher = _launchers[key] = Launcher(_add_channel_bias, grid, tail, {"RELU": relu, "BLOCK": BLOCK}, 4)
         launcher((out, bias), (), ())

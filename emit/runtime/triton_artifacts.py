@@ -41,7 +41,7 @@ import triton.language as tl
 
 import torch
 
-from .artifacts import ROOT, _manifest, sha256
+from .artifacts import ROOT, read_manifest, sha256
 
 RECORD = "TRANSPILE_RECORD_SIGNATURES"
 SUPPORT = Path(__file__).with_name("triton_support.py")
@@ -220,7 +220,7 @@ def binary(kernel, arguments, constexprs: dict, num_warps: int, device: torch.de
 
 
 def _find(kernel, description: dict, device: torch.device):
-    manifest = _manifest(ROOT)
+    manifest = read_manifest(ROOT)
     if not isinstance(manifest, dict):
         return manifest  # None (no artifacts) or why the manifest cannot be read
     section = manifest.get("triton")

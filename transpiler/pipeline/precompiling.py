@@ -177,26 +177,23 @@ def _binaries(
     from importlib.metadata import PackageNotFoundError, version
 
     from emit.runtime.artifacts import sha256
+    from transpiler.pipeline.build import built_files
     from transpiler.pipeline.triton_binaries import SignatureError, compile_binaries, read_signatures
 
     try:
         triton_version = version("triton")
     except PackageNotFoundError:
         raise PrecompileError("CUDA targets need Triton installed (pip install triton)") from None
-    from transpiler.pipeline.build import built_files
-
     built_files(out)  # NotBuilt: a tree the build did not write
     support = out / RUNTIME / "triton_support.py"
     if not support.is_file():
         raise PrecompileError(f"{out} has no Triton runtime ({support.relative_to(out)}): build it first")
+    old = previous.get("triton", {}) if isinstance(previous.get("triton"), dict) else {}
+    kept = [d for entry in old.values() if isinstance(entry, dict) for d in entry.get("signatures", [])]
     try:
-        recorded = read_signatures(signatures)
+        recorded = read_signatures(signatures, kept)
     except SignatureError as error:
         raise PrecompileError(str(error)) from error
-    old = previous.get("triton", {}) if isinstance(previous.get("triton"), dict) else {}
-    kept = [d for entry in old.values() if isinstance(entry, dict) for d in entry.get("signatures", []) if _valid(d)]
-    known = {json.dumps(d, sort_keys=True) for d in recorded}
-    recorded += [d for d in kept if json.dumps(d, sort_keys=True) not in known]
     if not recorded and not signatures:
         raise PrecompileError(
             "CUDA targets need the call signatures of the kernels, which runs record: run the model with"
@@ -221,18 +218,6 @@ def _previous(out: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) and data.get("version") == VERSION else {}
-
-
-def _valid(description) -> bool:
-    """Whether a signature kept in the manifest is one `read_signatures` would take (the manifest is a file of the
-    tree, which may come from elsewhere)."""
-    from transpiler.pipeline.triton_binaries import check_signature
-
-    try:
-        check_signature(description)
-    except (TypeError, ValueError, KeyError):
-        return False
-    return True
 
 
 def _build(out: Path, source: str, record: dict, compiler: "Compiler", include: Path) -> str | None:

@@ -13,6 +13,7 @@ computed here is the one the tree's runtime computes; Triton's front end holds t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -20,7 +21,7 @@ import multiprocessing
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -36,8 +37,10 @@ def capability(target: str) -> int:
     return int(CUDA_TARGET.fullmatch(target).group(1))
 
 
-def read_signatures(paths: Iterable[Path]) -> list[dict]:
-    """The descriptions of launches recorded in `paths` (JSON lines), each once, in the order first seen."""
+def read_signatures(paths: Iterable[Path], kept: Iterable = ()) -> list[dict]:
+    """The descriptions of launches recorded in `paths` (JSON lines), then those `kept` in the manifest by an earlier
+    run (the manifest is a file of the tree, which may come from elsewhere: the invalid ones are dropped), each
+    once, in the order first seen."""
     seen: dict[str, dict] = {}
     for path in paths:
         try:
@@ -53,6 +56,12 @@ def read_signatures(paths: Iterable[Path]) -> list[dict]:
             except (ValueError, KeyError, TypeError) as error:
                 raise SignatureError(f"{path}:{number}: not a recorded signature ({error})") from error
             seen.setdefault(json.dumps(description, sort_keys=True), description)
+    for description in kept:
+        try:
+            check_signature(description)
+        except (ValueError, KeyError, TypeError):
+            continue
+        seen.setdefault(json.dumps(description, sort_keys=True), description)
     return list(seen.values())
 
 
@@ -91,23 +100,35 @@ def compile_binaries(
     if not work:
         return entries, paths, failures
     # Spawned, not forked: a fresh interpreter imports Triton with the interpreter off (`TRITON_INTERPRET` would
-    # make every kernel an interpreted function) and without this process's threads.
-    environment = {"TRITON_INTERPRET": None, "TRANSPILE_BACKEND": "eager"}
-    saved = {name: os.environ.get(name) for name in environment}
-    try:
-        for name, value in environment.items():
-            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
-        context = multiprocessing.get_context("spawn")
+    # make every kernel an interpreted function), the runtime's backend left alone, and none of this process's threads.
+    context = multiprocessing.get_context("spawn")
+    with _environment(TRITON_INTERPRET=None, TRANSPILE_BACKEND="eager"):
         with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(work))), mp_context=context) as pool:
             for file, entry, written, failed in pool.map(_compile_file, work):
                 if entry is not None:
                     entries[file] = entry
                 paths += written
                 failures += failed
-    finally:
-        for name, value in saved.items():
-            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
     return entries, paths, failures
+
+
+@contextlib.contextmanager
+def _environment(**values: str | None) -> Iterator[None]:
+    """The process's environment with `values` set (None: unset), as spawned workers inherit it; restored after."""
+    saved = {name: os.environ.get(name) for name in values}
+
+    def apply(settings: dict) -> None:
+        for name, value in settings.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    apply(values)
+    try:
+        yield
+    finally:
+        apply(saved)
 
 
 def _compile_file(item) -> tuple[str, dict | None, list[str], list[tuple[str, str, str]]]:
